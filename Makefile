@@ -1,0 +1,95 @@
+# spindle: plain Makefile. `make` builds build/spindle; `make test` sets up what is
+# missing, builds and runs every test; `make run` serves/generates with the default
+# model; `make debug` builds with ASan+UBSan into build/debug and runs the unit tests.
+
+CC      ?= gcc
+ifeq ($(CC),cc)
+CC      := gcc
+endif
+BUILD   ?= build
+OPT     ?= -O2
+CFLAGS  ?= $(OPT) -g
+CFLAGS  += -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -I. -MMD -MP -pthread
+LDLIBS  += -lpcre2-8 -lm -pthread
+PYTHON  ?= python3
+MODEL   ?= models/SmolLM2-135M-Instruct.Q4_1.gguf
+# Where the shared test fixtures live (tests read SPINDLE_TESTDATA).
+SPINDLE_TESTDATA ?= ../shared/testdata
+export SPINDLE_TESTDATA
+
+# ---- sources, one explicit list per module --------------------------------------
+COMMON_SRC := common/status.c common/log.c
+MODEL_SRC  := model/gguf.c model/quant.c model/quant_kquants.c \
+              model/tokenizer.c model/tokenizer_spm.c model/tokenizer_bpe.c model/unicode.c \
+              model/arch.c model/model.c model/forward.c model/sample.c
+GPU_SRC    := gpu/device.c gpu/host/host_backend.c gpu/host/host_ops.c gpu/host/host_matmul.c \
+              gpu/host/host_attention.c gpu/host/host_quant_dot.c gpu/host/threadpool.c
+SERVER_SRC := server/main.c server/cli_session.c server/cmd_generate.c server/cmd_inspect.c server/cmd_bench.c
+
+LIB_SRC := $(COMMON_SRC) $(MODEL_SRC) $(GPU_SRC)
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+BIN_OBJ := $(SERVER_SRC:%.c=$(BUILD)/obj/%.o)
+LIB     := $(BUILD)/libspindle.a
+
+# Unit tests: every tests/unit/<module>/test_*.c is one Criterion binary.
+TEST_SRC := $(wildcard tests/unit/*/test_*.c)
+TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
+
+.PHONY: all test unit-test integration-test run debug setup fuzz bench format format-check clean
+
+all: $(BUILD)/spindle
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(LIB): $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/spindle: $(BIN_OBJ) $(LIB)
+	$(CC) $(CFLAGS) -o $@ $(BIN_OBJ) $(LIB) $(LDLIBS)
+
+$(BUILD)/tests/%: tests/unit/%.c $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDLIBS) -lcriterion -ljansson
+
+setup:
+	@tools/setup.sh
+
+# Unit tests first (fast), then the end-to-end tests on the real binary.
+test: setup
+	@$(MAKE) --no-print-directory all $(TEST_BIN)
+	@$(MAKE) --no-print-directory unit-test integration-test
+
+unit-test: $(TEST_BIN)
+	@tools/run_unit_tests.sh $(TEST_BIN)
+
+integration-test: $(BUILD)/spindle
+	@SPINDLE_BIN=$(BUILD)/spindle $(PYTHON) -m pytest -q tests/integration
+
+run: setup all
+	$(BUILD)/spindle generate --model $(MODEL) --prompt "$${PROMPT:-Once upon a time,}" --max-tokens $${MAX_TOKENS:-128}
+
+debug: setup
+	@$(MAKE) --no-print-directory BUILD=build/debug OPT="-O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all" \
+	    LDLIBS="-lpcre2-8 -lm -pthread -fsanitize=address,undefined" all unit-test
+
+# libFuzzer harnesses (clang); FUZZ_SECONDS per harness.
+FUZZ_SECONDS ?= 60
+fuzz:
+	@tools/fuzz.sh $(FUZZ_SECONDS)
+
+bench: setup all
+	@bench/bench_kernels.sh
+
+FORMAT_FILES = $(shell git ls-files '*.c' '*.h')
+format:
+	clang-format -i $(FORMAT_FILES)
+format-check:
+	clang-format --dry-run -Werror $(FORMAT_FILES)
+
+clean:
+	rm -rf build
+
+-include $(LIB_OBJ:.o=.d) $(BIN_OBJ:.o=.d) $(TEST_BIN:=.d)

@@ -1,0 +1,243 @@
+#!/usr/bin/env python3
+"""Runs the spindle-vs-llama.cpp kernel benchmark and writes docs/benchmarks.md.
+
+Driven by bench/bench_kernels.sh, which sets the environment (MODEL, SPINDLE, LLAMA_BENCH,
+THREADS, ROUNDS, REPS, PP, TG, LLAMA_FA, OUT, BENCH_COMMAND).
+
+    bench_kernels.py run            run the alternation, save raw outputs, write the report
+    bench_kernels.py report RAWDIR  rewrite the report from the raw outputs of an earlier run
+
+Per round and per thread count it runs `spindle bench` once, then `llama-bench` once (each does
+a warm-up and REPS timed repetitions of ppPP and tgTG), so the two programs alternate. The
+table holds the median over all ROUNDS x REPS samples of each program.
+"""
+
+import datetime
+import glob
+import json
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import time
+
+
+def env(name):
+    return os.environ[name]
+
+
+def log(msg):
+    print(f"bench: {msg}", file=sys.stderr, flush=True)
+
+
+def run_cmd(argv, out_path):
+    t0 = time.time()
+    proc = subprocess.run(argv, capture_output=True, text=True)
+    with open(out_path, "w") as f:
+        f.write(proc.stdout)
+    with open(out_path + ".stderr", "w") as f:
+        f.write(proc.stderr)
+    if proc.returncode != 0:
+        sys.exit(f"bench: {' '.join(argv)} exited {proc.returncode}:\n{proc.stderr[-2000:]}")
+    return time.time() - t0
+
+
+def spindle_argv(threads):
+    return [env("SPINDLE"), "bench", "--model", env("MODEL"), "--threads", str(threads),
+            "--pp", env("PP"), "--tg", env("TG"), "--reps", env("REPS")]
+
+
+def llama_argv(threads):
+    # Explicit where it matters for comparison: F16 KV (both defaults), CPU only.
+    return [env("LLAMA_BENCH"), "-m", env("MODEL"), "-p", env("PP"), "-n", env("TG"),
+            "-t", str(threads), "-r", env("REPS"), "-ctk", "f16", "-ctv", "f16",
+            "-fa", env("LLAMA_FA"), "-ngl", "0", "-o", "json"]
+
+
+def do_run():
+    threads = [int(t) for t in env("THREADS").split()]
+    rounds = int(env("ROUNDS"))
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    raw = os.path.join("build", "bench", stamp)
+    os.makedirs(raw, exist_ok=True)
+    load = open("/proc/loadavg").read().split()[0]
+    if float(load) > 0.5 * (os.cpu_count() or 1):
+        log(f"load average {load} on {os.cpu_count()} CPUs: the machine is busy, figures "
+            "will be noisy")
+    meta = {"command": env("BENCH_COMMAND"), "start": datetime.datetime.now().astimezone()
+            .isoformat(timespec="seconds"), "loadavg_start": load}
+    meta["llama_flash_attn_resolved"] = probe_flash_attn()
+    with_spindle = env("SPINDLE") != "none"
+    for r in range(1, rounds + 1):
+        for t in threads:
+            if with_spindle:
+                dt = run_cmd(spindle_argv(t), os.path.join(raw, f"r{r}_t{t}_spindle.jsonl"))
+                log(f"round {r}/{rounds} threads {t}: spindle {dt:.0f} s")
+            dt = run_cmd(llama_argv(t), os.path.join(raw, f"r{r}_t{t}_llama.json"))
+            log(f"round {r}/{rounds} threads {t}: llama-bench {dt:.0f} s")
+    meta["loadavg_end"] = open("/proc/loadavg").read().split()[0]
+    meta["spindle_commit"] = git_commit()
+    with open(os.path.join(raw, "meta.json"), "w") as f:
+        json.dump(meta, f, indent=1)
+    do_report(raw)
+
+
+def probe_flash_attn():
+    """What llama-bench's -fa setting ("auto" by default) resolves to on this machine."""
+    argv = [env("LLAMA_BENCH"), "-m", env("MODEL"), "-p", "8", "-n", "0", "-r", "1", "-t", "1",
+            "-fa", env("LLAMA_FA"), "-ngl", "0", "--no-warmup", "-v", "-o", "json"]
+    proc = subprocess.run(argv, capture_output=True, text=True)
+    m = re.search(r"Flash Attention (enabled|disabled)", proc.stderr)
+    return m.group(1) if m else "unknown"
+
+
+def git_commit():
+    try:
+        rev = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True,
+                             text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, check=True).stdout.strip()
+        return rev + ("-dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def parse_spindle(path):
+    """{(test, threads): [t/s, ...]} from `spindle bench` JSON lines."""
+    out = {}
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if not line.startswith("{"):
+                continue
+            obj = json.loads(line)
+            out.setdefault((obj["test"], int(obj["threads"])), []).extend(
+                float(x) for x in obj["tokens_per_s"])
+    return out
+
+
+def parse_llama(path):
+    """({(test, threads): [t/s, ...]}, info) from `llama-bench -o json`."""
+    with open(path) as f:
+        rows = json.load(f)
+    out, info = {}, {}
+    for row in rows:
+        if row.get("n_prompt", 0) and not row.get("n_gen", 0):
+            test = f"pp{row['n_prompt']}"
+        elif row.get("n_gen", 0) and not row.get("n_prompt", 0):
+            test = f"tg{row['n_gen']}"
+        else:
+            test = f"pp{row['n_prompt']}+tg{row['n_gen']}"
+        out.setdefault((test, int(row["n_threads"])), []).extend(
+            float(x) for x in row["samples_ts"])
+        info = row
+    return out, info
+
+
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def physical_cores():
+    try:
+        with open("/proc/cpuinfo") as f:
+            blocks = f.read().split("\n\n")
+    except OSError:
+        return None
+    cores = set()
+    for b in blocks:
+        fields = dict(l.split(":", 1) for l in b.splitlines() if ":" in l)
+        fields = {k.strip(): v.strip() for k, v in fields.items()}
+        if "core id" in fields:
+            cores.add((fields.get("physical id"), fields["core id"]))
+    return len(cores) or None
+
+
+def fmt(x):
+    return f"{x:.1f}" if x is not None else "–"
+
+
+def do_report(raw):
+    with open(os.path.join(raw, "meta.json")) as f:
+        meta = json.load(f)
+    spindle, llama, info = {}, {}, {}
+    for path in sorted(glob.glob(os.path.join(raw, "*_spindle.jsonl"))):
+        for k, v in parse_spindle(path).items():
+            spindle.setdefault(k, []).extend(v)
+    for path in sorted(glob.glob(os.path.join(raw, "*_llama.json"))):
+        samples, info = parse_llama(path)
+        for k, v in samples.items():
+            llama.setdefault(k, []).extend(v)
+    keys = sorted(set(spindle) | set(llama), key=lambda k: (not k[0].startswith("pp"), k[1]))
+
+    model = os.environ.get("MODEL", info.get("model_filename", "?"))
+    lines = [
+        "# Kernel benchmarks: spindle vs llama.cpp",
+        "",
+        "Generated by `bench/bench_kernels.sh`; do not edit by hand. To reproduce: `make bench`.",
+        "",
+        f"- Date: {meta['start']}",
+        f"- Machine: {cpu_model()}, {os.cpu_count()} logical CPUs"
+        + (f" ({physical_cores()} physical cores)" if physical_cores() else "")
+        + f", load average {meta['loadavg_start']} at start, {meta.get('loadavg_end', '?')} "
+          "at end",
+        f"- Model: `{os.path.basename(model)}` ({info.get('model_type', '?')}, "
+        f"{info.get('model_n_params', '?')} parameters)",
+        f"- spindle: commit `{meta.get('spindle_commit', 'unknown')}`",
+        f"- llama.cpp: build {info.get('build_number', '?')}, commit "
+        f"`{info.get('build_commit', '?')}` (vendor/llama.cpp of llama-cpp-python 0.3.36, "
+        "built by `tools/peer_build.sh`), llama-bench with "
+        f"KV cache {info.get('type_k', '?')}/{info.get('type_v', '?')}, "
+        f"flash_attn {os.environ.get('LLAMA_FA', '?')} (resolved: "
+        f"{meta.get('llama_flash_attn_resolved', '?')}), batch {info.get('n_batch', '?')}, "
+        f"ubatch {info.get('n_ubatch', '?')}, backend {info.get('backends', '?')}",
+        f"- Method: per round and per thread count, `spindle bench` then `llama-bench` "
+        f"(alternating; each a warm-up plus {os.environ.get('REPS', '?')} repetitions), "
+        f"{os.environ.get('ROUNDS', '?')} rounds; the figures are medians over all samples "
+        "(n = samples per program).",
+        f"- Command: `{meta['command']}`",
+        "",
+        "| test | threads | spindle t/s | llama.cpp t/s | ratio |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for k in keys:
+        s = statistics.median(spindle[k]) if spindle.get(k) else None
+        ll = statistics.median(llama[k]) if llama.get(k) else None
+        ratio = f"{s / ll:.2f}" if s and ll else "–"
+        lines.append(f"| {k[0]} | {k[1]} | {fmt(s)} | {fmt(ll)} | {ratio} |")
+    lines += ["", "Spread (min–max of the samples, n per program):", ""]
+    for k in keys:
+        parts = []
+        for name, d in (("spindle", spindle), ("llama.cpp", llama)):
+            if d.get(k):
+                parts.append(f"{name} {min(d[k]):.1f}–{max(d[k]):.1f} (n={len(d[k])})")
+        lines.append(f"- {k[0]}, {k[1]} thread{'s' if k[1] > 1 else ''}: " + "; ".join(parts))
+    lines.append("")
+    out = os.environ.get("OUT", "docs/benchmarks.md")
+    os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
+    with open(out, "w") as f:
+        f.write("\n".join(lines))
+    log(f"wrote {out} (raw outputs in {raw})")
+    print("\n".join(lines[lines.index("| test | threads | spindle t/s | llama.cpp t/s | ratio |"):]))
+
+
+def main():
+    if len(sys.argv) >= 2 and sys.argv[1] == "run":
+        do_run()
+    elif len(sys.argv) == 3 and sys.argv[1] == "report":
+        do_report(sys.argv[2])
+    else:
+        sys.exit(__doc__)
+
+
+if __name__ == "__main__":
+    main()

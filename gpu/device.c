@@ -1,0 +1,159 @@
+/* device.c: backend selection, step validation, and dispatch of the ops to the
+ * backend's function table. */
+#include "gpu/device.h"
+
+#include <stdint.h>
+
+#include "gpu/device_internal.h"
+
+sp_status dev_create(const dev_options *opts, dev_backend **out) {
+    switch (opts->kind) {
+    case DEV_KIND_CPU:
+        return host_backend_create(opts, out);
+    case DEV_KIND_CUDA:
+        return sp_fail(SP_ERR_UNSUPPORTED, "device cuda: this build has no CUDA backend");
+    }
+    return sp_fail(SP_ERR_INVALID_ARG, "device kind %d unknown", (int)opts->kind);
+}
+
+void dev_destroy(dev_backend *dev) {
+    if (dev) dev->ops->destroy(dev);
+}
+
+const char *dev_name(const dev_backend *dev) {
+    return dev->ops->name(dev);
+}
+
+int dev_threads(const dev_backend *dev) {
+    return dev->n_threads;
+}
+
+sp_status dev_weight_init(dev_backend *dev, dev_tensor *out, quant_type type, int64_t ne0, int64_t ne1,
+                          const void *host_data, size_t nbytes) {
+    if (!quant_type_supported(type)) return sp_fail(SP_ERR_UNSUPPORTED, "tensor type %s", quant_type_name(type));
+    if (ne0 <= 0 || ne1 <= 0 || !quant_row_valid(type, ne0))
+        return sp_fail(SP_ERR_INVALID_ARG, "tensor shape [%lld, %lld] invalid for type %s", (long long)ne0,
+                       (long long)ne1, quant_type_name(type));
+    size_t row = quant_row_bytes(type, ne0);
+    size_t want;
+    if (__builtin_mul_overflow(row, (size_t)ne1, &want) || want != nbytes)
+        return sp_fail(SP_ERR_INVALID_ARG, "tensor of %zu bytes does not hold [%lld, %lld] %s", nbytes,
+                       (long long)ne0, (long long)ne1, quant_type_name(type));
+    out->type = type;
+    out->ne0 = ne0;
+    out->ne1 = ne1;
+    out->nbytes = nbytes;
+    out->data = NULL;
+    return dev->ops->weight_init(dev, out, host_data, nbytes);
+}
+
+sp_status dev_arena_alloc(dev_backend *dev, size_t nbytes, void **out) {
+    return dev->ops->arena_alloc(dev, nbytes, out);
+}
+
+sp_status dev_reserve(dev_backend *dev, int64_t max_tokens, int64_t max_width) {
+    if (max_tokens <= 0 || max_width <= 0)
+        return sp_fail(SP_ERR_INVALID_ARG, "reserve: max_tokens %lld and max_width %lld must be positive",
+                       (long long)max_tokens, (long long)max_width);
+    return dev->ops->reserve(dev, max_tokens, max_width);
+}
+
+size_t dev_kv_bytes(const dev_kv_shape *s) {
+    /* K and V, 2 bytes per element */
+    return (size_t)2 * (size_t)s->n_layers * (size_t)s->n_blocks * (size_t)s->block_size * (size_t)s->n_kv_heads *
+           (size_t)s->head_dim * sizeof(uint16_t);
+}
+
+sp_status dev_kv_create(dev_backend *dev, const dev_kv_shape *shape, dev_kv **out) {
+    if (shape->n_layers <= 0 || shape->n_blocks <= 0 || shape->block_size <= 0 || shape->n_kv_heads <= 0 ||
+        shape->head_dim <= 0)
+        return sp_fail(SP_ERR_INVALID_ARG, "kv shape: every dimension must be positive");
+    return dev->ops->kv_create(dev, shape, out);
+}
+
+void dev_kv_destroy(dev_backend *dev, dev_kv *kv) {
+    if (kv) dev->ops->kv_destroy(dev, kv);
+}
+
+sp_status dev_step_begin(dev_backend *dev, const dev_step *s, int32_t n_vocab, const dev_kv *kv,
+                         const dev_step **device_step) {
+    const dev_kv_shape *shape = &((const dev_kv_common *)kv)->shape;
+    if (s->n_tokens <= 0) return sp_fail(SP_ERR_INVALID_ARG, "step: n_tokens %d must be positive", s->n_tokens);
+    if (s->n_seqs <= 0 || s->max_blocks <= 0)
+        return sp_fail(SP_ERR_INVALID_ARG, "step: n_seqs %d and max_blocks %d must be positive", s->n_seqs,
+                       s->max_blocks);
+    int64_t capacity = (int64_t)s->max_blocks * shape->block_size;
+    for (int32_t t = 0; t < s->n_tokens; t++) {
+        if (s->tokens[t] < 0 || s->tokens[t] >= n_vocab)
+            return sp_fail(SP_ERR_INVALID_ARG, "step: tokens[%d] = %d outside the vocabulary (0..%d)", t, s->tokens[t],
+                           n_vocab - 1);
+        if (s->seq[t] < 0 || s->seq[t] >= s->n_seqs)
+            return sp_fail(SP_ERR_INVALID_ARG, "step: seq[%d] = %d outside 0..%d", t, s->seq[t], s->n_seqs - 1);
+        if (s->pos[t] < 0 || s->pos[t] >= s->seq_len[s->seq[t]] || s->pos[t] >= capacity)
+            return sp_fail(SP_ERR_INVALID_ARG, "step: pos[%d] = %d outside its sequence's KV length %d", t, s->pos[t],
+                           s->seq_len[s->seq[t]]);
+    }
+    for (int32_t q = 0; q < s->n_seqs; q++) {
+        if (s->seq_len[q] < 0 || s->seq_len[q] > capacity)
+            return sp_fail(SP_ERR_INVALID_ARG, "step: seq_len[%d] = %d exceeds its block table (%lld tokens)", q,
+                           s->seq_len[q], (long long)capacity);
+        int32_t used_blocks = (s->seq_len[q] + shape->block_size - 1) / shape->block_size;
+        for (int32_t b = 0; b < used_blocks; b++) {
+            int32_t id = s->block_table[(int64_t)q * s->max_blocks + b];
+            if (id < 0 || id >= shape->n_blocks)
+                return sp_fail(SP_ERR_INVALID_ARG, "step: block_table[%d][%d] = %d outside the pool (0..%d)", q, b, id,
+                               shape->n_blocks - 1);
+        }
+    }
+    for (int32_t i = 0; i < s->n_logits; i++) {
+        if (s->logit_rows[i] < 0 || s->logit_rows[i] >= s->n_tokens || (i > 0 && s->logit_rows[i] <= s->logit_rows[i - 1]))
+            return sp_fail(SP_ERR_INVALID_ARG, "step: logit_rows[%d] = %d not ascending within 0..%d", i,
+                           s->logit_rows[i], s->n_tokens - 1);
+    }
+    return dev->ops->step_upload(dev, s, device_step);
+}
+
+void dev_embed(dev_backend *dev, float *x, const dev_tensor *emb, const dev_step *step) {
+    dev->ops->embed(dev, x, emb, step);
+}
+
+void dev_rmsnorm(dev_backend *dev, float *out, const float *in, const dev_tensor *w, float eps, int64_t rows,
+                 int64_t dim) {
+    dev->ops->rmsnorm(dev, out, in, w, eps, rows, dim);
+}
+
+void dev_matmul(dev_backend *dev, float *out, const float *in, const dev_tensor *w, const dev_tensor *bias,
+                int64_t rows) {
+    dev->ops->matmul(dev, out, in, w, bias, rows);
+}
+
+void dev_rope_apply(dev_backend *dev, float *x, const dev_step *step, const dev_rope *rope, int64_t heads,
+                    int64_t head_dim) {
+    dev->ops->rope_apply(dev, x, step, rope, heads, head_dim);
+}
+
+void dev_kv_write(dev_backend *dev, dev_kv *kv, int layer, const float *k, const float *v, const dev_step *step) {
+    dev->ops->kv_write(dev, kv, layer, k, v, step);
+}
+
+void dev_attention(dev_backend *dev, float *out, const float *q, const dev_kv *kv, int layer, const dev_step *step,
+                   int64_t n_heads, float scale) {
+    dev->ops->attention(dev, out, q, kv, layer, step, n_heads, scale);
+}
+
+void dev_swiglu(dev_backend *dev, float *out, const float *gate, const float *up, int64_t n) {
+    dev->ops->swiglu(dev, out, gate, up, n);
+}
+
+void dev_add(dev_backend *dev, float *out, const float *a, const float *b, int64_t n) {
+    dev->ops->add(dev, out, a, b, n);
+}
+
+void dev_gather_rows(dev_backend *dev, float *out, const float *in, const int32_t *rows, int64_t n_rows,
+                     int64_t dim) {
+    dev->ops->gather_rows(dev, out, in, rows, n_rows, dim);
+}
+
+sp_status dev_copy_to_host(dev_backend *dev, void *host, const void *device, size_t nbytes) {
+    return dev->ops->copy_to_host(dev, host, device, nbytes);
+}

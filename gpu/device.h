@@ -1,0 +1,158 @@
+/* device.h: the interface between the forward pass (model/) and a compute backend.
+ *
+ * Legend: T = tokens in the step, S = sequences in the step, D = model width,
+ * N/K = matmul output/input width, H = query heads, Hk = KV heads, Dh = head width,
+ * V = vocabulary, B = tokens per KV block.
+ *
+ * The forward pass is written once over these ops; a backend (gpu/host/ for the CPU,
+ * gpu/cuda/ later) implements them and owns device memory: weights, one activation
+ * arena, and the KV pools. Pointers passed to ops (float *, dev_tensor data) are device
+ * addresses of that backend; for the CPU backend they are plain host pointers.
+ *
+ * A step is a ragged batch (dev_step): the tokens of several sequences, each token with
+ * its position and sequence, each sequence with its paged KV block table. Prefill
+ * chunks and decode rows mix freely. Results for a token never depend on what else is
+ * in the step.
+ *
+ * Thread rules: a dev_backend and everything allocated from it belong to one thread
+ * (the scheduler thread, or the CLI's main thread); the backend may use its own worker
+ * threads inside an op, and ops return only when their results are complete (or, for
+ * asynchronous backends, ordered before the next op; dev_synchronize waits).
+ */
+#ifndef SP_DEVICE_H
+#define SP_DEVICE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/status.h"
+#include "model/quant.h"
+
+typedef struct dev_backend dev_backend;
+
+typedef enum dev_kind { DEV_KIND_CPU, DEV_KIND_CUDA } dev_kind;
+
+typedef struct dev_options {
+    dev_kind kind;
+    int n_threads; /* CPU worker threads including the caller; <= 0: one per core */
+} dev_options;
+
+/* A weight tensor on the device: rows of ne[0] elements in `type`, ne[1] rows. */
+typedef struct dev_tensor {
+    quant_type type;
+    int64_t ne0;   /* elements per row (K for a matmul weight, D for a norm) */
+    int64_t ne1;   /* rows (N for a matmul weight, V for embeddings) */
+    size_t nbytes;
+    const void *data; /* device address; owned by the backend (or the model's mapping) */
+} dev_tensor;
+
+/* Rotary embedding settings of one model. */
+typedef enum dev_rope_style {
+    DEV_ROPE_NORMAL, /* rotate adjacent pairs (x[2i], x[2i+1]): llama */
+    DEV_ROPE_NEOX    /* rotate halves (x[i], x[i + n_rot/2]): qwen2, qwen3 */
+} dev_rope_style;
+
+typedef struct dev_rope {
+    dev_rope_style style;
+    int n_rot;                        /* rotated dims per head (<= Dh) */
+    float freq_base;
+    float freq_scale;                 /* linear position scaling (1 = none) */
+    const dev_tensor *freq_factors;   /* (n_rot/2) F32, divides each frequency; or NULL */
+} dev_rope;
+
+/* The KV pools: per layer, K and V each [n_blocks][B][Hk][Dh], stored as F16. */
+typedef struct dev_kv_shape {
+    int n_layers;
+    int n_blocks;
+    int block_size; /* B */
+    int n_kv_heads; /* Hk */
+    int head_dim;   /* Dh */
+} dev_kv_shape;
+
+typedef struct dev_kv dev_kv;
+
+/* A ragged batch, as the caller describes it on the host. */
+typedef struct dev_step {
+    int32_t n_tokens;            /* T */
+    const int32_t *tokens;       /* (T) token ids */
+    const int32_t *pos;          /* (T) position of each token in its sequence */
+    const int32_t *seq;          /* (T) index of each token's sequence, 0..S-1 */
+    int32_t n_seqs;              /* S */
+    const int32_t *seq_len;      /* (S) KV length of each sequence once this step is written */
+    const int32_t *block_table;  /* (S, max_blocks) KV block ids, row-major */
+    int32_t max_blocks;
+    int32_t n_logits;            /* rows that want logits */
+    const int32_t *logit_rows;   /* (n_logits) token indices 0..T-1, ascending */
+} dev_step;
+
+/* Creates a backend. Caller owns *out; free with dev_destroy. */
+sp_status dev_create(const dev_options *opts, dev_backend **out);
+void dev_destroy(dev_backend *dev);
+const char *dev_name(const dev_backend *dev); /* "cpu (2 threads, avx2)" */
+int dev_threads(const dev_backend *dev);
+
+/* Makes a weight usable by the ops. `host_data` is the tensor in its file format and is
+ * borrowed until dev_destroy (the CPU backend reads it in place from the mapping; a GPU
+ * backend copies it). */
+sp_status dev_weight_init(dev_backend *dev, dev_tensor *out, quant_type type, int64_t ne0, int64_t ne1,
+                          const void *host_data, size_t nbytes);
+
+/* One device allocation for activations, carved by the caller; freed by dev_destroy.
+ * 64-byte aligned. */
+sp_status dev_arena_alloc(dev_backend *dev, size_t nbytes, void **out);
+
+/* Prepares the backend's scratch for steps of up to max_tokens rows whose widest row
+ * (any matmul input or output) has max_width elements, so no op allocates during a step.
+ * A step larger than reserved is a programmer error. */
+sp_status dev_reserve(dev_backend *dev, int64_t max_tokens, int64_t max_width);
+
+sp_status dev_kv_create(dev_backend *dev, const dev_kv_shape *shape, dev_kv **out);
+void dev_kv_destroy(dev_backend *dev, dev_kv *kv);
+size_t dev_kv_bytes(const dev_kv_shape *shape);
+
+/* Validates the step (ids, positions, block ids in range: SP_ERR_INVALID_ARG naming the
+ * field) and makes it current; the returned view is what ops receive. Borrowed until
+ * the next dev_step_begin. */
+sp_status dev_step_begin(dev_backend *dev, const dev_step *step, int32_t n_vocab, const dev_kv *kv,
+                         const dev_step **device_step);
+
+/* ---- ops (outputs first, then inputs, weights, dimensions) ---- */
+
+/* x (T, D) = rows of emb (V, D) for the step's tokens. */
+void dev_embed(dev_backend *dev, float *x, const dev_tensor *emb, const dev_step *step);
+
+/* out (R, D) = in / rms(in) * w, w (D) F32; R rows. out may equal in. */
+void dev_rmsnorm(dev_backend *dev, float *out, const float *in, const dev_tensor *w, float eps, int64_t rows,
+                 int64_t dim);
+
+/* out (T, N) = in (T, K) . w (N, K)^T [+ bias (N)]. */
+void dev_matmul(dev_backend *dev, float *out, const float *in, const dev_tensor *w, const dev_tensor *bias,
+                int64_t rows);
+
+/* x (T, heads, Dh) rotated in place by each token's position. */
+void dev_rope_apply(dev_backend *dev, float *x, const dev_step *step, const dev_rope *rope, int64_t heads,
+                    int64_t head_dim);
+
+/* Writes k, v (T, Hk*Dh) of every step token into layer's pools at its position. */
+void dev_kv_write(dev_backend *dev, dev_kv *kv, int layer, const float *k, const float *v, const dev_step *step);
+
+/* out (T, H*Dh) = causal attention of q (T, H*Dh) over each token's sequence in the
+ * layer's pools, positions 0..pos inclusive; GQA maps head h to KV head h / (H/Hk). */
+void dev_attention(dev_backend *dev, float *out, const float *q, const dev_kv *kv, int layer, const dev_step *step,
+                   int64_t n_heads, float scale);
+
+/* out (n) = silu(gate) * up. */
+void dev_swiglu(dev_backend *dev, float *out, const float *gate, const float *up, int64_t n);
+
+/* out (n) = a + b. out may alias a or b. */
+void dev_add(dev_backend *dev, float *out, const float *a, const float *b, int64_t n);
+
+/* out (R, D) = in rows listed in rows (R). */
+void dev_gather_rows(dev_backend *dev, float *out, const float *in, const int32_t *rows, int64_t n_rows,
+                     int64_t dim);
+
+/* Copies device memory to the host after all queued ops complete. */
+sp_status dev_copy_to_host(dev_backend *dev, void *host, const void *device, size_t nbytes);
+
+#endif

@@ -1,0 +1,48 @@
+/* device_internal.h: what a backend provides (a table of functions) and the parts of
+ * dev_backend every backend shares. Only gpu/ includes this. */
+#ifndef SP_DEVICE_INTERNAL_H
+#define SP_DEVICE_INTERNAL_H
+
+#include "gpu/device.h"
+
+typedef struct dev_backend_ops {
+    const char *(*name)(const dev_backend *dev);
+    void (*destroy)(dev_backend *dev);
+    sp_status (*weight_init)(dev_backend *dev, dev_tensor *out, const void *host_data, size_t nbytes);
+    sp_status (*arena_alloc)(dev_backend *dev, size_t nbytes, void **out);
+    sp_status (*reserve)(dev_backend *dev, int64_t max_tokens, int64_t max_width);
+    sp_status (*kv_create)(dev_backend *dev, const dev_kv_shape *shape, dev_kv **out);
+    void (*kv_destroy)(dev_backend *dev, dev_kv *kv);
+    sp_status (*step_upload)(dev_backend *dev, const dev_step *host, const dev_step **device_step);
+    void (*embed)(dev_backend *dev, float *x, const dev_tensor *emb, const dev_step *step);
+    void (*rmsnorm)(dev_backend *dev, float *out, const float *in, const dev_tensor *w, float eps, int64_t rows,
+                    int64_t dim);
+    void (*matmul)(dev_backend *dev, float *out, const float *in, const dev_tensor *w, const dev_tensor *bias,
+                   int64_t rows);
+    void (*rope_apply)(dev_backend *dev, float *x, const dev_step *step, const dev_rope *rope, int64_t heads,
+                       int64_t head_dim);
+    void (*kv_write)(dev_backend *dev, dev_kv *kv, int layer, const float *k, const float *v, const dev_step *step);
+    void (*attention)(dev_backend *dev, float *out, const float *q, const dev_kv *kv, int layer,
+                      const dev_step *step, int64_t n_heads, float scale);
+    void (*swiglu)(dev_backend *dev, float *out, const float *gate, const float *up, int64_t n);
+    void (*add)(dev_backend *dev, float *out, const float *a, const float *b, int64_t n);
+    void (*gather_rows)(dev_backend *dev, float *out, const float *in, const int32_t *rows, int64_t n_rows,
+                        int64_t dim);
+    sp_status (*copy_to_host)(dev_backend *dev, void *host, const void *device, size_t nbytes);
+} dev_backend_ops;
+
+/* Every backend struct starts with this. */
+struct dev_backend {
+    const dev_backend_ops *ops;
+    int n_threads;
+};
+
+/* The KV pool description every backend's dev_kv starts with. */
+typedef struct dev_kv_common {
+    dev_kv_shape shape;
+} dev_kv_common;
+
+/* Backends' constructors. */
+sp_status host_backend_create(const dev_options *opts, dev_backend **out);
+
+#endif

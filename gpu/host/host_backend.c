@@ -1,0 +1,154 @@
+/* host_backend.c: the CPU backend object: memory (weights read in place from the
+ * model's mapping, one activation arena, F16 KV pools), the thread pool, and the
+ * function table that routes the device ops to the kernels in this folder.
+ *
+ * DESIGN: everything here belongs to the thread that created the backend (the
+ * scheduler thread); the pool's workers only run inside an op and never touch the
+ * backend's bookkeeping.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "gpu/host/host_internal.h"
+
+static const char *host_name(const dev_backend *dev) {
+    return ((const host_backend *)dev)->name;
+}
+
+static void host_destroy(dev_backend *dev) {
+    host_backend *hb = (host_backend *)dev;
+    host__pool_destroy(hb->pool);
+    for (int i = 0; i < hb->n_arenas; i++) free(hb->arenas[i]);
+    free(hb->arenas);
+    free(hb->scratch);
+    free(hb);
+}
+
+static sp_status host_weight_init(dev_backend *dev, dev_tensor *out, const void *host_data, size_t nbytes) {
+    (void)dev;
+    (void)nbytes;
+    out->data = host_data; /* read in place from the mapping */
+    return SP_OK;
+}
+
+static sp_status host_arena_alloc(dev_backend *dev, size_t nbytes, void **out) {
+    host_backend *hb = (host_backend *)dev;
+    size_t rounded = (nbytes + 63) & ~(size_t)63;
+    void *p = aligned_alloc(64, rounded ? rounded : 64);
+    if (!p) return sp_fail(SP_ERR_NOMEM, "cpu backend: cannot allocate %zu bytes of activations", nbytes);
+    void **grown = realloc(hb->arenas, sizeof *grown * (size_t)(hb->n_arenas + 1));
+    if (!grown) {
+        free(p);
+        return sp_fail(SP_ERR_NOMEM, "cpu backend: out of memory");
+    }
+    hb->arenas = grown;
+    hb->arenas[hb->n_arenas++] = p;
+    memset(p, 0, rounded);
+    *out = p;
+    return SP_OK;
+}
+
+static sp_status host_reserve(dev_backend *dev, int64_t max_tokens, int64_t max_width) {
+    host_backend *hb = (host_backend *)dev;
+    /* quantized activations are at most 1 byte per element plus per-block scales:
+     * bound them by the float size */
+    size_t bytes;
+    if (__builtin_mul_overflow((size_t)max_tokens, (size_t)max_width * sizeof(float) + 64, &bytes))
+        return sp_fail(SP_ERR_INVALID_ARG, "reserve: %lld x %lld overflows", (long long)max_tokens,
+                       (long long)max_width);
+    hb->max_tokens = max_tokens;
+    return host__scratch_reserve(hb, bytes);
+}
+
+sp_status host__scratch_reserve(host_backend *hb, size_t nbytes) {
+    if (nbytes <= hb->scratch_bytes) return SP_OK;
+    size_t rounded = (nbytes + 63) & ~(size_t)63;
+    void *p = aligned_alloc(64, rounded);
+    if (!p) return sp_fail(SP_ERR_NOMEM, "cpu backend: cannot allocate %zu bytes of scratch", nbytes);
+    free(hb->scratch);
+    hb->scratch = p;
+    hb->scratch_bytes = rounded;
+    return SP_OK;
+}
+
+static sp_status host_kv_create(dev_backend *dev, const dev_kv_shape *shape, dev_kv **out) {
+    (void)dev;
+    host_kv *kv = calloc(1, sizeof *kv);
+    if (!kv) return sp_fail(SP_ERR_NOMEM, "kv cache: out of memory");
+    kv->common.shape = *shape;
+    kv->pool_stride = (size_t)shape->n_blocks * (size_t)shape->block_size * (size_t)shape->n_kv_heads *
+                      (size_t)shape->head_dim;
+    kv->layer_stride = 2 * kv->pool_stride;
+    size_t bytes = dev_kv_bytes(shape);
+    kv->data = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+    if (!kv->data) {
+        free(kv);
+        return sp_fail(SP_ERR_NOMEM, "kv cache: cannot allocate %zu MiB", bytes >> 20);
+    }
+    /* not cleared: attention reads only positions a step has written */
+    *out = (dev_kv *)kv;
+    return SP_OK;
+}
+
+static void host_kv_destroy(dev_backend *dev, dev_kv *kv) {
+    (void)dev;
+    host_kv *hk = (host_kv *)kv;
+    free(hk->data);
+    free(hk);
+}
+
+static sp_status host_step_upload(dev_backend *dev, const dev_step *host, const dev_step **device_step) {
+    (void)dev;
+    *device_step = host; /* host memory is device memory here */
+    return SP_OK;
+}
+
+static sp_status host_copy_to_host(dev_backend *dev, void *host, const void *device, size_t nbytes) {
+    (void)dev;
+    memcpy(host, device, nbytes);
+    return SP_OK;
+}
+
+static const dev_backend_ops host_ops = {
+    .name = host_name,
+    .destroy = host_destroy,
+    .weight_init = host_weight_init,
+    .arena_alloc = host_arena_alloc,
+    .reserve = host_reserve,
+    .kv_create = host_kv_create,
+    .kv_destroy = host_kv_destroy,
+    .step_upload = host_step_upload,
+    .embed = host__embed,
+    .rmsnorm = host__rmsnorm,
+    .matmul = host__matmul,
+    .rope_apply = host__rope_apply,
+    .kv_write = host__kv_write,
+    .attention = host__attention,
+    .swiglu = host__swiglu,
+    .add = host__add,
+    .gather_rows = host__gather_rows,
+    .copy_to_host = host_copy_to_host,
+};
+
+sp_status host_backend_create(const dev_options *opts, dev_backend **out) {
+    int n = opts->n_threads;
+    if (n <= 0) {
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        n = cores > 0 ? (int)cores : 1;
+    }
+    if (n > 256) return sp_fail(SP_ERR_INVALID_ARG, "threads: %d is more than 256", n);
+    host_backend *hb = calloc(1, sizeof *hb);
+    if (!hb) return sp_fail(SP_ERR_NOMEM, "cpu backend: out of memory");
+    hb->base.ops = &host_ops;
+    hb->base.n_threads = n;
+    sp_status st = host__pool_create(n, &hb->pool);
+    if (st != SP_OK) {
+        free(hb);
+        return st;
+    }
+    snprintf(hb->name, sizeof hb->name, "cpu (%d thread%s, %s)", n, n == 1 ? "" : "s", host__simd_name());
+    *out = &hb->base;
+    return SP_OK;
+}

@@ -1,0 +1,75 @@
+/* model.h: a loaded model: architecture description, weights on a device, tokenizer,
+ * and the forward pass over a ragged batch.
+ *
+ * Thread rules: a model belongs to the thread that drives its device (the scheduler
+ * thread, or the CLI's main thread). Its vocab (model_vocab) is immutable and may be
+ * used from any thread.
+ */
+#ifndef SP_MODEL_H
+#define SP_MODEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/status.h"
+#include "gpu/device.h"
+#include "model/gguf.h"
+#include "model/tokenizer.h"
+
+typedef enum model_arch { MODEL_ARCH_LLAMA, MODEL_ARCH_QWEN2, MODEL_ARCH_QWEN3 } model_arch;
+
+/* The architecture description: everything that varies between supported families is
+ * a field here, not a copy of the forward loop. */
+typedef struct model_hparams {
+    model_arch arch;
+    char arch_name[32];      /* general.architecture */
+    int n_layers;
+    int n_embd;              /* D */
+    int n_heads;             /* H */
+    int n_kv_heads;          /* Hk */
+    int head_dim;            /* Dh */
+    int n_ff;                /* F */
+    int n_vocab;             /* V */
+    int n_ctx_train;
+    float rms_eps;
+    dev_rope_style rope_style;
+    int rope_n_rot;
+    float rope_freq_base;
+    float rope_freq_scale;
+    bool has_qkv_bias;       /* qwen2 */
+    bool has_qk_norm;        /* qwen3 */
+    bool tied_output;        /* output.weight absent: logits use token_embd.weight */
+    bool has_rope_freqs;     /* rope_freqs.weight present (Llama 3.1 style scaling) */
+} model_hparams;
+
+/* Reads and checks the architecture description from f (SP_ERR_UNSUPPORTED for other
+ * architectures, SP_ERR_FORMAT naming the key for missing or bad keys). */
+sp_status model_hparams_read(const gguf_file *f, model_hparams *hp);
+
+typedef struct model_options {
+    int max_batch_tokens; /* largest step the forward pass will be given (rows) */
+} model_options;
+
+typedef struct model model;
+
+/* Opens path, validates every tensor against the hyperparameters (presence, shape,
+ * type), makes the weights usable on dev and loads the tokenizer. dev is borrowed and
+ * must outlive the model. Caller owns *out; free with model_destroy. */
+sp_status model_load(const char *path, dev_backend *dev, const model_options *opts, model **out);
+void model_destroy(model *m);
+
+const model_hparams *model_get_hparams(const model *m);
+const tok_vocab *model_vocab(const model *m);
+const gguf_file *model_gguf(const model *m);
+dev_backend *model_device(const model *m);
+int model_max_batch_tokens(const model *m);
+
+/* A KV pool shaped for this model: n_blocks blocks of block_size tokens.
+ * Caller owns *out; free with dev_kv_destroy(model_device(m), kv). */
+sp_status model_kv_create(model *m, int n_blocks, int block_size, dev_kv **out);
+
+/* Runs one step: writes the step's K/V into kv and stores the logits of the rows the
+ * step asks for in logits (n_logits, V), host memory owned by the caller. */
+sp_status model_forward(model *m, dev_kv *kv, const dev_step *step, float *logits);
+
+#endif

@@ -1,0 +1,55 @@
+/* commands.h: the subcommands of the spindle binary. Each takes its own argv
+ * (argv[0] is the subcommand's name) and returns the process exit status:
+ * 0 success, 1 a runtime failure, 2 bad usage or a bad model file. */
+#ifndef SP_COMMANDS_H
+#define SP_COMMANDS_H
+
+int cmd_generate(int argc, char **argv);
+int cmd_inspect(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+
+/* Exit status for a failed status: 2 for problems with the input (usage, model file,
+ * unsupported format), 1 for everything else. */
+int cmd_exit_status(int status);
+
+/* The model used when --model is not given. */
+#define CMD_DEFAULT_MODEL "models/SmolLM2-135M-Instruct.Q4_1.gguf"
+
+#endif
+
+/* ---- shared by the CLI commands (cli_session.c) ---- */
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/status.h"
+#include "gpu/device.h"
+#include "model/model.h"
+
+/* Parses a whole decimal number for flag `name` within [min, max]; on failure prints
+ * "spindle: error: --name: ..." and returns false. */
+bool cli_parse_int(const char *name, const char *text, long min, long max, long *out);
+bool cli_parse_float(const char *name, const char *text, double min, double max, double *out);
+
+/* One model on the CPU with one sequence's KV cache: what generate and bench drive.
+ * Owned by the main thread. */
+typedef struct cli_session {
+    dev_backend *dev;
+    model *model;
+    dev_kv *kv;
+    int block_size;
+    int n_ctx;            /* tokens the KV cache holds */
+    int32_t *block_table; /* (n_ctx / block_size) */
+    int32_t n_past;       /* tokens already in the cache */
+    float *logits;        /* (V) logits after the last eval */
+} cli_session;
+
+/* Loads model_path on a CPU backend with n_threads (<= 0: all cores). */
+sp_status cli_session_open(cli_session *s, const char *model_path, int n_threads);
+/* Creates the KV cache for n_ctx tokens (<= 0: the model's training context). */
+sp_status cli_session_reserve(cli_session *s, int n_ctx);
+/* Appends n tokens at the end of the sequence, in chunks of at most max_batch_tokens,
+ * and leaves the logits of the last token in s->logits. */
+sp_status cli_session_eval(cli_session *s, const int32_t *tokens, int n);
+/* Forgets the sequence (the cache is reused from position 0). */
+void cli_session_reset(cli_session *s);
+void cli_session_close(cli_session *s);

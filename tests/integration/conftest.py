@@ -1,0 +1,36 @@
+"""Shared fixtures for the integration tests: the real binary and the real models."""
+import os
+import pathlib
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def testdata_dir() -> pathlib.Path:
+    return pathlib.Path(os.environ.get("SPINDLE_TESTDATA") or ROOT.parent / "shared" / "testdata")
+
+
+@pytest.fixture(scope="session")
+def spindle_bin() -> str:
+    path = pathlib.Path(os.environ.get("SPINDLE_BIN", ROOT / "build" / "spindle"))
+    if not path.is_absolute():
+        path = ROOT / path
+    assert path.exists(), f"{path} missing: run make first"
+    return str(path)
+
+
+@pytest.fixture(scope="session")
+def stories_model() -> str:
+    path = testdata_dir() / "models" / "stories260K.gguf"
+    if not path.exists():
+        pytest.skip(f"fixture {path} absent")
+    return str(path)
+
+
+@pytest.fixture(scope="session")
+def default_model() -> str:
+    path = pathlib.Path(os.environ.get("SPINDLE_MODEL", ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"))
+    if not path.exists():
+        pytest.skip(f"default model {path} absent (run tools/setup.sh)")
+    return str(path)

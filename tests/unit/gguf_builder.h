@@ -1,0 +1,170 @@
+/* gguf_builder.h: a small in-memory GGUF writer for tests, to craft valid files and
+ * malformed ones byte by byte.
+ *
+ * The low-level calls (gb_u32, gb_str, ...) append raw little-endian fields, so a test
+ * can write any header, count or length it likes; the helpers above them (gb_kv_*,
+ * gb_tensor_info, gb_model) write the common well-formed pieces. Allocation failure
+ * aborts: this is test code.
+ */
+#ifndef SP_TESTS_GGUF_BUILDER_H
+#define SP_TESTS_GGUF_BUILDER_H
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "model/gguf.h"
+
+typedef struct gguf_builder {
+    uint8_t *buf; /* owned; free with gb_free */
+    size_t len, cap;
+} gguf_builder;
+
+static inline void gb_init(gguf_builder *b) {
+    b->buf = NULL;
+    b->len = b->cap = 0;
+}
+
+static inline void gb_free(gguf_builder *b) {
+    free(b->buf);
+    gb_init(b);
+}
+
+static inline void gb_bytes(gguf_builder *b, const void *p, size_t n) {
+    if (b->len + n > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->len + n) cap *= 2;
+        b->buf = realloc(b->buf, cap);
+        if (!b->buf) abort();
+        b->cap = cap;
+    }
+    if (n) memcpy(b->buf + b->len, p, n);
+    b->len += n;
+}
+
+static inline void gb_le(gguf_builder *b, uint64_t v, size_t n) {
+    uint8_t tmp[8];
+    for (size_t i = 0; i < n; i++) tmp[i] = (uint8_t)(v >> (8 * i));
+    gb_bytes(b, tmp, n);
+}
+
+static inline void gb_u8(gguf_builder *b, uint8_t v) { gb_le(b, v, 1); }
+static inline void gb_u16(gguf_builder *b, uint16_t v) { gb_le(b, v, 2); }
+static inline void gb_u32(gguf_builder *b, uint32_t v) { gb_le(b, v, 4); }
+static inline void gb_u64(gguf_builder *b, uint64_t v) { gb_le(b, v, 8); }
+
+static inline void gb_f32(gguf_builder *b, float v) {
+    uint32_t bits;
+    memcpy(&bits, &v, 4);
+    gb_u32(b, bits);
+}
+
+static inline void gb_f64(gguf_builder *b, double v) {
+    uint64_t bits;
+    memcpy(&bits, &v, 8);
+    gb_u64(b, bits);
+}
+
+static inline void gb_zeros(gguf_builder *b, size_t n) {
+    static const uint8_t zero[64];
+    for (; n > sizeof zero; n -= sizeof zero) gb_bytes(b, zero, sizeof zero);
+    gb_bytes(b, zero, n);
+}
+
+/* Pads with zeros to a multiple of alignment. */
+static inline void gb_pad(gguf_builder *b, size_t alignment) {
+    gb_zeros(b, (alignment - b->len % alignment) % alignment);
+}
+
+/* A GGUF string: u64 length, then the bytes (no NUL). */
+static inline void gb_strn(gguf_builder *b, const char *s, size_t n) {
+    gb_u64(b, n);
+    gb_bytes(b, s, n);
+}
+
+static inline void gb_str(gguf_builder *b, const char *s) { gb_strn(b, s, strlen(s)); }
+
+static inline void gb_header(gguf_builder *b, uint32_t version, uint64_t n_tensors, uint64_t n_kv) {
+    gb_bytes(b, "GGUF", 4);
+    gb_u32(b, version);
+    gb_u64(b, n_tensors);
+    gb_u64(b, n_kv);
+}
+
+/* Key and value type; the caller writes the value. */
+static inline void gb_key(gguf_builder *b, const char *key, gguf_value_type type) {
+    gb_str(b, key);
+    gb_u32(b, (uint32_t)type);
+}
+
+static inline void gb_kv_u8(gguf_builder *b, const char *k, uint8_t v) { gb_key(b, k, GGUF_TYPE_UINT8); gb_u8(b, v); }
+static inline void gb_kv_i8(gguf_builder *b, const char *k, int8_t v) { gb_key(b, k, GGUF_TYPE_INT8); gb_u8(b, (uint8_t)v); }
+static inline void gb_kv_u16(gguf_builder *b, const char *k, uint16_t v) { gb_key(b, k, GGUF_TYPE_UINT16); gb_u16(b, v); }
+static inline void gb_kv_i16(gguf_builder *b, const char *k, int16_t v) { gb_key(b, k, GGUF_TYPE_INT16); gb_u16(b, (uint16_t)v); }
+static inline void gb_kv_u32(gguf_builder *b, const char *k, uint32_t v) { gb_key(b, k, GGUF_TYPE_UINT32); gb_u32(b, v); }
+static inline void gb_kv_i32(gguf_builder *b, const char *k, int32_t v) { gb_key(b, k, GGUF_TYPE_INT32); gb_u32(b, (uint32_t)v); }
+static inline void gb_kv_u64(gguf_builder *b, const char *k, uint64_t v) { gb_key(b, k, GGUF_TYPE_UINT64); gb_u64(b, v); }
+static inline void gb_kv_i64(gguf_builder *b, const char *k, int64_t v) { gb_key(b, k, GGUF_TYPE_INT64); gb_u64(b, (uint64_t)v); }
+static inline void gb_kv_f32(gguf_builder *b, const char *k, float v) { gb_key(b, k, GGUF_TYPE_FLOAT32); gb_f32(b, v); }
+static inline void gb_kv_f64(gguf_builder *b, const char *k, double v) { gb_key(b, k, GGUF_TYPE_FLOAT64); gb_f64(b, v); }
+static inline void gb_kv_bool(gguf_builder *b, const char *k, int v) { gb_key(b, k, GGUF_TYPE_BOOL); gb_u8(b, (uint8_t)v); }
+static inline void gb_kv_str(gguf_builder *b, const char *k, const char *v) { gb_key(b, k, GGUF_TYPE_STRING); gb_str(b, v); }
+
+/* Array header (element type, count) without a key: for the elements of nested arrays. */
+static inline void gb_arr_header(gguf_builder *b, gguf_value_type elem_type, uint64_t n) {
+    gb_u32(b, (uint32_t)elem_type);
+    gb_u64(b, n);
+}
+
+/* Key of array type and the array header; the caller writes the n elements. */
+static inline void gb_kv_arr(gguf_builder *b, const char *k, gguf_value_type elem_type, uint64_t n) {
+    gb_key(b, k, GGUF_TYPE_ARRAY);
+    gb_arr_header(b, elem_type, n);
+}
+
+static inline void gb_tensor_info(gguf_builder *b, const char *name, uint32_t n_dims, const int64_t *ne, uint32_t type,
+                                  uint64_t offset) {
+    gb_str(b, name);
+    gb_u32(b, n_dims);
+    for (uint32_t d = 0; d < n_dims; d++) gb_u64(b, (uint64_t)ne[d]);
+    gb_u32(b, type);
+    gb_u64(b, offset);
+}
+
+typedef struct gb_tensor {
+    const char *name;
+    uint32_t n_dims;
+    int64_t ne[GGUF_MAX_DIMS];
+    uint32_t type;
+    uint64_t offset;
+} gb_tensor;
+
+/* A whole model: header (version, n tensors, one kv general.architecture = "test"),
+ * the tensor infos, padding to 32 and data_bytes of data where byte i is (i * 7) & 0xff. */
+static inline void gb_model(gguf_builder *b, uint32_t version, const gb_tensor *t, int n, uint64_t data_bytes) {
+    gb_header(b, version, (uint64_t)n, 1);
+    gb_kv_str(b, "general.architecture", "test");
+    for (int i = 0; i < n; i++) gb_tensor_info(b, t[i].name, t[i].n_dims, t[i].ne, t[i].type, t[i].offset);
+    gb_pad(b, 32);
+    for (uint64_t i = 0; i < data_bytes; i++) gb_u8(b, (uint8_t)(i * 7));
+}
+
+/* Writes the bytes to a new temporary file; its path goes into path (cap >= 32).
+ * Returns 0 on success. The caller unlinks it. */
+static inline int gb_write_temp(const gguf_builder *b, char *path, size_t cap) {
+    snprintf(path, cap, "/tmp/spindle-gguf-XXXXXX");
+    int fd = mkstemp(path);
+    if (fd < 0) return -1;
+    size_t done = 0;
+    while (done < b->len) {
+        ssize_t n = write(fd, b->buf + done, b->len - done);
+        if (n <= 0) break;
+        done += (size_t)n;
+    }
+    close(fd);
+    return done == b->len ? 0 : -1;
+}
+
+#endif

