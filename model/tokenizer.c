@@ -23,21 +23,35 @@
 #define TOK_MAX_TEXT_BYTES ((size_t)1 << 29) /* keeps symbol indices in int32 */
 #define TOK_REPLACEMENT "\xEF\xBF\xBD"       /* U+FFFD */
 
-/* Texts llama.cpp and Hugging Face configs use for end-of-generation tokens. */
-static const char *const EOG_TEXTS[] = {
-    "<|eot_id|>",
-    "<|im_end|>",
-    "<|end|>",
-    "<end_of_turn>",
-    "<|endoftext|>",
-    "</s>",
-    "<|eom_id|>",
-    "<EOT>",
-    "_<EOT>",
-    "<|end_of_text|>",
-    "<end_of_utterance>",
-    "<eos>",
-    "<\uFF5Cend\u2581of\u2581sentence\uFF5C>", /* DeepSeek */
+/* Token texts llama.cpp treats as control tokens whatever type the file gives them
+ * (converters often store them as user-defined), so plain text never produces them:
+ * end-of-generation markers, and fill-in-the-middle markers, of which pad, repo and
+ * file-separator also end generation. */
+typedef struct tok_marker {
+    const char *text;
+    bool eog;
+} tok_marker;
+
+static const tok_marker CONTROL_MARKERS[] = {
+    {"<|eot_id|>", true},       {"<|im_end|>", true},         {"<|end|>", true},
+    {"<end_of_turn>", true},    {"<|endoftext|>", true},      {"</s>", true},
+    {"<|eom_id|>", true},       {"<EOT>", true},              {"_<EOT>", true},
+    {"<|end_of_text|>", true},  {"<end_of_utterance>", true}, {"<eos>", true},
+    {"<\uFF5Cend\u2581of\u2581sentence\uFF5C>", true}, /* DeepSeek */
+    {"<|fim_prefix|>", false},  {"<fim-prefix>", false},      {"<fim_prefix>", false},
+    {"<PRE>", false},           {"\u2581<PRE>", false},       {"<|code_prefix|>", false},
+    {"<|prefix|>", false},      {"<|fim_suffix|>", false},    {"<fim-suffix>", false},
+    {"<fim_suffix>", false},    {"<SUF>", false},             {"\u2581<SUF>", false},
+    {"<|code_suffix|>", false}, {"<|suffix|>", false},        {"<|fim_middle|>", false},
+    {"<fim-middle>", false},    {"<fim_middle>", false},      {"<MID>", false},
+    {"\u2581<MID>", false},     {"<|code_middle|>", false},   {"<|middle|>", false},
+    {"<\uFF5Cfim\u2581begin\uFF5C>", false}, /* DeepSeek prefix, suffix, middle */
+    {"<\uFF5Cfim\u2581hole\uFF5C>", false},
+    {"<\uFF5Cfim\u2581end\uFF5C>", false},
+    {"<|fim_pad|>", true},      {"<fim-pad>", true},          {"<fim_pad>", true},
+    {"<PAD>", true},            {"<|fim_repo|>", true},       {"<|repo_name|>", true},
+    {"<fim-repo>", true},       {"<REPO>", true},             {"<reponame>", true},
+    {"<|file_sep|>", true},
 };
 
 /* ---- small helpers ---------------------------------------------------------- */
@@ -249,16 +263,14 @@ static sp_status load_specials(tok_vocab *v, const gguf_file *f) {
         return st;
     if (!spm) v->add_space_prefix = false; /* the dummy prefix is a SentencePiece rule */
 
-    /* End markers by text. Like llama.cpp, such a token is made a control token
-     * whatever its stored type, so plain text can never produce it. */
     int32_t marks[] = {v->eos, v->eot, v->eom};
     for (size_t i = 0; i < sizeof marks / sizeof marks[0]; i++)
         if (marks[i] >= 0) v->tokens[marks[i]].eog = true;
-    for (size_t k = 0; k < sizeof EOG_TEXTS / sizeof EOG_TEXTS[0]; k++) {
-        int32_t id = tok__lookup(v, EOG_TEXTS[k], strlen(EOG_TEXTS[k]));
+    for (size_t k = 0; k < sizeof CONTROL_MARKERS / sizeof CONTROL_MARKERS[0]; k++) {
+        int32_t id = tok__lookup(v, CONTROL_MARKERS[k].text, strlen(CONTROL_MARKERS[k].text));
         if (id < 0) continue;
-        v->tokens[id].eog = true;
         v->tokens[id].type = TOK_TYPE_CONTROL;
+        if (CONTROL_MARKERS[k].eog) v->tokens[id].eog = true;
     }
     return load_rstrip(v, f);
 }

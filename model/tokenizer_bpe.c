@@ -96,7 +96,8 @@ static const bpe_pre *find_pre(gguf_str name) {
 }
 
 static size_t merge_slot(const tok__bpe *b, uint64_t key) {
-    size_t slot = (size_t)((key * 0x9E3779B97F4A7C15ull) >> 20) & b->merge_mask;
+    uint64_t h = key * 0x9E3779B97F4A7C15ull; /* both ids reach the slot bits */
+    size_t slot = (size_t)(h ^ (h >> 29) ^ (h >> 47)) & b->merge_mask;
     while (b->merge_key[slot] != UINT64_MAX && b->merge_key[slot] != key) slot = (slot + 1) & b->merge_mask;
     return slot;
 }

@@ -156,7 +156,8 @@ def ensure_py_deps():
             missing.append(pkg)
     if missing:
         print(f"make_reference: pip install {' '.join(missing)}", file=sys.stderr)
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", *missing], check=True)
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q",
+                        "--disable-pip-version-check", *missing], check=True)
 
 
 def import_llama_cpp(peer_dir):

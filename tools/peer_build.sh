@@ -41,7 +41,7 @@ if [ ! -f "$SDIST" ]; then
         -d "$PEER_DIR" >>"$LOG" 2>&1 || fail "pip download llama-cpp-python==$VERSION failed"
 fi
 echo "$SDIST_SHA256  $SDIST" | sha256sum -c --quiet - >>"$LOG" 2>&1 ||
-    fail "$SDIST: sha256 differs from the pinned $SDIST_SHA256"
+    fail "$SDIST: sha256 differs from the pinned $SDIST_SHA256 (delete it to download again)"
 
 if [ ! -f "$SRC/vendor/llama.cpp/CMakeLists.txt" ]; then
     tar -xzf "$SDIST" -C "$PEER_DIR" >>"$LOG" 2>&1 || fail "$SDIST: extraction failed"

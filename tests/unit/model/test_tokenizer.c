@@ -446,6 +446,20 @@ Test(tokenizer, user_defined_tokens_match_without_parse_special) {
     cr_assert_eq(n, 1);
     cr_expect_eq(ids[0], 32013);
     free(ids);
+    /* Fill-in-the-middle markers are stored as user-defined but treated as control, as
+     * llama.cpp does, so plain text cannot inject them. */
+    const char *fim = "<\uFF5Cfim\u2581begin\uFF5C>";
+    cr_assert_eq(tok_encode(v, fim, strlen(fim), false, false, &ids, &n), SP_OK);
+    cr_expect_gt(n, 1);
+    free(ids);
+    cr_assert_eq(tok_encode(v, fim, strlen(fim), false, true, &ids, &n), SP_OK);
+    cr_assert_eq(n, 1);
+    cr_expect_eq(ids[0], 32016);
+    free(ids);
+    cr_assert_eq(tok_encode(v, "a<|User|>b", 10, false, false, &ids, &n), SP_OK);
+    cr_assert_eq(n, 3);
+    cr_expect_eq(ids[1], 32019);
+    free(ids);
     tok_vocab_destroy(v);
 }
 
