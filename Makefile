@@ -72,7 +72,7 @@ run: setup all
 	$(BUILD)/spindle generate --model $(MODEL) --prompt "$${PROMPT:-Once upon a time,}" --max-tokens $${MAX_TOKENS:-128}
 
 debug: setup
-	@$(MAKE) --no-print-directory BUILD=build/debug OPT="-O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all" \
+	@SPINDLE_SANITIZED=1 $(MAKE) --no-print-directory BUILD=build/debug OPT="-O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all" \
 	    LDLIBS="-lpcre2-8 -lm -pthread -fsanitize=address,undefined" all unit-test
 
 # libFuzzer harnesses (clang); FUZZ_SECONDS per harness.

@@ -157,6 +157,7 @@ int cmd_generate(int argc, char **argv) {
 
     tok_decoder decoder;
     tok_decoder_init(&decoder, false);
+    decoder.at_start = false; /* the continuation follows the prompt: keep its leading space */
     char text[1024];
     long generated = 0;
     const char *finish = "length";
