@@ -19,7 +19,7 @@ export SPINDLE_TESTDATA
 
 # ---- sources, one explicit list per module --------------------------------------
 COMMON_SRC := common/status.c common/log.c
-MODEL_SRC  := model/gguf.c model/quant.c model/quant_kquants.c \
+MODEL_SRC  := model/gguf.c model/gguf_access.c model/quant.c model/quant_kquants.c \
               model/tokenizer.c model/tokenizer_spm.c model/tokenizer_bpe.c model/unicode.c \
               model/arch.c model/model.c model/forward.c model/sample.c
 GPU_SRC    := gpu/device.c gpu/host/host_backend.c gpu/host/host_ops.c gpu/host/host_matmul.c \
