@@ -379,13 +379,27 @@ static void quantize_q5_1(quant_block_q5_1 *dst, const float *src, int64_t nb) {
     }
 }
 
-/* The scale of a Q8_0/Q8_1 block (amax / 127) and its inverse. */
-static float q8_block_scale(const float *x, float *inverse) {
+/* Q8_0/Q8_1 are activation formats only (no file stores them), so they follow what
+ * llama.cpp runs on x86 (ggml's AVX2 quantize_row_q8_0/q8_1), not ggml's scalar
+ * reference: the multiplier is 127 / amax (not 1 / d), values round half to even, and
+ * the Q8_1 sum is d times the sum of the rounded values. */
+
+/* x rounded to the nearest integer, ties to even, for |x| <= 2^23 (as the AVX2
+ * vroundps does in the default rounding mode, independent of the current mode). */
+static float round_half_even(float x) {
+    const float magnitude = fabsf(x);
+    if (!(magnitude < 0x1p23f)) return x; /* already an integer (or NaN) */
+    const float big = 0x1p23f;             /* adding 2^23 drops the fraction, ties to even */
+    const float rounded = (magnitude + big) - big;
+    return copysignf(rounded, x);
+}
+
+/* The scale of a Q8_0/Q8_1 block (amax / 127) and the multiplier 127 / amax. */
+static float q8_block_scale(const float *x, float *multiplier) {
     float amax = 0.0f;
     for (int j = 0; j < QUANT_QK; j++) amax = fmaxf(amax, fabsf(x[j]));
-    const float d = amax / 127;
-    *inverse = d != 0.0f ? 1.0f / d : 0.0f;
-    return d;
+    *multiplier = amax != 0.0f ? 127.0f / amax : 0.0f;
+    return amax / 127.0f;
 }
 
 static void quantize_q8_0(quant_block_q8_0 *dst, const float *src, int64_t nb) {
@@ -394,7 +408,7 @@ static void quantize_q8_0(quant_block_q8_0 *dst, const float *src, int64_t nb) {
         float id;
         const float d = q8_block_scale(x, &id);
         dst[ib].d = quant_f32_to_f16(d);
-        for (int j = 0; j < QUANT_QK; j++) dst[ib].qs[j] = (int8_t)roundf(x[j] * id);
+        for (int j = 0; j < QUANT_QK; j++) dst[ib].qs[j] = (int8_t)round_half_even(x[j] * id);
     }
 }
 
@@ -405,7 +419,7 @@ static void quantize_q8_1(quant_block_q8_1 *dst, const float *src, int64_t nb) {
         const float d = q8_block_scale(x, &id);
         int sum = 0;
         for (int j = 0; j < QUANT_QK; j++) {
-            dst[ib].qs[j] = (int8_t)roundf(x[j] * id);
+            dst[ib].qs[j] = (int8_t)round_half_even(x[j] * id);
             sum += dst[ib].qs[j];
         }
         dst[ib].d = quant_f32_to_f16(d);

@@ -23,6 +23,7 @@ static void host_destroy(dev_backend *dev) {
     for (int i = 0; i < hb->n_arenas; i++) free(hb->arenas[i]);
     free(hb->arenas);
     free(hb->scratch);
+    free(hb->attn_scratch);
     free(hb);
 }
 
@@ -73,8 +74,23 @@ sp_status host__scratch_reserve(host_backend *hb, size_t nbytes) {
     return SP_OK;
 }
 
+/* Grows the attention scratch to what caches of this shape need on every worker. */
+static sp_status host_attn_scratch_reserve(host_backend *hb, const dev_kv_shape *shape) {
+    size_t bytes;
+    if (__builtin_mul_overflow(host__attention_scratch_bytes(shape), (size_t)host__pool_threads(hb->pool), &bytes))
+        return sp_fail(SP_ERR_INVALID_ARG, "kv cache: attention scratch size overflows");
+    if (bytes <= hb->attn_scratch_bytes) return SP_OK;
+    void *p = aligned_alloc(64, bytes);
+    if (!p) return sp_fail(SP_ERR_NOMEM, "cpu backend: cannot allocate %zu bytes of attention scratch", bytes);
+    free(hb->attn_scratch);
+    hb->attn_scratch = p;
+    hb->attn_scratch_bytes = bytes;
+    return SP_OK;
+}
+
 static sp_status host_kv_create(dev_backend *dev, const dev_kv_shape *shape, dev_kv **out) {
-    (void)dev;
+    sp_status st = host_attn_scratch_reserve((host_backend *)dev, shape);
+    if (st != SP_OK) return st;
     host_kv *kv = calloc(1, sizeof *kv);
     if (!kv) return sp_fail(SP_ERR_NOMEM, "kv cache: out of memory");
     kv->common.shape = *shape;
@@ -142,6 +158,7 @@ sp_status host_backend_create(const dev_options *opts, dev_backend **out) {
     host_backend *hb = calloc(1, sizeof *hb);
     if (!hb) return sp_fail(SP_ERR_NOMEM, "cpu backend: out of memory");
     hb->base.ops = &host_ops;
+    hb->attn_sums = HOST_ATTN_SUMS_GEMM; /* batch-independent; exact for llama.cpp's prompt steps */
     hb->base.n_threads = n;
     sp_status st = host__pool_create(n, &hb->pool);
     if (st != SP_OK) {

@@ -7,6 +7,7 @@
 #ifndef SP_HOST_INTERNAL_H
 #define SP_HOST_INTERNAL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -30,6 +31,9 @@ host_quantize_fn host__quantize_for(quant_type act_type);
 
 /* "avx2" or "generic": what host__vec_dot_for picks on this CPU. */
 const char *host__simd_name(void);
+
+/* True when this CPU runs the AVX2+FMA+F16C kernels (probed once). */
+bool host__cpu_has_avx2(void);
 
 #endif
 
@@ -56,6 +60,16 @@ static inline void host__split(int64_t n, int ith, int nth, int64_t *begin, int6
 
 /* ---- the CPU backend object (host_backend.c) ---- */
 
+/* How attention's F16 dot products add their products (see host_attention.c). llama.cpp
+ * itself uses ggml_vec_dot_f16's layout for 1-token steps and tinyBLAS's for larger
+ * ones, so its results depend on the batch; the first two keep spindle's independent
+ * of it, the third reproduces llama.cpp exactly at that price. */
+typedef enum host_attn_sums {
+    HOST_ATTN_SUMS_GEMM,          /* 8 lanes: llama.cpp's prompt (2+ token) steps */
+    HOST_ATTN_SUMS_VEC_DOT,       /* 32 lanes: llama.cpp's 1-token steps */
+    HOST_ATTN_SUMS_LLAMA_BATCHED, /* VEC_DOT for 1-token steps, GEMM otherwise */
+} host_attn_sums;
+
 typedef struct host_backend {
     dev_backend base;     /* must stay first */
     host_pool *pool;
@@ -67,6 +81,11 @@ typedef struct host_backend {
     void *scratch;
     size_t scratch_bytes;
     int64_t max_tokens;   /* largest step reserved with dev_reserve */
+    /* Attention's per-worker buffers (scores and probabilities of a whole context),
+     * grown only when a KV cache is created: host__attention_scratch_bytes per thread. */
+    char *attn_scratch;
+    size_t attn_scratch_bytes;
+    host_attn_sums attn_sums; /* fixed at creation */
 } host_backend;
 
 typedef struct host_kv {
@@ -94,3 +113,5 @@ void host__matmul(dev_backend *dev, float *out, const float *in, const dev_tenso
 void host__kv_write(dev_backend *dev, dev_kv *kv, int layer, const float *k, const float *v, const dev_step *step);
 void host__attention(dev_backend *dev, float *out, const float *q, const dev_kv *kv, int layer,
                      const dev_step *step, int64_t n_heads, float scale);
+/* Bytes of attention scratch one worker needs for KV caches of this shape. */
+size_t host__attention_scratch_bytes(const dev_kv_shape *shape);

@@ -11,9 +11,10 @@
  *
  * Every kernel computes exactly the integers of quant_vec_dot_ref (per-block sums of
  * q_w * q_a) and the same per-block scale products; only the order in which the
- * float terms are added differs. The quantizers produce the reference's bytes exactly
- * (same scale arithmetic, same rounding: half away from zero for Q8_0/Q8_1, half to
- * even for Q8_K and the half-precision formats).
+ * float terms are added differs. The 32-element AVX2 kernels add them in exactly
+ * ggml's AVX2 order (see below), so their results equal llama.cpp's bit for bit. The
+ * quantizers produce the reference's bytes exactly (same scale arithmetic, same
+ * rounding: half to even everywhere, as ggml's AVX2 quantizers round).
  */
 #include <math.h>
 #include <stdatomic.h>
@@ -139,95 +140,79 @@ static HOST_AVX2 inline __m256i avx2_dot_s8s8(__m256i x, __m256i y) {
 
 /* ---- AVX2 dot products: 32-element formats ------------------------------------------- */
 
-/* Q4_1 x Q8_1: sum over blocks of d_w*d_a * sum(q_w*q_a) + m_w*s_a. The scale pairs
- * (d_w, m_w) and (d_a, s_a) are converted and multiplied together: lane 0 is d_w*d_a,
- * lane 1 is m_w*s_a, which min_acc sums. */
-static HOST_AVX2 inline void q4_1_block(__m256 *acc, __m128 *min_acc, const quant_block_q4_1 *w,
-                                        const quant_block_q8_1 *a) {
-    const __m128 scales = _mm_mul_ps(avx2_f16_pair(&w->d), avx2_f16_pair(&a->d));
-    *min_acc = _mm_add_ps(*min_acc, scales);
-    const __m256i qw = avx2_nibbles(w->qs);
-    const __m256i qa = _mm256_loadu_si256((const __m256i *)a->qs);
-    const __m256 isum = _mm256_cvtepi32_ps(avx2_dot_u8s8(qw, qa));
-    *acc = _mm256_fmadd_ps(_mm256_broadcastss_ps(scales), isum, *acc);
-}
+/* These follow ggml's AVX2 kernels operation for operation (llama.cpp's CPU results are
+ * what spindle is compared against, and this model family amplifies 1-ulp differences):
+ * ONE 8-lane accumulator, acc = fma(d_w*d_a, isum_lanes, acc) block by block, the
+ * minimum terms summed separately in a scalar with fma(m_w, s_a, summs) in block order,
+ * and the result hsum(acc) + summs with avx2_hsum's order. */
 
+/* Q4_1/Q5_1 blocks start with (d, m) and Q8_1 blocks with (d, s): one conversion
+ * each gives both. Lane 0 of their product is d_w*d_a; lane 1 of
+ * fma(pair_w, pair_a, summs) is ggml's compiled `summs += m * s` (one rounding), so
+ * the sum of the min terms lives in lane 1 of a vector (lane 0 is ignored). */
 static HOST_AVX2 float dot_avx2_q4_1(const void *w, const void *a, int64_t n) {
     const quant_block_q4_1 *wb = w; /* (nb) */
     const quant_block_q8_1 *ab = a; /* (nb) */
     const int64_t nb = n / QUANT_QK;
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    __m128 min0 = _mm_setzero_ps(), min1 = _mm_setzero_ps();
-    int64_t ib = 0;
-    for (; ib + 1 < nb; ib += 2) {
-        q4_1_block(&acc0, &min0, &wb[ib], &ab[ib]);
-        q4_1_block(&acc1, &min1, &wb[ib + 1], &ab[ib + 1]);
+    __m256 acc = _mm256_setzero_ps();
+    __m128 summs = _mm_setzero_ps();
+    for (int64_t ib = 0; ib < nb; ib++) {
+        const __m128 pair_w = avx2_f16_pair(&wb[ib].d);
+        const __m128 pair_a = avx2_f16_pair(&ab[ib].d);
+        summs = _mm_fmadd_ps(pair_w, pair_a, summs);
+        const __m256 dd = _mm256_broadcastss_ps(_mm_mul_ss(pair_w, pair_a));
+        const __m256i qw = avx2_nibbles(wb[ib].qs);
+        const __m256i qa = _mm256_loadu_si256((const __m256i *)ab[ib].qs);
+        const __m256 isum = _mm256_cvtepi32_ps(avx2_dot_u8s8(qw, qa));
+        acc = _mm256_fmadd_ps(dd, isum, acc);
     }
-    if (ib < nb) q4_1_block(&acc0, &min0, &wb[ib], &ab[ib]);
-    const __m128 mins = _mm_add_ps(min0, min1);
-    return avx2_hsum(_mm256_add_ps(acc0, acc1)) + _mm_cvtss_f32(_mm_movehdup_ps(mins));
-}
-
-static HOST_AVX2 inline __m256 q8_0_block(__m256 acc, const quant_block_q8_0 *w, const quant_block_q8_0 *a) {
-    const __m256i qw = _mm256_loadu_si256((const __m256i *)w->qs);
-    const __m256i qa = _mm256_loadu_si256((const __m256i *)a->qs);
-    const __m256 isum = _mm256_cvtepi32_ps(avx2_dot_s8s8(qw, qa));
-    return _mm256_fmadd_ps(avx2_scale_product(&w->d, &a->d), isum, acc);
+    return avx2_hsum(acc) + _mm_cvtss_f32(_mm_movehdup_ps(summs));
 }
 
 static HOST_AVX2 float dot_avx2_q8_0(const void *w, const void *a, int64_t n) {
     const quant_block_q8_0 *wb = w; /* (nb) */
     const quant_block_q8_0 *ab = a; /* (nb) */
     const int64_t nb = n / QUANT_QK;
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    int64_t ib = 0;
-    for (; ib + 1 < nb; ib += 2) {
-        acc0 = q8_0_block(acc0, &wb[ib], &ab[ib]);
-        acc1 = q8_0_block(acc1, &wb[ib + 1], &ab[ib + 1]);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t ib = 0; ib < nb; ib++) {
+        const __m256i qw = _mm256_loadu_si256((const __m256i *)wb[ib].qs);
+        const __m256i qa = _mm256_loadu_si256((const __m256i *)ab[ib].qs);
+        const __m256 isum = _mm256_cvtepi32_ps(avx2_dot_s8s8(qw, qa));
+        acc = _mm256_fmadd_ps(avx2_scale_product(&wb[ib].d, &ab[ib].d), isum, acc);
     }
-    if (ib < nb) acc0 = q8_0_block(acc0, &wb[ib], &ab[ib]);
-    return avx2_hsum(_mm256_add_ps(acc0, acc1));
+    return avx2_hsum(acc);
 }
 
 /* Q4_0: q - 8 as signed bytes, then a signed dot with Q8_0. */
-static HOST_AVX2 inline __m256 q4_0_block(__m256 acc, const quant_block_q4_0 *w, const quant_block_q8_0 *a) {
-    const __m256i qw = _mm256_sub_epi8(avx2_nibbles(w->qs), _mm256_set1_epi8(8));
-    const __m256i qa = _mm256_loadu_si256((const __m256i *)a->qs);
-    const __m256 isum = _mm256_cvtepi32_ps(avx2_dot_s8s8(qw, qa));
-    return _mm256_fmadd_ps(avx2_scale_product(&w->d, &a->d), isum, acc);
-}
-
 static HOST_AVX2 float dot_avx2_q4_0(const void *w, const void *a, int64_t n) {
     const quant_block_q4_0 *wb = w; /* (nb) */
     const quant_block_q8_0 *ab = a; /* (nb) */
     const int64_t nb = n / QUANT_QK;
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    int64_t ib = 0;
-    for (; ib + 1 < nb; ib += 2) {
-        acc0 = q4_0_block(acc0, &wb[ib], &ab[ib]);
-        acc1 = q4_0_block(acc1, &wb[ib + 1], &ab[ib + 1]);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t ib = 0; ib < nb; ib++) {
+        const __m256i qw = _mm256_sub_epi8(avx2_nibbles(wb[ib].qs), _mm256_set1_epi8(8));
+        const __m256i qa = _mm256_loadu_si256((const __m256i *)ab[ib].qs);
+        const __m256 isum = _mm256_cvtepi32_ps(avx2_dot_s8s8(qw, qa));
+        acc = _mm256_fmadd_ps(avx2_scale_product(&wb[ib].d, &ab[ib].d), isum, acc);
     }
-    if (ib < nb) acc0 = q4_0_block(acc0, &wb[ib], &ab[ib]);
-    return avx2_hsum(_mm256_add_ps(acc0, acc1));
+    return avx2_hsum(acc);
 }
 
 /* Q5_0: q - 16 = nibble when the fifth bit is set, nibble - 16 (= nibble | 0xF0 as a
  * signed byte) when it is clear. */
-static HOST_AVX2 inline __m256 q5_0_block(__m256 acc, const quant_block_q5_0 *w, const quant_block_q8_0 *a) {
-    const __m256i high_set = avx2_bits_to_bytes(w->qh);
-    const __m256i minus16 = _mm256_andnot_si256(high_set, _mm256_set1_epi8((char)0xF0));
-    const __m256i qw = _mm256_or_si256(avx2_nibbles(w->qs), minus16);
-    const __m256i qa = _mm256_loadu_si256((const __m256i *)a->qs);
-    const __m256 isum = _mm256_cvtepi32_ps(avx2_dot_s8s8(qw, qa));
-    return _mm256_fmadd_ps(avx2_scale_product(&w->d, &a->d), isum, acc);
-}
-
 static HOST_AVX2 float dot_avx2_q5_0(const void *w, const void *a, int64_t n) {
     const quant_block_q5_0 *wb = w; /* (nb) */
     const quant_block_q8_0 *ab = a; /* (nb) */
     const int64_t nb = n / QUANT_QK;
     __m256 acc = _mm256_setzero_ps();
-    for (int64_t ib = 0; ib < nb; ib++) acc = q5_0_block(acc, &wb[ib], &ab[ib]);
+    for (int64_t ib = 0; ib < nb; ib++) {
+        const __m256i high_set = avx2_bits_to_bytes(wb[ib].qh);
+        const __m256i minus16 = _mm256_andnot_si256(high_set, _mm256_set1_epi8((char)0xF0));
+        const __m256i qw = _mm256_or_si256(avx2_nibbles(wb[ib].qs), minus16);
+        const __m256i qa = _mm256_loadu_si256((const __m256i *)ab[ib].qs);
+        const __m256 isum = _mm256_cvtepi32_ps(avx2_dot_s8s8(qw, qa));
+        acc = _mm256_fmadd_ps(avx2_scale_product(&wb[ib].d, &ab[ib].d), isum, acc);
+    }
     return avx2_hsum(acc);
 }
 
@@ -236,17 +221,19 @@ static HOST_AVX2 float dot_avx2_q5_1(const void *w, const void *a, int64_t n) {
     const quant_block_q8_1 *ab = a; /* (nb) */
     const int64_t nb = n / QUANT_QK;
     __m256 acc = _mm256_setzero_ps();
-    __m128 min_acc = _mm_setzero_ps();
+    __m128 summs = _mm_setzero_ps(); /* lane 1, as in Q4_1 */
     for (int64_t ib = 0; ib < nb; ib++) {
-        const __m128 scales = _mm_mul_ps(avx2_f16_pair(&wb[ib].d), avx2_f16_pair(&ab[ib].d));
-        min_acc = _mm_add_ps(min_acc, scales);
+        const __m128 pair_w = avx2_f16_pair(&wb[ib].d);
+        const __m128 pair_a = avx2_f16_pair(&ab[ib].d);
+        summs = _mm_fmadd_ps(pair_w, pair_a, summs);
+        const __m256 dd = _mm256_broadcastss_ps(_mm_mul_ss(pair_w, pair_a));
         const __m256i high = _mm256_and_si256(avx2_bits_to_bytes(wb[ib].qh), _mm256_set1_epi8(0x10));
         const __m256i qw = _mm256_or_si256(avx2_nibbles(wb[ib].qs), high);
         const __m256i qa = _mm256_loadu_si256((const __m256i *)ab[ib].qs);
         const __m256 isum = _mm256_cvtepi32_ps(avx2_dot_u8s8(qw, qa));
-        acc = _mm256_fmadd_ps(_mm256_broadcastss_ps(scales), isum, acc);
+        acc = _mm256_fmadd_ps(isum, dd, acc);
     }
-    return avx2_hsum(acc) + _mm_cvtss_f32(_mm_movehdup_ps(min_acc));
+    return avx2_hsum(acc) + _mm_cvtss_f32(_mm_movehdup_ps(summs));
 }
 
 /* ---- AVX2 dot products: K-quants ------------------------------------------------------ */
@@ -475,16 +462,6 @@ static HOST_AVX2 inline float avx2_hmax(__m256 v) {
     return _mm_cvtss_f32(m);
 }
 
-/* (int)roundf(v) on 8 lanes (to nearest, halfway away from zero) for |v| < 2^31: add
- * the largest float below 0.5 with v's sign, then truncate. A tie k + 0.5 sums to
- * k + 1 - 2^-25, which the add rounds to k + 1; anything below the tie stays below
- * k + 1. (Checked against roundf for every float in that range.) */
-static HOST_AVX2 inline __m256i avx2_round_away_i32(__m256 v) {
-    const __m256 sign = _mm256_and_ps(v, _mm256_set1_ps(-0.0f));
-    const __m256 nudge = _mm256_or_ps(sign, _mm256_set1_ps(0x1.fffffep-2f));
-    return _mm256_cvttps_epi32(_mm256_add_ps(v, nudge));
-}
-
 /* Packs 4 x 8 int32 (each in -128..127) into 32 int8 in element order. */
 static HOST_AVX2 inline __m256i avx2_pack_i8(__m256i i0, __m256i i1, __m256i i2, __m256i i3) {
     const __m256i p01 = _mm256_packs_epi32(i0, i1); /* 0-3 8-11 | 4-7 12-15 */
@@ -493,8 +470,9 @@ static HOST_AVX2 inline __m256i avx2_pack_i8(__m256i i0, __m256i i1, __m256i i2,
     return _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
-/* One block of 32 floats -> scale d (as in the reference: amax / 127) and 32 int8 in
- * qs; returns the 8-lane int32 values for sums. */
+/* One block of 32 floats -> scale d = amax / 127 and 32 int8 in qs, as ggml's AVX2
+ * quantize_row_q8_0/q8_1: multiplier 127 / amax, round half to even; returns the
+ * 8-lane int32 values for sums. */
 static HOST_AVX2 inline __attribute__((always_inline)) __m256i avx2_q8_block(const float *x, uint16_t *d_out,
                                                                              int8_t *qs, float *d_value) {
     const __m256 sign_bit = _mm256_set1_ps(-0.0f);
@@ -505,14 +483,18 @@ static HOST_AVX2 inline __attribute__((always_inline)) __m256i avx2_q8_block(con
         v[k] = _mm256_loadu_ps(x + 8 * k);
         amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign_bit, v[k]));
     }
-    const float d = avx2_hmax(amax) / 127;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    const float max = avx2_hmax(amax);
+    const float d = max / 127.0f;
+    const float id = max != 0.0f ? 127.0f / max : 0.0f;
     *d_out = _cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
     *d_value = d;
     const __m256 scale = _mm256_set1_ps(id);
     __m256i q[4];
     #pragma GCC unroll 4
-    for (int k = 0; k < 4; k++) q[k] = avx2_round_away_i32(_mm256_mul_ps(v[k], scale));
+    for (int k = 0; k < 4; k++) {
+        const __m256 rounded = _mm256_round_ps(_mm256_mul_ps(v[k], scale), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        q[k] = _mm256_cvtps_epi32(rounded);
+    }
     _mm256_storeu_si256((__m256i *)qs, avx2_pack_i8(q[0], q[1], q[2], q[3]));
     return _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
 }
@@ -672,3 +654,5 @@ host_quantize_fn host__quantize_for(quant_type act_type) {
 }
 
 const char *host__simd_name(void) { return cpu_has_avx2() ? "avx2" : "generic"; }
+
+bool host__cpu_has_avx2(void) { return cpu_has_avx2(); }

@@ -206,7 +206,7 @@ Test(quant_dot, avx2_quantizers_match_reference_bytes) {
     check_quantizers(quantize_avx2, "avx2");
 }
 
-Test(quant_dot, avx2_q8_rounds_halfway_cases_away_from_zero_like_reference) {
+Test(quant_dot, avx2_q8_rounds_halfway_cases_to_even_like_reference) {
     if (!cpu_has_avx2()) cr_skip_test("this CPU has no AVX2/FMA/F16C");
     /* amax 127 makes d = 1 exactly, so every x.5 is a tie. */
     float x[256];
@@ -222,7 +222,7 @@ Test(quant_dot, avx2_q8_rounds_halfway_cases_away_from_zero_like_reference) {
     expect_same_bytes(QUANT_Q8_K, quantize_avx2[QUANT_Q8_K], x, 256, "avx2");
     quant_block_q8_0 q;
     quantize_avx2[QUANT_Q8_0](&q, x + 32, 32);
-    cr_expect_eq(q.qs[1], (int8_t)roundf(x[33]), "x=%g -> %d", x[33], q.qs[1]);
+    cr_expect_eq(q.qs[1], (int8_t)nearbyintf(x[33]), "x=%g -> %d", x[33], q.qs[1]);
     quantize_avx2[QUANT_Q8_0](&q, x, 32);
     cr_expect(q.qs[2] == 0 && q.qs[3] == 0 && q.qs[4] == 1, "%d %d %d", q.qs[2], q.qs[3], q.qs[4]);
 }

@@ -408,15 +408,29 @@ Test(quant, float_rows_dequantize_to_their_values) {
 
 /* ---- crafted activation quantization ----------------------------------------------------- */
 
-Test(quant, q8_0_rounds_halfway_away_from_zero) {
-    /* amax 127 gives d = 1, so x.5 values are exact ties */
-    float x[32] = {127.0f, 2.5f, -2.5f, 0.5f, -0.5f, 1.49f, -126.5f};
+Test(quant, q8_0_rounds_halfway_to_even_like_ggml_avx2) {
+    /* amax 127 gives d = 1 and multiplier 127 / 127 = 1, so x.5 values are exact ties */
+    float x[32] = {127.0f, 2.5f, -2.5f, 0.5f, -0.5f, 1.49f, -126.5f, 3.5f, -3.5f};
     quant_block_q8_0 b;
     quant_quantize_row(QUANT_Q8_0, &b, x, 32);
     cr_expect_eq(b.d, H_ONE);
-    const int want[7] = {127, 3, -3, 1, -1, 1, -127};
-    for (int j = 0; j < 7; j++) cr_expect_eq(b.qs[j], want[j], "element %d: %d", j, b.qs[j]);
-    for (int j = 7; j < 32; j++) cr_expect_eq(b.qs[j], 0);
+    const int want[9] = {127, 2, -2, 0, 0, 1, -126, 4, -4};
+    for (int j = 0; j < 9; j++) cr_expect_eq(b.qs[j], want[j], "element %d: %d", j, b.qs[j]);
+    for (int j = 9; j < 32; j++) cr_expect_eq(b.qs[j], 0);
+}
+
+Test(quant, q8_0_scales_by_127_over_amax) {
+    /* the multiplier is 127 / amax (ggml's AVX2 quantizer), not 1 / d */
+    float x[32] = {3.0f};
+    for (int j = 1; j < 32; j++) x[j] = (float)j * 0.09375f;
+    quant_block_q8_0 b;
+    quant_quantize_row(QUANT_Q8_0, &b, x, 32);
+    const float id = 127.0f / 3.0f;
+    for (int j = 0; j < 32; j++) {
+        const float v = x[j] * id;
+        const int want = (int)nearbyintf(v);
+        cr_expect_eq(b.qs[j], want, "element %d: %g -> %d, want %d", j, v, b.qs[j], want);
+    }
 }
 
 Test(quant, q8_1_stores_d_times_the_sum_of_quants) {
