@@ -21,6 +21,7 @@ typedef struct tiny_spec {
     const char *skip_key;       /* leave this key out */
     uint32_t matrix_type;       /* type of the 2-D weights (F32 or F16) */
     bool f16_norms;             /* store the norm weights as F16 (not allowed) */
+    float rope_freq_factor;     /* > 0: add rope_freqs.weight (Dh/2) filled with this value */
 } tiny_spec;
 
 typedef struct tiny_tensor {
@@ -37,6 +38,7 @@ static int tiny_tensors(const tiny_spec *s, tiny_tensor *out) {
     ADD("token_embd.weight", T_D, T_V, mt);
     ADD("output_norm.weight", T_D, 0, s->f16_norms ? QUANT_F16 : QUANT_F32);
     if (!s->tied) ADD("output.weight", T_D, T_V, mt);
+    if (s->rope_freq_factor > 0) ADD("rope_freqs.weight", T_DH / 2, 0, QUANT_F32);
     bool qwen2 = strcmp(s->arch, "qwen2") == 0, qwen3 = strcmp(s->arch, "qwen3") == 0;
     for (int l = 0; l < T_LAYERS; l++) {
         char nm[64];
@@ -118,9 +120,11 @@ static void tiny_write(const tiny_spec *s, char *path, size_t cap) {
         int64_t ne0 = t[i].ne0 + (s->bad_shape && strcmp(t[i].name, s->bad_shape) == 0 ? 32 : 0);
         uint64_t elems = (uint64_t)ne0 * (uint64_t)(t[i].ne1 ? t[i].ne1 : 1);
         bool is_norm = strstr(t[i].name, "norm") != NULL;
+        bool is_freqs = strcmp(t[i].name, "rope_freqs.weight") == 0;
         for (uint64_t e = 0; e < elems; e++) {
-            rng = rng * 1664525u + 1013904223u;
+            if (!is_freqs) rng = rng * 1664525u + 1013904223u; /* same weights with or without it */
             float v = is_norm ? 1.0f : ((float)(rng >> 8) / 16777216.0f - 0.5f) * 0.4f;
+            if (is_freqs) v = s->rope_freq_factor;
             if (t[i].type == QUANT_F16) gb_u16(&b, quant_f32_to_f16(v));
             else gb_f32(&b, v);
         }
@@ -151,8 +155,8 @@ static void env_free(load_env *e) {
     unlink(e->path);
 }
 
-/* Loads, runs 3 tokens and checks the logits are finite. */
-static void check_runs(const tiny_spec *s, bool expect_bias, bool expect_qk_norm) {
+/* Loads, runs 3 tokens and checks the logits (3, V) are finite; copies them to out. */
+static void run_logits(const tiny_spec *s, bool expect_bias, bool expect_qk_norm, float *out) {
     load_env e;
     cr_assert_eq(try_load(s, &e), SP_OK, "%s: %s", s->arch, sp_last_error());
     const model_hparams *hp = model_get_hparams(e.model);
@@ -166,8 +170,13 @@ static void check_runs(const tiny_spec *s, bool expect_bias, bool expect_qk_norm
     float logits[3 * T_V];
     cr_assert_eq(model_forward(e.model, kv, &step, logits), SP_OK, "%s", sp_last_error());
     for (int i = 0; i < 3 * T_V; i++) cr_assert(isfinite(logits[i]), "logit %d not finite", i);
+    if (out) memcpy(out, logits, sizeof logits);
     dev_kv_destroy(e.dev, kv);
     env_free(&e);
+}
+
+static void check_runs(const tiny_spec *s, bool expect_bias, bool expect_qk_norm) {
+    run_logits(s, expect_bias, expect_qk_norm, NULL);
 }
 
 Test(model_load, llama_untied_runs) { check_runs(&(tiny_spec){.arch = "llama", .matrix_type = QUANT_F32}, false, false); }
@@ -176,6 +185,18 @@ Test(model_load, llama_tied_f16_runs) {
 }
 Test(model_load, qwen2_uses_qkv_bias) { check_runs(&(tiny_spec){.arch = "qwen2", .matrix_type = QUANT_F32}, true, false); }
 Test(model_load, qwen3_uses_qk_norm) { check_runs(&(tiny_spec){.arch = "qwen3", .matrix_type = QUANT_F32}, false, true); }
+
+Test(model_load, rope_freqs_scale_the_rotation) {
+    float plain[3 * T_V], ones[3 * T_V], scaled[3 * T_V];
+    run_logits(&(tiny_spec){.arch = "llama", .matrix_type = QUANT_F32}, false, false, plain);
+    run_logits(&(tiny_spec){.arch = "llama", .matrix_type = QUANT_F32, .rope_freq_factor = 1.0f}, false, false, ones);
+    run_logits(&(tiny_spec){.arch = "llama", .matrix_type = QUANT_F32, .rope_freq_factor = 4.0f}, false, false,
+               scaled);
+    cr_assert(memcmp(plain, ones, sizeof plain) == 0, "factors of 1 must not change the logits");
+    /* position 0 is never rotated; later positions must change */
+    cr_assert(memcmp(plain, scaled, sizeof(float) * T_V) == 0, "position 0 changed");
+    cr_assert(memcmp(plain + T_V, scaled + T_V, sizeof(float) * 2 * T_V) != 0, "factors of 4 changed nothing");
+}
 
 static void expect_error(const tiny_spec *s, sp_status want, const char *needle1, const char *needle2) {
     load_env e;
