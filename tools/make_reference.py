@@ -7,8 +7,9 @@ directory goes on sys.path, LLAMA_CPP_LIB_PATH points at the built libllama.so),
 pip-installed and llama.cpp is not compiled a second time.
 
 For every prompt it records: the prompt token ids (llama.cpp's tokenizer, BOS by the model's own
-rule), the 32-token greedy continuation (argmax each step, incremental decode, never stopping on
-EOS), its text, and teacher-forced data from one pass over prompt+continuation with logits at
+rule), the 32-token greedy continuation (argmax each step, never stopping on EOS; decoded in
+2-token steps so it shares the arithmetic of llama.cpp's batched passes, with the classic
+1-token decode recorded beside it), its text, and teacher-forced data from one pass over prompt+continuation with logits at
 every position: for each position p the log-softmax log-prob of token p+1 and the top-5.
 
 Usage (from the repository root):
@@ -212,16 +213,32 @@ def run_case(llm, case, add_bos, np):
     prompt_ids = llm.tokenize(case["prompt"].encode("utf-8"), add_bos=add_bos, special=special)
     n_vocab = llm.n_vocab()
 
-    # Greedy continuation, decoded incrementally like a real generation.
-    llm.reset()
-    llm.eval(prompt_ids)
-    greedy, greedy_lp = [], []
-    for _ in range(N_GREEDY):
-        row = llm.scores[llm.n_tokens - 1, :n_vocab]
-        tok = argmax(row, np)
-        greedy.append(tok)
-        greedy_lp.append(round(float(log_softmax(row, np)[tok]), 6))
-        llm.eval([tok])
+    # Greedy continuations, two ways. llama.cpp's attention sums in a different order for
+    # 1-token steps (ggml_vec_dot_f16) than for steps of 2+ tokens (tinyBLAS), so its own
+    # token-by-token decode and its one-pass logits disagree at near-ties (see self_check).
+    # "greedy_ids" is decoded in 2-token steps (the last token is evaluated again with the
+    # new one), so every logit comes from the same arithmetic as the teacher-forced pass;
+    # "greedy_ids_single_steps" is the classic 1-token decode, kept for comparison.
+    def greedy(two_token_steps):
+        llm.reset()
+        llm.eval(prompt_ids)
+        ids, lps = [], []
+        for _ in range(N_GREEDY):
+            row = llm.scores[llm.n_tokens - 1, :n_vocab]
+            tok = argmax(row, np)
+            ids.append(tok)
+            lps.append(round(float(log_softmax(row, np)[tok]), 6))
+            if two_token_steps:
+                prev = llm.input_ids[llm.n_tokens - 1]
+                llm.n_tokens -= 1  # eval() drops the cache past n_tokens and recomputes prev
+                llm.eval([int(prev), tok])
+            else:
+                llm.eval([tok])
+        return ids, lps
+
+    greedy_ids, greedy_lp = greedy(True)
+    single_ids, single_lp = greedy(False)
+    greedy = greedy_ids
 
     # Teacher-forced: one pass over prompt + continuation, logits at every position.
     seq = prompt_ids + greedy
@@ -251,6 +268,8 @@ def run_case(llm, case, add_bos, np):
         # Log-prob of each greedy token as the incremental decode saw it; the same numbers from
         # the one-pass logits are in "positions". Their gap is llama.cpp's own noise floor.
         "greedy_logprobs": greedy_lp,
+        "greedy_ids_single_steps": single_ids,
+        "greedy_logprobs_single_steps": single_lp,
         # How many of the 32 greedy tokens are also the argmax of the one-pass logits; below 32
         # means a near-tie that batch shape alone flips (check "top" at those positions).
         "teacher_forced_argmax_agrees": tf_argmax_agrees,
@@ -306,14 +325,20 @@ def make_one(llama_cpp, sdist, lib, name, spec, np):
     for case in spec["cases"]:
         cases.append(run_case(llm, case, add_bos, np))
     dt = time.time() - t0
-    gaps = []
+    gaps, two_token_gaps, single_same = [], [], 0
     for c in cases:
         first = len(c["prompt_ids"]) - 1
+        single_same += c["greedy_ids_single_steps"] == c["greedy_ids"]
+        for i, lp in enumerate(c["greedy_logprobs_single_steps"]):
+            if c["greedy_ids_single_steps"][: i + 1] == c["greedy_ids"][: i + 1]:
+                gaps.append(abs(lp - c["positions"][first + i]["logprob"]))
         for i, lp in enumerate(c["greedy_logprobs"]):
-            gaps.append(abs(lp - c["positions"][first + i]["logprob"]))
+            two_token_gaps.append(abs(lp - c["positions"][first + i]["logprob"]))
     self_check = {
-        "what": "|greedy_logprobs[i] - positions[len(prompt_ids)-1+i].logprob| over all cases: "
-                "incremental decode vs one pass, same llama.cpp build",
+        "two_token_steps_vs_one_pass_max": round(max(two_token_gaps), 6),
+        "single_token_steps_identical_to_greedy_ids": single_same,
+        "what": "|greedy_logprobs_single_steps[i] - positions[len(prompt_ids)-1+i].logprob| over all "
+                "cases while the two decodes agree: 1-token steps vs one pass, same llama.cpp build",
         "max": round(max(gaps), 6),
         "mean": round(sum(gaps) / len(gaps), 6),
         "teacher_forced_argmax_agrees": sum(c["teacher_forced_argmax_agrees"] for c in cases),
