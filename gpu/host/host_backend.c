@@ -94,8 +94,8 @@ static sp_status host_kv_create(dev_backend *dev, const dev_kv_shape *shape, dev
     host_kv *kv = calloc(1, sizeof *kv);
     if (!kv) return sp_fail(SP_ERR_NOMEM, "kv cache: out of memory");
     kv->common.shape = *shape;
-    kv->pool_stride = (size_t)shape->n_blocks * (size_t)shape->block_size * (size_t)shape->n_kv_heads *
-                      (size_t)shape->head_dim;
+    kv->pool_stride =
+        (size_t)shape->n_blocks * (size_t)shape->block_size * (size_t)shape->n_kv_heads * (size_t)shape->head_dim;
     kv->layer_stride = 2 * kv->pool_stride;
     size_t bytes = dev_kv_bytes(shape);
     kv->data = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
@@ -158,7 +158,6 @@ sp_status host_backend_create(const dev_options *opts, dev_backend **out) {
     host_backend *hb = calloc(1, sizeof *hb);
     if (!hb) return sp_fail(SP_ERR_NOMEM, "cpu backend: out of memory");
     hb->base.ops = &host_ops;
-    hb->attn_sums = HOST_ATTN_SUMS_GEMM; /* batch-independent; exact for llama.cpp's prompt steps */
     hb->base.n_threads = n;
     sp_status st = host__pool_create(n, &hb->pool);
     if (st != SP_OK) {

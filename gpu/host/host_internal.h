@@ -7,9 +7,11 @@
 #ifndef SP_HOST_INTERNAL_H
 #define SP_HOST_INTERNAL_H
 
+#include <math.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "common/assert.h"
 #include "common/status.h"
@@ -35,8 +37,6 @@ const char *host__simd_name(void);
 /* True when this CPU runs the AVX2+FMA+F16C kernels (probed once). */
 bool host__cpu_has_avx2(void);
 
-#endif
-
 /* ---- thread pool (threadpool.c) ----
  * A fixed set of worker threads that run one task function at a time, split by
  * index. The caller is worker 0 and takes part, so n_threads = 1 runs inline. */
@@ -60,32 +60,21 @@ static inline void host__split(int64_t n, int ith, int nth, int64_t *begin, int6
 
 /* ---- the CPU backend object (host_backend.c) ---- */
 
-/* How attention's F16 dot products add their products (see host_attention.c). llama.cpp
- * itself uses ggml_vec_dot_f16's layout for 1-token steps and tinyBLAS's for larger
- * ones, so its results depend on the batch; the first two keep spindle's independent
- * of it, the third reproduces llama.cpp exactly at that price. */
-typedef enum host_attn_sums {
-    HOST_ATTN_SUMS_GEMM,          /* 8 lanes: llama.cpp's prompt (2+ token) steps */
-    HOST_ATTN_SUMS_VEC_DOT,       /* 32 lanes: llama.cpp's 1-token steps */
-    HOST_ATTN_SUMS_LLAMA_BATCHED, /* VEC_DOT for 1-token steps, GEMM otherwise */
-} host_attn_sums;
-
 typedef struct host_backend {
-    dev_backend base;     /* must stay first */
+    dev_backend base; /* must stay first */
     host_pool *pool;
     char name[64];
-    void **arenas;        /* activation allocations, freed at destroy */
+    void **arenas; /* activation allocations, freed at destroy */
     int n_arenas;
     /* Scratch for quantized activations and per-thread work, grown only outside steps
      * (see host__scratch_reserve); sized for the largest step at model load. */
     void *scratch;
     size_t scratch_bytes;
-    int64_t max_tokens;   /* largest step reserved with dev_reserve */
+    int64_t max_tokens; /* largest step reserved with dev_reserve */
     /* Attention's per-worker buffers (scores and probabilities of a whole context),
      * grown only when a KV cache is created: host__attention_scratch_bytes per thread. */
     char *attn_scratch;
     size_t attn_scratch_bytes;
-    host_attn_sums attn_sums; /* fixed at creation */
 } host_backend;
 
 typedef struct host_kv {
@@ -106,12 +95,109 @@ void host__rope_apply(dev_backend *dev, float *x, const dev_step *step, const de
                       int64_t head_dim);
 void host__swiglu(dev_backend *dev, float *out, const float *gate, const float *up, int64_t n);
 void host__add(dev_backend *dev, float *out, const float *a, const float *b, int64_t n);
-void host__gather_rows(dev_backend *dev, float *out, const float *in, const int32_t *rows, int64_t n_rows,
-                       int64_t dim);
+void host__gather_rows(dev_backend *dev, float *out, const float *in, const int32_t *rows, int64_t n_rows, int64_t dim);
 void host__matmul(dev_backend *dev, float *out, const float *in, const dev_tensor *w, const dev_tensor *bias,
                   int64_t rows);
 void host__kv_write(dev_backend *dev, dev_kv *kv, int layer, const float *k, const float *v, const dev_step *step);
-void host__attention(dev_backend *dev, float *out, const float *q, const dev_kv *kv, int layer,
-                     const dev_step *step, int64_t n_heads, float scale);
+void host__attention(dev_backend *dev, float *out, const float *q, const dev_kv *kv, int layer, const dev_step *step,
+                     int64_t n_heads, float scale);
 /* Bytes of attention scratch one worker needs for KV caches of this shape. */
 size_t host__attention_scratch_bytes(const dev_kv_shape *shape);
+
+/* ---- arithmetic shared by the kernels (host_ops.c, host_attention.c) ----
+ * ggml's rounding, reproduced so that results equal llama.cpp's. Each AVX2 routine has
+ * a portable twin that computes the same values in the same order, so a machine
+ * without AVX2 gets the same bits. */
+
+/* Adds 8 lanes in hsum_float_8's order (llama.cpp's fold of an 8-lane register):
+ * (l0+l4 + l2+l6) + (l1+l5 + l3+l7). */
+static inline float host__hsum8(const float l[8]) {
+    return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
+}
+
+static inline uint32_t host__f32_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+static inline float host__f32_from_bits(uint32_t u) {
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* e^x rounded as ggml_v_expf rounds it (the "expf" of Arm's optimized routines):
+ * x = n ln2 + r with n = round(x / ln2) (found by adding 1.5 * 2^23), r from a
+ * two-part ln2, e^r - 1 by a degree-5 polynomial in r, and 2^n put into the exponent
+ * bits. When |n| > 126, 2^n is split into two factors (overflow to inf above ~88.38,
+ * flush to 0 below ~-103.97). host__avx2_expf is the same on 8 lanes. */
+static inline float host__expf(float x) {
+    const float shift = 0x1.8p23f;
+    const float z = fmaf(x, 0x1.715476p+0f, shift); /* x / ln2 + shift */
+    const float n = z - shift;
+    const float r_hi = fmaf(-n, 0x1.62e4p-1f, x);
+    const float r = fmaf(-n, 0x1.7f7d1cp-20f, r_hi);
+    const uint32_t n_bits = host__f32_bits(z) << 23;
+    const float two_n = host__f32_from_bits(n_bits + host__f32_bits(1.0f));
+    const float abs_n = fabsf(n);
+    const float r2 = r * r;
+    const float p_hi = fmaf(0x1.0e4020p-7f, r, 0x1.573e2ep-5f);
+    const float p_lo = fmaf(0x1.555e66p-3f, r, 0x1.fffdb6p-2f);
+    const float p_r = 0x1.ffffecp-1f * r;
+    const float poly = fmaf(fmaf(p_hi, r2, p_lo), r2, p_r); /* e^r - 1 */
+    if (!(abs_n > 126.0f)) return fmaf(poly, two_n, two_n);
+    /* 2^n = s1 * s2, s1 chosen by the sign of n */
+    const uint32_t sign_part = n <= 0.0f ? 0x82000000u : 0u;
+    const float s1 = host__f32_from_bits(sign_part + 0x7f000000u);
+    const float s2 = host__f32_from_bits(n_bits - sign_part);
+    if (abs_n > 192.0f) return s1 * s1;
+    return fmaf(s2, poly, s2) * s1;
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define HOST_SIMD_AVX2 1
+/* Marks functions that use AVX2/FMA/F16C; call them only when host__cpu_has_avx2(). */
+#define HOST_AVX2_TARGET __attribute__((target("avx2,fma,f16c")))
+
+/* host__hsum8 on a register. */
+static HOST_AVX2_TARGET inline float host__avx2_hsum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1)); /* l[k] + l[k+4] */
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* host__expf on 8 lanes (ggml_v_expf's AVX2 code). */
+static HOST_AVX2_TARGET inline __m256 host__avx2_expf(__m256 x) {
+    const __m256 shift = _mm256_set1_ps(0x1.8p23f);
+    const __m256 z = _mm256_fmadd_ps(x, _mm256_set1_ps(0x1.715476p+0f), shift);
+    const __m256 n = _mm256_sub_ps(z, shift);
+    const __m256 r_hi = _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.62e4p-1f), x);
+    const __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.7f7d1cp-20f), r_hi);
+    const __m256i n_bits = _mm256_slli_epi32(_mm256_castps_si256(z), 23);
+    const __m256 two_n = _mm256_castsi256_ps(_mm256_add_epi32(n_bits, _mm256_castps_si256(_mm256_set1_ps(1.0f))));
+    const __m256 abs_n = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), n);
+    const __m256 far = _mm256_cmp_ps(abs_n, _mm256_set1_ps(126.0f), _CMP_GT_OQ);
+    const __m256 r2 = _mm256_mul_ps(r, r);
+    const __m256 p_hi = _mm256_fmadd_ps(_mm256_set1_ps(0x1.0e4020p-7f), r, _mm256_set1_ps(0x1.573e2ep-5f));
+    const __m256 p_lo = _mm256_fmadd_ps(_mm256_set1_ps(0x1.555e66p-3f), r, _mm256_set1_ps(0x1.fffdb6p-2f));
+    const __m256 p_r = _mm256_mul_ps(_mm256_set1_ps(0x1.ffffecp-1f), r);
+    const __m256 poly = _mm256_fmadd_ps(_mm256_fmadd_ps(p_hi, r2, p_lo), r2, p_r);
+    if (!_mm256_movemask_ps(far)) return _mm256_fmadd_ps(poly, two_n, two_n);
+    const __m256i sign_part = _mm256_and_si256(_mm256_castps_si256(_mm256_cmp_ps(n, _mm256_setzero_ps(), _CMP_LE_OQ)),
+                                               _mm256_set1_epi32((int)0x82000000u));
+    const __m256 s1 = _mm256_castsi256_ps(_mm256_add_epi32(sign_part, _mm256_set1_epi32(0x7f000000)));
+    const __m256 s2 = _mm256_castsi256_ps(_mm256_sub_epi32(n_bits, sign_part));
+    const __m256 huge = _mm256_cmp_ps(abs_n, _mm256_set1_ps(192.0f), _CMP_GT_OQ);
+    const __m256 split = _mm256_mul_ps(_mm256_fmadd_ps(s2, poly, s2), s1);
+    const __m256 plain = _mm256_fmadd_ps(two_n, poly, two_n);
+    const __m256 moderate = _mm256_or_ps(_mm256_and_ps(far, split), _mm256_andnot_ps(far, plain));
+    return _mm256_or_ps(_mm256_and_ps(huge, _mm256_mul_ps(s1, s1)), _mm256_andnot_ps(huge, moderate));
+}
+#else
+#define HOST_SIMD_AVX2 0
+#endif
+
+#endif

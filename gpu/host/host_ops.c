@@ -15,14 +15,6 @@
 
 #include "gpu/host/host_internal.h"
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-#define HOST_OPS_HAVE_AVX2 1
-#define HOST_OPS_AVX2 __attribute__((target("avx2,fma")))
-#else
-#define HOST_OPS_HAVE_AVX2 0
-#endif
-
 /* Below this many elements an op runs inline on the calling thread. */
 enum { HOST_INLINE_ELEMENTS = 16384 };
 
@@ -161,57 +153,27 @@ typedef struct elementwise_task {
     bool simd; /* AVX2+FMA present (SwiGLU only) */
 } elementwise_task;
 
-/* SiLU as llama.cpp computes it on AVX2 (ggml's vec_swiglu): through a vectorized e^x
- * of its own (below), 8 elements at a time. Each lane's result depends only on its own
- * input, so a tail of fewer than 8 goes through the same code padded to 8 lanes, and an
- * element's result never depends on where it sits in the batch. ggml sends the tail
- * of each row (row width % 8 elements) through expf instead; for widths that are
- * multiples of 8 (every model of interest) the results are identical. */
-static float silu_scalar(float x) { return x / (1.0f + expf(-x)); }
-
-#if HOST_OPS_HAVE_AVX2
-
-/* e^x on 8 lanes, rounded as ggml_v_expf rounds (the "expf" of Arm's optimized
- * routines): x = n ln2 + r with n = round(x / ln2) (found by adding 1.5 * 2^23), r
- * from a two-part ln2, e^r - 1 by a degree-5 polynomial in r, and 2^n put into the
- * exponent bits. Lanes with |n| > 126 take a path that splits 2^n into two factors
- * (overflow to inf above ~88.38, flush to 0 below ~-103.97). */
-static HOST_OPS_AVX2 inline __m256 avx2_expf(__m256 x) {
-    const __m256 shift = _mm256_set1_ps(0x1.8p23f);
-    const __m256 z = _mm256_fmadd_ps(x, _mm256_set1_ps(0x1.715476p+0f), shift); /* x / ln2 + shift */
-    const __m256 n = _mm256_sub_ps(z, shift);
-    const __m256 r_hi = _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.62e4p-1f), x);
-    const __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.7f7d1cp-20f), r_hi);
-    const __m256i n_bits = _mm256_slli_epi32(_mm256_castps_si256(z), 23);
-    const __m256 two_n = _mm256_castsi256_ps(_mm256_add_epi32(n_bits, _mm256_castps_si256(_mm256_set1_ps(1.0f))));
-    const __m256 abs_n = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), n);
-    const __m256 far = _mm256_cmp_ps(abs_n, _mm256_set1_ps(126.0f), _CMP_GT_OQ);
-    const __m256 r2 = _mm256_mul_ps(r, r);
-    const __m256 p_hi = _mm256_fmadd_ps(_mm256_set1_ps(0x1.0e4020p-7f), r, _mm256_set1_ps(0x1.573e2ep-5f));
-    const __m256 p_lo = _mm256_fmadd_ps(_mm256_set1_ps(0x1.555e66p-3f), r, _mm256_set1_ps(0x1.fffdb6p-2f));
-    const __m256 p_r = _mm256_mul_ps(_mm256_set1_ps(0x1.ffffecp-1f), r);
-    const __m256 poly = _mm256_fmadd_ps(_mm256_fmadd_ps(p_hi, r2, p_lo), r2, p_r); /* e^r - 1 */
-    if (!_mm256_movemask_ps(far)) return _mm256_fmadd_ps(poly, two_n, two_n);
-    /* 2^n = s1 * s2 with s1 = 2^(+-127) style factor chosen by the sign of n */
-    const __m256i sign_part =
-        _mm256_and_si256(_mm256_castps_si256(_mm256_cmp_ps(n, _mm256_setzero_ps(), _CMP_LE_OQ)),
-                         _mm256_set1_epi32((int)0x82000000u));
-    const __m256 s1 = _mm256_castsi256_ps(_mm256_add_epi32(sign_part, _mm256_set1_epi32(0x7f000000)));
-    const __m256 s2 = _mm256_castsi256_ps(_mm256_sub_epi32(n_bits, sign_part));
-    const __m256 huge = _mm256_cmp_ps(abs_n, _mm256_set1_ps(192.0f), _CMP_GT_OQ);
-    const __m256 split = _mm256_mul_ps(_mm256_fmadd_ps(s2, poly, s2), s1);
-    const __m256 plain = _mm256_fmadd_ps(two_n, poly, two_n);
-    const __m256 moderate = _mm256_or_ps(_mm256_and_ps(far, split), _mm256_andnot_ps(far, plain));
-    return _mm256_or_ps(_mm256_and_ps(huge, _mm256_mul_ps(s1, s1)), _mm256_andnot_ps(huge, moderate));
+/* SiLU as llama.cpp computes it on AVX2 (ggml's vec_swiglu): x / (1 + e^-x) through
+ * ggml's vectorized e^x (host__avx2_expf), 8 elements at a time. Each lane's result
+ * depends only on its own input, so a tail of fewer than 8 goes through the same code
+ * padded to 8 lanes, and an element's result never depends on where it sits in the
+ * batch. ggml sends the tail of each row (row width % 8 elements) through expf
+ * instead; for widths that are multiples of 8 (every model of interest) the results
+ * are identical. Without AVX2 the same e^x runs one element at a time (host__expf),
+ * with the same result. */
+static float silu_scalar(float x) {
+    return x / (1.0f + host__expf(0.0f - x));
 }
 
+#if HOST_SIMD_AVX2
+
 /* x / (1 + e^-x) on 8 lanes. */
-static HOST_OPS_AVX2 inline __m256 avx2_silu(__m256 x) {
-    const __m256 e = avx2_expf(_mm256_sub_ps(_mm256_setzero_ps(), x));
+static HOST_AVX2_TARGET inline __m256 avx2_silu(__m256 x) {
+    const __m256 e = host__avx2_expf(_mm256_sub_ps(_mm256_setzero_ps(), x));
     return _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
 }
 
-static HOST_OPS_AVX2 void swiglu_avx2(float *out, const float *gate, const float *up, int64_t n) {
+static HOST_AVX2_TARGET void swiglu_avx2(float *out, const float *gate, const float *up, int64_t n) {
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) {
         const __m256 s = avx2_silu(_mm256_loadu_ps(gate + i));
@@ -234,7 +196,7 @@ static void swiglu_range(void *ctx, int ith, int nth) {
     host__split((t->n + 7) / 8, ith, nth, &chunk_begin, &chunk_end);
     int64_t end = chunk_end * 8 < t->n ? chunk_end * 8 : t->n;
     int64_t begin = chunk_begin * 8 < end ? chunk_begin * 8 : end;
-#if HOST_OPS_HAVE_AVX2
+#if HOST_SIMD_AVX2
     if (t->simd) {
         swiglu_avx2(t->out + begin, t->a + begin, t->b + begin, end - begin);
         return;
@@ -246,7 +208,7 @@ static void swiglu_range(void *ctx, int ith, int nth) {
 void host__swiglu(dev_backend *dev, float *out, const float *gate, const float *up, int64_t n) {
     host_backend *hb = (host_backend *)dev;
     elementwise_task task = {out, gate, up, n, false};
-#if HOST_OPS_HAVE_AVX2
+#if HOST_SIMD_AVX2
     task.simd = host__cpu_has_avx2();
 #endif
     if (n < HOST_INLINE_ELEMENTS)
