@@ -5,12 +5,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#define SP_ASSERT(cond)                                                             \
-    do {                                                                            \
-        if (!(cond)) {                                                              \
+#define SP_ASSERT(cond)                                                                  \
+    do {                                                                                 \
+        if (!(cond)) {                                                                   \
             fprintf(stderr, "%s:%d: assertion failed: %s\n", __FILE__, __LINE__, #cond); \
-            abort();                                                                \
-        }                                                                           \
+            abort();                                                                     \
+        }                                                                                \
     } while (0)
 
 #endif

@@ -9,8 +9,8 @@ void sp_log_set_level(sp_log_level level);
 void sp_log(sp_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #define sp_log_debug(...) sp_log(SP_LOG_DEBUG, __VA_ARGS__)
-#define sp_log_info(...) sp_log(SP_LOG_INFO, __VA_ARGS__)
-#define sp_log_warn(...) sp_log(SP_LOG_WARN, __VA_ARGS__)
+#define sp_log_info(...)  sp_log(SP_LOG_INFO, __VA_ARGS__)
+#define sp_log_warn(...)  sp_log(SP_LOG_WARN, __VA_ARGS__)
 #define sp_log_error(...) sp_log(SP_LOG_ERROR, __VA_ARGS__)
 
 #endif

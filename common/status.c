@@ -9,8 +9,7 @@ static _Thread_local char error_message[1024];
 const char *sp_status_str(sp_status st) {
     switch (st) {
 #define SP_STATUS_CASE(name, value, text) \
-    case name:                            \
-        return text;
+    case name: return text;
         SP_STATUS_MAP(SP_STATUS_CASE)
 #undef SP_STATUS_CASE
     }

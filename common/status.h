@@ -12,18 +12,18 @@
 #include <stdarg.h>
 
 /* X(name, value, text) */
-#define SP_STATUS_MAP(X)                                                  \
-    X(SP_OK, 0, "ok")                                                     \
-    X(SP_ERR_NOMEM, -1, "out of memory")                                  \
-    X(SP_ERR_IO, -2, "input/output error")                                \
-    X(SP_ERR_FORMAT, -3, "malformed file")                                \
-    X(SP_ERR_UNSUPPORTED, -4, "unsupported")                              \
-    X(SP_ERR_INVALID_ARG, -5, "invalid argument")                         \
-    X(SP_ERR_NOT_FOUND, -6, "not found")                                  \
-    X(SP_ERR_RANGE, -7, "out of range")                                   \
-    X(SP_ERR_DEVICE, -8, "device error")                                  \
-    X(SP_ERR_FULL, -9, "capacity exhausted")                              \
-    X(SP_ERR_CANCELLED, -10, "cancelled")                                 \
+#define SP_STATUS_MAP(X)                          \
+    X(SP_OK, 0, "ok")                             \
+    X(SP_ERR_NOMEM, -1, "out of memory")          \
+    X(SP_ERR_IO, -2, "input/output error")        \
+    X(SP_ERR_FORMAT, -3, "malformed file")        \
+    X(SP_ERR_UNSUPPORTED, -4, "unsupported")      \
+    X(SP_ERR_INVALID_ARG, -5, "invalid argument") \
+    X(SP_ERR_NOT_FOUND, -6, "not found")          \
+    X(SP_ERR_RANGE, -7, "out of range")           \
+    X(SP_ERR_DEVICE, -8, "device error")          \
+    X(SP_ERR_FULL, -9, "capacity exhausted")      \
+    X(SP_ERR_CANCELLED, -10, "cancelled")         \
     X(SP_ERR_INTERNAL, -11, "internal error")
 
 typedef enum sp_status {

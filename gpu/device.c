@@ -8,10 +8,8 @@
 
 sp_status dev_create(const dev_options *opts, dev_backend **out) {
     switch (opts->kind) {
-    case DEV_KIND_CPU:
-        return host_backend_create(opts, out);
-    case DEV_KIND_CUDA:
-        return sp_fail(SP_ERR_UNSUPPORTED, "device cuda: this build has no CUDA backend");
+    case DEV_KIND_CPU: return host_backend_create(opts, out);
+    case DEV_KIND_CUDA: return sp_fail(SP_ERR_UNSUPPORTED, "device cuda: this build has no CUDA backend");
     }
     return sp_fail(SP_ERR_INVALID_ARG, "device kind %d unknown", (int)opts->kind);
 }
@@ -37,8 +35,8 @@ sp_status dev_weight_init(dev_backend *dev, dev_tensor *out, quant_type type, in
     size_t row = quant_row_bytes(type, ne0);
     size_t want;
     if (__builtin_mul_overflow(row, (size_t)ne1, &want) || want != nbytes)
-        return sp_fail(SP_ERR_INVALID_ARG, "tensor of %zu bytes does not hold [%lld, %lld] %s", nbytes,
-                       (long long)ne0, (long long)ne1, quant_type_name(type));
+        return sp_fail(SP_ERR_INVALID_ARG, "tensor of %zu bytes does not hold [%lld, %lld] %s", nbytes, (long long)ne0,
+                       (long long)ne1, quant_type_name(type));
     out->type = type;
     out->ne0 = ne0;
     out->ne1 = ne1;
@@ -106,7 +104,8 @@ sp_status dev_step_begin(dev_backend *dev, const dev_step *s, int32_t n_vocab, c
         }
     }
     for (int32_t i = 0; i < s->n_logits; i++) {
-        if (s->logit_rows[i] < 0 || s->logit_rows[i] >= s->n_tokens || (i > 0 && s->logit_rows[i] <= s->logit_rows[i - 1]))
+        if (s->logit_rows[i] < 0 || s->logit_rows[i] >= s->n_tokens ||
+            (i > 0 && s->logit_rows[i] <= s->logit_rows[i - 1]))
             return sp_fail(SP_ERR_INVALID_ARG, "step: logit_rows[%d] = %d not ascending within 0..%d", i,
                            s->logit_rows[i], s->n_tokens - 1);
     }
@@ -149,8 +148,7 @@ void dev_add(dev_backend *dev, float *out, const float *a, const float *b, int64
     dev->ops->add(dev, out, a, b, n);
 }
 
-void dev_gather_rows(dev_backend *dev, float *out, const float *in, const int32_t *rows, int64_t n_rows,
-                     int64_t dim) {
+void dev_gather_rows(dev_backend *dev, float *out, const float *in, const int32_t *rows, int64_t n_rows, int64_t dim) {
     dev->ops->gather_rows(dev, out, in, rows, n_rows, dim);
 }
 

@@ -41,8 +41,8 @@ typedef struct dev_options {
 /* A weight tensor on the device: rows of ne[0] elements in `type`, ne[1] rows. */
 typedef struct dev_tensor {
     quant_type type;
-    int64_t ne0;   /* elements per row (K for a matmul weight, D for a norm) */
-    int64_t ne1;   /* rows (N for a matmul weight, V for embeddings) */
+    int64_t ne0; /* elements per row (K for a matmul weight, D for a norm) */
+    int64_t ne1; /* rows (N for a matmul weight, V for embeddings) */
     size_t nbytes;
     const void *data; /* device address; owned by the backend (or the model's mapping) */
 } dev_tensor;
@@ -55,10 +55,10 @@ typedef enum dev_rope_style {
 
 typedef struct dev_rope {
     dev_rope_style style;
-    int n_rot;                        /* rotated dims per head (<= Dh) */
+    int n_rot; /* rotated dims per head (<= Dh) */
     float freq_base;
-    float freq_scale;                 /* linear position scaling (1 = none) */
-    const dev_tensor *freq_factors;   /* (n_rot/2) F32, divides each frequency; or NULL */
+    float freq_scale;               /* linear position scaling (1 = none) */
+    const dev_tensor *freq_factors; /* (n_rot/2) F32, divides each frequency; or NULL */
 } dev_rope;
 
 /* The KV pools: per layer, K and V each [n_blocks][B][Hk][Dh], stored as F16. */
@@ -74,16 +74,16 @@ typedef struct dev_kv dev_kv;
 
 /* A ragged batch, as the caller describes it on the host. */
 typedef struct dev_step {
-    int32_t n_tokens;            /* T */
-    const int32_t *tokens;       /* (T) token ids */
-    const int32_t *pos;          /* (T) position of each token in its sequence */
-    const int32_t *seq;          /* (T) index of each token's sequence, 0..S-1 */
-    int32_t n_seqs;              /* S */
-    const int32_t *seq_len;      /* (S) KV length of each sequence once this step is written */
-    const int32_t *block_table;  /* (S, max_blocks) KV block ids, row-major */
+    int32_t n_tokens;           /* T */
+    const int32_t *tokens;      /* (T) token ids */
+    const int32_t *pos;         /* (T) position of each token in its sequence */
+    const int32_t *seq;         /* (T) index of each token's sequence, 0..S-1 */
+    int32_t n_seqs;             /* S */
+    const int32_t *seq_len;     /* (S) KV length of each sequence once this step is written */
+    const int32_t *block_table; /* (S, max_blocks) KV block ids, row-major */
     int32_t max_blocks;
-    int32_t n_logits;            /* rows that want logits */
-    const int32_t *logit_rows;   /* (n_logits) token indices 0..T-1, ascending */
+    int32_t n_logits;          /* rows that want logits */
+    const int32_t *logit_rows; /* (n_logits) token indices 0..T-1, ascending */
 } dev_step;
 
 /* Creates a backend. Caller owns *out; free with dev_destroy. */
@@ -149,8 +149,7 @@ void dev_swiglu(dev_backend *dev, float *out, const float *gate, const float *up
 void dev_add(dev_backend *dev, float *out, const float *a, const float *b, int64_t n);
 
 /* out (R, D) = in rows listed in rows (R). */
-void dev_gather_rows(dev_backend *dev, float *out, const float *in, const int32_t *rows, int64_t n_rows,
-                     int64_t dim);
+void dev_gather_rows(dev_backend *dev, float *out, const float *in, const int32_t *rows, int64_t n_rows, int64_t dim);
 
 /* Copies device memory to the host after all queued ops complete. */
 sp_status dev_copy_to_host(dev_backend *dev, void *host, const void *device, size_t nbytes);

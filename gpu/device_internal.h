@@ -22,8 +22,8 @@ typedef struct dev_backend_ops {
     void (*rope_apply)(dev_backend *dev, float *x, const dev_step *step, const dev_rope *rope, int64_t heads,
                        int64_t head_dim);
     void (*kv_write)(dev_backend *dev, dev_kv *kv, int layer, const float *k, const float *v, const dev_step *step);
-    void (*attention)(dev_backend *dev, float *out, const float *q, const dev_kv *kv, int layer,
-                      const dev_step *step, int64_t n_heads, float scale);
+    void (*attention)(dev_backend *dev, float *out, const float *q, const dev_kv *kv, int layer, const dev_step *step,
+                      int64_t n_heads, float scale);
     void (*swiglu)(dev_backend *dev, float *out, const float *gate, const float *up, int64_t n);
     void (*add)(dev_backend *dev, float *out, const float *a, const float *b, int64_t n);
     void (*gather_rows)(dev_backend *dev, float *out, const float *in, const int32_t *rows, int64_t n_rows,

@@ -19,8 +19,7 @@ static sp_status read_dim(const gguf_file *f, const char *arch, const char *suff
         *out = fallback;
         return SP_OK;
     }
-    if (st == SP_ERR_NOT_FOUND)
-        return sp_fail(SP_ERR_FORMAT, "%s: required key %s is missing", gguf_path(f), key);
+    if (st == SP_ERR_NOT_FOUND) return sp_fail(SP_ERR_FORMAT, "%s: required key %s is missing", gguf_path(f), key);
     if (st != SP_OK) return sp_fail_prefix(st, "%s", gguf_path(f));
     if (v <= 0 || v > (1 << 24))
         return sp_fail(SP_ERR_FORMAT, "%s: key %s = %lld is out of range (1..16777216)", gguf_path(f), key,
@@ -38,8 +37,7 @@ static sp_status read_float(const gguf_file *f, const char *arch, const char *su
         *out = fallback;
         return SP_OK;
     }
-    if (st == SP_ERR_NOT_FOUND)
-        return sp_fail(SP_ERR_FORMAT, "%s: required key %s is missing", gguf_path(f), key);
+    if (st == SP_ERR_NOT_FOUND) return sp_fail(SP_ERR_FORMAT, "%s: required key %s is missing", gguf_path(f), key);
     if (st != SP_OK) return sp_fail_prefix(st, "%s", gguf_path(f));
     if (!isfinite(*out) || *out <= 0.0f)
         return sp_fail(SP_ERR_FORMAT, "%s: key %s = %g must be a positive number", gguf_path(f), key, (double)*out);
@@ -71,9 +69,8 @@ sp_status model_hparams_read(const gguf_file *f, model_hparams *hp) {
         hp->rope_style = DEV_ROPE_NEOX;
         hp->has_qk_norm = true;
     } else {
-        return sp_fail(SP_ERR_UNSUPPORTED,
-                       "%s: unsupported architecture '%s' (supported: llama, qwen2, qwen3)", gguf_path(f),
-                       hp->arch_name);
+        return sp_fail(SP_ERR_UNSUPPORTED, "%s: unsupported architecture '%s' (supported: llama, qwen2, qwen3)",
+                       gguf_path(f), hp->arch_name);
     }
 
     const char *a = hp->arch_name;
@@ -87,8 +84,8 @@ sp_status model_hparams_read(const gguf_file *f, model_hparams *hp) {
     int value_dim;
     if ((st = read_dim(f, a, "attention.value_length", hp->head_dim, &value_dim)) != SP_OK) return st;
     if (value_dim != hp->head_dim)
-        return sp_fail(SP_ERR_UNSUPPORTED, "%s: %s.attention.value_length %d differs from key_length %d",
-                       gguf_path(f), a, value_dim, hp->head_dim);
+        return sp_fail(SP_ERR_UNSUPPORTED, "%s: %s.attention.value_length %d differs from key_length %d", gguf_path(f),
+                       a, value_dim, hp->head_dim);
     if ((st = read_dim(f, a, "context_length", 0, &hp->n_ctx_train)) != SP_OK) return st;
     if ((st = read_dim(f, a, "rope.dimension_count", hp->head_dim, &hp->rope_n_rot)) != SP_OK) return st;
     if ((st = read_float(f, a, "attention.layer_norm_rms_epsilon", 0, true, &hp->rms_eps)) != SP_OK) return st;

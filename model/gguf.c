@@ -33,15 +33,15 @@
 #include "model/model_internal.h"
 #include "model/quant.h"
 
-#define GGUF_MAGIC "GGUF"
-#define GGUF_HEADER_BYTES 24
+#define GGUF_MAGIC             "GGUF"
+#define GGUF_HEADER_BYTES      24
 #define GGUF_DEFAULT_ALIGNMENT 32
-#define GGUF_MAX_NESTING 16
+#define GGUF_MAX_NESTING       16
 /* Smallest possible encodings, used to bound counts before allocating. */
-#define GGUF_MIN_KV_BYTES 13     /* empty key (8), type (4), one-byte value (1) */
+#define GGUF_MIN_KV_BYTES     13 /* empty key (8), type (4), one-byte value (1) */
 #define GGUF_MIN_TENSOR_BYTES 32 /* empty name (8), n_dims (4), one dim (8), type (4), offset (8) */
 #define GGUF_MIN_STRING_BYTES 8
-#define GGUF_MIN_ARRAY_BYTES 12
+#define GGUF_MIN_ARRAY_BYTES  12
 
 /* Parsing cursor; ctx names what is being read ("key general.name") for messages. */
 typedef struct gguf_reader {
@@ -51,9 +51,9 @@ typedef struct gguf_reader {
 } gguf_reader;
 
 const size_t gguf__value_type_sizes[GGUF_TYPE_FLOAT64 + 1] = {
-    [GGUF_TYPE_UINT8] = 1,   [GGUF_TYPE_INT8] = 1,    [GGUF_TYPE_UINT16] = 2, [GGUF_TYPE_INT16] = 2,
-    [GGUF_TYPE_UINT32] = 4,  [GGUF_TYPE_INT32] = 4,   [GGUF_TYPE_FLOAT32] = 4, [GGUF_TYPE_BOOL] = 1,
-    [GGUF_TYPE_STRING] = 0,  [GGUF_TYPE_ARRAY] = 0,   [GGUF_TYPE_UINT64] = 8, [GGUF_TYPE_INT64] = 8,
+    [GGUF_TYPE_UINT8] = 1,   [GGUF_TYPE_INT8] = 1,  [GGUF_TYPE_UINT16] = 2,  [GGUF_TYPE_INT16] = 2,
+    [GGUF_TYPE_UINT32] = 4,  [GGUF_TYPE_INT32] = 4, [GGUF_TYPE_FLOAT32] = 4, [GGUF_TYPE_BOOL] = 1,
+    [GGUF_TYPE_STRING] = 0,  [GGUF_TYPE_ARRAY] = 0, [GGUF_TYPE_UINT64] = 8,  [GGUF_TYPE_INT64] = 8,
     [GGUF_TYPE_FLOAT64] = 8,
 };
 
@@ -62,8 +62,8 @@ bool gguf__value_type_valid(uint32_t t) {
 }
 
 const char *gguf_value_type_name(gguf_value_type t) {
-    static const char *const names[] = {"uint8", "int8",  "uint16", "int16", "uint32", "int32",  "float32",
-                                        "bool",  "string", "array", "uint64", "int64", "float64"};
+    static const char *const names[] = {"uint8", "int8",   "uint16", "int16",  "uint32", "int32",  "float32",
+                                        "bool",  "string", "array",  "uint64", "int64",  "float64"};
     return gguf__value_type_valid((uint32_t)t) ? names[t] : "unknown";
 }
 
@@ -73,8 +73,10 @@ static const char *str_show(gguf_str s, char *out, size_t cap) {
     uint64_t shown = s.len < 64 ? s.len : 64;
     for (uint64_t i = 0; i < shown && o + 5 < cap; i++) {
         unsigned char c = (unsigned char)s.ptr[i];
-        if (c < 0x20 || c == 0x7f) o += (size_t)snprintf(out + o, cap - o, "\\x%02x", c);
-        else out[o++] = (char)c;
+        if (c < 0x20 || c == 0x7f)
+            o += (size_t)snprintf(out + o, cap - o, "\\x%02x", c);
+        else
+            out[o++] = (char)c;
     }
     if (shown < s.len && o + 4 < cap) o += (size_t)snprintf(out + o, cap - o, "...");
     out[o] = '\0';
@@ -97,8 +99,9 @@ uint64_t gguf__load_u(const uint8_t *p, size_t n) {
 
 static sp_status reader_need(gguf_reader *r, uint64_t n, const char *what) {
     if (n <= r->f->size - r->pos) return SP_OK;
-    return sp_fail(SP_ERR_FORMAT, "%s: %s: %s at byte %" PRIu64 " (%" PRIu64 " bytes) past end of file (size %" PRIu64 ")",
-                   r->f->name, r->ctx, what, r->pos, n, r->f->size);
+    return sp_fail(SP_ERR_FORMAT,
+                   "%s: %s: %s at byte %" PRIu64 " (%" PRIu64 " bytes) past end of file (size %" PRIu64 ")", r->f->name,
+                   r->ctx, what, r->pos, n, r->f->size);
 }
 
 static sp_status reader_u32(gguf_reader *r, const char *what, uint32_t *out) {
@@ -122,7 +125,8 @@ static sp_status reader_str(gguf_reader *r, const char *what, gguf_str *out) {
     sp_status st = reader_u64(r, what, &len);
     if (st) return st;
     if (len > r->f->size - r->pos) {
-        return sp_fail(SP_ERR_FORMAT, "%s: %s: %s length %" PRIu64 " at byte %" PRIu64 " past end of file (size %" PRIu64 ")",
+        return sp_fail(SP_ERR_FORMAT,
+                       "%s: %s: %s length %" PRIu64 " at byte %" PRIu64 " past end of file (size %" PRIu64 ")",
                        r->f->name, r->ctx, what, len, r->pos - 8, r->f->size);
     }
     out->ptr = (const char *)r->f->base + r->pos;
@@ -157,8 +161,8 @@ static sp_status index_init(gguf_index *ix, int64_t n) {
 
 /* Slot holding a name equal to (p, n), or the empty slot where it would go. name_of
  * maps an index to its name. */
-static int64_t *index_slot(const gguf_index *ix, const char *p, uint64_t n, gguf_str (*name_of)(const gguf_file *, int64_t),
-                           const gguf_file *f) {
+static int64_t *index_slot(const gguf_index *ix, const char *p, uint64_t n,
+                           gguf_str (*name_of)(const gguf_file *, int64_t), const gguf_file *f) {
     uint64_t i = hash_bytes(p, n) & ix->mask;
     for (;; i = (i + 1) & ix->mask) {
         int64_t *slot = &ix->slots[i];
@@ -196,7 +200,8 @@ static sp_status array_header(gguf_reader *r, int depth, uint32_t *elem_type, ui
         return sp_fail(SP_ERR_FORMAT, "%s: %s: unknown array element type %" PRIu32, r->f->name, r->ctx, *elem_type);
     }
     if (*elem_type == GGUF_TYPE_ARRAY && depth + 1 >= GGUF_MAX_NESTING) {
-        return sp_fail(SP_ERR_FORMAT, "%s: %s: arrays nested deeper than %d levels", r->f->name, r->ctx, GGUF_MAX_NESTING);
+        return sp_fail(SP_ERR_FORMAT, "%s: %s: arrays nested deeper than %d levels", r->f->name, r->ctx,
+                       GGUF_MAX_NESTING);
     }
     st = reader_u64(r, "array length", n);
     if (st) return st;
@@ -216,7 +221,8 @@ static sp_status array_elems(gguf_reader *r, uint32_t elem_type, uint64_t n, int
     gguf_str s;
     for (uint64_t i = 0; i < n; i++) {
         if (str_pos) str_pos[i] = r->pos;
-        sp_status st = elem_type == GGUF_TYPE_STRING ? reader_str(r, "string", &s) : value_skip(r, elem_type, depth + 1);
+        sp_status st =
+            elem_type == GGUF_TYPE_STRING ? reader_str(r, "string", &s) : value_skip(r, elem_type, depth + 1);
         if (st) return st;
     }
     return SP_OK;
@@ -252,7 +258,8 @@ static sp_status kv_read(gguf_reader *r, int64_t i) {
     }
     uint32_t t, elem_type;
     if ((st = reader_u32(r, "value type", &t))) return st;
-    if (!gguf__value_type_valid(t)) return sp_fail(SP_ERR_FORMAT, "%s: %s: unknown value type %" PRIu32, f->name, r->ctx, t);
+    if (!gguf__value_type_valid(t))
+        return sp_fail(SP_ERR_FORMAT, "%s: %s: unknown value type %" PRIu32, f->name, r->ctx, t);
     kv->type = (gguf_value_type)t;
     if (t != GGUF_TYPE_ARRAY) {
         kv->pos = r->pos;
@@ -289,7 +296,8 @@ static sp_status tensor_read(gguf_reader *r, int64_t i) {
     st = reader_u32(r, "n_dims", &t->n_dims);
     if (st) return st;
     if (t->n_dims == 0 || t->n_dims > GGUF_MAX_DIMS) {
-        return sp_fail(SP_ERR_FORMAT, "%s: %s: n_dims %" PRIu32 ", want 1..%d", f->name, r->ctx, t->n_dims, GGUF_MAX_DIMS);
+        return sp_fail(SP_ERR_FORMAT, "%s: %s: n_dims %" PRIu32 ", want 1..%d", f->name, r->ctx, t->n_dims,
+                       GGUF_MAX_DIMS);
     }
     int64_t n_elements = 1;
     for (uint32_t d = 0; d < GGUF_MAX_DIMS; d++) {
@@ -315,8 +323,9 @@ static sp_status tensor_read(gguf_reader *r, int64_t i) {
                        f->name, r->ctx, t->type);
     }
     if (t->ne[0] % (int64_t)block != 0) {
-        return sp_fail(SP_ERR_FORMAT, "%s: %s: row of %" PRId64 " elements is not a whole number of %s blocks (%zu each)",
-                       f->name, r->ctx, t->ne[0], quant_type_name(t->type), block);
+        return sp_fail(SP_ERR_FORMAT,
+                       "%s: %s: row of %" PRId64 " elements is not a whole number of %s blocks (%zu each)", f->name,
+                       r->ctx, t->ne[0], quant_type_name(t->type), block);
     }
     uint64_t n_blocks = (uint64_t)n_elements / block; /* rows hold whole blocks, so this is exact */
     if (__builtin_mul_overflow(n_blocks, (uint64_t)block_bytes, &t->nbytes)) {
@@ -346,10 +355,13 @@ static sp_status tensors_place(gguf_file *f) {
         overflow = overflow || __builtin_add_overflow(start, t->nbytes, &end);
         if (overflow || end > f->size) {
             if (overflow) {
-                return sp_fail(SP_ERR_FORMAT, "%s: tensor %s: data at offset %" PRIu64 " (%" PRIu64 " bytes) past end of file (size %" PRIu64 ")",
+                return sp_fail(SP_ERR_FORMAT,
+                               "%s: tensor %s: data at offset %" PRIu64 " (%" PRIu64
+                               " bytes) past end of file (size %" PRIu64 ")",
                                f->name, str_show(t->name, a, sizeof a), t->offset, t->nbytes, f->size);
             }
-            return sp_fail(SP_ERR_FORMAT, "%s: tensor %s: data [%" PRIu64 ", %" PRIu64 ") past end of file (size %" PRIu64 ")",
+            return sp_fail(SP_ERR_FORMAT,
+                           "%s: tensor %s: data [%" PRIu64 ", %" PRIu64 ") past end of file (size %" PRIu64 ")",
                            f->name, str_show(t->name, a, sizeof a), start, end, f->size);
         }
         t->data = f->base + start;
@@ -364,7 +376,8 @@ static sp_status tensors_place(gguf_file *f) {
         const gguf_tensor *p = order[i - 1], *t = order[i];
         if (t->offset < p->offset + p->nbytes) { /* both ends are inside the file: no overflow */
             uint64_t ps = f->data_start + p->offset, ts = f->data_start + t->offset;
-            st = sp_fail(SP_ERR_FORMAT, "%s: tensor %s: data [%" PRIu64 ", %" PRIu64 ") overlaps tensor %s [%" PRIu64 ", %" PRIu64 ")",
+            st = sp_fail(SP_ERR_FORMAT,
+                         "%s: tensor %s: data [%" PRIu64 ", %" PRIu64 ") overlaps tensor %s [%" PRIu64 ", %" PRIu64 ")",
                          f->name, str_show(t->name, a, sizeof a), ts, ts + t->nbytes, str_show(p->name, b, sizeof b),
                          ps, ps + p->nbytes);
         }
@@ -379,31 +392,35 @@ static sp_status header_read(gguf_reader *r, uint64_t *n_tensors, uint64_t *n_kv
     gguf_file *f = r->f;
     snprintf(r->ctx, sizeof r->ctx, "header");
     if (f->size < 4) {
-        return sp_fail(SP_ERR_FORMAT, "%s: %" PRIu64 " bytes is too short for a GGUF header (%d bytes)", f->name, f->size,
-                       GGUF_HEADER_BYTES);
+        return sp_fail(SP_ERR_FORMAT, "%s: %" PRIu64 " bytes is too short for a GGUF header (%d bytes)", f->name,
+                       f->size, GGUF_HEADER_BYTES);
     }
     if (memcmp(f->base, GGUF_MAGIC, 4) != 0) {
-        return sp_fail(SP_ERR_FORMAT, "%s: not a GGUF file (magic %02x %02x %02x %02x, want \"GGUF\")", f->name, f->base[0],
-                       f->base[1], f->base[2], f->base[3]);
+        return sp_fail(SP_ERR_FORMAT, "%s: not a GGUF file (magic %02x %02x %02x %02x, want \"GGUF\")", f->name,
+                       f->base[0], f->base[1], f->base[2], f->base[3]);
     }
     r->pos = 4;
     sp_status st = reader_u32(r, "version", &f->version);
     if (st) return st;
     if (f->version == 1) {
-        return sp_fail(SP_ERR_FORMAT, "%s: GGUF version 1 is not supported (only 2 and 3); convert the model again", f->name);
+        return sp_fail(SP_ERR_FORMAT, "%s: GGUF version 1 is not supported (only 2 and 3); convert the model again",
+                       f->name);
     }
     if (f->version == 0x02000000u || f->version == 0x03000000u) {
         return sp_fail(SP_ERR_FORMAT, "%s: big-endian GGUF files are not supported", f->name);
     }
     if (f->version != 2 && f->version != 3) {
-        return sp_fail(SP_ERR_FORMAT, "%s: GGUF version %" PRIu32 " is not supported (only 2 and 3)", f->name, f->version);
+        return sp_fail(SP_ERR_FORMAT, "%s: GGUF version %" PRIu32 " is not supported (only 2 and 3)", f->name,
+                       f->version);
     }
     if ((st = reader_u64(r, "n_tensors", n_tensors)) || (st = reader_u64(r, "n_kv", n_kv))) return st;
     if ((st = reader_count(r, *n_kv, GGUF_MIN_KV_BYTES, "n_kv"))) return st;
     if ((st = reader_count(r, *n_tensors, GGUF_MIN_TENSOR_BYTES, "n_tensors"))) return st;
     uint64_t kv_min = *n_kv * GGUF_MIN_KV_BYTES, tensor_min = *n_tensors * GGUF_MIN_TENSOR_BYTES; /* checked above */
     if (kv_min + tensor_min > f->size - r->pos) {
-        return sp_fail(SP_ERR_FORMAT, "%s: header: n_kv %" PRIu64 " and n_tensors %" PRIu64 " are more than the %" PRIu64 " remaining bytes could hold",
+        return sp_fail(SP_ERR_FORMAT,
+                       "%s: header: n_kv %" PRIu64 " and n_tensors %" PRIu64 " are more than the %" PRIu64
+                       " remaining bytes could hold",
                        f->name, *n_kv, *n_tensors, f->size - r->pos);
     }
     return SP_OK;
@@ -418,7 +435,8 @@ static sp_status alignment_read(gguf_file *f) {
         v = u;
     }
     if (v == 0 || (v & (v - 1)) != 0) {
-        return sp_fail(SP_ERR_FORMAT, "%s: key general.alignment: %" PRId64 " is not a nonzero power of two", f->name, v);
+        return sp_fail(SP_ERR_FORMAT, "%s: key general.alignment: %" PRId64 " is not a nonzero power of two", f->name,
+                       v);
     }
     f->alignment = (uint64_t)v;
     return SP_OK;
@@ -463,7 +481,8 @@ static sp_status file_create(const char *name, gguf_file **out) {
 
 sp_status gguf_open_memory(const void *data, size_t size, const char *name, gguf_file **out) {
     *out = NULL;
-    if (!data && size) return sp_fail(SP_ERR_INVALID_ARG, "%s: NULL buffer of %zu bytes", name ? name : "(memory)", size);
+    if (!data && size)
+        return sp_fail(SP_ERR_INVALID_ARG, "%s: NULL buffer of %zu bytes", name ? name : "(memory)", size);
     gguf_file *f = NULL;
     sp_status st = file_create(name, &f);
     if (st) return st;

@@ -45,12 +45,12 @@ typedef struct gguf_str {
 
 typedef struct gguf_tensor {
     gguf_str name;
-    uint32_t type;                /* quant_type id (see model/quant.h) */
-    uint32_t n_dims;              /* 1..GGUF_MAX_DIMS */
-    int64_t ne[GGUF_MAX_DIMS];    /* elements per dim, ne[0] fastest; unused dims are 1 */
-    uint64_t offset;              /* from the start of the data section */
+    uint32_t type;             /* quant_type id (see model/quant.h) */
+    uint32_t n_dims;           /* 1..GGUF_MAX_DIMS */
+    int64_t ne[GGUF_MAX_DIMS]; /* elements per dim, ne[0] fastest; unused dims are 1 */
+    uint64_t offset;           /* from the start of the data section */
     uint64_t nbytes;
-    const void *data;             /* into the mapping, borrowed until gguf_close */
+    const void *data; /* into the mapping, borrowed until gguf_close */
 } gguf_tensor;
 
 typedef struct gguf_file gguf_file;

@@ -41,8 +41,10 @@ static bool kv_int(const gguf_file *f, int64_t i, int64_t *sval, uint64_t *uval,
         return false;
     }
     *is_signed = value_type_signed(kv->type);
-    if (*is_signed) *sval = load_s(f->base + kv->pos, gguf__value_type_sizes[kv->type]);
-    else *uval = gguf__load_u(f->base + kv->pos, gguf__value_type_sizes[kv->type]);
+    if (*is_signed)
+        *sval = load_s(f->base + kv->pos, gguf__value_type_sizes[kv->type]);
+    else
+        *uval = gguf__load_u(f->base + kv->pos, gguf__value_type_sizes[kv->type]);
     return true;
 }
 
@@ -128,7 +130,8 @@ static sp_status kv_typed(const gguf_file *f, const char *key, int type, int alt
 }
 
 /* Integer value of key checked against [lo, hi]. */
-static sp_status kv_get_int(const gguf_file *f, const char *key, const char *want, int64_t lo, uint64_t hi, int64_t *out) {
+static sp_status kv_get_int(const gguf_file *f, const char *key, const char *want, int64_t lo, uint64_t hi,
+                            int64_t *out) {
     int64_t i, s = 0;
     uint64_t u = 0;
     bool is_signed;
@@ -137,8 +140,10 @@ static sp_status kv_get_int(const gguf_file *f, const char *key, const char *wan
     if (!kv_int(f, i, &s, &u, &is_signed)) return kv_type_mismatch(f, key, i, want);
     if (is_signed ? (s < lo || (s > 0 && (uint64_t)s > hi)) : u > hi) {
         char text[32];
-        if (is_signed) snprintf(text, sizeof text, "%" PRId64, s);
-        else snprintf(text, sizeof text, "%" PRIu64, u);
+        if (is_signed)
+            snprintf(text, sizeof text, "%" PRId64, s);
+        else
+            snprintf(text, sizeof text, "%" PRIu64, u);
         return sp_fail(SP_ERR_FORMAT, "%s: key %s: value %s does not fit %s", f->name, key, text, want);
     }
     *out = is_signed ? s : (int64_t)u;
@@ -263,14 +268,21 @@ static void text_put_str(text_buf *t, gguf_str s) {
     text_put(t, "\"");
     for (uint64_t i = 0; i < shown && !t->full; i++) {
         unsigned char c = (unsigned char)s.ptr[i];
-        if (c == '"' || c == '\\') text_put(t, "\\%c", c);
-        else if (c == '\n') text_put(t, "\\n");
-        else if (c == '\t') text_put(t, "\\t");
-        else if (c < 0x20 || c == 0x7f) text_put(t, "\\x%02x", c);
-        else text_put(t, "%c", c);
+        if (c == '"' || c == '\\')
+            text_put(t, "\\%c", c);
+        else if (c == '\n')
+            text_put(t, "\\n");
+        else if (c == '\t')
+            text_put(t, "\\t");
+        else if (c < 0x20 || c == 0x7f)
+            text_put(t, "\\x%02x", c);
+        else
+            text_put(t, "%c", c);
     }
-    if (shown < s.len) text_put(t, "...\" (%" PRIu64 " bytes)", s.len);
-    else text_put(t, "\"");
+    if (shown < s.len)
+        text_put(t, "...\" (%" PRIu64 " bytes)", s.len);
+    else
+        text_put(t, "\"");
 }
 
 /* Position just past the (validated) value of type type at pos. */
@@ -280,7 +292,8 @@ static uint64_t value_end(const gguf_file *f, uint64_t pos, uint32_t type) {
     uint32_t elem_type = (uint32_t)gguf__load_u(f->base + pos, 4);
     uint64_t n = gguf__load_u(f->base + pos + 4, 8);
     pos += 12;
-    if (elem_type != GGUF_TYPE_STRING && elem_type != GGUF_TYPE_ARRAY) return pos + n * gguf__value_type_sizes[elem_type];
+    if (elem_type != GGUF_TYPE_STRING && elem_type != GGUF_TYPE_ARRAY)
+        return pos + n * gguf__value_type_sizes[elem_type];
     for (uint64_t i = 0; i < n; i++) pos = value_end(f, pos, elem_type);
     return pos;
 }
@@ -337,8 +350,10 @@ void gguf_kv_format(const gguf_file *f, int64_t i, char *buf, size_t buflen, int
     text_buf t = {buf, buflen, 0, false};
     buf[0] = '\0';
     const gguf_kv *kv = &f->kvs[i];
-    if (kv->type == GGUF_TYPE_ARRAY) array_format(f, kv->pos, kv->elem_type, kv->n, &t, max_items);
-    else scalar_format(f, kv->pos, kv->type, &t);
+    if (kv->type == GGUF_TYPE_ARRAY)
+        array_format(f, kv->pos, kv->elem_type, kv->n, &t, max_items);
+    else
+        scalar_format(f, kv->pos, kv->type, &t);
     buf[t.len] = '\0';
     if (t.full && buflen > 4) memcpy(buf + buflen - 4, "...", 4);
 }

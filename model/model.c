@@ -63,9 +63,9 @@ static sp_status model_bind_layer(model *m, int il, model_layer *l) {
     int64_t kv_width = (int64_t)hp->n_kv_heads * hp->head_dim;
     char name[96];
     sp_status st;
-#define BIND(suffix, kind, ne0, ne1, optional, field)                                       \
-    do {                                                                                    \
-        snprintf(name, sizeof name, "blk.%d.%s", il, suffix);                              \
+#define BIND(suffix, kind, ne0, ne1, optional, field)                                               \
+    do {                                                                                            \
+        snprintf(name, sizeof name, "blk.%d.%s", il, suffix);                                       \
         if ((st = model_bind_tensor(m, name, kind, ne0, ne1, optional, field)) != SP_OK) return st; \
     } while (0)
     BIND("attn_norm.weight", TENSOR_VECTOR, d, 0, false, &l->attn_norm);
@@ -97,10 +97,11 @@ static size_t model_activations_size(const model_hparams *hp, int64_t t, model_a
         float **field;
         int64_t floats;
     } parts[] = {
-        {&layout->x, t * hp->n_embd},     {&layout->xn, t * hp->n_embd},  {&layout->q, t * q_width},
-        {&layout->k, t * kv_width},       {&layout->v, t * kv_width},     {&layout->attn, t * q_width},
-        {&layout->proj, t * hp->n_embd},  {&layout->gate, t * hp->n_ff},  {&layout->up, t * hp->n_ff},
-        {&layout->logits, logit_rows * hp->n_vocab},
+        {&layout->x, t * hp->n_embd},    {&layout->xn, t * hp->n_embd},
+        {&layout->q, t * q_width},       {&layout->k, t * kv_width},
+        {&layout->v, t * kv_width},      {&layout->attn, t * q_width},
+        {&layout->proj, t * hp->n_embd}, {&layout->gate, t * hp->n_ff},
+        {&layout->up, t * hp->n_ff},     {&layout->logits, logit_rows * hp->n_vocab},
     };
     size_t total = 0;
     for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
@@ -134,12 +135,11 @@ sp_status model_load(const char *path, dev_backend *dev, const model_options *op
         goto fail;
     if (hp->tied_output)
         m->output = m->token_embd;
-    else if ((st = model_bind_tensor(m, "output.weight", TENSOR_MATRIX, hp->n_embd, hp->n_vocab, false,
-                                     &m->output)) != SP_OK)
+    else if ((st = model_bind_tensor(m, "output.weight", TENSOR_MATRIX, hp->n_embd, hp->n_vocab, false, &m->output)) !=
+             SP_OK)
         goto fail;
-    if (hp->has_rope_freqs &&
-        (st = model_bind_tensor(m, "rope_freqs.weight", TENSOR_VECTOR, hp->rope_n_rot / 2, 0, false, &m->rope_freqs)) !=
-            SP_OK)
+    if (hp->has_rope_freqs && (st = model_bind_tensor(m, "rope_freqs.weight", TENSOR_VECTOR, hp->rope_n_rot / 2, 0,
+                                                      false, &m->rope_freqs)) != SP_OK)
         goto fail;
 
     m->layers = calloc((size_t)hp->n_layers, sizeof *m->layers);

@@ -22,24 +22,24 @@ typedef enum model_arch { MODEL_ARCH_LLAMA, MODEL_ARCH_QWEN2, MODEL_ARCH_QWEN3 }
  * a field here, not a copy of the forward loop. */
 typedef struct model_hparams {
     model_arch arch;
-    char arch_name[32];      /* general.architecture */
+    char arch_name[32]; /* general.architecture */
     int n_layers;
-    int n_embd;              /* D */
-    int n_heads;             /* H */
-    int n_kv_heads;          /* Hk */
-    int head_dim;            /* Dh */
-    int n_ff;                /* F */
-    int n_vocab;             /* V */
+    int n_embd;     /* D */
+    int n_heads;    /* H */
+    int n_kv_heads; /* Hk */
+    int head_dim;   /* Dh */
+    int n_ff;       /* F */
+    int n_vocab;    /* V */
     int n_ctx_train;
     float rms_eps;
     dev_rope_style rope_style;
     int rope_n_rot;
     float rope_freq_base;
     float rope_freq_scale;
-    bool has_qkv_bias;       /* qwen2 */
-    bool has_qk_norm;        /* qwen3 */
-    bool tied_output;        /* output.weight absent: logits use token_embd.weight */
-    bool has_rope_freqs;     /* rope_freqs.weight present (Llama 3.1 style scaling) */
+    bool has_qkv_bias;   /* qwen2 */
+    bool has_qk_norm;    /* qwen3 */
+    bool tied_output;    /* output.weight absent: logits use token_embd.weight */
+    bool has_rope_freqs; /* rope_freqs.weight present (Llama 3.1 style scaling) */
 } model_hparams;
 
 /* Reads and checks the architecture description from f (SP_ERR_UNSUPPORTED for other

@@ -58,14 +58,14 @@ int64_t *gguf__tensor_slot(const gguf_file *f, const char *p, uint64_t n);
 /* ==== the loaded model (model.c, forward.c) ==== */
 
 typedef struct model_layer {
-    dev_tensor attn_norm;          /* (D) */
-    dev_tensor wq, wk, wv;         /* (H*Dh, D), (Hk*Dh, D), (Hk*Dh, D) */
-    dev_tensor bq, bk, bv;         /* biases (qwen2), type F32 */
-    dev_tensor q_norm, k_norm;     /* (Dh) (qwen3) */
-    dev_tensor wo;                 /* (D, H*Dh) */
-    dev_tensor ffn_norm;           /* (D) */
-    dev_tensor w_gate, w_up;       /* (F, D) */
-    dev_tensor w_down;             /* (D, F) */
+    dev_tensor attn_norm;      /* (D) */
+    dev_tensor wq, wk, wv;     /* (H*Dh, D), (Hk*Dh, D), (Hk*Dh, D) */
+    dev_tensor bq, bk, bv;     /* biases (qwen2), type F32 */
+    dev_tensor q_norm, k_norm; /* (Dh) (qwen3) */
+    dev_tensor wo;             /* (D, H*Dh) */
+    dev_tensor ffn_norm;       /* (D) */
+    dev_tensor w_gate, w_up;   /* (F, D) */
+    dev_tensor w_down;         /* (D, F) */
 } model_layer;
 
 /* Rows of logits computed per pass of the output matmul (bounds the logits buffer). */
@@ -74,23 +74,23 @@ enum { MODEL_LOGIT_ROWS = 32 };
 /* Activations for the largest step, carved from one device allocation (model.c
  * model_activations_size is the one place that sizes them). T = max_batch_tokens. */
 typedef struct model_activations {
-    float *x;       /* (T, D) residual stream */
-    float *xn;      /* (T, D) normalized input of a sublayer */
-    float *q;       /* (T, H*Dh) */
-    float *k;       /* (T, Hk*Dh) */
-    float *v;       /* (T, Hk*Dh) */
-    float *attn;    /* (T, H*Dh) attention output */
-    float *proj;    /* (T, D) sublayer output before the residual add */
-    float *gate;    /* (T, F) */
-    float *up;      /* (T, F) */
-    float *logits;  /* (T, V) */
+    float *x;      /* (T, D) residual stream */
+    float *xn;     /* (T, D) normalized input of a sublayer */
+    float *q;      /* (T, H*Dh) */
+    float *k;      /* (T, Hk*Dh) */
+    float *v;      /* (T, Hk*Dh) */
+    float *attn;   /* (T, H*Dh) attention output */
+    float *proj;   /* (T, D) sublayer output before the residual add */
+    float *gate;   /* (T, F) */
+    float *up;     /* (T, F) */
+    float *logits; /* (T, V) */
 } model_activations;
 
 struct model {
     model_hparams hp;
-    gguf_file *file;        /* owns the mapping the CPU backend reads weights from */
+    gguf_file *file; /* owns the mapping the CPU backend reads weights from */
     tok_vocab *vocab;
-    dev_backend *dev;       /* borrowed */
+    dev_backend *dev; /* borrowed */
     int max_batch_tokens;
 
     dev_tensor token_embd;  /* (V, D) */
@@ -98,7 +98,7 @@ struct model {
     dev_tensor output;      /* (V, D); token_embd's data when tied */
     dev_tensor rope_freqs;  /* (Dh/2) F32, when has_rope_freqs */
     dev_rope rope;
-    model_layer *layers;    /* (n_layers) */
+    model_layer *layers; /* (n_layers) */
     model_activations act;
 };
 
@@ -127,7 +127,7 @@ typedef struct tok__token {
     uint8_t type;                  /* TOK_TYPE_* */
     bool special;                  /* control/unknown: decodes to "" unless render_special */
     bool eog;
-    bool rstrip;                   /* matched in text, it swallows the whitespace after it */
+    bool rstrip; /* matched in text, it swallows the whitespace after it */
 } tok__token;
 
 /* Node of the byte trie that finds control and user-defined tokens in text. */
@@ -151,7 +151,7 @@ typedef struct tok__slot {
 struct tok_vocab {
     tok_kind kind;
     int32_t n_tokens;
-    tok__token *tokens;   /* (n_tokens) */
+    tok__token *tokens; /* (n_tokens) */
     char *text_pool;
     char *piece_pool;
     tok__slot *text_index; /* open-addressing hash of token text -> id */

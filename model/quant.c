@@ -88,17 +88,13 @@ quant_type quant_vec_dot_type(quant_type type) {
     switch (type) {
     case QUANT_Q4_0:
     case QUANT_Q5_0:
-    case QUANT_Q8_0:
-        return QUANT_Q8_0;
+    case QUANT_Q8_0: return QUANT_Q8_0;
     case QUANT_Q4_1:
-    case QUANT_Q5_1:
-        return QUANT_Q8_1;
+    case QUANT_Q5_1: return QUANT_Q8_1;
     case QUANT_Q4_K:
     case QUANT_Q5_K:
-    case QUANT_Q6_K:
-        return QUANT_Q8_K;
-    default:
-        return type; /* float types pair with themselves; others have no dot */
+    case QUANT_Q6_K: return QUANT_Q8_K;
+    default: return type; /* float types pair with themselves; others have no dot */
     }
 }
 
@@ -157,7 +153,9 @@ uint16_t quant_f32_to_f16(float f) {
     return (uint16_t)(sign | units);
 }
 
-float quant_bf16_to_f32(uint16_t h) { return f32_from_bits((uint32_t)h << 16); }
+float quant_bf16_to_f32(uint16_t h) {
+    return f32_from_bits((uint32_t)h << 16);
+}
 
 uint16_t quant_f32_to_bf16(float f) {
     const uint32_t x = f32_bits(f);
@@ -246,36 +244,20 @@ void quant_dequantize_row(quant_type type, float *dst, const void *src, int64_t 
     const int64_t nb = n / (int64_t)quant_block_size(type);
     const uint16_t *halves = src;
     switch (type) {
-    case QUANT_F32:
-        memcpy(dst, src, (size_t)n * sizeof(float));
-        return;
+    case QUANT_F32: memcpy(dst, src, (size_t)n * sizeof(float)); return;
     case QUANT_F16:
         for (int64_t i = 0; i < n; i++) dst[i] = quant_f16_to_f32(halves[i]);
         return;
     case QUANT_BF16:
         for (int64_t i = 0; i < n; i++) dst[i] = quant_bf16_to_f32(halves[i]);
         return;
-    case QUANT_Q4_0:
-        dequantize_q4_0(dst, src, nb);
-        return;
-    case QUANT_Q4_1:
-        dequantize_q4_1(dst, src, nb);
-        return;
-    case QUANT_Q5_0:
-        dequantize_q5_0(dst, src, nb);
-        return;
-    case QUANT_Q5_1:
-        dequantize_q5_1(dst, src, nb);
-        return;
-    case QUANT_Q8_0:
-        dequantize_q8_0(dst, src, nb);
-        return;
-    case QUANT_Q8_1:
-        dequantize_q8_1(dst, src, nb);
-        return;
-    default:
-        quant__kquants_dequantize_row(type, dst, src, n);
-        return;
+    case QUANT_Q4_0: dequantize_q4_0(dst, src, nb); return;
+    case QUANT_Q4_1: dequantize_q4_1(dst, src, nb); return;
+    case QUANT_Q5_0: dequantize_q5_0(dst, src, nb); return;
+    case QUANT_Q5_1: dequantize_q5_1(dst, src, nb); return;
+    case QUANT_Q8_0: dequantize_q8_0(dst, src, nb); return;
+    case QUANT_Q8_1: dequantize_q8_1(dst, src, nb); return;
+    default: quant__kquants_dequantize_row(type, dst, src, n); return;
     }
 }
 
@@ -303,7 +285,9 @@ static void block_min_max(const float *x, int count, float *min, float *max) {
     }
 }
 
-static int clamp_int(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
+static int clamp_int(int v, int lo, int hi) {
+    return v < lo ? lo : v > hi ? hi : v;
+}
 
 static void quantize_q4_0(quant_block_q4_0 *dst, const float *src, int64_t nb) {
     for (int64_t ib = 0; ib < nb; ib++) {
@@ -389,7 +373,7 @@ static void quantize_q5_1(quant_block_q5_1 *dst, const float *src, int64_t nb) {
 static float round_half_even(float x) {
     const float magnitude = fabsf(x);
     if (!(magnitude < 0x1p23f)) return x; /* already an integer (or NaN) */
-    const float big = 0x1p23f;             /* adding 2^23 drops the fraction, ties to even */
+    const float big = 0x1p23f;            /* adding 2^23 drops the fraction, ties to even */
     const float rounded = (magnitude + big) - big;
     return copysignf(rounded, x);
 }
@@ -432,36 +416,20 @@ void quant_quantize_row(quant_type type, void *dst, const float *src, int64_t n)
     const int64_t nb = n / (int64_t)quant_block_size(type);
     uint16_t *halves = dst;
     switch (type) {
-    case QUANT_F32:
-        memcpy(dst, src, (size_t)n * sizeof(float));
-        return;
+    case QUANT_F32: memcpy(dst, src, (size_t)n * sizeof(float)); return;
     case QUANT_F16:
         for (int64_t i = 0; i < n; i++) halves[i] = quant_f32_to_f16(src[i]);
         return;
     case QUANT_BF16:
         for (int64_t i = 0; i < n; i++) halves[i] = quant_f32_to_bf16(src[i]);
         return;
-    case QUANT_Q4_0:
-        quantize_q4_0(dst, src, nb);
-        return;
-    case QUANT_Q4_1:
-        quantize_q4_1(dst, src, nb);
-        return;
-    case QUANT_Q5_0:
-        quantize_q5_0(dst, src, nb);
-        return;
-    case QUANT_Q5_1:
-        quantize_q5_1(dst, src, nb);
-        return;
-    case QUANT_Q8_0:
-        quantize_q8_0(dst, src, nb);
-        return;
-    case QUANT_Q8_1:
-        quantize_q8_1(dst, src, nb);
-        return;
-    default:
-        quant__kquants_quantize_row(type, dst, src, n);
-        return;
+    case QUANT_Q4_0: quantize_q4_0(dst, src, nb); return;
+    case QUANT_Q4_1: quantize_q4_1(dst, src, nb); return;
+    case QUANT_Q5_0: quantize_q5_0(dst, src, nb); return;
+    case QUANT_Q5_1: quantize_q5_1(dst, src, nb); return;
+    case QUANT_Q8_0: quantize_q8_0(dst, src, nb); return;
+    case QUANT_Q8_1: quantize_q8_1(dst, src, nb); return;
+    default: quant__kquants_quantize_row(type, dst, src, n); return;
     }
 }
 
@@ -561,24 +529,15 @@ float quant_vec_dot_ref(quant_type type, const void *w, const void *a, int64_t n
     SP_ASSERT(quant_type_supported(type) && quant_row_valid(type, n));
     const int64_t nb = n / (int64_t)quant_block_size(type);
     switch (type) {
-    case QUANT_F32:
-        return dot_f32(w, a, n);
-    case QUANT_F16:
-        return dot_f16(w, a, n);
-    case QUANT_BF16:
-        return dot_bf16(w, a, n);
-    case QUANT_Q4_0:
-        return dot_q4_0_q8_0(w, a, nb);
-    case QUANT_Q4_1:
-        return dot_q4_1_q8_1(w, a, nb);
-    case QUANT_Q5_0:
-        return dot_q5_0_q8_0(w, a, nb);
-    case QUANT_Q5_1:
-        return dot_q5_1_q8_1(w, a, nb);
-    case QUANT_Q8_0:
-        return dot_q8_0_q8_0(w, a, nb);
-    default:
-        return quant__kquants_vec_dot_ref(type, w, a, n);
+    case QUANT_F32: return dot_f32(w, a, n);
+    case QUANT_F16: return dot_f16(w, a, n);
+    case QUANT_BF16: return dot_bf16(w, a, n);
+    case QUANT_Q4_0: return dot_q4_0_q8_0(w, a, nb);
+    case QUANT_Q4_1: return dot_q4_1_q8_1(w, a, nb);
+    case QUANT_Q5_0: return dot_q5_0_q8_0(w, a, nb);
+    case QUANT_Q5_1: return dot_q5_1_q8_1(w, a, nb);
+    case QUANT_Q8_0: return dot_q8_0_q8_0(w, a, nb);
+    default: return quant__kquants_vec_dot_ref(type, w, a, n);
     }
 }
 

@@ -28,8 +28,8 @@
 
 #include "model/quant.h"
 
-#define QUANT_QK 32
-#define QUANT_QK_K 256
+#define QUANT_QK            32
+#define QUANT_QK_K          256
 #define QUANT_K_SCALE_BYTES 12
 
 typedef struct quant_block_q4_0 {

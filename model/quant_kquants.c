@@ -26,9 +26,13 @@ enum {
 };
 
 /* Round to nearest, ties to even (ggml's nearest_int, for |v| < 2^22). */
-static int round_even(float v) { return (int)nearbyintf(v); }
+static int round_even(float v) {
+    return (int)nearbyintf(v);
+}
 
-static int clamp_int(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
+static int clamp_int(int v, int lo, int hi) {
+    return v < lo ? lo : v > hi ? hi : v;
+}
 
 /* ---- element access ------------------------------------------------------------------ */
 
@@ -125,20 +129,11 @@ static void dequantize_q8_k(float *dst, const quant_block_q8_k *src, int64_t nb)
 void quant__kquants_dequantize_row(quant_type type, float *dst, const void *src, int64_t n) {
     const int64_t nb = n / QUANT_QK_K;
     switch (type) {
-    case QUANT_Q4_K:
-        dequantize_q4_k(dst, src, nb);
-        return;
-    case QUANT_Q5_K:
-        dequantize_q5_k(dst, src, nb);
-        return;
-    case QUANT_Q6_K:
-        dequantize_q6_k(dst, src, nb);
-        return;
-    case QUANT_Q8_K:
-        dequantize_q8_k(dst, src, nb);
-        return;
-    default:
-        SP_ASSERT(!"quant: dequantize of an unsupported type");
+    case QUANT_Q4_K: dequantize_q4_k(dst, src, nb); return;
+    case QUANT_Q5_K: dequantize_q5_k(dst, src, nb); return;
+    case QUANT_Q6_K: dequantize_q6_k(dst, src, nb); return;
+    case QUANT_Q8_K: dequantize_q8_k(dst, src, nb); return;
+    default: SP_ASSERT(!"quant: dequantize of an unsupported type");
     }
 }
 
@@ -163,8 +158,8 @@ static void k4_pack_scales(uint8_t scales[QUANT_K_SCALE_BYTES], const uint8_t *s
  * and a min (-min, min clipped to <= 0), both quantized to 6 bits against the
  * super-block's largest; then each element is rounded against the stored values.
  * Writes d, dmin, scales and the levels L (0..nmax) of the 256 elements. */
-static void k4_fit(const float *x, int nmax, uint16_t *d_out, uint16_t *dmin_out,
-                   uint8_t scales[QUANT_K_SCALE_BYTES], uint8_t L[QUANT_QK_K]) {
+static void k4_fit(const float *x, int nmax, uint16_t *d_out, uint16_t *dmin_out, uint8_t scales[QUANT_K_SCALE_BYTES],
+                   uint8_t L[QUANT_QK_K]) {
     float sub_scale[K_SUB32], sub_min[K_SUB32];
     float max_scale = 0.0f, max_min = 0.0f;
     for (int sb = 0; sb < K_SUB32; sb++) {
@@ -320,20 +315,11 @@ static void quantize_q8_k(quant_block_q8_k *dst, const float *src, int64_t nb) {
 void quant__kquants_quantize_row(quant_type type, void *dst, const float *src, int64_t n) {
     const int64_t nb = n / QUANT_QK_K;
     switch (type) {
-    case QUANT_Q4_K:
-        quantize_q4_k(dst, src, nb);
-        return;
-    case QUANT_Q5_K:
-        quantize_q5_k(dst, src, nb);
-        return;
-    case QUANT_Q6_K:
-        quantize_q6_k(dst, src, nb);
-        return;
-    case QUANT_Q8_K:
-        quantize_q8_k(dst, src, nb);
-        return;
-    default:
-        SP_ASSERT(!"quant: quantize to an unsupported type");
+    case QUANT_Q4_K: quantize_q4_k(dst, src, nb); return;
+    case QUANT_Q5_K: quantize_q5_k(dst, src, nb); return;
+    case QUANT_Q6_K: quantize_q6_k(dst, src, nb); return;
+    case QUANT_Q8_K: quantize_q8_k(dst, src, nb); return;
+    default: SP_ASSERT(!"quant: quantize to an unsupported type");
     }
 }
 
@@ -404,14 +390,9 @@ static float dot_q6_k_q8_k(const quant_block_q6_k *w, const quant_block_q8_k *a,
 float quant__kquants_vec_dot_ref(quant_type type, const void *w, const void *a, int64_t n) {
     const int64_t nb = n / QUANT_QK_K;
     switch (type) {
-    case QUANT_Q4_K:
-        return dot_q4_k_q8_k(w, a, nb);
-    case QUANT_Q5_K:
-        return dot_q5_k_q8_k(w, a, nb);
-    case QUANT_Q6_K:
-        return dot_q6_k_q8_k(w, a, nb);
-    default:
-        SP_ASSERT(!"quant: no dot product for this type");
-        return 0.0f;
+    case QUANT_Q4_K: return dot_q4_k_q8_k(w, a, nb);
+    case QUANT_Q5_K: return dot_q5_k_q8_k(w, a, nb);
+    case QUANT_Q6_K: return dot_q6_k_q8_k(w, a, nb);
+    default: SP_ASSERT(!"quant: no dot product for this type"); return 0.0f;
     }
 }

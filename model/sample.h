@@ -32,8 +32,8 @@ typedef struct sample_candidate {
 } sample_candidate;
 
 typedef struct sample_state {
-    uint64_t rng;                  /* splitmix64 state */
-    sample_candidate *candidates;  /* (V) scratch, owned */
+    uint64_t rng;                 /* splitmix64 state */
+    sample_candidate *candidates; /* (V) scratch, owned */
     int32_t n_vocab;
 } sample_state;
 

@@ -19,9 +19,9 @@
 #include "common/log.h"
 #include "model/model_internal.h"
 
-#define TOK_ID_NONE_U32 4294967295ll
+#define TOK_ID_NONE_U32    4294967295ll
 #define TOK_MAX_TEXT_BYTES ((size_t)1 << 29) /* keeps symbol indices in int32 */
-#define TOK_REPLACEMENT "\xEF\xBF\xBD"       /* U+FFFD */
+#define TOK_REPLACEMENT    "\xEF\xBF\xBD"    /* U+FFFD */
 
 /* Token texts llama.cpp treats as control tokens whatever type the file gives them
  * (converters often store them as user-defined), so plain text never produces them:
@@ -33,24 +33,52 @@ typedef struct tok_marker {
 } tok_marker;
 
 static const tok_marker CONTROL_MARKERS[] = {
-    {"<|eot_id|>", true},       {"<|im_end|>", true},         {"<|end|>", true},
-    {"<end_of_turn>", true},    {"<|endoftext|>", true},      {"</s>", true},
-    {"<|eom_id|>", true},       {"<EOT>", true},              {"_<EOT>", true},
-    {"<|end_of_text|>", true},  {"<end_of_utterance>", true}, {"<eos>", true},
+    {"<|eot_id|>", true},
+    {"<|im_end|>", true},
+    {"<|end|>", true},
+    {"<end_of_turn>", true},
+    {"<|endoftext|>", true},
+    {"</s>", true},
+    {"<|eom_id|>", true},
+    {"<EOT>", true},
+    {"_<EOT>", true},
+    {"<|end_of_text|>", true},
+    {"<end_of_utterance>", true},
+    {"<eos>", true},
     {"<\uFF5Cend\u2581of\u2581sentence\uFF5C>", true}, /* DeepSeek */
-    {"<|fim_prefix|>", false},  {"<fim-prefix>", false},      {"<fim_prefix>", false},
-    {"<PRE>", false},           {"\u2581<PRE>", false},       {"<|code_prefix|>", false},
-    {"<|prefix|>", false},      {"<|fim_suffix|>", false},    {"<fim-suffix>", false},
-    {"<fim_suffix>", false},    {"<SUF>", false},             {"\u2581<SUF>", false},
-    {"<|code_suffix|>", false}, {"<|suffix|>", false},        {"<|fim_middle|>", false},
-    {"<fim-middle>", false},    {"<fim_middle>", false},      {"<MID>", false},
-    {"\u2581<MID>", false},     {"<|code_middle|>", false},   {"<|middle|>", false},
+    {"<|fim_prefix|>", false},
+    {"<fim-prefix>", false},
+    {"<fim_prefix>", false},
+    {"<PRE>", false},
+    {"\u2581<PRE>", false},
+    {"<|code_prefix|>", false},
+    {"<|prefix|>", false},
+    {"<|fim_suffix|>", false},
+    {"<fim-suffix>", false},
+    {"<fim_suffix>", false},
+    {"<SUF>", false},
+    {"\u2581<SUF>", false},
+    {"<|code_suffix|>", false},
+    {"<|suffix|>", false},
+    {"<|fim_middle|>", false},
+    {"<fim-middle>", false},
+    {"<fim_middle>", false},
+    {"<MID>", false},
+    {"\u2581<MID>", false},
+    {"<|code_middle|>", false},
+    {"<|middle|>", false},
     {"<\uFF5Cfim\u2581begin\uFF5C>", false}, /* DeepSeek prefix, suffix, middle */
     {"<\uFF5Cfim\u2581hole\uFF5C>", false},
     {"<\uFF5Cfim\u2581end\uFF5C>", false},
-    {"<|fim_pad|>", true},      {"<fim-pad>", true},          {"<fim_pad>", true},
-    {"<PAD>", true},            {"<|fim_repo|>", true},       {"<|repo_name|>", true},
-    {"<fim-repo>", true},       {"<REPO>", true},             {"<reponame>", true},
+    {"<|fim_pad|>", true},
+    {"<fim-pad>", true},
+    {"<fim_pad>", true},
+    {"<PAD>", true},
+    {"<|fim_repo|>", true},
+    {"<|repo_name|>", true},
+    {"<fim-repo>", true},
+    {"<REPO>", true},
+    {"<reponame>", true},
     {"<|file_sep|>", true},
 };
 
@@ -68,7 +96,9 @@ sp_status tok__ids_push(tok__ids *out, int32_t id) {
     return SP_OK;
 }
 
-static const char *token_text(const tok_vocab *v, int32_t id) { return v->text_pool + v->tokens[id].text_off; }
+static const char *token_text(const tok_vocab *v, int32_t id) {
+    return v->text_pool + v->tokens[id].text_off;
+}
 
 int32_t tok__lookup(const tok_vocab *v, const char *text, size_t len) {
     if (len == 0) return -1;
@@ -465,13 +495,25 @@ void tok_vocab_destroy(tok_vocab *v) {
     free(v);
 }
 
-tok_kind tok_vocab_kind(const tok_vocab *v) { return v->kind; }
-int32_t tok_vocab_size(const tok_vocab *v) { return v->n_tokens; }
-int32_t tok_bos(const tok_vocab *v) { return v->bos; }
-int32_t tok_eos(const tok_vocab *v) { return v->eos; }
-bool tok_add_bos(const tok_vocab *v) { return v->add_bos; }
+tok_kind tok_vocab_kind(const tok_vocab *v) {
+    return v->kind;
+}
+int32_t tok_vocab_size(const tok_vocab *v) {
+    return v->n_tokens;
+}
+int32_t tok_bos(const tok_vocab *v) {
+    return v->bos;
+}
+int32_t tok_eos(const tok_vocab *v) {
+    return v->eos;
+}
+bool tok_add_bos(const tok_vocab *v) {
+    return v->add_bos;
+}
 
-bool tok_is_eog(const tok_vocab *v, int32_t id) { return id >= 0 && id < v->n_tokens && v->tokens[id].eog; }
+bool tok_is_eog(const tok_vocab *v, int32_t id) {
+    return id >= 0 && id < v->n_tokens && v->tokens[id].eog;
+}
 
 const char *tok_token_text(const tok_vocab *v, int32_t id) {
     return id >= 0 && id < v->n_tokens ? token_text(v, id) : NULL;

@@ -49,8 +49,8 @@ const char *tok_token_text(const tok_vocab *v, int32_t id);
  * written literally in the text. User-defined tokens are matched either way (Hugging
  * Face's added tokens), end markers such as </s> or <|im_end|> only with parse_special.
  * On success *ids (caller owns; free with free(); never NULL) holds *n_ids ids. */
-sp_status tok_encode(const tok_vocab *v, const char *text, size_t len, bool add_bos, bool parse_special,
-                     int32_t **ids, size_t *n_ids);
+sp_status tok_encode(const tok_vocab *v, const char *text, size_t len, bool add_bos, bool parse_special, int32_t **ids,
+                     size_t *n_ids);
 
 /* Bytes a token stands for after byte decoding (GPT-2 unicode map undone, SPM "▁"
  * turned to space, <0xNN> to its byte). Control (and unknown-type) tokens render as ""
@@ -67,7 +67,7 @@ size_t tok_token_bytes(const tok_vocab *v, int32_t id, bool render_special, char
 typedef struct tok_decoder {
     unsigned char pending[8]; /* bytes of an incomplete UTF-8 sequence */
     int n_pending;
-    bool at_start;            /* nothing emitted yet: SPM drops the leading space */
+    bool at_start; /* nothing emitted yet: SPM drops the leading space */
     bool render_special;
 } tok_decoder;
 

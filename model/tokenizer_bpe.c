@@ -25,25 +25,25 @@
 #define BPE_MAX_REGEX 5
 
 /* Split patterns (from the models' tokenizer.json files). */
-#define RE_GPT2 "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"
+#define RE_GPT2         "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"
 #define RE_CONTRACTIONS "(?i:'s|'t|'re|'ve|'m|'ll|'d)"
-#define RE_SPACE_TAIL "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
-#define RE_LLAMA3                                                                                                      \
+#define RE_SPACE_TAIL   "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+#define RE_LLAMA3 \
     RE_CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|" RE_SPACE_TAIL
 #define RE_QWEN2 RE_CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|" RE_SPACE_TAIL
 /* Words as o200k and tekken cut them: an optional lead-in, then upper-then-lower or
  * upper-only letter runs. */
 #define RE_UPPER "[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]"
 #define RE_LOWER "[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]"
-#define RE_LEAD "[^\\r\\n\\p{L}\\p{N}]?"
-#define RE_GPT4O                                                                                                       \
-    RE_LEAD RE_UPPER "*" RE_LOWER "+" RE_CONTRACTIONS "?|" RE_LEAD RE_UPPER "+" RE_LOWER "*" RE_CONTRACTIONS           \
+#define RE_LEAD  "[^\\r\\n\\p{L}\\p{N}]?"
+#define RE_GPT4O                                                                                             \
+    RE_LEAD RE_UPPER "*" RE_LOWER "+" RE_CONTRACTIONS "?|" RE_LEAD RE_UPPER "+" RE_LOWER "*" RE_CONTRACTIONS \
                      "?|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|" RE_SPACE_TAIL
-#define RE_TEKKEN                                                                                                      \
-    RE_LEAD RE_UPPER "*" RE_LOWER "+|" RE_LEAD RE_UPPER "+" RE_LOWER                                                   \
+#define RE_TEKKEN                                                    \
+    RE_LEAD RE_UPPER "*" RE_LOWER "+|" RE_LEAD RE_UPPER "+" RE_LOWER \
                      "*|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|" RE_SPACE_TAIL
 #define RE_BLOOM " ?[^(\\s|.,!?\\x{2026}\\x{3002}\\x{FF0C}\\x{3001}\\x{0964}\\x{06D4}\\x{060C})]+"
-#define RE_CJK "[\\x{4E00}-\\x{9FA5}\\x{0800}-\\x{4E00}\\x{AC00}-\\x{D7FF}]+"
+#define RE_CJK   "[\\x{4E00}-\\x{9FA5}\\x{0800}-\\x{4E00}\\x{AC00}-\\x{D7FF}]+"
 
 /* One pre-tokenizer: the tokenizer.ggml.pre names that select it (llama.cpp's
  * spellings), its regexes in order, and whether a piece that is already a whole
@@ -343,7 +343,9 @@ static bool scratch_reserve(bpe_scratch *s, size_t n) {
 
 /* A byte whose GPT-2 character is not in the vocab (SmolLM2 has none for 0xC0, 0xFF,
  * ...) is dropped, as Hugging Face and llama.cpp do: its <unk> is often an end token. */
-static sp_status push_known(int32_t id, tok__ids *out) { return id >= 0 ? tok__ids_push(out, id) : SP_OK; }
+static sp_status push_known(int32_t id, tok__ids *out) {
+    return id >= 0 ? tok__ids_push(out, id) : SP_OK;
+}
 
 static sp_status bpe_piece(const tok_vocab *v, const unsigned char *p, size_t n, bpe_scratch *s, tok__ids *out) {
     const tok__bpe *b = v->bpe;

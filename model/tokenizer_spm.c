@@ -15,7 +15,7 @@
 
 #include "model/model_internal.h"
 
-#define SPM_SPACE "\xE2\x96\x81" /* U+2581 "▁" */
+#define SPM_SPACE     "\xE2\x96\x81" /* U+2581 "▁" */
 #define SPM_SPACE_LEN 3
 
 typedef struct spm_symbol {

@@ -66,7 +66,7 @@ size_t tok__utf8_encode(uint32_t cp, char *out) {
 /* GPT-2's alphabet keeps the 188 printable bytes ('!'..'~', 0xA1..0xAC, 0xAE..0xFF) as
  * the code points of the same value and moves the other 68, in byte order, to
  * U+0100..U+0143: 0x00..0x20 first, then 0x7F..0xA0, then 0xAD. */
-#define GPT2_LOW_COUNT 33  /* 0x00..0x20 */
+#define GPT2_LOW_COUNT  33 /* 0x00..0x20 */
 #define GPT2_HIGH_COUNT 34 /* 0x7F..0xA0 */
 
 uint32_t tok__gpt2_byte_to_cp(uint8_t b) {

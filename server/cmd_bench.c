@@ -79,9 +79,12 @@ fail:
 int cmd_bench(int argc, char **argv) {
     enum { OPT_PP = 256, OPT_TG, OPT_REPS, OPT_THREADS };
     static const struct option options[] = {
-        {"model", required_argument, NULL, 'm'}, {"pp", required_argument, NULL, OPT_PP},
-        {"tg", required_argument, NULL, OPT_TG},  {"reps", required_argument, NULL, OPT_REPS},
-        {"threads", required_argument, NULL, OPT_THREADS}, {"help", no_argument, NULL, 'h'},
+        {"model", required_argument, NULL, 'm'},
+        {"pp", required_argument, NULL, OPT_PP},
+        {"tg", required_argument, NULL, OPT_TG},
+        {"reps", required_argument, NULL, OPT_REPS},
+        {"threads", required_argument, NULL, OPT_THREADS},
+        {"help", no_argument, NULL, 'h'},
         {0, 0, 0, 0},
     };
     const char *model_path = CMD_DEFAULT_MODEL;
@@ -107,8 +110,7 @@ int cmd_bench(int argc, char **argv) {
             printf("usage: spindle bench [--model PATH] [--threads N] [--pp 512] [--tg 128] [--reps 5]\n"
                    "  ppN: N random tokens as one batch; tgN: N tokens one at a time; 0 skips a test.\n");
             return 0;
-        default:
-            return 2;
+        default: return 2;
         }
     }
     cli_session s;

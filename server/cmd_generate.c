@@ -46,8 +46,17 @@ typedef struct generate_args {
 
 /* Returns -1 when parsing succeeded, else the exit status. */
 static int generate_parse(int argc, char **argv, generate_args *a) {
-    enum { OPT_MAX_TOKENS = 256, OPT_TEMPERATURE, OPT_TOP_K, OPT_TOP_P, OPT_MIN_P, OPT_SEED, OPT_THREADS, OPT_CTX,
-           OPT_IGNORE_EOS };
+    enum {
+        OPT_MAX_TOKENS = 256,
+        OPT_TEMPERATURE,
+        OPT_TOP_K,
+        OPT_TOP_P,
+        OPT_MIN_P,
+        OPT_SEED,
+        OPT_THREADS,
+        OPT_CTX,
+        OPT_IGNORE_EOS
+    };
     static const struct option options[] = {
         {"model", required_argument, NULL, 'm'},
         {"prompt", required_argument, NULL, 'p'},

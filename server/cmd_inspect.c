@@ -12,7 +12,7 @@
 #include "model/quant.h"
 #include "server/commands.h"
 
-#define INSPECT_MAX_ITEMS 8
+#define INSPECT_MAX_ITEMS  8
 #define INSPECT_NAME_WIDTH 40
 
 static void inspect_usage(FILE *out) {
@@ -26,7 +26,8 @@ static int inspect_print_str(gguf_str s) {
     int cols = 0;
     for (uint64_t i = 0; i < s.len; i++) {
         unsigned char c = (unsigned char)s.ptr[i];
-        if (c < 0x20 || c == 0x7f) cols += printf("\\x%02x", c);
+        if (c < 0x20 || c == 0x7f)
+            cols += printf("\\x%02x", c);
         else {
             putchar(c);
             cols += (c & 0xc0) != 0x80;
@@ -51,8 +52,10 @@ static void inspect_header(const gguf_file *f, gguf_str arch) {
     printf("gguf version:  %" PRIu32 "\n", gguf_version(f));
     printf("alignment:     %" PRIu64 "\n", gguf_alignment(f));
     printf("architecture:  ");
-    if (arch.ptr) inspect_print_str(arch);
-    else printf("(none)");
+    if (arch.ptr)
+        inspect_print_str(arch);
+    else
+        printf("(none)");
     printf("\n");
 }
 
@@ -61,8 +64,10 @@ static void inspect_tokenizer(const gguf_file *f) {
     gguf_value_type elem;
     uint64_t n_tokens = 0;
     printf("tokenizer:     ");
-    if (gguf_get_str(f, "tokenizer.ggml.model", &model) == SP_OK) inspect_print_str(model);
-    else printf("(none)");
+    if (gguf_get_str(f, "tokenizer.ggml.model", &model) == SP_OK)
+        inspect_print_str(model);
+    else
+        printf("(none)");
     if (gguf_get_str(f, "tokenizer.ggml.pre", &pre) == SP_OK) {
         printf(" (pre: ");
         inspect_print_str(pre);
@@ -123,8 +128,8 @@ static void inspect_tensors(const gguf_file *f) {
         snprintf(shape + len, sizeof shape - (size_t)len, "]");
         printf("  ");
         int cols = inspect_print_str(t->name);
-        printf("%*s  %-6s  %-28s  %14" PRIu64 "\n", cols < width ? width - cols : 0, "", quant_type_name(t->type), shape,
-               t->nbytes);
+        printf("%*s  %-6s  %-28s  %14" PRIu64 "\n", cols < width ? width - cols : 0, "", quant_type_name(t->type),
+               shape, t->nbytes);
         total_bytes += t->nbytes;
         total_elements += elements;
     }

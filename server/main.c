@@ -24,17 +24,14 @@ static void usage(FILE *out) {
 
 int cmd_exit_status(int status) {
     switch ((sp_status)status) {
-    case SP_OK:
-        return 0;
+    case SP_OK: return 0;
     case SP_ERR_FORMAT:
     case SP_ERR_UNSUPPORTED:
     case SP_ERR_INVALID_ARG:
     case SP_ERR_NOT_FOUND:
     case SP_ERR_IO:
-    case SP_ERR_RANGE:
-        return 2;
-    default:
-        return 1;
+    case SP_ERR_RANGE: return 2;
+    default: return 1;
     }
 }
 

@@ -17,14 +17,14 @@
 enum { MATMUL_TILE_N = 16 };
 
 typedef struct matmul_task {
-    float *out;           /* (T, N) */
-    const float *in;      /* (T, K) */
-    const dev_tensor *w;  /* (N, K) */
-    const float *bias;    /* (N) or NULL */
-    int64_t rows;         /* T */
+    float *out;          /* (T, N) */
+    const float *in;     /* (T, K) */
+    const dev_tensor *w; /* (N, K) */
+    const float *bias;   /* (N) or NULL */
+    int64_t rows;        /* T */
     quant_type act_type;
     size_t act_row_bytes;
-    void *act;            /* (T, act_row_bytes) quantized activations */
+    void *act; /* (T, act_row_bytes) quantized activations */
     host_quantize_fn quantize;
     host_vec_dot_fn dot;
 } matmul_task;

@@ -34,8 +34,10 @@
 
 /* ---- portable fallbacks -------------------------------------------------------------- */
 
-#define HOST_GENERIC_DOT(name, type) \
-    static float name(const void *w, const void *a, int64_t n) { return quant_vec_dot_ref(type, w, a, n); }
+#define HOST_GENERIC_DOT(name, type)                             \
+    static float name(const void *w, const void *a, int64_t n) { \
+        return quant_vec_dot_ref(type, w, a, n);                 \
+    }
 
 HOST_GENERIC_DOT(dot_generic_f32, QUANT_F32)
 HOST_GENERIC_DOT(dot_generic_f16, QUANT_F16)
@@ -49,8 +51,10 @@ HOST_GENERIC_DOT(dot_generic_q4_k, QUANT_Q4_K)
 HOST_GENERIC_DOT(dot_generic_q5_k, QUANT_Q5_K)
 HOST_GENERIC_DOT(dot_generic_q6_k, QUANT_Q6_K)
 
-#define HOST_GENERIC_QUANTIZE(name, type) \
-    static void name(void *dst, const float *src, int64_t n) { quant_quantize_row(type, dst, src, n); }
+#define HOST_GENERIC_QUANTIZE(name, type)                      \
+    static void name(void *dst, const float *src, int64_t n) { \
+        quant_quantize_row(type, dst, src, n);                 \
+    }
 
 HOST_GENERIC_QUANTIZE(quantize_generic_f32, QUANT_F32)
 HOST_GENERIC_QUANTIZE(quantize_generic_f16, QUANT_F16)
@@ -67,9 +71,8 @@ static const host_vec_dot_fn dot_generic[QUANT_TYPE_LIMIT] = {
 };
 
 static const host_quantize_fn quantize_generic[QUANT_TYPE_LIMIT] = {
-    [QUANT_F32] = quantize_generic_f32,   [QUANT_F16] = quantize_generic_f16,
-    [QUANT_BF16] = quantize_generic_bf16, [QUANT_Q8_0] = quantize_generic_q8_0,
-    [QUANT_Q8_1] = quantize_generic_q8_1, [QUANT_Q8_K] = quantize_generic_q8_k,
+    [QUANT_F32] = quantize_generic_f32,   [QUANT_F16] = quantize_generic_f16,   [QUANT_BF16] = quantize_generic_bf16,
+    [QUANT_Q8_0] = quantize_generic_q8_0, [QUANT_Q8_1] = quantize_generic_q8_1, [QUANT_Q8_K] = quantize_generic_q8_k,
 };
 
 #if HOST_HAVE_AVX2_PATH
@@ -267,16 +270,16 @@ static HOST_AVX2 inline __m256i avx2_k4_min_sums(__m128i scales_mins, const int1
 
 /* Q4_K/Q5_K x Q8_K share the loop; qh is NULL for Q4_K. In chunk c (64 elements) the
  * low nibbles are sub-block 2c and the high nibbles sub-block 2c+1. */
-static HOST_AVX2 inline void avx2_k4_superblock(__m256 *acc, __m256 *min_acc, const quant_block_q8_k *a,
-                                               uint16_t d_w, uint16_t dmin_w, const uint8_t *scales,
-                                               const uint8_t *qs, const uint8_t *qh) {
+static HOST_AVX2 inline void avx2_k4_superblock(__m256 *acc, __m256 *min_acc, const quant_block_q8_k *a, uint16_t d_w,
+                                                uint16_t dmin_w, const uint8_t *scales, const uint8_t *qs,
+                                                const uint8_t *qh) {
     const __m128i scales_mins = avx2_k4_scales_mins(scales);
     const __m256i scales16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(scales_mins));
     const __m256i low_mask = _mm256_set1_epi8(0x0F);
     const __m256i bit4 = _mm256_set1_epi8(0x10);
     __m256i high_bits = qh ? _mm256_loadu_si256((const __m256i *)qh) : _mm256_setzero_si256();
     __m256i isum = _mm256_setzero_si256();
-    #pragma GCC unroll 4
+#pragma GCC unroll 4
     for (int chunk = 0; chunk < QUANT_QK_K / 64; chunk++) {
         const int sb_low = 2 * chunk;
         const int sb_high = 2 * chunk + 1;
@@ -351,7 +354,7 @@ static HOST_AVX2 float dot_avx2_q6_k(const void *w, const void *a, int64_t n) {
         const int8_t *qa = ab[ib].qs;
         const __m128i scales8 = _mm_loadu_si128((const __m128i *)b->scales);
         __m256i isum = _mm256_setzero_si256();
-        #pragma GCC unroll 4
+#pragma GCC unroll 4
         for (int half = 0; half < 2; half++) {
             const __m256i ql0 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * half));
             const __m256i ql1 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * half + 32));
@@ -361,7 +364,7 @@ static HOST_AVX2 float dot_avx2_q6_k(const void *w, const void *a, int64_t n) {
             q[1] = avx2_q6_join(ql1, _mm256_slli_epi16(qh, 2));
             q[2] = avx2_q6_join(_mm256_srli_epi16(ql0, 4), qh);
             q[3] = avx2_q6_join(_mm256_srli_epi16(ql1, 4), _mm256_srli_epi16(qh, 2));
-            #pragma GCC unroll 4
+#pragma GCC unroll 4
             for (int quarter = 0; quarter < 4; quarter++) {
                 const int pair = 4 * half + quarter; /* sub-blocks 2*pair, 2*pair + 1 */
                 const int e0 = 128 * half + 32 * quarter;
@@ -390,7 +393,7 @@ static HOST_AVX2 float dot_avx2_f32(const void *w, const void *a, int64_t n) {
     __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
     int64_t i = 0;
     for (; i + 32 <= n; i += 32) {
-        #pragma GCC unroll 4
+#pragma GCC unroll 4
         for (int k = 0; k < 4; k++) {
             const int64_t at = i + 8 * k;
             acc[k] = _mm256_fmadd_ps(_mm256_loadu_ps(x + at), _mm256_loadu_ps(y + at), acc[k]);
@@ -414,7 +417,7 @@ static HOST_AVX2 float dot_avx2_f16(const void *w, const void *a, int64_t n) {
     __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
     int64_t i = 0;
     for (; i + 32 <= n; i += 32) {
-        #pragma GCC unroll 4
+#pragma GCC unroll 4
         for (int k = 0; k < 4; k++) {
             const int64_t at = i + 8 * k;
             acc[k] = _mm256_fmadd_ps(avx2_load_f16(x + at), avx2_load_f16(y + at), acc[k]);
@@ -439,7 +442,7 @@ static HOST_AVX2 float dot_avx2_bf16(const void *w, const void *a, int64_t n) {
     __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
     int64_t i = 0;
     for (; i + 32 <= n; i += 32) {
-        #pragma GCC unroll 4
+#pragma GCC unroll 4
         for (int k = 0; k < 4; k++) {
             const int64_t at = i + 8 * k;
             acc[k] = _mm256_fmadd_ps(avx2_load_bf16(x + at), avx2_load_bf16(y + at), acc[k]);
@@ -478,7 +481,7 @@ static HOST_AVX2 inline __attribute__((always_inline)) __m256i avx2_q8_block(con
     const __m256 sign_bit = _mm256_set1_ps(-0.0f);
     __m256 v[4];
     __m256 amax = _mm256_setzero_ps();
-    #pragma GCC unroll 4
+#pragma GCC unroll 4
     for (int k = 0; k < 4; k++) {
         v[k] = _mm256_loadu_ps(x + 8 * k);
         amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign_bit, v[k]));
@@ -490,9 +493,10 @@ static HOST_AVX2 inline __attribute__((always_inline)) __m256i avx2_q8_block(con
     *d_value = d;
     const __m256 scale = _mm256_set1_ps(id);
     __m256i q[4];
-    #pragma GCC unroll 4
+#pragma GCC unroll 4
     for (int k = 0; k < 4; k++) {
-        const __m256 rounded = _mm256_round_ps(_mm256_mul_ps(v[k], scale), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        const __m256 rounded =
+            _mm256_round_ps(_mm256_mul_ps(v[k], scale), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
         q[k] = _mm256_cvtps_epi32(rounded);
     }
     _mm256_storeu_si256((__m256i *)qs, avx2_pack_i8(q[0], q[1], q[2], q[3]));
@@ -547,7 +551,7 @@ static HOST_AVX2 void quantize_avx2_q8_k(void *dst, const float *src, int64_t n)
         const __m256i limit = _mm256_set1_epi32(127);
         for (int e0 = 0; e0 < QUANT_QK_K; e0 += 32) {
             __m256i q[4];
-            #pragma GCC unroll 4
+#pragma GCC unroll 4
             for (int k = 0; k < 4; k++) {
                 const __m256 scaled = _mm256_mul_ps(_mm256_loadu_ps(x + e0 + 8 * k), scale);
                 const __m256 rounded = _mm256_round_ps(scaled, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -577,7 +581,7 @@ static HOST_AVX2 void quantize_avx2_bf16(void *dst, const float *src, int64_t n)
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
         __m256i half[2];
-        #pragma GCC unroll 4
+#pragma GCC unroll 4
         for (int k = 0; k < 2; k++) {
             const __m256 v = _mm256_loadu_ps(src + i + 8 * k);
             const __m256i bits = _mm256_castps_si256(v);
@@ -606,9 +610,8 @@ static const host_vec_dot_fn dot_avx2[QUANT_TYPE_LIMIT] = {
 };
 
 static const host_quantize_fn quantize_avx2[QUANT_TYPE_LIMIT] = {
-    [QUANT_F32] = quantize_avx2_f32,   [QUANT_F16] = quantize_avx2_f16,
-    [QUANT_BF16] = quantize_avx2_bf16, [QUANT_Q8_0] = quantize_avx2_q8_0,
-    [QUANT_Q8_1] = quantize_avx2_q8_1, [QUANT_Q8_K] = quantize_avx2_q8_k,
+    [QUANT_F32] = quantize_avx2_f32,   [QUANT_F16] = quantize_avx2_f16,   [QUANT_BF16] = quantize_avx2_bf16,
+    [QUANT_Q8_0] = quantize_avx2_q8_0, [QUANT_Q8_1] = quantize_avx2_q8_1, [QUANT_Q8_K] = quantize_avx2_q8_k,
 };
 
 /* AVX2 and FMA through the compiler (which also checks that the OS saves the YMM
@@ -637,7 +640,9 @@ static bool cpu_has_avx2(void) {
 
 static const host_vec_dot_fn dot_avx2[QUANT_TYPE_LIMIT] = {0};
 static const host_quantize_fn quantize_avx2[QUANT_TYPE_LIMIT] = {0};
-static bool cpu_has_avx2(void) { return false; }
+static bool cpu_has_avx2(void) {
+    return false;
+}
 
 #endif
 
@@ -653,6 +658,10 @@ host_quantize_fn host__quantize_for(quant_type act_type) {
     return cpu_has_avx2() ? quantize_avx2[act_type] : quantize_generic[act_type];
 }
 
-const char *host__simd_name(void) { return cpu_has_avx2() ? "avx2" : "generic"; }
+const char *host__simd_name(void) {
+    return cpu_has_avx2() ? "avx2" : "generic";
+}
 
-bool host__cpu_has_avx2(void) { return cpu_has_avx2(); }
+bool host__cpu_has_avx2(void) {
+    return cpu_has_avx2();
+}

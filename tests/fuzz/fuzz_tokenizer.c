@@ -20,8 +20,8 @@
 #include "model/tokenizer.h"
 
 #define FUZZ_MAX_VOCABS 8
-#define FUZZ_DEFAULT_VOCABS                                                                                            \
-    "../shared/testdata/vocab/ggml-vocab-gpt-2.gguf:../shared/testdata/vocab/ggml-vocab-llama-spm.gguf:"               \
+#define FUZZ_DEFAULT_VOCABS                                                                              \
+    "../shared/testdata/vocab/ggml-vocab-gpt-2.gguf:../shared/testdata/vocab/ggml-vocab-llama-spm.gguf:" \
     "../shared/testdata/vocab/ggml-vocab-deepseek-coder.gguf"
 
 typedef struct fuzz_vocab {
@@ -32,14 +32,14 @@ typedef struct fuzz_vocab {
 static fuzz_vocab vocabs[FUZZ_MAX_VOCABS];
 static int n_vocabs;
 
-#define FUZZ_CHECK(cond, ...)                                                                                          \
-    do {                                                                                                               \
-        if (!(cond)) {                                                                                                 \
-            fprintf(stderr, "fuzz_tokenizer: %s:%d: %s: ", __FILE__, __LINE__, #cond);                                 \
-            fprintf(stderr, __VA_ARGS__);                                                                              \
-            fprintf(stderr, "\n");                                                                                     \
-            abort();                                                                                                   \
-        }                                                                                                              \
+#define FUZZ_CHECK(cond, ...)                                                          \
+    do {                                                                               \
+        if (!(cond)) {                                                                 \
+            fprintf(stderr, "fuzz_tokenizer: %s:%d: %s: ", __FILE__, __LINE__, #cond); \
+            fprintf(stderr, __VA_ARGS__);                                              \
+            fprintf(stderr, "\n");                                                     \
+            abort();                                                                   \
+        }                                                                              \
     } while (0)
 
 static bool valid_utf8(const unsigned char *s, size_t n) {

@@ -50,10 +50,18 @@ static inline void gb_le(gguf_builder *b, uint64_t v, size_t n) {
     gb_bytes(b, tmp, n);
 }
 
-static inline void gb_u8(gguf_builder *b, uint8_t v) { gb_le(b, v, 1); }
-static inline void gb_u16(gguf_builder *b, uint16_t v) { gb_le(b, v, 2); }
-static inline void gb_u32(gguf_builder *b, uint32_t v) { gb_le(b, v, 4); }
-static inline void gb_u64(gguf_builder *b, uint64_t v) { gb_le(b, v, 8); }
+static inline void gb_u8(gguf_builder *b, uint8_t v) {
+    gb_le(b, v, 1);
+}
+static inline void gb_u16(gguf_builder *b, uint16_t v) {
+    gb_le(b, v, 2);
+}
+static inline void gb_u32(gguf_builder *b, uint32_t v) {
+    gb_le(b, v, 4);
+}
+static inline void gb_u64(gguf_builder *b, uint64_t v) {
+    gb_le(b, v, 8);
+}
 
 static inline void gb_f32(gguf_builder *b, float v) {
     uint32_t bits;
@@ -84,7 +92,9 @@ static inline void gb_strn(gguf_builder *b, const char *s, size_t n) {
     gb_bytes(b, s, n);
 }
 
-static inline void gb_str(gguf_builder *b, const char *s) { gb_strn(b, s, strlen(s)); }
+static inline void gb_str(gguf_builder *b, const char *s) {
+    gb_strn(b, s, strlen(s));
+}
 
 static inline void gb_header(gguf_builder *b, uint32_t version, uint64_t n_tensors, uint64_t n_kv) {
     gb_bytes(b, "GGUF", 4);
@@ -99,18 +109,54 @@ static inline void gb_key(gguf_builder *b, const char *key, gguf_value_type type
     gb_u32(b, (uint32_t)type);
 }
 
-static inline void gb_kv_u8(gguf_builder *b, const char *k, uint8_t v) { gb_key(b, k, GGUF_TYPE_UINT8); gb_u8(b, v); }
-static inline void gb_kv_i8(gguf_builder *b, const char *k, int8_t v) { gb_key(b, k, GGUF_TYPE_INT8); gb_u8(b, (uint8_t)v); }
-static inline void gb_kv_u16(gguf_builder *b, const char *k, uint16_t v) { gb_key(b, k, GGUF_TYPE_UINT16); gb_u16(b, v); }
-static inline void gb_kv_i16(gguf_builder *b, const char *k, int16_t v) { gb_key(b, k, GGUF_TYPE_INT16); gb_u16(b, (uint16_t)v); }
-static inline void gb_kv_u32(gguf_builder *b, const char *k, uint32_t v) { gb_key(b, k, GGUF_TYPE_UINT32); gb_u32(b, v); }
-static inline void gb_kv_i32(gguf_builder *b, const char *k, int32_t v) { gb_key(b, k, GGUF_TYPE_INT32); gb_u32(b, (uint32_t)v); }
-static inline void gb_kv_u64(gguf_builder *b, const char *k, uint64_t v) { gb_key(b, k, GGUF_TYPE_UINT64); gb_u64(b, v); }
-static inline void gb_kv_i64(gguf_builder *b, const char *k, int64_t v) { gb_key(b, k, GGUF_TYPE_INT64); gb_u64(b, (uint64_t)v); }
-static inline void gb_kv_f32(gguf_builder *b, const char *k, float v) { gb_key(b, k, GGUF_TYPE_FLOAT32); gb_f32(b, v); }
-static inline void gb_kv_f64(gguf_builder *b, const char *k, double v) { gb_key(b, k, GGUF_TYPE_FLOAT64); gb_f64(b, v); }
-static inline void gb_kv_bool(gguf_builder *b, const char *k, int v) { gb_key(b, k, GGUF_TYPE_BOOL); gb_u8(b, (uint8_t)v); }
-static inline void gb_kv_str(gguf_builder *b, const char *k, const char *v) { gb_key(b, k, GGUF_TYPE_STRING); gb_str(b, v); }
+static inline void gb_kv_u8(gguf_builder *b, const char *k, uint8_t v) {
+    gb_key(b, k, GGUF_TYPE_UINT8);
+    gb_u8(b, v);
+}
+static inline void gb_kv_i8(gguf_builder *b, const char *k, int8_t v) {
+    gb_key(b, k, GGUF_TYPE_INT8);
+    gb_u8(b, (uint8_t)v);
+}
+static inline void gb_kv_u16(gguf_builder *b, const char *k, uint16_t v) {
+    gb_key(b, k, GGUF_TYPE_UINT16);
+    gb_u16(b, v);
+}
+static inline void gb_kv_i16(gguf_builder *b, const char *k, int16_t v) {
+    gb_key(b, k, GGUF_TYPE_INT16);
+    gb_u16(b, (uint16_t)v);
+}
+static inline void gb_kv_u32(gguf_builder *b, const char *k, uint32_t v) {
+    gb_key(b, k, GGUF_TYPE_UINT32);
+    gb_u32(b, v);
+}
+static inline void gb_kv_i32(gguf_builder *b, const char *k, int32_t v) {
+    gb_key(b, k, GGUF_TYPE_INT32);
+    gb_u32(b, (uint32_t)v);
+}
+static inline void gb_kv_u64(gguf_builder *b, const char *k, uint64_t v) {
+    gb_key(b, k, GGUF_TYPE_UINT64);
+    gb_u64(b, v);
+}
+static inline void gb_kv_i64(gguf_builder *b, const char *k, int64_t v) {
+    gb_key(b, k, GGUF_TYPE_INT64);
+    gb_u64(b, (uint64_t)v);
+}
+static inline void gb_kv_f32(gguf_builder *b, const char *k, float v) {
+    gb_key(b, k, GGUF_TYPE_FLOAT32);
+    gb_f32(b, v);
+}
+static inline void gb_kv_f64(gguf_builder *b, const char *k, double v) {
+    gb_key(b, k, GGUF_TYPE_FLOAT64);
+    gb_f64(b, v);
+}
+static inline void gb_kv_bool(gguf_builder *b, const char *k, int v) {
+    gb_key(b, k, GGUF_TYPE_BOOL);
+    gb_u8(b, (uint8_t)v);
+}
+static inline void gb_kv_str(gguf_builder *b, const char *k, const char *v) {
+    gb_key(b, k, GGUF_TYPE_STRING);
+    gb_str(b, v);
+}
 
 /* Array header (element type, count) without a key: for the elements of nested arrays. */
 static inline void gb_arr_header(gguf_builder *b, gguf_value_type elem_type, uint64_t n) {

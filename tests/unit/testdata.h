@@ -29,8 +29,8 @@ static inline const char *testdata_default_model(void) {
 }
 
 /* Skips the current Criterion test with one line when path does not exist. */
-#define TESTDATA_REQUIRE(path)                                              \
-    do {                                                                    \
+#define TESTDATA_REQUIRE(path)                                                    \
+    do {                                                                          \
         if (access((path), R_OK) != 0) cr_skip_test("fixture %s absent", (path)); \
     } while (0)
 

@@ -22,7 +22,9 @@ enum { WEIGHT_TYPES = sizeof weight_types / sizeof weight_types[0] };
 /* xorshift64*: deterministic across runs. */
 static uint64_t rng_state;
 
-static void rng_seed(uint64_t seed) { rng_state = seed * 0x9E3779B97F4A7C15ULL + 1; }
+static void rng_seed(uint64_t seed) {
+    rng_state = seed * 0x9E3779B97F4A7C15ULL + 1;
+}
 
 static float rng_uniform(void) {
     rng_state ^= rng_state >> 12;
@@ -95,8 +97,8 @@ static void dot_case_free(dot_case *c) {
 
 static void expect_close(const dot_case *c, float got, const char *path) {
     const double tolerance = 2e-6 * c->magnitude + 1e-6;
-    cr_expect(fabs((double)got - c->ref) <= tolerance, "%s %s n=%lld: got %.9g, reference %.9g (tolerance %.3g)",
-              path, quant_type_name(c->type), (long long)c->n, got, c->ref, tolerance);
+    cr_expect(fabs((double)got - c->ref) <= tolerance, "%s %s n=%lld: got %.9g, reference %.9g (tolerance %.3g)", path,
+              quant_type_name(c->type), (long long)c->n, got, c->ref, tolerance);
 }
 
 static void check_table(const host_vec_dot_fn *table, const char *path) {
@@ -112,7 +114,9 @@ static void check_table(const host_vec_dot_fn *table, const char *path) {
     }
 }
 
-Test(quant_dot, generic_kernels_match_reference) { check_table(dot_generic, "generic"); }
+Test(quant_dot, generic_kernels_match_reference) {
+    check_table(dot_generic, "generic");
+}
 
 Test(quant_dot, avx2_kernels_match_reference) {
     if (!cpu_has_avx2()) cr_skip_test("this CPU has no AVX2/FMA/F16C");
@@ -199,7 +203,9 @@ static void check_quantizers(const host_quantize_fn *table, const char *path) {
     }
 }
 
-Test(quant_dot, generic_quantizers_match_reference_bytes) { check_quantizers(quantize_generic, "generic"); }
+Test(quant_dot, generic_quantizers_match_reference_bytes) {
+    check_quantizers(quantize_generic, "generic");
+}
 
 Test(quant_dot, avx2_quantizers_match_reference_bytes) {
     if (!cpu_has_avx2()) cr_skip_test("this CPU has no AVX2/FMA/F16C");
@@ -229,11 +235,11 @@ Test(quant_dot, avx2_q8_rounds_halfway_cases_to_even_like_reference) {
 
 Test(quant_dot, avx2_half_quantizers_match_reference_on_special_values) {
     if (!cpu_has_avx2()) cr_skip_test("this CPU has no AVX2/FMA/F16C");
-    const float special[32] = {0.0f,      -0.0f,     INFINITY,      -INFINITY,     NAN,         -NAN,     65504.0f,
-                               65519.0f,  65520.0f,  1e30f,         -1e30f,        6.0e-8f,     3.0e-8f,  2.98e-8f,
-                               5.96e-8f,  1e-40f,    -1e-40f,       1.00048828125f, 1.00146484375f, 3.0f, -3.0f,
-                               0x1p-14f,  0x1p-15f,  0x1.8p-25f,    0x1p-25f,      0x1p-24f,    1.0039062f, 1.0117188f,
-                               1.01171875f, 0.1f,    -0.1f,         1.0f};
+    const float special[32] = {
+        0.0f,     -0.0f,          INFINITY,       -INFINITY,  NAN,         -NAN,     65504.0f, 65519.0f,
+        65520.0f, 1e30f,          -1e30f,         6.0e-8f,    3.0e-8f,     2.98e-8f, 5.96e-8f, 1e-40f,
+        -1e-40f,  1.00048828125f, 1.00146484375f, 3.0f,       -3.0f,       0x1p-14f, 0x1p-15f, 0x1.8p-25f,
+        0x1p-25f, 0x1p-24f,       1.0039062f,     1.0117188f, 1.01171875f, 0.1f,     -0.1f,    1.0f};
     expect_same_bytes(QUANT_F16, quantize_avx2[QUANT_F16], special, 32, "avx2");
     expect_same_bytes(QUANT_BF16, quantize_avx2[QUANT_BF16], special, 32, "avx2");
 }

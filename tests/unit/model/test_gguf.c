@@ -146,10 +146,20 @@ static void check_every_type(const gguf_file *f) {
     cr_assert(et == GGUF_TYPE_ARRAY && n == 2);
 
     char buf[256];
-    static const struct { const char *key, *text; } rendered[] = {
-        {"t.u8", "200"},        {"t.i8", "-100"},      {"t.i64", "-1099511627776"}, {"t.f32", "1.5"},
-        {"t.bool", "true"},     {"t.str", "\"hello\""}, {"t.arr_i32", "[1, -2, 3]"}, {"t.arr_str", "[\"a\", \"\", \"ccc\"]"},
-        {"t.arr_empty", "[]"},  {"t.nested", "[[1, 2], [\"x\"]]"}, {"t.arr_bool", "[true, false]"},
+    static const struct {
+        const char *key, *text;
+    } rendered[] = {
+        {"t.u8", "200"},
+        {"t.i8", "-100"},
+        {"t.i64", "-1099511627776"},
+        {"t.f32", "1.5"},
+        {"t.bool", "true"},
+        {"t.str", "\"hello\""},
+        {"t.arr_i32", "[1, -2, 3]"},
+        {"t.arr_str", "[\"a\", \"\", \"ccc\"]"},
+        {"t.arr_empty", "[]"},
+        {"t.nested", "[[1, 2], [\"x\"]]"},
+        {"t.arr_bool", "[true, false]"},
     };
     for (size_t i = 0; i < sizeof rendered / sizeof rendered[0]; i++) {
         int64_t k = gguf_find_key(f, rendered[i].key);
@@ -215,9 +225,9 @@ Test(gguf, opens_header_only_file) {
 }
 
 static const gb_tensor three_tensors[] = {
-    {"token_embd.weight", 2, {64, 4}, QUANT_Q8_0, 0},  /* 2 blocks per row * 4 rows * 34 = 272 bytes */
+    {"token_embd.weight", 2, {64, 4}, QUANT_Q8_0, 0},     /* 2 blocks per row * 4 rows * 34 = 272 bytes */
     {"blk.0.attn_q.weight", 2, {32, 2}, QUANT_Q4_1, 288}, /* 2 * 20 = 40 bytes */
-    {"output_norm.weight", 1, {8}, QUANT_F32, 352},    /* 32 bytes */
+    {"output_norm.weight", 1, {8}, QUANT_F32, 352},       /* 32 bytes */
 };
 
 Test(gguf, opens_tensors_with_their_shapes_sizes_and_data) {
@@ -229,7 +239,8 @@ Test(gguf, opens_tensors_with_their_shapes_sizes_and_data) {
     cr_assert_eq(gguf_tensor_count(f), 3);
     const gguf_tensor *t = gguf_find_tensor(f, "token_embd.weight");
     cr_assert_not_null(t);
-    cr_assert(t->type == QUANT_Q8_0 && t->n_dims == 2 && t->ne[0] == 64 && t->ne[1] == 4 && t->ne[2] == 1 && t->ne[3] == 1);
+    cr_assert(t->type == QUANT_Q8_0 && t->n_dims == 2 && t->ne[0] == 64 && t->ne[1] == 4 && t->ne[2] == 1 &&
+              t->ne[3] == 1);
     cr_assert_eq(t->nbytes, 272);
     t = gguf_tensor_at(f, 1);
     cr_assert(gguf_str_eq(t->name, "blk.0.attn_q.weight"));
@@ -451,7 +462,8 @@ Test(gguf, rejects_key_length_past_end) {
     gb_header(&b, 3, 0, 1);
     gb_u64(&b, UINT64_MAX - 3);
     gb_bytes(&b, "abcdef", 6);
-    expect_error(&b, SP_ERR_FORMAT, "kv 0: key length 18446744073709551612 at byte 24 past end of file (size 38)", NULL);
+    expect_error(&b, SP_ERR_FORMAT, "kv 0: key length 18446744073709551612 at byte 24 past end of file (size 38)",
+                 NULL);
     gb_free(&b);
 }
 
@@ -591,13 +603,14 @@ Test(gguf, reports_type_without_known_size_as_unsupported) {
 
 Test(gguf, rejects_rows_that_are_not_whole_blocks) {
     gb_tensor t[] = {{"blk.0.w", 2, {33, 2}, QUANT_Q4_1, 0}};
-    expect_tensor_error(t, 1, 96, SP_ERR_FORMAT, "tensor blk.0.w: row of 33 elements is not a whole number of Q4_1 blocks",
-                        NULL);
+    expect_tensor_error(t, 1, 96, SP_ERR_FORMAT,
+                        "tensor blk.0.w: row of 33 elements is not a whole number of Q4_1 blocks", NULL);
 }
 
 Test(gguf, rejects_unaligned_tensor_offset) {
     gb_tensor t[] = {{"blk.0.w", 1, {4}, QUANT_F32, 0}, {"blk.1.w", 1, {4}, QUANT_F32, 17}};
-    expect_tensor_error(t, 2, 64, SP_ERR_FORMAT, "tensor blk.1.w: offset 17 is not a multiple of the alignment 32", NULL);
+    expect_tensor_error(t, 2, 64, SP_ERR_FORMAT, "tensor blk.1.w: offset 17 is not a multiple of the alignment 32",
+                        NULL);
 }
 
 Test(gguf, rejects_tensor_past_end) {

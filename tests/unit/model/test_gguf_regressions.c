@@ -15,7 +15,7 @@
 #include "model/gguf.h"
 
 #define REGRESSIONS_DIR "tests/fuzz/regressions/gguf"
-#define SEEDS_DIR "tests/fuzz/corpus/gguf"
+#define SEEDS_DIR       "tests/fuzz/corpus/gguf"
 
 /* Reads path into a malloc'd buffer of exactly its size (caller frees). */
 static uint8_t *read_exact(const char *path, size_t *size) {

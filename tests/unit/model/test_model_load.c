@@ -14,14 +14,14 @@
 enum { T_D = 32, T_H = 2, T_HK = 1, T_DH = 16, T_F = 64, T_V = 8, T_LAYERS = 2 };
 
 typedef struct tiny_spec {
-    const char *arch;           /* "llama", "qwen2", "qwen3", ... */
-    bool tied;                  /* no output.weight */
-    const char *skip_tensor;    /* leave this tensor out */
-    const char *bad_shape;      /* give this tensor a wrong first dimension */
-    const char *skip_key;       /* leave this key out */
-    uint32_t matrix_type;       /* type of the 2-D weights (F32 or F16) */
-    bool f16_norms;             /* store the norm weights as F16 (not allowed) */
-    float rope_freq_factor;     /* > 0: add rope_freqs.weight (Dh/2) filled with this value */
+    const char *arch;        /* "llama", "qwen2", "qwen3", ... */
+    bool tied;               /* no output.weight */
+    const char *skip_tensor; /* leave this tensor out */
+    const char *bad_shape;   /* give this tensor a wrong first dimension */
+    const char *skip_key;    /* leave this key out */
+    uint32_t matrix_type;    /* type of the 2-D weights (F32 or F16) */
+    bool f16_norms;          /* store the norm weights as F16 (not allowed) */
+    float rope_freq_factor;  /* > 0: add rope_freqs.weight (Dh/2) filled with this value */
 } tiny_spec;
 
 typedef struct tiny_tensor {
@@ -32,8 +32,14 @@ typedef struct tiny_tensor {
 
 static int tiny_tensors(const tiny_spec *s, tiny_tensor *out) {
     int n = 0;
-#define ADD(nm, a, b, ty) \
-    do { snprintf(out[n].name, sizeof out[n].name, "%s", nm); out[n].ne0 = a; out[n].ne1 = b; out[n].type = ty; n++; } while (0)
+#define ADD(nm, a, b, ty)                                    \
+    do {                                                     \
+        snprintf(out[n].name, sizeof out[n].name, "%s", nm); \
+        out[n].ne0 = a;                                      \
+        out[n].ne1 = b;                                      \
+        out[n].type = ty;                                    \
+        n++;                                                 \
+    } while (0)
     uint32_t mt = s->matrix_type;
     ADD("token_embd.weight", T_D, T_V, mt);
     ADD("output_norm.weight", T_D, 0, s->f16_norms ? QUANT_F16 : QUANT_F32);
@@ -42,7 +48,11 @@ static int tiny_tensors(const tiny_spec *s, tiny_tensor *out) {
     bool qwen2 = strcmp(s->arch, "qwen2") == 0, qwen3 = strcmp(s->arch, "qwen3") == 0;
     for (int l = 0; l < T_LAYERS; l++) {
         char nm[64];
-#define LAYER(suffix, a, b, ty) do { snprintf(nm, sizeof nm, "blk.%d.%s", l, suffix); ADD(nm, a, b, ty); } while (0)
+#define LAYER(suffix, a, b, ty)                          \
+    do {                                                 \
+        snprintf(nm, sizeof nm, "blk.%d.%s", l, suffix); \
+        ADD(nm, a, b, ty);                               \
+    } while (0)
         LAYER("attn_norm.weight", T_D, 0, QUANT_F32);
         LAYER("attn_q.weight", T_D, T_H * T_DH, mt);
         LAYER("attn_k.weight", T_D, T_HK * T_DH, mt);
@@ -76,8 +86,11 @@ static void tiny_write(const tiny_spec *s, char *path, size_t cap) {
         if (!s->skip_tensor || strcmp(t[i].name, s->skip_tensor) != 0) t[kept++] = t[i];
     n = kept;
 
-    struct { const char *key; int64_t value; } dims[] = {
-        {"block_count", T_LAYERS}, {"embedding_length", T_D}, {"feed_forward_length", T_F},
+    struct {
+        const char *key;
+        int64_t value;
+    } dims[] = {
+        {"block_count", T_LAYERS},     {"embedding_length", T_D},         {"feed_forward_length", T_F},
         {"attention.head_count", T_H}, {"attention.head_count_kv", T_HK}, {"context_length", 256},
     };
     int n_kv = 2 /* arch, eps */ + 6 + 3 /* tokenizer model, tokens, scores */ + 1 /* token_type */;
@@ -98,7 +111,16 @@ static void tiny_write(const tiny_spec *s, char *path, size_t cap) {
     snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", s->arch);
     gb_kv_f32(&b, key, 1e-5f);
     gb_kv_str(&b, "tokenizer.ggml.model", "llama");
-    static const char *tokens[T_V] = {"<unk>", "<s>", "</s>", "\xe2\x96\x81" "a", "\xe2\x96\x81" "b", "a", "b", "c"};
+    static const char *tokens[T_V] = {"<unk>",
+                                      "<s>",
+                                      "</s>",
+                                      "\xe2\x96\x81"
+                                      "a",
+                                      "\xe2\x96\x81"
+                                      "b",
+                                      "a",
+                                      "b",
+                                      "c"};
     gb_kv_arr(&b, "tokenizer.ggml.tokens", GGUF_TYPE_STRING, T_V);
     for (int i = 0; i < T_V; i++) gb_str(&b, tokens[i]);
     gb_kv_arr(&b, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32, T_V);
@@ -125,8 +147,10 @@ static void tiny_write(const tiny_spec *s, char *path, size_t cap) {
             if (!is_freqs) rng = rng * 1664525u + 1013904223u; /* same weights with or without it */
             float v = is_norm ? 1.0f : ((float)(rng >> 8) / 16777216.0f - 0.5f) * 0.4f;
             if (is_freqs) v = s->rope_freq_factor;
-            if (t[i].type == QUANT_F16) gb_u16(&b, quant_f32_to_f16(v));
-            else gb_f32(&b, v);
+            if (t[i].type == QUANT_F16)
+                gb_u16(&b, quant_f32_to_f16(v));
+            else
+                gb_f32(&b, v);
         }
         gb_pad(&b, 32);
     }
@@ -165,7 +189,8 @@ static void run_logits(const tiny_spec *s, bool expect_bias, bool expect_qk_norm
     cr_assert_eq(hp->tied_output, s->tied);
     dev_kv *kv;
     cr_assert_eq(model_kv_create(e.model, 4, 4, &kv), SP_OK);
-    int32_t tokens[3] = {1, 3, 4}, pos[3] = {0, 1, 2}, seq[3] = {0}, table[4] = {2, 0, 1, 3}, len = 3, rows[3] = {0, 1, 2};
+    int32_t tokens[3] = {1, 3, 4}, pos[3] = {0, 1, 2}, seq[3] = {0}, table[4] = {2, 0, 1, 3}, len = 3,
+            rows[3] = {0, 1, 2};
     dev_step step = {3, tokens, pos, seq, 1, &len, table, 4, 3, rows};
     float logits[3 * T_V];
     cr_assert_eq(model_forward(e.model, kv, &step, logits), SP_OK, "%s", sp_last_error());
@@ -179,19 +204,24 @@ static void check_runs(const tiny_spec *s, bool expect_bias, bool expect_qk_norm
     run_logits(s, expect_bias, expect_qk_norm, NULL);
 }
 
-Test(model_load, llama_untied_runs) { check_runs(&(tiny_spec){.arch = "llama", .matrix_type = QUANT_F32}, false, false); }
+Test(model_load, llama_untied_runs) {
+    check_runs(&(tiny_spec){.arch = "llama", .matrix_type = QUANT_F32}, false, false);
+}
 Test(model_load, llama_tied_f16_runs) {
     check_runs(&(tiny_spec){.arch = "llama", .tied = true, .matrix_type = QUANT_F16}, false, false);
 }
-Test(model_load, qwen2_uses_qkv_bias) { check_runs(&(tiny_spec){.arch = "qwen2", .matrix_type = QUANT_F32}, true, false); }
-Test(model_load, qwen3_uses_qk_norm) { check_runs(&(tiny_spec){.arch = "qwen3", .matrix_type = QUANT_F32}, false, true); }
+Test(model_load, qwen2_uses_qkv_bias) {
+    check_runs(&(tiny_spec){.arch = "qwen2", .matrix_type = QUANT_F32}, true, false);
+}
+Test(model_load, qwen3_uses_qk_norm) {
+    check_runs(&(tiny_spec){.arch = "qwen3", .matrix_type = QUANT_F32}, false, true);
+}
 
 Test(model_load, rope_freqs_scale_the_rotation) {
     float plain[3 * T_V], ones[3 * T_V], scaled[3 * T_V];
     run_logits(&(tiny_spec){.arch = "llama", .matrix_type = QUANT_F32}, false, false, plain);
     run_logits(&(tiny_spec){.arch = "llama", .matrix_type = QUANT_F32, .rope_freq_factor = 1.0f}, false, false, ones);
-    run_logits(&(tiny_spec){.arch = "llama", .matrix_type = QUANT_F32, .rope_freq_factor = 4.0f}, false, false,
-               scaled);
+    run_logits(&(tiny_spec){.arch = "llama", .matrix_type = QUANT_F32, .rope_freq_factor = 4.0f}, false, false, scaled);
     cr_assert(memcmp(plain, ones, sizeof plain) == 0, "factors of 1 must not change the logits");
     /* position 0 is never rotated; later positions must change */
     cr_assert(memcmp(plain, scaled, sizeof(float) * T_V) == 0, "position 0 changed");
@@ -204,7 +234,8 @@ static void expect_error(const tiny_spec *s, sp_status want, const char *needle1
     cr_assert_eq(st, want, "status %d (%s), wanted %d", st, sp_last_error(), want);
     cr_assert(strstr(sp_last_error(), e.path) != NULL, "message does not name the file: %s", sp_last_error());
     cr_assert(strstr(sp_last_error(), needle1) != NULL, "message lacks '%s': %s", needle1, sp_last_error());
-    if (needle2) cr_assert(strstr(sp_last_error(), needle2) != NULL, "message lacks '%s': %s", needle2, sp_last_error());
+    if (needle2)
+        cr_assert(strstr(sp_last_error(), needle2) != NULL, "message lacks '%s': %s", needle2, sp_last_error());
     env_free(&e);
 }
 

@@ -41,14 +41,11 @@ typedef struct type_row {
 } type_row;
 
 static const type_row type_rows[] = {
-    {QUANT_F32, "F32", 1, 4, true},         {QUANT_F16, "F16", 1, 2, true},
-    {QUANT_BF16, "BF16", 1, 2, true},       {QUANT_Q4_0, "Q4_0", 32, 18, true},
-    {QUANT_Q4_1, "Q4_1", 32, 20, true},     {QUANT_Q5_0, "Q5_0", 32, 22, true},
-    {QUANT_Q5_1, "Q5_1", 32, 24, true},     {QUANT_Q8_0, "Q8_0", 32, 34, true},
-    {QUANT_Q8_1, "Q8_1", 32, 36, true},     {QUANT_Q2_K, "Q2_K", 256, 84, false},
-    {QUANT_Q3_K, "Q3_K", 256, 110, false},  {QUANT_Q4_K, "Q4_K", 256, 144, true},
-    {QUANT_Q5_K, "Q5_K", 256, 176, true},   {QUANT_Q6_K, "Q6_K", 256, 210, true},
-    {QUANT_Q8_K, "Q8_K", 256, 292, true},
+    {QUANT_F32, "F32", 1, 4, true},       {QUANT_F16, "F16", 1, 2, true},        {QUANT_BF16, "BF16", 1, 2, true},
+    {QUANT_Q4_0, "Q4_0", 32, 18, true},   {QUANT_Q4_1, "Q4_1", 32, 20, true},    {QUANT_Q5_0, "Q5_0", 32, 22, true},
+    {QUANT_Q5_1, "Q5_1", 32, 24, true},   {QUANT_Q8_0, "Q8_0", 32, 34, true},    {QUANT_Q8_1, "Q8_1", 32, 36, true},
+    {QUANT_Q2_K, "Q2_K", 256, 84, false}, {QUANT_Q3_K, "Q3_K", 256, 110, false}, {QUANT_Q4_K, "Q4_K", 256, 144, true},
+    {QUANT_Q5_K, "Q5_K", 256, 176, true}, {QUANT_Q6_K, "Q6_K", 256, 210, true},  {QUANT_Q8_K, "Q8_K", 256, 292, true},
 };
 enum { TYPE_ROWS = sizeof type_rows / sizeof type_rows[0] };
 
@@ -82,8 +79,8 @@ Test(quant, row_bytes_for_every_type) {
         cr_expect_eq(quant_row_bytes(r->type, (int64_t)r->block_size), r->block_bytes, "%s", r->name);
     }
     /* spot values worked out by hand */
-    cr_expect_eq(quant_row_bytes(QUANT_Q4_1, 576), 360);  /* 18 blocks * 20 */
-    cr_expect_eq(quant_row_bytes(QUANT_Q8_0, 576), 612);  /* 18 * 34 */
+    cr_expect_eq(quant_row_bytes(QUANT_Q4_1, 576), 360);   /* 18 blocks * 20 */
+    cr_expect_eq(quant_row_bytes(QUANT_Q8_0, 576), 612);   /* 18 * 34 */
     cr_expect_eq(quant_row_bytes(QUANT_Q6_K, 1536), 1260); /* 6 * 210 */
     cr_expect_eq(quant_row_bytes(QUANT_F16, 3), 6);
     cr_expect_eq(quant_row_bytes(QUANT_F32, 0), 0);
@@ -123,10 +120,9 @@ Test(quant, f16_converts_exact_values_both_ways) {
         uint16_t h;
         float f;
     } exact[] = {
-        {0x0000, 0.0f},     {0x8000, -0.0f},         {0x3C00, 1.0f},          {0xC000, -2.0f},
-        {0x3800, 0.5f},     {0x7BFF, 65504.0f},      {0x0400, 0x1p-14f},      {0x0001, 0x1p-24f},
-        {0x03FF, 0x1.ff8p-15f}, {0x8001, -0x1p-24f}, {0x3555, 0x1.554p-2f},  {0x7C00, INFINITY},
-        {0xFC00, -INFINITY},
+        {0x0000, 0.0f},        {0x8000, -0.0f},    {0x3C00, 1.0f},      {0xC000, -2.0f},        {0x3800, 0.5f},
+        {0x7BFF, 65504.0f},    {0x0400, 0x1p-14f}, {0x0001, 0x1p-24f},  {0x03FF, 0x1.ff8p-15f}, {0x8001, -0x1p-24f},
+        {0x3555, 0x1.554p-2f}, {0x7C00, INFINITY}, {0xFC00, -INFINITY},
     };
     for (size_t i = 0; i < sizeof exact / sizeof exact[0]; i++) {
         const float f = quant_f16_to_f32(exact[i].h);
@@ -156,11 +152,11 @@ Test(quant, f16_overflows_to_infinity_from_65520) {
 }
 
 Test(quant, f16_rounds_into_subnormals_and_to_zero) {
-    cr_expect_eq(quant_f32_to_f16(0x1p-25f), 0x0000);             /* tie between 0 and 1 unit: even */
-    cr_expect_eq(quant_f32_to_f16(0x1.000002p-25f), 0x0001);      /* just above half a unit */
-    cr_expect_eq(quant_f32_to_f16(3 * 0x1p-25f), 0x0002);         /* 1.5 units: tie, even is 2 */
-    cr_expect_eq(quant_f32_to_f16(5 * 0x1p-25f), 0x0002);         /* 2.5 units: tie, even is 2 */
-    cr_expect_eq(quant_f32_to_f16(1023.5f * 0x1p-24f), 0x0400);   /* into the smallest normal */
+    cr_expect_eq(quant_f32_to_f16(0x1p-25f), 0x0000);           /* tie between 0 and 1 unit: even */
+    cr_expect_eq(quant_f32_to_f16(0x1.000002p-25f), 0x0001);    /* just above half a unit */
+    cr_expect_eq(quant_f32_to_f16(3 * 0x1p-25f), 0x0002);       /* 1.5 units: tie, even is 2 */
+    cr_expect_eq(quant_f32_to_f16(5 * 0x1p-25f), 0x0002);       /* 2.5 units: tie, even is 2 */
+    cr_expect_eq(quant_f32_to_f16(1023.5f * 0x1p-24f), 0x0400); /* into the smallest normal */
     cr_expect_eq(quant_f32_to_f16(1e-30f), 0x0000);
     cr_expect_eq(quant_f32_to_f16(-1e-30f), 0x8000);
     cr_expect_eq(quant_f32_to_f16(bits_to_f32(0x00000001)), 0x0000); /* float subnormal */
@@ -203,10 +199,10 @@ Test(quant, bf16_converts_exact_values_both_ways) {
 
 Test(quant, bf16_rounds_to_nearest_even) {
     /* bfloat16 values near 1.0 are 2^-7 apart */
-    cr_expect_eq(quant_f32_to_bf16(1.0f + 0x1p-8f), 0x3F80);          /* tie: down to even */
-    cr_expect_eq(quant_f32_to_bf16(1.0f + 3 * 0x1p-8f), 0x3F82);      /* tie: up to even */
+    cr_expect_eq(quant_f32_to_bf16(1.0f + 0x1p-8f), 0x3F80);     /* tie: down to even */
+    cr_expect_eq(quant_f32_to_bf16(1.0f + 3 * 0x1p-8f), 0x3F82); /* tie: up to even */
     cr_expect_eq(quant_f32_to_bf16(1.0f + 0x1p-8f + 0x1p-23f), 0x3F81);
-    cr_expect_eq(quant_f32_to_bf16(FLT_MAX), 0x7F80); /* rounds up to infinity */
+    cr_expect_eq(quant_f32_to_bf16(FLT_MAX), 0x7F80);                 /* rounds up to infinity */
     cr_expect_eq(quant_f32_to_bf16(bits_to_f32(0x00018000)), 0x0002); /* subnormal tie: up to even */
 }
 
@@ -501,18 +497,12 @@ static float block_error_bound(quant_type t, const float *x) {
     }
     const float f16_slack = 2e-3f * amax; /* d, m stored as F16 */
     switch (t) {
-    case QUANT_Q4_0:
-        return amax / 8 + f16_slack; /* the far side of the signed max may clamp one step */
-    case QUANT_Q5_0:
-        return amax / 16 + f16_slack;
-    case QUANT_Q4_1:
-        return 0.5f * (max - min) / 15 + f16_slack;
-    case QUANT_Q5_1:
-        return 0.5f * (max - min) / 31 + f16_slack;
-    case QUANT_Q8_0:
-        return 0.5f * amax / 127 + f16_slack;
-    default:
-        return 0.0f;
+    case QUANT_Q4_0: return amax / 8 + f16_slack; /* the far side of the signed max may clamp one step */
+    case QUANT_Q5_0: return amax / 16 + f16_slack;
+    case QUANT_Q4_1: return 0.5f * (max - min) / 15 + f16_slack;
+    case QUANT_Q5_1: return 0.5f * (max - min) / 31 + f16_slack;
+    case QUANT_Q8_0: return 0.5f * amax / 127 + f16_slack;
+    default: return 0.0f;
     }
 }
 
@@ -604,8 +594,8 @@ Test(quant, vec_dot_ref_equals_float_dot_of_dequantized_rows) {
             /* Q4_1/Q5_1 use the stored s = F16(d * sum q): allow its rounding */
             const double s_slack = (at == QUANT_Q8_1) ? 2e-3 * min_terms : 0.0;
             const double tolerance = 1e-5 * magnitude + s_slack + 1e-6;
-            cr_expect(fabs(got - want) <= tolerance, "%s trial %d: %.8g vs %.8g (tolerance %.3g)",
-                      quant_type_name(wt), trial, got, want, tolerance);
+            cr_expect(fabs(got - want) <= tolerance, "%s trial %d: %.8g vs %.8g (tolerance %.3g)", quant_type_name(wt),
+                      trial, got, want, tolerance);
         }
     }
 }
@@ -648,8 +638,8 @@ Test(quant, vec_dot_f32_ref_with_a_unit_vector_picks_one_dequantized_weight) {
         for (size_t p = 0; p < sizeof picks / sizeof picks[0]; p++) {
             memset(unit, 0, sizeof unit);
             unit[picks[p]] = 1.0f;
-            cr_expect(quant_vec_dot_f32_ref(wt, w, unit, ROW) == wf[picks[p]], "%s element %d",
-                      quant_type_name(wt), picks[p]);
+            cr_expect(quant_vec_dot_f32_ref(wt, w, unit, ROW) == wf[picks[p]], "%s element %d", quant_type_name(wt),
+                      picks[p]);
         }
     }
 }

@@ -126,8 +126,11 @@ static void run_reference(const char *ref_path, const char *model_path, ref_resu
         int32_t *ours = NULL;
         size_t n_ours = 0;
         cr_assert_eq(tok_encode(vocab, prompt, strlen(prompt), add_bos, special, &ours, &n_ours), SP_OK);
-        if (n_ours == n_prompt && memcmp(ours, ids, n_prompt * sizeof(int32_t)) == 0) res->tokenize_identical++;
-        else cr_log_warn("case %zu: our tokenization differs from llama.cpp's (%zu vs %zu tokens)", ci, n_ours, n_prompt);
+        if (n_ours == n_prompt && memcmp(ours, ids, n_prompt * sizeof(int32_t)) == 0)
+            res->tokenize_identical++;
+        else
+            cr_log_warn("case %zu: our tokenization differs from llama.cpp's (%zu vs %zu tokens)", ci, n_ours,
+                        n_prompt);
         free(ours);
 
         /* our own greedy continuation from llama.cpp's prompt tokens */
@@ -140,8 +143,10 @@ static void run_reference(const char *ref_path, const char *model_path, ref_resu
         }
         size_t matched = 0;
         while (matched < n_greedy && seq[n_prompt + matched] == want[matched]) matched++;
-        if (matched == n_greedy) res->greedy_identical++;
-        else cr_log_warn("case %zu: greedy continuation diverges at token %zu of %zu", ci, matched, n_greedy);
+        if (matched == n_greedy)
+            res->greedy_identical++;
+        else
+            cr_log_warn("case %zu: greedy continuation diverges at token %zu of %zu", ci, matched, n_greedy);
         /* llama.cpp's classic 1-token-step decode, which sums attention in another order */
         json_t *single = json_object_get(c, "greedy_ids_single_steps");
         if (json_is_array(single)) {
@@ -177,8 +182,8 @@ static void run_reference(const char *ref_path, const char *model_path, ref_resu
     cr_log_info("%s: %d cases, tokenization identical %d, greedy identical %d (to llama.cpp's 1-token-step "
                 "decode: %d), top-1 agreement %ld/%ld (%.2f%%), mean |dlogprob| %.5f",
                 ref_path, res->cases, res->tokenize_identical, res->greedy_identical, res->single_steps_identical,
-                res->top1_agree, res->positions,
-                100.0 * (double)res->top1_agree / (double)res->positions, res->sum_abs_delta / (double)res->positions);
+                res->top1_agree, res->positions, 100.0 * (double)res->top1_agree / (double)res->positions,
+                res->sum_abs_delta / (double)res->positions);
     free(logits);
     runner_close(&r);
     json_decref(root);

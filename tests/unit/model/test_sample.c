@@ -26,8 +26,10 @@ Test(sample, same_seed_gives_same_tokens) {
         cr_assert_eq(sample_state_init(&s, 50, 1234), SP_OK);
         for (int i = 0; i < 64; i++) {
             int32_t id = sample_token(&p, &s, logits);
-            if (run == 0) first[i] = id;
-            else cr_assert_eq(id, first[i], "draw %d differs", i);
+            if (run == 0)
+                first[i] = id;
+            else
+                cr_assert_eq(id, first[i], "draw %d differs", i);
         }
         sample_state_free(&s);
     }

@@ -159,17 +159,37 @@ static void check_family(const char *name) {
     free(out);
 }
 
-Test(tokenizer, vectors_gpt2) { check_family("gpt-2"); }
-Test(tokenizer, vectors_llama_spm) { check_family("llama-spm"); }
-Test(tokenizer, vectors_phi3) { check_family("phi-3"); }
-Test(tokenizer, vectors_mpt) { check_family("mpt"); }
-Test(tokenizer, vectors_starcoder) { check_family("starcoder"); }
-Test(tokenizer, vectors_deepseek_coder) { check_family("deepseek-coder"); }
-Test(tokenizer, vectors_falcon) { check_family("falcon"); }
+Test(tokenizer, vectors_gpt2) {
+    check_family("gpt-2");
+}
+Test(tokenizer, vectors_llama_spm) {
+    check_family("llama-spm");
+}
+Test(tokenizer, vectors_phi3) {
+    check_family("phi-3");
+}
+Test(tokenizer, vectors_mpt) {
+    check_family("mpt");
+}
+Test(tokenizer, vectors_starcoder) {
+    check_family("starcoder");
+}
+Test(tokenizer, vectors_deepseek_coder) {
+    check_family("deepseek-coder");
+}
+Test(tokenizer, vectors_falcon) {
+    check_family("falcon");
+}
 /* Kept upstream without their (large) GGUF: these run when someone drops it in. */
-Test(tokenizer, vectors_llama_bpe) { check_family("llama-bpe"); }
-Test(tokenizer, vectors_qwen2) { check_family("qwen2"); }
-Test(tokenizer, vectors_command_r) { check_family("command-r"); }
+Test(tokenizer, vectors_llama_bpe) {
+    check_family("llama-bpe");
+}
+Test(tokenizer, vectors_qwen2) {
+    check_family("qwen2");
+}
+Test(tokenizer, vectors_command_r) {
+    check_family("command-r");
+}
 
 /* ---- round trips on real models ------------------------------------------- */
 
@@ -649,8 +669,12 @@ static void gb_put(gbuf *b, const void *data, size_t n) {
     memcpy(b->p + b->n, data, n);
     b->n += n;
 }
-static void gb_u32(gbuf *b, uint32_t x) { gb_put(b, &x, 4); }
-static void gb_u64(gbuf *b, uint64_t x) { gb_put(b, &x, 8); }
+static void gb_u32(gbuf *b, uint32_t x) {
+    gb_put(b, &x, 4);
+}
+static void gb_u64(gbuf *b, uint64_t x) {
+    gb_put(b, &x, 8);
+}
 static void gb_str(gbuf *b, const char *s) {
     gb_u64(b, strlen(s));
     gb_put(b, s, strlen(s));
