@@ -8,8 +8,10 @@ CC      := gcc
 endif
 BUILD   ?= build
 OPT     ?= -O2
-CFLAGS  ?= $(OPT) -g
-CFLAGS  += -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -I. -MMD -MP -pthread
+CFLAGS  ?= -g
+# OPT (optimization, and the sanitizers for `make debug`) is always added, even when
+# CFLAGS comes from the environment.
+override CFLAGS += $(OPT) -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -I. -MMD -MP -pthread
 LDLIBS  += -lpcre2-8 -lm -pthread
 PYTHON  ?= python3
 MODEL   ?= models/SmolLM2-135M-Instruct.Q4_1.gguf
@@ -72,7 +74,7 @@ run: setup all
 	$(BUILD)/spindle generate --model $(MODEL) --prompt "$${PROMPT:-Once upon a time,}" --max-tokens $${MAX_TOKENS:-128}
 
 debug: setup
-	@SPINDLE_SANITIZED=1 $(MAKE) --no-print-directory BUILD=build/debug OPT="-O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all" \
+	@SPINDLE_SANITIZED=1 LSAN_OPTIONS=suppressions=$(CURDIR)/tools/lsan.supp $(MAKE) --no-print-directory BUILD=build/debug OPT="-O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all" \
 	    LDLIBS="-lpcre2-8 -lm -pthread -fsanitize=address,undefined" all unit-test
 
 # libFuzzer harnesses (clang); FUZZ_SECONDS per harness.

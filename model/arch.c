@@ -20,7 +20,7 @@ static sp_status read_dim(const gguf_file *f, const char *arch, const char *suff
         return SP_OK;
     }
     if (st == SP_ERR_NOT_FOUND) return sp_fail(SP_ERR_FORMAT, "%s: required key %s is missing", gguf_path(f), key);
-    if (st != SP_OK) return sp_fail_prefix(st, "%s", gguf_path(f));
+    if (st != SP_OK) return st; /* the getter's message names the file and the key */
     if (v <= 0 || v > (1 << 24))
         return sp_fail(SP_ERR_FORMAT, "%s: key %s = %lld is out of range (1..16777216)", gguf_path(f), key,
                        (long long)v);
@@ -38,7 +38,7 @@ static sp_status read_float(const gguf_file *f, const char *arch, const char *su
         return SP_OK;
     }
     if (st == SP_ERR_NOT_FOUND) return sp_fail(SP_ERR_FORMAT, "%s: required key %s is missing", gguf_path(f), key);
-    if (st != SP_OK) return sp_fail_prefix(st, "%s", gguf_path(f));
+    if (st != SP_OK) return st; /* the getter's message names the file and the key */
     if (!isfinite(*out) || *out <= 0.0f)
         return sp_fail(SP_ERR_FORMAT, "%s: key %s = %g must be a positive number", gguf_path(f), key, (double)*out);
     return SP_OK;
@@ -50,7 +50,7 @@ sp_status model_hparams_read(const gguf_file *f, model_hparams *hp) {
     sp_status st = gguf_get_str(f, "general.architecture", &arch);
     if (st == SP_ERR_NOT_FOUND)
         return sp_fail(SP_ERR_FORMAT, "%s: required key general.architecture is missing", gguf_path(f));
-    if (st != SP_OK) return sp_fail_prefix(st, "%s", gguf_path(f));
+    if (st != SP_OK) return st; /* the getter's message names the file and the key */
     if (arch.len >= sizeof hp->arch_name)
         return sp_fail(SP_ERR_UNSUPPORTED, "%s: unsupported architecture (name of %llu bytes)", gguf_path(f),
                        (unsigned long long)arch.len);

@@ -85,7 +85,8 @@ int32_t sample_token(const sample_params *p, sample_state *s, const float *logit
     int32_t n = s->n_vocab;
     if (p->temperature <= 0.0f) return sample_argmax(logits, n);
     sample_candidate *c = s->candidates;
-    for (int32_t i = 0; i < n; i++) c[i] = (sample_candidate){i, logits[i]};
+    /* a NaN (from broken weights) would make the ordering inconsistent: rank it last */
+    for (int32_t i = 0; i < n; i++) c[i] = (sample_candidate){i, isnan(logits[i]) ? -INFINITY : logits[i]};
     qsort(c, (size_t)n, sizeof *c, candidate_by_logit_desc);
     if (p->top_k > 0 && p->top_k < n) n = p->top_k;
 

@@ -121,7 +121,7 @@ static sp_status load_texts(tok_vocab *v, const gguf_file *f) {
     gguf_value_type et;
     uint64_t n;
     sp_status st = gguf_get_arr(f, "tokenizer.ggml.tokens", &et, &n);
-    if (st != SP_OK) return sp_fail_prefix(st, "%s: loading the vocabulary", path);
+    if (st != SP_OK) return st; /* the getter's message names the file and the key */
     if (et != GGUF_TYPE_STRING)
         return sp_fail(SP_ERR_FORMAT, "%s: tokenizer.ggml.tokens holds %s, want strings", path,
                        gguf_value_type_name(et));
@@ -500,6 +500,10 @@ tok_kind tok_vocab_kind(const tok_vocab *v) {
 }
 int32_t tok_vocab_size(const tok_vocab *v) {
     return v->n_tokens;
+}
+
+size_t tok_max_token_bytes(const tok_vocab *v) {
+    return v->max_piece_len;
 }
 int32_t tok_bos(const tok_vocab *v) {
     return v->bos;

@@ -40,6 +40,9 @@ int32_t tok_eos(const tok_vocab *v);
 bool tok_add_bos(const tok_vocab *v);
 /* true for end-of-generation tokens (eos, eot, <|im_end|>-style end tokens the vocab marks). */
 bool tok_is_eog(const tok_vocab *v, int32_t id);
+/* Bytes of the longest decoded token (special renderings included): a decoder output
+ * buffer of this + 64 bytes always holds one push or flush. */
+size_t tok_max_token_bytes(const tok_vocab *v);
 /* The token's stored text (borrowed until tok_vocab_destroy); NULL when id is out of range. */
 const char *tok_token_text(const tok_vocab *v, int32_t id);
 

@@ -23,7 +23,8 @@ static void generate_usage(FILE *out) {
             "  --min-p P           drop tokens below P times the top probability (default 0 = off)\n"
             "  --seed S            random seed for sampling (default: from the clock)\n"
             "  --threads N         CPU threads (default: all cores)\n"
-            "  --ctx N             context (KV cache) size in tokens (default: prompt + max tokens)\n"
+            "  --ctx N             context (KV cache) size in tokens (default: prompt + max tokens;\n"
+            "                      at most the model's training context)\n"
             "  --ignore-eos        keep generating past end-of-generation tokens\n",
             CMD_DEFAULT_MODEL);
 }
@@ -138,6 +139,7 @@ int cmd_generate(int argc, char **argv) {
     int32_t *prompt_ids = NULL;
     size_t n_prompt = 0;
     sample_state sampler = {0};
+    char *text = NULL; /* one decoded piece: the longest token plus held-back bytes */
     sp_status st = cli_session_open(&s, a.model, (int)a.threads);
     if (st != SP_OK) {
         fprintf(stderr, "spindle: error: %s\n", sp_last_error());
@@ -151,13 +153,19 @@ int cmd_generate(int argc, char **argv) {
         st = sp_fail(SP_ERR_INVALID_ARG, "the prompt is empty after tokenization (the model adds no BOS)");
         goto fail;
     }
+    if (a.ctx > hp->n_ctx_train) {
+        st = sp_fail(SP_ERR_RANGE, "--ctx %ld exceeds the model's training context of %d tokens", a.ctx,
+                     hp->n_ctx_train);
+        goto fail;
+    }
     long limit = a.ctx > 0 ? a.ctx : hp->n_ctx_train;
     if ((long)n_prompt + a.max_tokens > limit) {
         st = sp_fail(SP_ERR_RANGE, "prompt (%zu tokens) plus --max-tokens %ld exceeds the context of %ld tokens",
                      n_prompt, a.max_tokens, limit);
         goto fail;
     }
-    if ((st = cli_session_reserve(&s, (int)n_prompt + (int)a.max_tokens)) != SP_OK) goto fail;
+    if ((st = cli_session_reserve(&s, a.ctx > 0 ? (int)a.ctx : (int)n_prompt + (int)a.max_tokens)) != SP_OK)
+        goto fail;
     if ((st = sample_state_init(&sampler, hp->n_vocab, a.sampling.seed)) != SP_OK) goto fail;
 
     double t0 = now_seconds();
@@ -167,7 +175,11 @@ int cmd_generate(int argc, char **argv) {
     tok_decoder decoder;
     tok_decoder_init(&decoder, false);
     decoder.at_start = false; /* the continuation follows the prompt: keep its leading space */
-    char text[1024];
+    size_t text_cap = tok_max_token_bytes(vocab) + 64;
+    if (!(text = malloc(text_cap))) {
+        st = sp_fail(SP_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
     long generated = 0;
     const char *finish = "length";
     double t1 = now_seconds();
@@ -178,13 +190,13 @@ int cmd_generate(int argc, char **argv) {
             finish = "stop";
             break;
         }
-        size_t n = tok_decoder_push(vocab, &decoder, id, text, sizeof text);
+        size_t n = tok_decoder_push(vocab, &decoder, id, text, text_cap);
         fwrite(text, 1, n, stdout);
         fflush(stdout);
         if (generated == a.max_tokens) break;
         if ((st = cli_session_eval(&s, &id, 1)) != SP_OK) goto fail;
     }
-    size_t n = tok_decoder_flush(&decoder, text, sizeof text);
+    size_t n = tok_decoder_flush(&decoder, text, text_cap);
     fwrite(text, 1, n, stdout);
     fputc('\n', stdout);
     double t_gen = now_seconds() - t1;
@@ -192,12 +204,14 @@ int cmd_generate(int argc, char **argv) {
                 "finish: %s",
                 n_prompt, t_prompt, (double)n_prompt / t_prompt, generated, t_gen,
                 t_gen > 0 ? (double)generated / t_gen : 0.0, finish);
+    free(text);
     free(prompt_ids);
     sample_state_free(&sampler);
     cli_session_close(&s);
     return 0;
 fail:
     fprintf(stderr, "spindle: error: %s\n", sp_last_error());
+    free(text);
     free(prompt_ids);
     sample_state_free(&sampler);
     cli_session_close(&s);

