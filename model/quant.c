@@ -43,6 +43,25 @@ static const quant_type_info quant_types[QUANT_TYPE_LIMIT] = {
     [QUANT_Q6_K] = {"Q6_K", QUANT_QK_K, sizeof(quant_block_q6_k), true},
     [QUANT_Q8_K] = {"Q8_K", QUANT_QK_K, sizeof(quant_block_q8_k), true},
     [QUANT_BF16] = {"BF16", 1, 2, true},
+    /* The rest of ggml's types, by id: named and sized so a file holding them opens
+     * (inspect lists it) and a model load names the type it cannot compute with. */
+    [16] = {"IQ2_XXS", 256, 66, false},
+    [17] = {"IQ2_XS", 256, 74, false},
+    [18] = {"IQ3_XXS", 256, 98, false},
+    [19] = {"IQ1_S", 256, 50, false},
+    [20] = {"IQ4_NL", 32, 18, false},
+    [21] = {"IQ3_S", 256, 110, false},
+    [22] = {"IQ2_S", 256, 82, false},
+    [23] = {"IQ4_XS", 256, 136, false},
+    [24] = {"I8", 1, 1, false},
+    [25] = {"I16", 1, 2, false},
+    [26] = {"I32", 1, 4, false},
+    [27] = {"I64", 1, 8, false},
+    [28] = {"F64", 1, 8, false},
+    [29] = {"IQ1_M", 256, 56, false},
+    [34] = {"TQ1_0", 256, 54, false},
+    [35] = {"TQ2_0", 256, 66, false},
+    [39] = {"MXFP4", 32, 17, false},
 };
 
 static const quant_type_info *quant_info(uint32_t type) {

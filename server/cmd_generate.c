@@ -164,8 +164,7 @@ int cmd_generate(int argc, char **argv) {
                      n_prompt, a.max_tokens, limit);
         goto fail;
     }
-    if ((st = cli_session_reserve(&s, a.ctx > 0 ? (int)a.ctx : (int)n_prompt + (int)a.max_tokens)) != SP_OK)
-        goto fail;
+    if ((st = cli_session_reserve(&s, a.ctx > 0 ? (int)a.ctx : (int)n_prompt + (int)a.max_tokens)) != SP_OK) goto fail;
     if ((st = sample_state_init(&sampler, hp->n_vocab, a.sampling.seed)) != SP_OK) goto fail;
 
     double t0 = now_seconds();

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/log.h"
 #include "model/gguf.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
@@ -77,6 +78,14 @@ static void fuzz_kv(const gguf_file *f, int64_t i) {
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+    (void)argc;
+    (void)argv;
+    sp_log_set_level(SP_LOG_ERROR); /* loaders warn about odd metadata: noise here */
+    return 0;
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     gguf_file *f;

@@ -59,8 +59,18 @@ Test(quant, type_table_gives_ggml_names_block_sizes_and_bytes) {
     }
 }
 
+Test(quant, other_ggml_types_are_named_and_sized_but_unsupported) {
+    cr_expect_str_eq(quant_type_name(20), "IQ4_NL");
+    cr_expect_eq(quant_block_size(20), 32);
+    cr_expect_eq(quant_block_bytes(20), 18);
+    cr_expect_str_eq(quant_type_name(29), "IQ1_M");
+    cr_expect_eq(quant_block_bytes(29), 56);
+    for (uint32_t id = 16; id <= 29; id++) cr_expect_not(quant_type_supported(id), "type %u", id);
+    cr_expect_not(quant_type_supported(QUANT_Q2_K));
+}
+
 Test(quant, unknown_type_ids_have_no_size_or_name) {
-    const uint32_t unknown[] = {4, 5, 16, 29, 31, 63, 64, 1000, UINT32_MAX};
+    const uint32_t unknown[] = {4, 5, 31, 32, 33, 36, 63, 64, 1000, UINT32_MAX};
     for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; i++) {
         cr_expect_str_eq(quant_type_name(unknown[i]), "unknown");
         cr_expect_eq(quant_block_size(unknown[i]), 0);

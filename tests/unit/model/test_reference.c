@@ -133,7 +133,8 @@ static void run_reference(const char *ref_path, const char *model_path, ref_resu
                         n_prompt);
         free(ours);
 
-        cr_assert_leq(n_prompt + n_greedy, 1024, "case %zu: %zu tokens exceed the test's 1024", ci, n_prompt + n_greedy);
+        cr_assert_leq(n_prompt + n_greedy, 1024, "case %zu: %zu tokens exceed the test's 1024", ci,
+                      n_prompt + n_greedy);
         /* our own greedy continuation from llama.cpp's prompt tokens */
         runner_eval(&r, ids, 0, (int)n_prompt, false, logits);
         int32_t seq[1024];
