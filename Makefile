@@ -1,6 +1,6 @@
 # spindle: plain Makefile. `make` builds build/spindle; `make test` sets up what is
 # missing, builds and runs every test; `make run` serves/generates with the default
-# model; `make debug` builds with ASan+UBSan into build/debug and runs the unit tests.
+# model; `make debug` builds with ASan+UBSan into build/debug and runs the tests there.
 
 CC      ?= gcc
 ifeq ($(CC),cc)
@@ -75,7 +75,7 @@ run: setup all
 
 debug: setup
 	@SPINDLE_SANITIZED=1 LSAN_OPTIONS=suppressions=$(CURDIR)/tools/lsan.supp $(MAKE) --no-print-directory BUILD=build/debug OPT="-O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all" \
-	    LDLIBS="-lpcre2-8 -lm -pthread -fsanitize=address,undefined" all unit-test
+	    LDLIBS="-lpcre2-8 -lm -pthread -fsanitize=address,undefined" all unit-test integration-test
 
 # libFuzzer harnesses (clang); FUZZ_SECONDS per harness.
 FUZZ_SECONDS ?= 60
