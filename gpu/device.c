@@ -4,6 +4,7 @@
 
 #include <stdint.h>
 
+#include "common/assert.h"
 #include "gpu/device_internal.h"
 
 sp_status dev_create(const dev_options *opts, dev_backend **out) {
@@ -121,9 +122,16 @@ void dev_rmsnorm(dev_backend *dev, float *out, const float *in, const dev_tensor
     dev->ops->rmsnorm(dev, out, in, w, eps, rows, dim);
 }
 
+void dev_matmul_group(dev_backend *dev, const dev_matmul_part *parts, int n_parts, const float *in, int64_t rows) {
+    SP_ASSERT(n_parts > 0);
+    for (int i = 1; i < n_parts; i++) SP_ASSERT(parts[i].w->ne0 == parts[0].w->ne0); /* one input width */
+    dev->ops->matmul_group(dev, parts, n_parts, in, rows);
+}
+
 void dev_matmul(dev_backend *dev, float *out, const float *in, const dev_tensor *w, const dev_tensor *bias,
                 int64_t rows) {
-    dev->ops->matmul(dev, out, in, w, bias, rows);
+    dev_matmul_part part = {out, w, bias};
+    dev->ops->matmul_group(dev, &part, 1, in, rows);
 }
 
 void dev_rope_apply(dev_backend *dev, float *x, const dev_step *step, const dev_rope *rope, int64_t heads,

@@ -126,6 +126,18 @@ void dev_embed(dev_backend *dev, float *x, const dev_tensor *emb, const dev_step
 void dev_rmsnorm(dev_backend *dev, float *out, const float *in, const dev_tensor *w, float eps, int64_t rows,
                  int64_t dim);
 
+/* One of several products of the same input (dev_matmul_group). */
+typedef struct dev_matmul_part {
+    float *out;             /* (T, N of w) */
+    const dev_tensor *w;    /* (N, K) */
+    const dev_tensor *bias; /* (N) F32, or NULL */
+} dev_matmul_part;
+
+/* out_i (T, N_i) = in (T, K) . w_i (N_i, K)^T [+ bias_i] for every part: products that
+ * share an input (Q/K/V, gate/up) run as one op, so the backend prepares the input once.
+ * Each output equals what dev_matmul gives for that part alone. */
+void dev_matmul_group(dev_backend *dev, const dev_matmul_part *parts, int n_parts, const float *in, int64_t rows);
+
 /* out (T, N) = in (T, K) . w (N, K)^T [+ bias (N)]. */
 void dev_matmul(dev_backend *dev, float *out, const float *in, const dev_tensor *w, const dev_tensor *bias,
                 int64_t rows);

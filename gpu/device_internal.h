@@ -17,8 +17,7 @@ typedef struct dev_backend_ops {
     void (*embed)(dev_backend *dev, float *x, const dev_tensor *emb, const dev_step *step);
     void (*rmsnorm)(dev_backend *dev, float *out, const float *in, const dev_tensor *w, float eps, int64_t rows,
                     int64_t dim);
-    void (*matmul)(dev_backend *dev, float *out, const float *in, const dev_tensor *w, const dev_tensor *bias,
-                   int64_t rows);
+    void (*matmul_group)(dev_backend *dev, const dev_matmul_part *parts, int n_parts, const float *in, int64_t rows);
     void (*rope_apply)(dev_backend *dev, float *x, const dev_step *step, const dev_rope *rope, int64_t heads,
                        int64_t head_dim);
     void (*kv_write)(dev_backend *dev, dev_kv *kv, int layer, const float *k, const float *v, const dev_step *step);

@@ -32,9 +32,12 @@ sp_status model_forward(model *m, dev_kv *kv, const dev_step *step, float *logit
         const model_layer *l = &m->layers[il];
         /* attention block */
         dev_rmsnorm(dev, a->xn, a->x, &l->attn_norm, hp->rms_eps, t, d);
-        dev_matmul(dev, a->q, a->xn, &l->wq, l->bq.data ? &l->bq : NULL, t);
-        dev_matmul(dev, a->k, a->xn, &l->wk, l->bk.data ? &l->bk : NULL, t);
-        dev_matmul(dev, a->v, a->xn, &l->wv, l->bv.data ? &l->bv : NULL, t);
+        const dev_matmul_part qkv[3] = {
+            {a->q, &l->wq, l->bq.data ? &l->bq : NULL},
+            {a->k, &l->wk, l->bk.data ? &l->bk : NULL},
+            {a->v, &l->wv, l->bv.data ? &l->bv : NULL},
+        };
+        dev_matmul_group(dev, qkv, 3, a->xn, t);
         if (hp->has_qk_norm) {
             dev_rmsnorm(dev, a->q, a->q, &l->q_norm, hp->rms_eps, t * hp->n_heads, hp->head_dim);
             dev_rmsnorm(dev, a->k, a->k, &l->k_norm, hp->rms_eps, t * hp->n_kv_heads, hp->head_dim);
@@ -47,8 +50,8 @@ sp_status model_forward(model *m, dev_kv *kv, const dev_step *step, float *logit
         dev_add(dev, a->x, a->x, a->proj, t * d);
         /* feed-forward block */
         dev_rmsnorm(dev, a->xn, a->x, &l->ffn_norm, hp->rms_eps, t, d);
-        dev_matmul(dev, a->gate, a->xn, &l->w_gate, NULL, t);
-        dev_matmul(dev, a->up, a->xn, &l->w_up, NULL, t);
+        const dev_matmul_part gate_up[2] = {{a->gate, &l->w_gate, NULL}, {a->up, &l->w_up, NULL}};
+        dev_matmul_group(dev, gate_up, 2, a->xn, t);
         dev_swiglu(dev, a->gate, a->gate, a->up, t * hp->n_ff);
         dev_matmul(dev, a->proj, a->gate, &l->w_down, NULL, t);
         dev_add(dev, a->x, a->x, a->proj, t * d);

@@ -63,15 +63,21 @@ static sp_status host_reserve(dev_backend *dev, int64_t max_tokens, int64_t max_
     return host__scratch_reserve(hb, bytes);
 }
 
-sp_status host__scratch_reserve(host_backend *hb, size_t nbytes) {
-    if (nbytes <= hb->scratch_bytes) return SP_OK;
-    size_t rounded = (nbytes + 63) & ~(size_t)63;
+/* Replaces *buf (holding *have bytes) with a 64-byte aligned buffer of at least want
+ * bytes when it is smaller; the old contents are not kept. */
+static sp_status grow_aligned(void **buf, size_t *have, size_t want, const char *what) {
+    if (want <= *have) return SP_OK;
+    size_t rounded = (want + 63) & ~(size_t)63;
     void *p = aligned_alloc(64, rounded);
-    if (!p) return sp_fail(SP_ERR_NOMEM, "cpu backend: cannot allocate %zu bytes of scratch", nbytes);
-    free(hb->scratch);
-    hb->scratch = p;
-    hb->scratch_bytes = rounded;
+    if (!p) return sp_fail(SP_ERR_NOMEM, "cpu backend: cannot allocate %zu bytes of %s", want, what);
+    free(*buf);
+    *buf = p;
+    *have = rounded;
     return SP_OK;
+}
+
+sp_status host__scratch_reserve(host_backend *hb, size_t nbytes) {
+    return grow_aligned(&hb->scratch, &hb->scratch_bytes, nbytes, "scratch");
 }
 
 /* Grows the attention scratch to what caches of this shape need on every worker. */
@@ -79,13 +85,7 @@ static sp_status host_attn_scratch_reserve(host_backend *hb, const dev_kv_shape 
     size_t bytes;
     if (__builtin_mul_overflow(host__attention_scratch_bytes(shape), (size_t)host__pool_threads(hb->pool), &bytes))
         return sp_fail(SP_ERR_INVALID_ARG, "kv cache: attention scratch size overflows");
-    if (bytes <= hb->attn_scratch_bytes) return SP_OK;
-    void *p = aligned_alloc(64, bytes);
-    if (!p) return sp_fail(SP_ERR_NOMEM, "cpu backend: cannot allocate %zu bytes of attention scratch", bytes);
-    free(hb->attn_scratch);
-    hb->attn_scratch = p;
-    hb->attn_scratch_bytes = bytes;
-    return SP_OK;
+    return grow_aligned(&hb->attn_scratch, &hb->attn_scratch_bytes, bytes, "attention scratch");
 }
 
 static sp_status host_kv_create(dev_backend *dev, const dev_kv_shape *shape, dev_kv **out) {
@@ -138,7 +138,7 @@ static const dev_backend_ops host_ops = {
     .step_upload = host_step_upload,
     .embed = host__embed,
     .rmsnorm = host__rmsnorm,
-    .matmul = host__matmul,
+    .matmul_group = host__matmul_group,
     .rope_apply = host__rope_apply,
     .kv_write = host__kv_write,
     .attention = host__attention,

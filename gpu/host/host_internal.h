@@ -73,7 +73,7 @@ typedef struct host_backend {
     int64_t max_tokens; /* largest step reserved with dev_reserve */
     /* Attention's per-worker buffers (scores and probabilities of a whole context),
      * grown only when a KV cache is created: host__attention_scratch_bytes per thread. */
-    char *attn_scratch;
+    void *attn_scratch;
     size_t attn_scratch_bytes;
 } host_backend;
 
@@ -96,8 +96,7 @@ void host__rope_apply(dev_backend *dev, float *x, const dev_step *step, const de
 void host__swiglu(dev_backend *dev, float *out, const float *gate, const float *up, int64_t n);
 void host__add(dev_backend *dev, float *out, const float *a, const float *b, int64_t n);
 void host__gather_rows(dev_backend *dev, float *out, const float *in, const int32_t *rows, int64_t n_rows, int64_t dim);
-void host__matmul(dev_backend *dev, float *out, const float *in, const dev_tensor *w, const dev_tensor *bias,
-                  int64_t rows);
+void host__matmul_group(dev_backend *dev, const dev_matmul_part *parts, int n_parts, const float *in, int64_t rows);
 void host__kv_write(dev_backend *dev, dev_kv *kv, int layer, const float *k, const float *v, const dev_step *step);
 void host__attention(dev_backend *dev, float *out, const float *q, const dev_kv *kv, int layer, const dev_step *step,
                      int64_t n_heads, float scale);
