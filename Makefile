@@ -12,7 +12,7 @@ CFLAGS  ?= -g
 # OPT (optimization, and the sanitizers for `make debug`) is always added, even when
 # CFLAGS comes from the environment.
 override CFLAGS += $(OPT) -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -I. -MMD -MP -pthread
-LDLIBS  += -lpcre2-8 -lm -pthread
+LDLIBS  += -lpcre2-8 -ljansson -lm -pthread
 PYTHON  ?= python3
 MODEL   ?= models/SmolLM2-135M-Instruct.Q4_1.gguf
 # Where the shared test fixtures live (tests read SPINDLE_TESTDATA).
@@ -23,10 +23,14 @@ export SPINDLE_TESTDATA
 COMMON_SRC := common/status.c common/log.c
 MODEL_SRC  := model/gguf.c model/gguf_access.c model/quant.c model/quant_kquants.c \
               model/tokenizer.c model/tokenizer_spm.c model/tokenizer_bpe.c model/unicode.c \
-              model/arch.c model/model.c model/forward.c model/sample.c
+              model/arch.c model/model.c model/forward.c model/sample.c \
+              model/template_lexer.c model/template_parser.c model/template_value.c model/template_json.c \
+              model/template_eval.c model/template_strings.c model/template_filters.c model/template_builtins.c \
+              model/template_gguf.c
 GPU_SRC    := gpu/device.c gpu/host/host_backend.c gpu/host/host_ops.c gpu/host/host_matmul.c \
               gpu/host/host_attention.c gpu/host/host_quant_dot.c gpu/host/threadpool.c
-SERVER_SRC := server/main.c server/cli_session.c server/cmd_generate.c server/cmd_inspect.c server/cmd_bench.c
+SERVER_SRC := server/main.c server/cli_session.c server/cmd_generate.c server/cmd_inspect.c server/cmd_bench.c \
+              server/cmd_template.c
 
 LIB_SRC := $(COMMON_SRC) $(MODEL_SRC) $(GPU_SRC)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
@@ -37,7 +41,7 @@ LIB     := $(BUILD)/libspindle.a
 TEST_SRC := $(wildcard tests/unit/*/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all test unit-test integration-test run debug setup fuzz bench format format-check clean
+.PHONY: all test unit-test integration-test run debug setup fuzz bench bench-template format format-check clean
 
 all: $(BUILD)/spindle
 
@@ -54,7 +58,7 @@ $(BUILD)/spindle: $(BIN_OBJ) $(LIB)
 
 $(BUILD)/tests/%: tests/unit/%.c $(LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDLIBS) -lcriterion -ljansson
+	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDLIBS) -lcriterion
 
 setup:
 	@tools/setup.sh
@@ -75,15 +79,22 @@ run: setup all
 
 debug: setup
 	@SPINDLE_SANITIZED=1 LSAN_OPTIONS=suppressions=$(CURDIR)/tools/lsan.supp $(MAKE) --no-print-directory BUILD=build/debug OPT="-O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all" \
-	    LDLIBS="-lpcre2-8 -lm -pthread -fsanitize=address,undefined" all unit-test integration-test
+	    LDLIBS="-lpcre2-8 -ljansson -lm -pthread -fsanitize=address,undefined" all unit-test integration-test
 
 # libFuzzer harnesses (clang); FUZZ_SECONDS per harness.
 FUZZ_SECONDS ?= 60
 fuzz:
 	@tools/fuzz.sh $(FUZZ_SECONDS)
 
-bench: setup all
+bench: setup all bench-template
 	@bench/bench_kernels.sh
+
+# Chat-template rendering speed (no peer needed); prints its table, see bench/README.md.
+bench-template: $(BUILD)/bench_template
+	@$(BUILD)/bench_template
+
+$(BUILD)/bench_template: bench/bench_template.c $(LIB)
+	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDLIBS)
 
 FORMAT_FILES = $(shell git ls-files '*.c' '*.h')
 format:

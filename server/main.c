@@ -18,6 +18,7 @@ static void usage(FILE *out) {
             "  generate   generate a continuation of --prompt (see spindle generate --help)\n"
             "  inspect    print a GGUF model's metadata and tensor table\n"
             "  bench      measure prompt processing and generation speed\n"
+            "  template   render a chat template with a JSON context (see spindle template --help)\n"
             "  help       show this text\n",
             SPINDLE_VERSION);
 }
@@ -47,6 +48,7 @@ int main(int argc, char **argv) {
     if (strcmp(argv[1], "generate") == 0) return cmd_generate(argc - 1, argv + 1);
     if (strcmp(argv[1], "inspect") == 0) return cmd_inspect(argc - 1, argv + 1);
     if (strcmp(argv[1], "bench") == 0) return cmd_bench(argc - 1, argv + 1);
+    if (strcmp(argv[1], "template") == 0) return cmd_template(argc - 1, argv + 1);
     fprintf(stderr, "spindle: error: unknown command '%s'\n\n", argv[1]);
     usage(stderr);
     return 2;

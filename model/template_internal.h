@@ -1,0 +1,357 @@
+/* template_internal.h: what the files of the Jinja engine share (model/template_*.c).
+ *
+ *   template_lexer.c     source -> tokens, with Jinja's whitespace control
+ *   template_parser.c    tokens -> syntax tree (tnode)
+ *   template_value.c     the arena, values (tv), Python's str()/repr()/truthiness/equality
+ *   template_json.c      JSON <-> values, and the tojson filter (Python's json.dumps)
+ *   template_eval.c      runs the tree: statements, expressions, scopes, macros, output
+ *   template_strings.c   Python's str operations and the string methods
+ *   template_filters.c   the filters (| trim, | tojson, | map ...)
+ *   template_builtins.c  argument helpers, dict methods, global functions, tests
+ *
+ * Errors: parsing and rendering stop with longjmp to the entry point (tmpl_parse,
+ * tmpl_render), which sets the status and frees the arena. That is safe because every
+ * allocation made after the setjmp lives in that arena; nothing else needs unwinding.
+ */
+#ifndef SP_TEMPLATE_INTERNAL_H
+#define SP_TEMPLATE_INTERNAL_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/status.h"
+#include "model/template.h"
+
+/* ---- arena ---------------------------------------------------------------------- */
+
+typedef struct tmpl_arena_chunk tmpl_arena_chunk;
+
+/* A bump allocator: chunks are freed together by tmpl__arena_free. When limit bytes
+ * are used, tmpl__alloc jumps to *on_full (status SP_ERR_RANGE). */
+typedef struct tmpl_arena {
+    tmpl_arena_chunk *head;
+    size_t used;
+    size_t limit;
+    jmp_buf *on_full;
+    sp_status failed; /* why it jumped: SP_ERR_RANGE or SP_ERR_NOMEM */
+} tmpl_arena;
+
+void tmpl__arena_init(tmpl_arena *a, size_t limit, jmp_buf *on_full);
+void tmpl__arena_free(tmpl_arena *a);
+void *tmpl__alloc(tmpl_arena *a, size_t size); /* zeroed, 16-byte aligned */
+char *tmpl__strndup(tmpl_arena *a, const char *s, size_t n);
+
+/* ---- tokens --------------------------------------------------------------------- */
+
+typedef enum ttok_kind {
+    TT_EOF,
+    TT_DATA,        /* literal text between tags (whitespace control already applied) */
+    TT_VAR_BEGIN,   /* {{ */
+    TT_VAR_END,     /* }} */
+    TT_BLOCK_BEGIN, /* {% */
+    TT_BLOCK_END,   /* %} */
+    TT_NAME,
+    TT_STRING, /* escapes decoded */
+    TT_INT,
+    TT_FLOAT,
+    TT_OP, /* text holds the operator: + - * / // % ** ~ == != < <= > >= = ( ) [ ] { } , . : | */
+} ttok_kind;
+
+typedef struct ttok {
+    ttok_kind kind;
+    int line, col;
+    const char *text; /* arena copy (DATA, NAME, STRING, OP) */
+    size_t len;
+    int64_t i;
+    double f;
+} ttok;
+
+/* Splits source into tokens (arena-allocated array ending with TT_EOF). A lexing error
+ * fills err ("line L, column C: ...") and returns NULL. */
+ttok *tmpl__lex(tmpl_arena *a, const char *source, size_t len, char *err, size_t err_cap);
+
+/* ---- syntax tree ---------------------------------------------------------------- */
+
+typedef enum tnode_kind {
+    /* statements */
+    TN_BODY,         /* children */
+    TN_TEXT,         /* str */
+    TN_OUTPUT,       /* a: expression printed */
+    TN_IF,           /* a: cond, b: then body, c: else (body or another TN_IF) */
+    TN_FOR,          /* target (a name or TN_TUPLE of names), a: iterable, d: filter cond, b: body, c: else */
+    TN_SET,          /* target (name, TN_TUPLE or TN_ATTR ns.x), a: value; block form: b body */
+    TN_MACRO,        /* str: name, params (TN_NAME, default in .a), b: body */
+    TN_CALL_BLOCK,   /* a: the call, params of caller(), b: body */
+    TN_FILTER_BLOCK, /* a: TN_FILTER chain whose innermost .a is NULL, b: body */
+    TN_BREAK,
+    TN_CONTINUE,
+    /* expressions */
+    TN_CONST,   /* value */
+    TN_NAME,    /* str */
+    TN_LIST,    /* children */
+    TN_TUPLE,   /* children */
+    TN_DICT,    /* children: key, value, key, value... */
+    TN_ATTR,    /* a.str */
+    TN_ITEM,    /* a[b] */
+    TN_SLICE,   /* a[b:c:d], each of b c d may be NULL */
+    TN_CALL,    /* a(args) */
+    TN_FILTER,  /* a | str(args) */
+    TN_TEST,    /* a is [not] str(args); negate */
+    TN_UNARY,   /* op a: "not" "-" "+" */
+    TN_BINARY,  /* a op b: arithmetic, "~", "and", "or" */
+    TN_COMPARE, /* a op b: == != < <= > >= in notin */
+    TN_CONDEXPR /* b if a else c (c may be NULL) */
+} tnode_kind;
+
+typedef struct tnode tnode;
+typedef struct tv tv;
+
+/* Arguments of a call, filter or test: positional then keyword. */
+typedef struct targs {
+    tnode **pos;
+    size_t n_pos;
+    const char **kw_names;
+    tnode **kw_vals;
+    size_t n_kw;
+} targs;
+
+/* ---- values --------------------------------------------------------------------- */
+
+typedef enum tv_kind {
+    TV_UNDEFINED, /* str: the name that was missing (for error messages) */
+    TV_NONE,
+    TV_BOOL,
+    TV_INT,
+    TV_FLOAT,
+    TV_STR,
+    TV_LIST,  /* list or tuple (list->is_tuple) */
+    TV_DICT,  /* dicts and namespace() objects (dict->is_namespace) */
+    TV_FUNC,  /* a builtin function or a bound method (func) */
+    TV_MACRO, /* a macro or caller() (macro) */
+    TV_LOOP   /* the loop variable of a for (loop) */
+} tv_kind;
+
+typedef struct tlist tlist;
+typedef struct tdict tdict;
+typedef struct tfunc tfunc;
+typedef struct tmacro tmacro;
+typedef struct tloop tloop;
+
+struct tv {
+    tv_kind kind;
+    size_t len; /* TV_STR bytes; TV_UNDEFINED name bytes */
+    union {
+        bool b;
+        int64_t i;
+        double f;
+        const char *s; /* TV_STR, TV_UNDEFINED */
+        tlist *list;
+        tdict *dict;
+        tfunc *func;
+        tmacro *macro;
+        tloop *loop;
+    };
+};
+
+struct tlist {
+    tv *items;
+    size_t n, cap;
+    bool is_tuple;
+    /* Non-NULL for one-pass iterators, which jinja2's map, select, reject, selectattr,
+     * rejectattr and unique return ("generator"): always true, no len(), not JSON, and
+     * empty once iterated. |list makes a real list. */
+    const char *iter_name;
+    bool consumed;
+    unsigned depth; /* 1 + the deepest item's depth (see TMPL_MAX_VALUE_DEPTH) */
+};
+
+/* Insertion-ordered, linear lookup: chat messages have a handful of keys. */
+struct tdict {
+    tv *keys;
+    tv *vals;
+    size_t n, cap;
+    bool is_namespace;
+    unsigned depth;
+};
+
+struct tnode {
+    tnode_kind kind;
+    int line;
+    const char *str;
+    size_t len;
+    bool negate;    /* TN_TEST "is not" */
+    bool recursive; /* unused; kept false */
+    tnode *a, *b, *c, *d;
+    tnode *target; /* TN_FOR, TN_SET */
+    tnode **children;
+    size_t n_children;
+    tnode **params; /* TN_MACRO / TN_CALL_BLOCK parameters (TN_NAME with default in .a) */
+    size_t n_params;
+    targs args; /* TN_CALL, TN_FILTER, TN_TEST */
+    tv value;   /* TN_CONST */
+};
+
+/* The parsed template: the tree and the arena that holds it. */
+struct tmpl {
+    tmpl_arena arena;
+    tnode *root;
+};
+
+/* Builds the tree from tokens. A syntax error fills err and returns NULL. */
+tnode *tmpl__parse_tokens(tmpl_arena *a, const ttok *toks, char *err, size_t err_cap);
+
+/* ---- values: construction and Python's semantics (template_value.c) -------------- */
+
+/* Lists and dicts nest at most this deep: equality, ordering, repr and tojson recurse
+ * over values, so a deeper value (built by a loop, or sent in a request) stops the render
+ * with SP_ERR_RANGE when it is made, before anything can recurse over it. */
+#define TMPL_MAX_VALUE_DEPTH 1000
+
+extern const tv tmpl__undefined;
+extern const tv tmpl__none;
+
+tv tmpl__bool(bool b);
+tv tmpl__int(int64_t i);
+tv tmpl__float(double f);
+tv tmpl__str(const char *s, size_t len); /* borrows s (it must outlive the value) */
+tv tmpl__str_copy(tmpl_arena *a, const char *s, size_t len);
+tv tmpl__undefined_named(const char *name, size_t len);
+tv tmpl__list_new(tmpl_arena *a, size_t cap);
+tv tmpl__dict_new(tmpl_arena *a, size_t cap);
+/* Appends item; fails through the arena's jump when the list would nest too deeply. */
+void tmpl__list_push(tmpl_arena *a, tlist *l, tv item);
+/* Sets key (replacing an equal key in place, else appending); fails as list_push. */
+void tmpl__dict_set(tmpl_arena *a, tdict *d, tv key, tv val);
+/* Looks up a string key; NULL when absent. */
+tv *tmpl__dict_get(const tdict *d, const char *key, size_t len);
+tv *tmpl__dict_get_value(const tdict *d, tv key);
+
+bool tmpl__truthy(tv v);
+bool tmpl__equal(tv a, tv b);
+/* Python's type name of v ("str", "int", "list", "dict", ...). */
+const char *tmpl__type_name(tv v);
+bool tmpl__is_str(tv v, const char *lit);
+
+/* A growable byte buffer in the arena. */
+typedef struct tmpl_buf {
+    tmpl_arena *arena;
+    char *data;
+    size_t len, cap;
+} tmpl_buf;
+
+void tmpl__buf_init(tmpl_buf *b, tmpl_arena *a, size_t cap);
+void tmpl__buf_put(tmpl_buf *b, const char *s, size_t n);
+void tmpl__buf_putc(tmpl_buf *b, char c);
+void tmpl__buf_printf(tmpl_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+tv tmpl__buf_value(tmpl_buf *b); /* the bytes as a string value (shares the buffer) */
+
+/* Appends Python's str(v) / repr(v). */
+void tmpl__append_str(tmpl_buf *b, tv v);
+void tmpl__append_repr(tmpl_buf *b, tv v);
+/* Python's repr() of a float ("1.0", "0.1", "1e+16", "inf", "nan"). */
+void tmpl__append_float(tmpl_buf *b, double f);
+
+/* ---- render state (template_eval.c) --------------------------------------------- */
+
+typedef struct tscope tscope;
+
+typedef struct tmpl_render_state {
+    tmpl_arena arena;
+    jmp_buf on_error;
+    sp_status status; /* set before the jump */
+    tmpl_buf out;
+    tscope *globals;
+    size_t steps, max_steps, max_output;
+    int call_depth; /* macro calls in progress */
+    int depth;      /* nested eval/exec calls */
+    int line;       /* of the node being evaluated, for error messages */
+} tmpl_render_state;
+
+/* Stops the render with status and a message (prefixed "line L: " except for
+ * SP_ERR_INVALID_ARG, which carries raise_exception's text as it is). */
+_Noreturn void tmpl__fail(tmpl_render_state *r, sp_status status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* The str() of v as a string value (v itself when it already is one). */
+tv tmpl__to_str(tmpl_render_state *r, tv v);
+/* Evaluated arguments of a call, filter or test: positional, then keyword. */
+typedef struct tmpl_args {
+    tv *pos;
+    size_t n_pos;
+    const char **kw_names;
+    tv *kw_vals;
+    size_t n_kw;
+} tmpl_args;
+
+/* Calls a macro or builtin. */
+tv tmpl__call_value(tmpl_render_state *r, tv callee, const tmpl_args *a);
+/* Attribute access as Jinja's getattr: a method of the value's type first, then an item. */
+tv tmpl__get_attr(tmpl_render_state *r, tv obj, const char *name, size_t len);
+/* Subscript as Jinja's getitem: an item first, then an attribute. */
+tv tmpl__get_item(tmpl_render_state *r, tv obj, tv key);
+/* Iterates as Python's iter(): list items, dict keys, string characters (UTF-8). */
+tv tmpl__to_list(tmpl_render_state *r, tv v);
+
+/* ---- JSON (template_json.c) ----------------------------------------------------- */
+
+tv tmpl__from_json(tmpl_arena *a, const json_t *j);
+/* The arguments of Python's json.dumps that tojson passes on. */
+typedef struct tmpl_json_opts {
+    int indent; /* < 0: None (one line) */
+    const char *item_sep, *key_sep;
+    bool sort_keys, ensure_ascii;
+} tmpl_json_opts;
+
+/* Appends json.dumps(v, **opts) to b; values JSON cannot hold fail the render. */
+void tmpl__tojson(tmpl_render_state *r, tmpl_buf *b, tv v, const tmpl_json_opts *o);
+
+/* ---- builtins (template_builtins.c, template_filters.c, template_strings.c) ------- */
+
+/* A builtin callable: a global function or a method bound to self (f->self, f->name). */
+typedef tv (*tmpl_builtin_fn)(tmpl_render_state *r, const tfunc *f, const tmpl_args *a);
+struct tfunc {
+    const char *name;
+    tmpl_builtin_fn fn;
+    tv self;
+};
+
+/* Argument i by position or by keyword name; dflt when not given. */
+tv tmpl__arg(const tmpl_args *a, size_t i, const char *name, tv dflt);
+bool tmpl__arg_given(const tmpl_args *a, size_t i, const char *name);
+/* v itself when it is a string / an integer (bools count); otherwise the render fails
+ * naming what (the builtin and argument). */
+tv tmpl__arg_str(tmpl_render_state *r, const char *what, tv v);
+int64_t tmpl__arg_int(tmpl_render_state *r, const char *what, tv v);
+
+/* Python's str operations (template_strings.c). Results may share the input's bytes. */
+bool tmpl__py_space(unsigned char c);
+tv tmpl__str_strip(tv s, tv chars, bool left, bool right); /* chars: a string, or none for whitespace */
+tv tmpl__str_map_case(tmpl_render_state *r, tv s, int (*f)(int));
+tv tmpl__str_capitalize(tmpl_render_state *r, tv s);
+/* str.title(), or jinja2's title filter (words start after whitespace and -({[<) */
+tv tmpl__str_title(tmpl_render_state *r, tv s, bool jinja_filter);
+tv tmpl__str_replace(tmpl_render_state *r, tv s, tv old, tv new_, int64_t count);
+tv tmpl__str_split(tmpl_render_state *r, tv s, tv sep, int64_t maxsplit);
+tv tmpl__str_splitlines(tmpl_render_state *r, tv s);
+/* The string method name, or NULL. */
+tmpl_builtin_fn tmpl__str_method(const char *name, size_t len);
+
+/* A dict's (key, value) tuples. */
+tv tmpl__dict_items(tmpl_render_state *r, tdict *d);
+/* Python's ordering (<0, 0, >0) of numbers, strings or lists; anything else fails
+ * naming op and the types (template_eval.c). */
+int tmpl__order(tmpl_render_state *r, const char *op, tv a, tv b);
+bool tmpl__filter_exists(const char *name, size_t len);
+
+/* Applies filter name to v. An unknown filter fails the render. */
+tv tmpl__apply_filter(tmpl_render_state *r, const char *name, size_t len, tv v, const tmpl_args *a);
+bool tmpl__apply_test(tmpl_render_state *r, const char *name, size_t len, tv v, const tmpl_args *a);
+/* The method name of v's type bound to v, or undefined when the type has none. */
+tv tmpl__bind_method(tmpl_render_state *r, tv v, const char *name, size_t len);
+/* The global functions (range, namespace, dict, raise_exception, strftime_now, ...). */
+tv tmpl__global_func(const char *name, size_t len);
+
+#endif

@@ -1,0 +1,89 @@
+/* test_template_regressions.c: replays fuzzer findings and seeds through the
+ * chat-template engine.
+ *
+ * Every file in tests/fuzz/regressions/template/ (inputs that once crashed or
+ * misbehaved) goes through the fuzz harness itself (tests/fuzz/fuzz_template.c,
+ * included here), which checks the engine's contract and traps when it is broken;
+ * every seed in tests/fuzz/corpus/template/ must also parse, and render or stop at the
+ * template's own raise_exception. Each input is copied into a buffer of exactly its
+ * size, so a read past the end shows under ASan (make debug). Paths are relative to the
+ * repository root, where make runs the tests.
+ */
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tests/fuzz/fuzz_template.c"
+
+#define REGRESSIONS_DIR "tests/fuzz/regressions/template"
+#define SEEDS_DIR       "tests/fuzz/corpus/template"
+
+/* Reads path into a malloc'd buffer of exactly its size (caller frees). */
+static uint8_t *read_exact(const char *path, size_t *size) {
+    FILE *fp = fopen(path, "rb");
+    cr_assert_not_null(fp, "cannot open %s", path);
+    fseek(fp, 0, SEEK_END);
+    long n = ftell(fp);
+    fseek(fp, 0, SEEK_SET);
+    cr_assert_geq(n, 0);
+    uint8_t *buf = malloc(n ? (size_t)n : 1);
+    cr_assert_not_null(buf);
+    cr_assert_eq(fread(buf, 1, (size_t)n, fp), (size_t)n, "short read of %s", path);
+    fclose(fp);
+    *size = (size_t)n;
+    return buf;
+}
+
+/* A seed's template (the bytes before the first NUL) must parse, and render to text
+ * or to the template's own raise_exception. */
+static void check_seed(const char *path, const uint8_t *data, size_t size) {
+    const uint8_t *nul = memchr(data, 0, size);
+    size_t len = nul ? (size_t)(nul - data) : size;
+    json_t *context = nul ? json_loadb((const char *)nul + 1, size - len - 1, 0, NULL) : NULL;
+    tmpl *t = NULL;
+    sp_status st = tmpl_parse((const char *)data, len, &t);
+    cr_assert_eq(st, SP_OK, "%s: %s", path, sp_last_error());
+    char *out = NULL;
+    size_t out_len = 0;
+    st = tmpl_render(t, json_is_object(context) ? context : fuzz_default_context, &FUZZ_LIMITS, &out, &out_len);
+    cr_assert(st == SP_OK || st == SP_ERR_INVALID_ARG, "%s: status %d: %s", path, st, sp_last_error());
+    free(out);
+    tmpl_destroy(t);
+    json_decref(context);
+}
+
+/* Feeds every regular file of dir to the harness; returns how many there were. */
+static int replay_dir(const char *dir, bool seeds) {
+    DIR *d = opendir(dir);
+    if (!d) return -1;
+    LLVMFuzzerInitialize(NULL, NULL);
+    int count = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        char path[1024];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        size_t size;
+        uint8_t *buf = read_exact(path, &size);
+        fprintf(stderr, "replaying %s\n", path); /* shown only when the test fails */
+        LLVMFuzzerTestOneInput(buf, size);
+        if (seeds) check_seed(path, buf, size);
+        free(buf);
+        count++;
+    }
+    closedir(d);
+    return count;
+}
+
+Test(template, survives_every_fuzz_regression, .timeout = 120) {
+    int n = replay_dir(REGRESSIONS_DIR, false);
+    if (n < 0) cr_skip_test("%s absent (run from the repository root)", REGRESSIONS_DIR);
+}
+
+Test(template, renders_every_fuzz_seed, .timeout = 120) {
+    int n = replay_dir(SEEDS_DIR, true);
+    if (n < 0) cr_skip_test("%s absent (run from the repository root)", SEEDS_DIR);
+    cr_assert_gt(n, 0, "no seeds in %s", SEEDS_DIR);
+}
