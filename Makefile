@@ -25,8 +25,8 @@ MODEL_SRC  := model/gguf.c model/gguf_access.c model/quant.c model/quant_kquants
               model/tokenizer.c model/tokenizer_spm.c model/tokenizer_bpe.c model/unicode.c \
               model/arch.c model/model.c model/forward.c model/sample.c \
               model/template_lexer.c model/template_parser.c model/template_value.c model/template_json.c \
-              model/template_eval.c model/template_strings.c model/template_filters.c model/template_builtins.c \
-              model/template_gguf.c
+              model/template_eval.c model/template_ops.c model/template_format.c model/template_strings.c \
+              model/template_str_methods.c model/template_filters.c model/template_builtins.c model/template_gguf.c
 GPU_SRC    := gpu/device.c gpu/host/host_backend.c gpu/host/host_ops.c gpu/host/host_matmul.c \
               gpu/host/host_attention.c gpu/host/host_quant_dot.c gpu/host/threadpool.c
 SERVER_SRC := server/main.c server/cli_session.c server/cmd_generate.c server/cmd_inspect.c server/cmd_bench.c \
@@ -89,9 +89,9 @@ fuzz:
 bench: setup all bench-template
 	@bench/bench_kernels.sh
 
-# Chat-template rendering speed (no peer needed); prints its table, see bench/README.md.
-bench-template: $(BUILD)/bench_template
-	@$(BUILD)/bench_template
+# Chat-template rendering, spindle vs jinja2; writes its section of docs/benchmarks.md.
+bench-template: setup $(BUILD)/bench_template
+	@BENCH_TEMPLATE=$(BUILD)/bench_template $(PYTHON) bench/bench_template.py
 
 $(BUILD)/bench_template: bench/bench_template.c $(LIB)
 	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDLIBS)

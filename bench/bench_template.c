@@ -9,7 +9,11 @@
  * table on stdout gives the median parse time and the median and 99th-percentile
  * render times in microseconds, on one thread.
  *
- * usage: bench_template [RENDERS]      (default 2000)
+ * usage: bench_template [--dump DIR] [RENDERS]      (default 2000)
+ *   --dump DIR   also writes each template and its context as DIR/<n>.jinja and
+ *                DIR/<n>.json and prints its rows as tab-separated values
+ *                (name, source bytes, parse, render median, render p99, output bytes):
+ *                bench/bench_template.py times jinja2 on the same files.
  */
 #include <dirent.h>
 #include <stdio.h>
@@ -127,8 +131,29 @@ static json_t *bench_context(void) {
     return context;
 }
 
+static const char *bench_dump_dir; /* --dump */
+
+/* Writes the template and its context for the jinja2 side of the comparison. */
+static bool bench_dump(int index, const char *source, size_t len, const json_t *context) {
+    char path[1200];
+    snprintf(path, sizeof path, "%s/%d.jinja", bench_dump_dir, index);
+    FILE *fp = fopen(path, "wb");
+    if (!fp || fwrite(source, 1, len, fp) != len || fclose(fp) != 0) {
+        fprintf(stderr, "bench_template: cannot write %s\n", path);
+        return false;
+    }
+    snprintf(path, sizeof path, "%s/%d.json", bench_dump_dir, index);
+    if (json_dump_file(context, path, JSON_INDENT(1) | JSON_PRESERVE_ORDER) != 0) {
+        fprintf(stderr, "bench_template: cannot write %s\n", path);
+        return false;
+    }
+    return true;
+}
+
 /* Times source: prints one table row, or a line on stderr and returns false on failure. */
 static bool bench_one(const char *name, const char *source, size_t len, const json_t *context, size_t renders) {
+    static int index;
+    if (bench_dump_dir && !bench_dump(index++, source, len, context)) return false;
     double *samples = malloc(sizeof(double) * (renders > BENCH_PARSES ? renders : BENCH_PARSES));
     char *out = NULL;
     size_t out_len = 0;
@@ -158,11 +183,24 @@ static bool bench_one(const char *name, const char *source, size_t len, const js
             free(samples);
             return false;
         }
-        free(out);
+        if (i + 1 < BENCH_WARMUP + renders) free(out);
         if (i >= BENCH_WARMUP) samples[i - BENCH_WARMUP] = dt;
     }
+    if (bench_dump_dir) { /* the rendered text, for the byte-for-byte check */
+        char path[1200];
+        snprintf(path, sizeof path, "%s/%d.out", bench_dump_dir, index - 1);
+        FILE *fp = fopen(path, "wb");
+        if (fp) {
+            fwrite(out, 1, out_len, fp);
+            fclose(fp);
+        }
+    }
+    free(out);
     double med = bench_quantile(samples, renders, 0.5), p99 = bench_quantile(samples, renders, 0.99);
-    printf("| %s | %zu | %.1f | %.1f | %.1f | %zu |\n", name, len, parse_med, med, p99, out_len);
+    if (bench_dump_dir)
+        printf("%s\t%zu\t%.2f\t%.2f\t%.2f\t%zu\n", name, len, parse_med, med, p99, out_len);
+    else
+        printf("| %s | %zu | %.1f | %.1f | %.1f | %zu |\n", name, len, parse_med, med, p99, out_len);
     tmpl_destroy(t);
     free(samples);
     return true;
@@ -213,8 +251,13 @@ static bool bench_read_file(const char *path, char **out, size_t *len) {
 
 int main(int argc, char **argv) {
     size_t renders = BENCH_DEFAULT_RENDERS;
-    if (argc > 1 && (renders = strtoul(argv[1], NULL, 10)) == 0) {
-        fprintf(stderr, "usage: bench_template [RENDERS]\n");
+    int arg = 1;
+    if (arg + 1 < argc && strcmp(argv[arg], "--dump") == 0) {
+        bench_dump_dir = argv[arg + 1];
+        arg += 2;
+    }
+    if ((arg < argc && (renders = strtoul(argv[arg], NULL, 10)) == 0) || arg + 1 < argc) {
+        fprintf(stderr, "usage: bench_template [--dump DIR] [RENDERS]\n");
         return 2;
     }
     const char *testdata = getenv("SPINDLE_TESTDATA");
@@ -223,13 +266,15 @@ int main(int argc, char **argv) {
     snprintf(dir, sizeof dir, "%s/templates", testdata);
 
     json_t *context = bench_context();
-    printf("## Chat-template rendering\n\n"
-           "20 messages (a system prompt, user/assistant turns of ~200 bytes, one tool call and its "
-           "result), one tool; median of %d parses; %zu renders after %d warm-up renders; one thread; "
-           "times in microseconds.\n\n",
-           BENCH_PARSES, renders, BENCH_WARMUP);
-    printf("| template | source bytes | parse (median) | render (median) | render (p99) | output bytes |\n"
-           "|---|---:|---:|---:|---:|---:|\n");
+    if (!bench_dump_dir) {
+        printf("## Chat-template rendering\n\n"
+               "20 messages (a system prompt, user/assistant turns of ~200 bytes, one tool call and its "
+               "result), one tool; median of %d parses; %zu renders after %d warm-up renders; one thread; "
+               "times in microseconds.\n\n",
+               BENCH_PARSES, renders, BENCH_WARMUP);
+        printf("| template | source bytes | parse (median) | render (median) | render (p99) | output bytes |\n"
+               "|---|---:|---:|---:|---:|---:|\n");
+    }
     int rows = 0, failed = 0;
 
     char *source = NULL;
@@ -268,7 +313,7 @@ int main(int argc, char **argv) {
         json_decref(model_context);
         gguf_close(f);
     }
-    if (rows == 0 && failed == 0) printf("\n(nothing to measure: no templates found)\n");
+    if (rows == 0 && failed == 0 && !bench_dump_dir) printf("\n(nothing to measure: no templates found)\n");
     json_decref(context);
     return failed ? 1 : 0;
 }

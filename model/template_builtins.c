@@ -83,8 +83,40 @@ typedef struct named_fn {
     tmpl_builtin_fn fn;
 } named_fn;
 
-static const named_fn DICT_METHODS[] = {
-    {"items", m_items}, {"keys", m_keys}, {"values", m_values}, {"get", m_get}, {NULL, NULL}};
+static tv m_copy(tmpl_render_state *r, const tfunc *f, const tmpl_args *a) {
+    (void)a;
+    tdict *d = f->self.dict;
+    tv out = tmpl__dict_new(&r->arena, d->n);
+    for (size_t i = 0; i < d->n; i++) tmpl__dict_set(&r->arena, out.dict, d->keys[i], d->vals[i]);
+    return out;
+}
+
+static const named_fn DICT_METHODS[] = {{"items", m_items}, {"keys", m_keys}, {"values", m_values},
+                                        {"get", m_get},     {"copy", m_copy}, {NULL, NULL}};
+
+/* ---- list methods (the sandbox allows only those that do not modify) ------------ */
+
+static tv m_list_index(tmpl_render_state *r, const tfunc *f, const tmpl_args *a) {
+    tlist *l = f->self.list;
+    tv x = tmpl__arg(a, 0, "value", tmpl__undefined);
+    for (size_t i = 0; i < l->n; i++)
+        if (tmpl__equal(l->items[i], x)) return tmpl__int((int64_t)i);
+    tmpl_buf b;
+    tmpl__buf_init(&b, &r->arena, 32);
+    tmpl__append_repr(&b, x);
+    tmpl__fail(r, SP_ERR_FORMAT, "%.*s is not in list", (int)b.len, b.data);
+}
+
+static tv m_list_count(tmpl_render_state *r, const tfunc *f, const tmpl_args *a) {
+    (void)r;
+    tlist *l = f->self.list;
+    tv x = tmpl__arg(a, 0, "value", tmpl__undefined);
+    int64_t n = 0;
+    for (size_t i = 0; i < l->n; i++) n += tmpl__equal(l->items[i], x);
+    return tmpl__int(n);
+}
+
+static const named_fn LIST_METHODS[] = {{"index", m_list_index}, {"count", m_list_count}, {NULL, NULL}};
 
 static const named_fn *find_fn(const named_fn *table, const char *name, size_t len) {
     for (; table->name; table++)
@@ -95,10 +127,10 @@ static const named_fn *find_fn(const named_fn *table, const char *name, size_t l
 tv tmpl__bind_method(tmpl_render_state *r, tv v, const char *name, size_t len) {
     tmpl_builtin_fn fn = NULL;
     if (v.kind == TV_STR) fn = tmpl__str_method(name, len);
-    if (v.kind == TV_DICT && !v.dict->is_namespace) {
-        const named_fn *m = find_fn(DICT_METHODS, name, len);
-        fn = m ? m->fn : NULL;
-    }
+    const named_fn *m = NULL;
+    if (v.kind == TV_DICT && !v.dict->is_namespace) m = find_fn(DICT_METHODS, name, len);
+    if (v.kind == TV_LIST && !v.list->iter_name) m = find_fn(LIST_METHODS, name, len);
+    if (m) fn = m->fn;
     if (!fn) return tmpl__undefined_named(name, len);
     tfunc *f = tmpl__alloc(&r->arena, sizeof(tfunc));
     f->name = tmpl__strndup(&r->arena, name, len);
@@ -126,8 +158,10 @@ static tv g_range(tmpl_render_state *r, const tfunc *f, const tmpl_args *a) {
     if (count > MAX_RANGE)
         tmpl__fail(r, SP_ERR_RANGE, "range too big: the sandbox blocks ranges larger than %d", MAX_RANGE);
     tv out = tmpl__list_new(&r->arena, count > 0 ? (size_t)count : 0);
-    for (int64_t i = start; stride > 0 ? i < stop : i > stop; i += stride)
+    for (int64_t i = start; stride > 0 ? i < stop : i > stop;) {
         tmpl__list_push(&r->arena, out.list, tmpl__int(i));
+        if (__builtin_add_overflow(i, stride, &i)) break; /* past INT64 limits: past stop too */
+    }
     return out;
 }
 
@@ -347,48 +381,49 @@ static bool t_filter(tmpl_render_state *r, tv v, const tmpl_args *a) {
 typedef struct named_test {
     const char *name;
     test_fn fn;
+    size_t n_args; /* arguments after the value */
 } named_test;
 
-static const named_test TESTS[] = {{"defined", t_defined},
-                                   {"undefined", t_undefined},
-                                   {"none", t_none},
-                                   {"boolean", t_boolean},
-                                   {"true", t_true},
-                                   {"false", t_false},
-                                   {"integer", t_integer},
-                                   {"float", t_float},
-                                   {"number", t_number},
-                                   {"string", t_string},
-                                   {"mapping", t_mapping},
-                                   {"iterable", t_iterable},
-                                   {"sequence", t_sequence},
-                                   {"callable", t_callable},
-                                   {"equalto", t_equalto},
-                                   {"eq", t_equalto},
-                                   {"==", t_equalto},
-                                   {"ne", t_ne},
-                                   {"!=", t_ne},
-                                   {"sameas", t_sameas},
-                                   {"odd", t_odd},
-                                   {"even", t_even},
-                                   {"divisibleby", t_divisibleby},
-                                   {"lower", t_lower},
-                                   {"upper", t_upper},
-                                   {"in", t_in},
-                                   {"lt", t_lt},
-                                   {"lessthan", t_lt},
-                                   {"<", t_lt},
-                                   {"le", t_le},
-                                   {"<=", t_le},
-                                   {"gt", t_gt},
-                                   {"greaterthan", t_gt},
-                                   {">", t_gt},
-                                   {"ge", t_ge},
-                                   {">=", t_ge},
-                                   {"escaped", t_escaped},
-                                   {"filter", t_filter},
-                                   {"test", t_test},
-                                   {NULL, NULL}};
+static const named_test TESTS[] = {{"defined", t_defined, 0},
+                                   {"undefined", t_undefined, 0},
+                                   {"none", t_none, 0},
+                                   {"boolean", t_boolean, 0},
+                                   {"true", t_true, 0},
+                                   {"false", t_false, 0},
+                                   {"integer", t_integer, 0},
+                                   {"float", t_float, 0},
+                                   {"number", t_number, 0},
+                                   {"string", t_string, 0},
+                                   {"mapping", t_mapping, 0},
+                                   {"iterable", t_iterable, 0},
+                                   {"sequence", t_sequence, 0},
+                                   {"callable", t_callable, 0},
+                                   {"equalto", t_equalto, 1},
+                                   {"eq", t_equalto, 1},
+                                   {"==", t_equalto, 1},
+                                   {"ne", t_ne, 1},
+                                   {"!=", t_ne, 1},
+                                   {"sameas", t_sameas, 1},
+                                   {"odd", t_odd, 0},
+                                   {"even", t_even, 0},
+                                   {"divisibleby", t_divisibleby, 1},
+                                   {"lower", t_lower, 0},
+                                   {"upper", t_upper, 0},
+                                   {"in", t_in, 1},
+                                   {"lt", t_lt, 1},
+                                   {"lessthan", t_lt, 1},
+                                   {"<", t_lt, 1},
+                                   {"le", t_le, 1},
+                                   {"<=", t_le, 1},
+                                   {"gt", t_gt, 1},
+                                   {"greaterthan", t_gt, 1},
+                                   {">", t_gt, 1},
+                                   {"ge", t_ge, 1},
+                                   {">=", t_ge, 1},
+                                   {"escaped", t_escaped, 0},
+                                   {"filter", t_filter, 0},
+                                   {"test", t_test, 0},
+                                   {NULL, NULL, 0}};
 
 static const named_test *find_test(const char *name, size_t len) {
     for (const named_test *t = TESTS; t->name; t++)
@@ -399,6 +434,9 @@ static const named_test *find_test(const char *name, size_t len) {
 bool tmpl__apply_test(tmpl_render_state *r, const char *name, size_t len, tv v, const tmpl_args *a) {
     const named_test *t = find_test(name, len);
     if (!t) tmpl__fail(r, SP_ERR_FORMAT, "no test named '%.*s'", (int)len, name);
+    if (a->n_pos + a->n_kw > t->n_args)
+        tmpl__fail(r, SP_ERR_FORMAT, "test '%s' takes %zu argument(s), got %zu", t->name, t->n_args,
+                   a->n_pos + a->n_kw);
     return t->fn(r, v, a);
 }
 

@@ -29,20 +29,13 @@ struct tscope {
     size_t *lens;
     tv *vals;
     size_t n, cap;
-};
-
-struct tmacro {
-    const char *name;
-    const tnode *params_of; /* the TN_MACRO or TN_CALL_BLOCK holding params */
-    size_t n_params;
-    tnode **params;
-    const tnode *body;
-    tscope *closure;
+    bool captured; /* a macro closes over it: it must outlive the statement that made it */
 };
 
 struct tloop {
     tlist *items;
     size_t index0;
+    tv changed_last; /* loop.changed(): the previous call's arguments (undefined before) */
 };
 
 typedef enum flow { FLOW_NORMAL, FLOW_BREAK, FLOW_CONTINUE } flow;
@@ -175,7 +168,7 @@ tv tmpl__to_list(tmpl_render_state *r, tv v) {
     tmpl__fail(r, SP_ERR_FORMAT, "'%s' object is not iterable", tmpl__type_name(v));
 }
 
-static _Noreturn void fail_undefined(tmpl_render_state *r, tv v) {
+_Noreturn void tmpl__fail_undefined(tmpl_render_state *r, tv v) {
     if (v.len) tmpl__fail(r, SP_ERR_FORMAT, "'%.*s' is undefined", (int)v.len, v.s);
     tmpl__fail(r, SP_ERR_FORMAT, "a value is undefined");
 }
@@ -185,6 +178,24 @@ static _Noreturn void fail_undefined(tmpl_render_state *r, tv v) {
 static tv loop_cycle(tmpl_render_state *r, const tfunc *f, const tmpl_args *a) {
     if (a->n_pos == 0 || a->n_kw) tmpl__fail(r, SP_ERR_FORMAT, "loop.cycle() needs at least one positional argument");
     return a->pos[f->self.loop->index0 % a->n_pos];
+}
+
+/* loop.changed(*args): true when the arguments differ from the previous call's */
+static tv loop_changed(tmpl_render_state *r, const tfunc *f, const tmpl_args *a) {
+    tloop *l = f->self.loop;
+    tv now = tmpl__list_new(&r->arena, a->n_pos);
+    for (size_t i = 0; i < a->n_pos; i++) tmpl__list_push(&r->arena, now.list, a->pos[i]);
+    bool changed = l->changed_last.kind == TV_UNDEFINED || !tmpl__equal(l->changed_last, now);
+    l->changed_last = now;
+    return tmpl__bool(changed);
+}
+
+static tv loop_method(tmpl_render_state *r, tloop *l, const char *name, tmpl_builtin_fn fn) {
+    tfunc *f = tmpl__alloc(&r->arena, sizeof(tfunc));
+    f->name = name;
+    f->fn = fn;
+    f->self = (tv){.kind = TV_LOOP, .loop = l};
+    return (tv){.kind = TV_FUNC, .func = f};
 }
 
 static tv loop_attr(tmpl_render_state *r, tloop *l, const char *name, size_t len) {
@@ -201,20 +212,15 @@ static tv loop_attr(tmpl_render_state *r, tloop *l, const char *name, size_t len
     if (IS("depth0")) return tmpl__int(0);
     if (IS("previtem")) return i > 0 ? l->items->items[i - 1] : tmpl__undefined_named("previtem", 8);
     if (IS("nextitem")) return i + 1 < n ? l->items->items[i + 1] : tmpl__undefined_named("nextitem", 8);
-    if (IS("cycle")) {
-        tfunc *f = tmpl__alloc(&r->arena, sizeof(tfunc));
-        f->name = "cycle";
-        f->fn = loop_cycle;
-        f->self = (tv){.kind = TV_LOOP, .loop = l};
-        return (tv){.kind = TV_FUNC, .func = f};
-    }
+    if (IS("cycle")) return loop_method(r, l, "cycle", loop_cycle);
+    if (IS("changed")) return loop_method(r, l, "changed", loop_changed);
 #undef IS
     return tmpl__undefined_named(name, len);
 }
 
 tv tmpl__get_attr(tmpl_render_state *r, tv obj, const char *name, size_t len) {
     switch (obj.kind) {
-    case TV_UNDEFINED: fail_undefined(r, obj);
+    case TV_UNDEFINED: tmpl__fail_undefined(r, obj);
     case TV_LOOP: return loop_attr(r, obj.loop, name, len);
     case TV_DICT: {
         if (!obj.dict->is_namespace) {
@@ -241,7 +247,7 @@ static bool norm_index(int64_t i, size_t n, size_t *out) {
 
 tv tmpl__get_item(tmpl_render_state *r, tv obj, tv key) {
     switch (obj.kind) {
-    case TV_UNDEFINED: fail_undefined(r, obj);
+    case TV_UNDEFINED: tmpl__fail_undefined(r, obj);
     case TV_DICT: {
         tv *v = tmpl__dict_get_value(obj.dict, key);
         if (v) return *v;
@@ -271,7 +277,7 @@ tv tmpl__get_item(tmpl_render_state *r, tv obj, tv key) {
 
 /* Python's slice a[start:stop:step] of a list or (by code point) a string. */
 static tv slice(tmpl_render_state *r, tv obj, tv start_v, tv stop_v, tv step_v) {
-    if (obj.kind == TV_UNDEFINED) fail_undefined(r, obj);
+    if (obj.kind == TV_UNDEFINED) tmpl__fail_undefined(r, obj);
     bool is_str = obj.kind == TV_STR;
     tv seq = is_str ? str_chars(r, obj) : obj;
     if (seq.kind != TV_LIST) tmpl__fail(r, SP_ERR_FORMAT, "'%s' object is not subscriptable", tmpl__type_name(obj));
@@ -304,8 +310,10 @@ static tv slice(tmpl_render_state *r, tv obj, tv start_v, tv stop_v, tv step_v) 
     }
     tv out = tmpl__list_new(&r->arena, 0);
     out.list->is_tuple = seq.list->is_tuple;
-    for (int64_t i = lo; stride > 0 ? i < hi : i > hi; i += stride)
+    for (int64_t i = lo; stride > 0 ? i < hi : i > hi;) {
         tmpl__list_push(&r->arena, out.list, seq.list->items[i]);
+        if (__builtin_add_overflow(i, stride, &i)) break; /* a huge step: past either end */
+    }
     if (!is_str) return out;
     tmpl_buf b;
     tmpl__buf_init(&b, &r->arena, obj.len + 1);
@@ -329,8 +337,10 @@ static tv call_macro(tmpl_render_state *r, tmacro *m, const tmpl_args *a, tv cal
         if (i < m->n_params) {
             scope_set(r, s, m->params[i]->str, m->params[i]->len, pos[i]);
             given[i] = true;
-        } else {
+        } else if (m->catch_varargs) {
             tmpl__list_push(&r->arena, varargs.list, pos[i]);
+        } else {
+            tmpl__fail(r, SP_ERR_FORMAT, "macro '%s' takes not more than %zu argument(s)", m->name, m->n_params);
         }
     }
     tv kwargs = tmpl__dict_new(&r->arena, 0);
@@ -340,6 +350,8 @@ static tv call_macro(tmpl_render_state *r, tmacro *m, const tmpl_args *a, tv cal
         while (i < m->n_params && !(m->params[i]->len == klen && memcmp(m->params[i]->str, kw_names[k], klen) == 0))
             i++;
         if (i == m->n_params) {
+            if (!m->catch_kwargs && strcmp(kw_names[k], "caller") != 0)
+                tmpl__fail(r, SP_ERR_FORMAT, "macro '%s' takes no keyword argument '%s'", m->name, kw_names[k]);
             tmpl__dict_set(&r->arena, kwargs.dict, tmpl__str(kw_names[k], klen), kw_vals[k]);
             continue;
         }
@@ -370,7 +382,7 @@ tv tmpl__call_value(tmpl_render_state *r, tv callee, const tmpl_args *a) {
     switch (callee.kind) {
     case TV_FUNC: return callee.func->fn(r, callee.func, a);
     case TV_MACRO: return call_macro(r, callee.macro, a, tmpl__undefined);
-    case TV_UNDEFINED: fail_undefined(r, callee);
+    case TV_UNDEFINED: tmpl__fail_undefined(r, callee);
     default: tmpl__fail(r, SP_ERR_FORMAT, "'%s' object is not callable", tmpl__type_name(callee));
     }
 }
@@ -391,7 +403,7 @@ static tv eval_call(tmpl_render_state *r, const tnode *n, tscope *s, tv caller) 
     if (callee.kind == TV_UNDEFINED) {
         if (n->a->kind == TN_ATTR)
             tmpl__fail(r, SP_ERR_FORMAT, "object has no method '%.*s'", (int)n->a->len, n->a->str);
-        fail_undefined(r, callee);
+        tmpl__fail_undefined(r, callee);
     }
     if (callee.kind == TV_MACRO) return call_macro(r, callee.macro, &args, caller);
     return tmpl__call_value(r, callee, &args);
@@ -401,181 +413,21 @@ static tv eval_call(tmpl_render_state *r, const tnode *n, tscope *s, tv caller) 
  * the innermost .a is NULL and input (the block's text) takes its place. */
 static tv apply_filters(tmpl_render_state *r, const tnode *f, tv input, tscope *s) {
     if (!f) return input;
-    tv v = !f->a ? input : f->a->kind == TN_FILTER ? apply_filters(r, f->a, input, s) : eval(r, f->a, s);
-    tmpl_args args = eval_args(r, &f->args, s);
-    r->line = f->line;
-    return tmpl__apply_filter(r, f->str, f->len, v, &args);
-}
-
-/* ---- operators ------------------------------------------------------------------ */
-
-static bool is_num(tv v) {
-    return v.kind == TV_INT || v.kind == TV_FLOAT || v.kind == TV_BOOL;
-}
-static double num(tv v) {
-    return v.kind == TV_FLOAT ? v.f : v.kind == TV_INT ? (double)v.i : (double)v.b;
-}
-static int64_t int_of(tv v) {
-    return v.kind == TV_INT ? v.i : (int64_t)v.b;
-}
-
-static _Noreturn void fail_operands(tmpl_render_state *r, const char *op, tv a, tv b) {
-    if (a.kind == TV_UNDEFINED) fail_undefined(r, a);
-    if (b.kind == TV_UNDEFINED) fail_undefined(r, b);
-    tmpl__fail(r, SP_ERR_FORMAT, "unsupported operand type(s) for %s: '%s' and '%s'", op, tmpl__type_name(a),
-               tmpl__type_name(b));
-}
-
-static tv concat_lists(tmpl_render_state *r, tlist *a, tlist *b) {
-    tv l = tmpl__list_new(&r->arena, a->n + b->n);
-    for (size_t i = 0; i < a->n; i++) tmpl__list_push(&r->arena, l.list, a->items[i]);
-    for (size_t i = 0; i < b->n; i++) tmpl__list_push(&r->arena, l.list, b->items[i]);
-    l.list->is_tuple = a->is_tuple;
-    return l;
-}
-
-static tv repeat(tmpl_render_state *r, tv seq, int64_t times) {
-    if (times < 0) times = 0;
-    size_t unit = seq.kind == TV_STR ? seq.len : seq.list->n;
-    if (unit && (uint64_t)times > r->max_output / unit)
-        tmpl__fail(r, SP_ERR_RANGE, "repetition of %lld would pass the output limit", (long long)times);
-    if (seq.kind == TV_STR) {
-        tmpl_buf b;
-        tmpl__buf_init(&b, &r->arena, unit * (size_t)times + 1);
-        for (int64_t i = 0; i < times; i++) tmpl__buf_put(&b, seq.s, seq.len);
-        return tmpl__buf_value(&b);
+    /* a chain may be thousands of filters long: walk it with a loop, not recursion */
+    size_t n = 0;
+    const tnode *inner = f;
+    for (; inner && inner->kind == TN_FILTER; inner = inner->a) n++;
+    const tnode **chain = tmpl__alloc(&r->arena, n * sizeof(*chain));
+    size_t k = n;
+    for (const tnode *g = f; g && g->kind == TN_FILTER; g = g->a) chain[--k] = g;
+    tv v = inner ? eval(r, inner, s) : input;
+    for (size_t i = 0; i < n; i++) {
+        step(r, chain[i]);
+        tmpl_args args = eval_args(r, &chain[i]->args, s);
+        r->line = chain[i]->line;
+        v = tmpl__apply_filter(r, chain[i]->str, chain[i]->len, v, &args);
     }
-    tv l = tmpl__list_new(&r->arena, unit * (size_t)times);
-    for (int64_t i = 0; i < times; i++)
-        for (size_t j = 0; j < unit; j++) tmpl__list_push(&r->arena, l.list, seq.list->items[j]);
-    return l;
-}
-
-static tv arith(tmpl_render_state *r, const char *op, tv a, tv b) {
-    char o = op[0];
-    bool two = op[1] != '\0';
-    if (o == '+' && a.kind == TV_STR && b.kind == TV_STR) {
-        tmpl_buf buf;
-        tmpl__buf_init(&buf, &r->arena, a.len + b.len + 1);
-        tmpl__buf_put(&buf, a.s, a.len);
-        tmpl__buf_put(&buf, b.s, b.len);
-        return tmpl__buf_value(&buf);
-    }
-    if (o == '+' && a.kind == TV_LIST && b.kind == TV_LIST) return concat_lists(r, a.list, b.list);
-    if (o == '*' && !two && (a.kind == TV_STR || a.kind == TV_LIST) && (b.kind == TV_INT || b.kind == TV_BOOL))
-        return repeat(r, a, int_of(b));
-    if (o == '*' && !two && (b.kind == TV_STR || b.kind == TV_LIST) && (a.kind == TV_INT || a.kind == TV_BOOL))
-        return repeat(r, b, int_of(a));
-    if (!is_num(a) || !is_num(b)) fail_operands(r, op, a, b);
-    bool ints = a.kind != TV_FLOAT && b.kind != TV_FLOAT;
-    if (o == '/' && !two) {
-        if (num(b) == 0) tmpl__fail(r, SP_ERR_FORMAT, "division by zero");
-        return tmpl__float(num(a) / num(b));
-    }
-    if (ints) {
-        int64_t x = int_of(a), y = int_of(b), z;
-        switch (o) {
-        case '+':
-            if (__builtin_add_overflow(x, y, &z)) break;
-            return tmpl__int(z);
-        case '-':
-            if (__builtin_sub_overflow(x, y, &z)) break;
-            return tmpl__int(z);
-        case '*':
-            if (two) { /* ** */
-                if (y < 0) return tmpl__float(pow((double)x, (double)y));
-                z = 1;
-                for (int64_t i = 0; i < y; i++)
-                    if (__builtin_mul_overflow(z, x, &z)) tmpl__fail(r, SP_ERR_RANGE, "integer overflow in **");
-                return tmpl__int(z);
-            }
-            if (__builtin_mul_overflow(x, y, &z)) break;
-            return tmpl__int(z);
-        case '/':
-        case '%': {
-            if (y == 0) tmpl__fail(r, SP_ERR_FORMAT, "integer division or modulo by zero");
-            if (x == INT64_MIN && y == -1) break;
-            int64_t q = x / y, m = x % y;
-            if (m != 0 && ((m < 0) != (y < 0))) { /* Python floors */
-                q -= 1;
-                m += y;
-            }
-            return tmpl__int(o == '/' ? q : m);
-        }
-        }
-        tmpl__fail(r, SP_ERR_RANGE, "integer overflow in %s", op);
-    }
-    double x = num(a), y = num(b);
-    switch (o) {
-    case '+': return tmpl__float(x + y);
-    case '-': return tmpl__float(x - y);
-    case '*': return tmpl__float(two ? pow(x, y) : x * y);
-    case '/':
-    case '%': {
-        if (y == 0) tmpl__fail(r, SP_ERR_FORMAT, "float division by zero");
-        double m = fmod(x, y);
-        if (m != 0 && ((m < 0) != (y < 0))) m += y;
-        return tmpl__float(o == '/' ? floor(x / y) : m);
-    }
-    }
-    fail_operands(r, op, a, b);
-}
-
-/* Python's ordering of two values: numbers, strings (by code point, which UTF-8 byte
- * order preserves) and lists; anything else is a TypeError. */
-int tmpl__order(tmpl_render_state *r, const char *op, tv a, tv b) {
-    if (is_num(a) && is_num(b)) {
-        if (a.kind != TV_FLOAT && b.kind != TV_FLOAT) return int_of(a) < int_of(b) ? -1 : int_of(a) > int_of(b);
-        return num(a) < num(b) ? -1 : num(a) > num(b);
-    }
-    if (a.kind == TV_STR && b.kind == TV_STR) {
-        size_t n = a.len < b.len ? a.len : b.len;
-        int c = memcmp(a.s, b.s, n);
-        if (c) return c < 0 ? -1 : 1;
-        return a.len < b.len ? -1 : a.len > b.len;
-    }
-    if (a.kind == TV_LIST && b.kind == TV_LIST) {
-        size_t n = a.list->n < b.list->n ? a.list->n : b.list->n;
-        for (size_t i = 0; i < n; i++) {
-            if (tmpl__equal(a.list->items[i], b.list->items[i])) continue;
-            return tmpl__order(r, op, a.list->items[i], b.list->items[i]);
-        }
-        return a.list->n < b.list->n ? -1 : a.list->n > b.list->n;
-    }
-    if (a.kind == TV_UNDEFINED) fail_undefined(r, a);
-    if (b.kind == TV_UNDEFINED) fail_undefined(r, b);
-    tmpl__fail(r, SP_ERR_FORMAT, "'%s' not supported between instances of '%s' and '%s'", op, tmpl__type_name(a),
-               tmpl__type_name(b));
-}
-
-static bool contains(tmpl_render_state *r, tv container, tv item) {
-    switch (container.kind) {
-    case TV_STR:
-        if (item.kind != TV_STR)
-            tmpl__fail(r, SP_ERR_FORMAT, "'in <string>' requires string as left operand, not %s",
-                       tmpl__type_name(item));
-        if (item.len == 0) return true;
-        return memmem(container.s, container.len, item.s, item.len) != NULL;
-    case TV_LIST:
-        for (size_t i = 0; i < container.list->n; i++)
-            if (tmpl__equal(container.list->items[i], item)) return true;
-        return false;
-    case TV_DICT: return tmpl__dict_get_value(container.dict, item) != NULL;
-    case TV_UNDEFINED: return false;
-    default: tmpl__fail(r, SP_ERR_FORMAT, "argument of type '%s' is not iterable", tmpl__type_name(container));
-    }
-}
-
-static tv compare(tmpl_render_state *r, const char *op, tv a, tv b) {
-    if (strcmp(op, "==") == 0) return tmpl__bool(tmpl__equal(a, b));
-    if (strcmp(op, "!=") == 0) return tmpl__bool(!tmpl__equal(a, b));
-    if (strcmp(op, "in") == 0) return tmpl__bool(contains(r, b, a));
-    if (strcmp(op, "notin") == 0) return tmpl__bool(!contains(r, b, a));
-    int c = tmpl__order(r, op, a, b);
-    if (strcmp(op, "<") == 0) return tmpl__bool(c < 0);
-    if (strcmp(op, "<=") == 0) return tmpl__bool(c <= 0);
-    if (strcmp(op, ">") == 0) return tmpl__bool(c > 0);
-    return tmpl__bool(c >= 0);
+    return v;
 }
 
 /* ---- expressions ---------------------------------------------------------------- */
@@ -645,7 +497,7 @@ static tv eval_node(tmpl_render_state *r, const tnode *n, tscope *s) {
             return n->str[0] == '-' ? tmpl__int(-v.i) : v;
         }
         if (v.kind == TV_FLOAT) return n->str[0] == '-' ? tmpl__float(-v.f) : v;
-        if (v.kind == TV_UNDEFINED) fail_undefined(r, v);
+        if (v.kind == TV_UNDEFINED) tmpl__fail_undefined(r, v);
         tmpl__fail(r, SP_ERR_FORMAT, "bad operand type for unary %s: '%s'", n->str, tmpl__type_name(v));
     }
     case TN_BINARY: {
@@ -666,12 +518,12 @@ static tv eval_node(tmpl_render_state *r, const tnode *n, tscope *s) {
             tmpl__append_str(&buf, b);
             return tmpl__buf_value(&buf);
         }
-        return arith(r, n->str, a, b);
+        return tmpl__arith(r, n->str, a, b);
     }
     case TN_COMPARE: {
         tv a = eval(r, n->a, s), b = eval(r, n->b, s);
         r->line = n->line;
-        return compare(r, n->str, a, b);
+        return tmpl__compare(r, n->str, a, b);
     }
     case TN_CONDEXPR:
         if (tmpl__truthy(eval(r, n->a, s))) return eval(r, n->b, s);
@@ -698,19 +550,28 @@ static flow exec_for(tmpl_render_state *r, const tnode *n, tscope *s) {
     tv seq = eval(r, n->a, s);
     if (seq.kind == TV_NONE) tmpl__fail(r, SP_ERR_FORMAT, "'NoneType' object is not iterable");
     tv items = tmpl__to_list(r, seq);
-    tscope *inner = scope_new(r, s);
+    /* Each iteration (and each test of the inline filter) starts from a fresh scope over
+     * the enclosing one: jinja2 resets names set in the body at every iteration. */
     if (n->d) { /* inline filter: loop.length counts the kept items */
         tv kept = tmpl__list_new(&r->arena, items.list->n);
         for (size_t i = 0; i < items.list->n; i++) {
-            assign(r, n->target, items.list->items[i], inner);
-            if (tmpl__truthy(eval(r, n->d, inner))) tmpl__list_push(&r->arena, kept.list, items.list->items[i]);
+            tscope *test = scope_new(r, s); /* small; only with an inline filter */
+            assign(r, n->target, items.list->items[i], test);
+            if (tmpl__truthy(eval(r, n->d, test))) tmpl__list_push(&r->arena, kept.list, items.list->items[i]);
         }
         items = kept;
     }
     tloop *loop = tmpl__alloc(&r->arena, sizeof(tloop));
     loop->items = items.list;
+    loop->changed_last = tmpl__undefined;
     tv loop_v = {.kind = TV_LOOP, .loop = loop};
+    tscope *inner = NULL;
     for (size_t i = 0; i < items.list->n; i++) {
+        /* an emptied scope is a fresh one; reuse it unless a macro kept it */
+        if (inner && !inner->captured)
+            inner->n = 0;
+        else
+            inner = scope_new(r, s);
         loop->index0 = i;
         assign(r, n->target, items.list->items[i], inner);
         scope_set(r, inner, "loop", 4, loop_v);
@@ -726,7 +587,7 @@ static void exec_set(tmpl_render_state *r, const tnode *n, tscope *s) {
         v = eval(r, n->a, s);
     } else {
         size_t start = r->out.len;
-        exec(r, n->b, s);
+        exec(r, n->b, scope_new(r, s)); /* the block's own scope, as jinja2's */
         v = tmpl__str_copy(&r->arena, r->out.data + start, r->out.len - start);
         r->out.len = start;
         v = apply_filters(r, n->c, v, s);
@@ -747,11 +608,13 @@ static void exec_set(tmpl_render_state *r, const tnode *n, tscope *s) {
 static tmacro *macro_new(tmpl_render_state *r, const tnode *n, const char *name, tscope *closure) {
     tmacro *m = tmpl__alloc(&r->arena, sizeof(tmacro));
     m->name = name;
-    m->params_of = n;
     m->params = n->params;
     m->n_params = n->n_params;
     m->body = n->b;
     m->closure = closure;
+    for (tscope *c = closure; c && !c->captured; c = c->parent) c->captured = true;
+    m->catch_varargs = n->catch_varargs;
+    m->catch_kwargs = n->catch_kwargs;
     return m;
 }
 
@@ -769,9 +632,11 @@ static flow exec_node(tmpl_render_state *r, const tnode *n, tscope *s) {
         check_output(r);
         return FLOW_NORMAL;
     }
-    case TN_IF:
-        if (tmpl__truthy(eval(r, n->a, s))) return exec(r, n->b, s);
-        return n->c ? exec(r, n->c, s) : FLOW_NORMAL;
+    case TN_IF: /* an elif chain is walked here, not recursed into */
+        for (; n && n->kind == TN_IF; n = n->c) {
+            if (tmpl__truthy(eval(r, n->a, s))) return exec(r, n->b, s);
+        }
+        return n ? exec(r, n, s) : FLOW_NORMAL;
     case TN_FOR: return exec_for(r, n, s);
     case TN_SET: exec_set(r, n, s); return FLOW_NORMAL;
     case TN_MACRO: {
@@ -787,8 +652,9 @@ static flow exec_node(tmpl_render_state *r, const tnode *n, tscope *s) {
         emit(r, text.s, text.len);
         return FLOW_NORMAL;
     }
-    case TN_FILTER_BLOCK: {
+    case TN_FILTER_BLOCK: { /* also {% generation %}, with no filter */
         size_t start = r->out.len;
+        s = scope_new(r, s); /* the block's own scope, as jinja2's */
         exec(r, n->b, s);
         tv body = tmpl__str_copy(&r->arena, r->out.data + start, r->out.len - start);
         r->out.len = start;

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "model/template_internal.h"
 
@@ -21,12 +22,18 @@ static tv f_tojson(tmpl_render_state *r, tv v, const tmpl_args *a) {
     tv indent_v = tmpl__arg(a, 1, "indent", NONE);
     tv seps = tmpl__arg(a, 2, "separators", NONE);
     bool sort_keys = tmpl__truthy(tmpl__arg(a, 3, "sort_keys", tmpl__bool(false)));
-    int indent = -1;
-    if (indent_v.kind != TV_NONE && indent_v.kind != TV_UNDEFINED) {
+    const char *indent = NULL; /* None: one line */
+    if (indent_v.kind == TV_STR) {
+        indent = tmpl__strndup(&r->arena, indent_v.s, indent_v.len);
+    } else if (indent_v.kind != TV_NONE && indent_v.kind != TV_UNDEFINED) {
         int64_t i = tmpl__arg_int(r, "tojson indent", indent_v);
-        indent = i < 0 ? 0 : i > 64 ? 64 : (int)i;
+        i = i < 0 ? 0 : i;
+        if (i > 1024) tmpl__fail(r, SP_ERR_RANGE, "tojson: indent %lld too large", (long long)i);
+        char *spaces = tmpl__alloc(&r->arena, (size_t)i + 1);
+        memset(spaces, ' ', (size_t)i);
+        indent = spaces;
     }
-    const char *item_sep = indent >= 0 ? "," : ", ", *key_sep = ": ";
+    const char *item_sep = indent ? "," : ", ", *key_sep = ": ";
     if (seps.kind == TV_LIST && seps.list->n == 2) {
         item_sep = tmpl__strndup(&r->arena, tmpl__arg_str(r, "tojson separators", seps.list->items[0]).s,
                                  seps.list->items[0].len);
@@ -99,8 +106,7 @@ static tv attr_path(tmpl_render_state *r, tv v, tv path) {
         for (size_t k = i; k < end; k++)
             if (!isdigit((unsigned char)path.s[k])) numeric = false;
         if (numeric) key = tmpl__int(strtoll(key.s, NULL, 10));
-        if (v.kind == TV_UNDEFINED) return v;
-        v = tmpl__get_item(r, v, key);
+        v = tmpl__get_item(r, v, key); /* a part after an undefined one fails, as in jinja2 */
         i = end + 1;
         if (!dot) break;
     }
@@ -135,6 +141,8 @@ static tv f_first(tmpl_render_state *r, tv v, const tmpl_args *a) {
 }
 static tv f_last(tmpl_render_state *r, tv v, const tmpl_args *a) {
     (void)a;
+    if (v.kind == TV_LIST && v.list->iter_name)
+        tmpl__fail(r, SP_ERR_FORMAT, "'%s' object is not reversible", v.list->iter_name);
     tv items = tmpl__to_list(r, v);
     return items.list->n ? items.list->items[items.list->n - 1] : tmpl__undefined_named("last", 4);
 }
@@ -160,31 +168,103 @@ static tv f_string(tmpl_render_state *r, tv v, const tmpl_args *a) {
     return tmpl__to_str(r, v);
 }
 
-/* Python's int(str, base) for the int filter: optional sign, digits, underscores
- * between digits; false when the text is not a number. */
+/* The text of s without Python whitespace at either end. */
+static tv trimmed(tv s) {
+    return tmpl__str_strip(s, tmpl__none, true, true);
+}
+
+/* Python's int(s, base): optional sign, digits of base with single underscores between
+ * them; with base 16, 8 or 2 (or 0, which reads the prefix) an 0x/0o/0b prefix. */
 static bool parse_int(tv s, int base, int64_t *out) {
+    s = trimmed(s);
     size_t i = 0, n = s.len;
-    while (i < n && tmpl__py_space((unsigned char)s.s[i])) i++;
-    while (n > i && tmpl__py_space((unsigned char)s.s[n - 1])) n--;
     bool neg = false;
     if (i < n && (s.s[i] == '+' || s.s[i] == '-')) neg = s.s[i++] == '-';
+    if (i + 1 < n && s.s[i] == '0') {
+        char p = (char)tolower((unsigned char)s.s[i + 1]);
+        int prefixed = p == 'x' ? 16 : p == 'o' ? 8 : p == 'b' ? 2 : 0;
+        if (prefixed && (base == 0 || base == prefixed)) {
+            base = prefixed;
+            i += 2;
+            if (i < n && s.s[i] == '_') i++; /* 0x_1f is allowed */
+        }
+    }
+    if (base == 0) { /* no prefix: decimal, and a leading 0 only in "0", "00"... */
+        base = 10;
+        if (s.s[i] == '0')
+            for (size_t k = i; k < n; k++)
+                if (s.s[k] != '0' && s.s[k] != '_') return false;
+    }
     if (i == n) return false;
     int64_t v = 0;
-    for (; i < n; i++) {
+    for (bool prev_digit = false; i < n; i++) {
         char c = s.s[i];
-        if (c == '_') continue;
+        if (c == '_') {
+            if (!prev_digit || i + 1 == n) return false;
+            prev_digit = false;
+            continue;
+        }
         int d = isdigit((unsigned char)c) ? c - '0' : isalpha((unsigned char)c) ? tolower(c) - 'a' + 10 : 99;
         if (d >= base) return false;
         if (__builtin_mul_overflow(v, base, &v) || __builtin_add_overflow(v, d, &v)) return false;
+        prev_digit = true;
     }
     *out = neg ? -v : v;
     return true;
 }
 
+/* Python's float(s): decimal digits (single underscores between them), an optional
+ * fraction and exponent, or inf / infinity / nan; surrounding whitespace allowed. */
+static bool parse_float(tmpl_render_state *r, tv s, double *out) {
+    s = trimmed(s);
+    char *buf = tmpl__alloc(&r->arena, s.len + 1);
+    size_t n = 0, i = 0, digits = 0;
+    if (i < s.len && (s.s[i] == '+' || s.s[i] == '-')) buf[n++] = s.s[i++];
+    const char *word = s.s + i;
+    size_t wlen = s.len - i;
+    if ((wlen == 3 && (strncasecmp(word, "inf", 3) == 0 || strncasecmp(word, "nan", 3) == 0)) ||
+        (wlen == 8 && strncasecmp(word, "infinity", 8) == 0)) {
+        memcpy(buf + n, word, wlen);
+        buf[n + wlen] = '\0';
+        *out = strtod(buf, NULL);
+        return true;
+    }
+    bool prev_digit = false, seen_dot = false, seen_exp = false;
+    for (; i < s.len; i++) {
+        char c = s.s[i];
+        if (isdigit((unsigned char)c)) {
+            buf[n++] = c;
+            digits++;
+            prev_digit = true;
+        } else if (c == '_' && prev_digit && i + 1 < s.len && isdigit((unsigned char)s.s[i + 1])) {
+            prev_digit = false;
+        } else if (c == '.' && !seen_dot && !seen_exp) {
+            buf[n++] = c;
+            seen_dot = true;
+            prev_digit = false;
+        } else if ((c == 'e' || c == 'E') && !seen_exp && digits > 0) {
+            buf[n++] = c;
+            seen_exp = true;
+            prev_digit = false;
+            digits = 0;
+            if (i + 1 < s.len && (s.s[i + 1] == '+' || s.s[i + 1] == '-')) buf[n++] = s.s[++i];
+        } else {
+            return false;
+        }
+    }
+    if (digits == 0) return false;
+    buf[n] = '\0';
+    *out = strtod(buf, NULL);
+    return true;
+}
+
+/* jinja2's int filter: int(s, base) for strings, else int(); failing that int(float(s));
+ * failing that the default. */
 static tv f_int(tmpl_render_state *r, tv v, const tmpl_args *a) {
     tv dflt = tmpl__arg(a, 0, "default", tmpl__int(0));
     int base = (int)tmpl__arg_int(r, "int base", tmpl__arg(a, 1, "base", tmpl__int(10)));
-    if (base < 2 || base > 36) tmpl__fail(r, SP_ERR_FORMAT, "int: base must be between 2 and 36");
+    if (base != 0 && (base < 2 || base > 36)) tmpl__fail(r, SP_ERR_FORMAT, "int: base must be 0 or 2-36");
+    double f;
     switch (v.kind) {
     case TV_INT: return v;
     case TV_BOOL: return tmpl__int(v.b);
@@ -192,59 +272,63 @@ static tv f_int(tmpl_render_state *r, tv v, const tmpl_args *a) {
     case TV_STR: {
         int64_t i;
         if (parse_int(v, base, &i)) return tmpl__int(i);
-        char buf[64];
-        if (v.len < sizeof(buf)) {
-            memcpy(buf, v.s, v.len);
-            buf[v.len] = '\0';
-            char *end;
-            double f = strtod(buf, &end);
-            while (*end && tmpl__py_space((unsigned char)*end)) end++;
-            if (end != buf && *end == '\0' && isfinite(f) && fabs(f) < 9.2e18) return tmpl__int((int64_t)f);
-        }
+        if (parse_float(r, v, &f) && isfinite(f) && fabs(f) < 9.2e18) return tmpl__int((int64_t)f);
         return dflt;
     }
     default: return dflt;
     }
 }
 static tv f_float(tmpl_render_state *r, tv v, const tmpl_args *a) {
-    (void)r;
     tv dflt = tmpl__arg(a, 0, "default", tmpl__float(0.0));
+    double f;
     switch (v.kind) {
     case TV_FLOAT: return v;
     case TV_INT: return tmpl__float((double)v.i);
     case TV_BOOL: return tmpl__float(v.b);
-    case TV_STR: {
-        char buf[64];
-        if (v.len == 0 || v.len >= sizeof(buf)) return dflt;
-        memcpy(buf, v.s, v.len);
-        buf[v.len] = '\0';
-        char *end;
-        double f = strtod(buf, &end);
-        while (*end && tmpl__py_space((unsigned char)*end)) end++;
-        return end != buf && *end == '\0' ? tmpl__float(f) : dflt;
-    }
+    case TV_STR: return parse_float(r, v, &f) ? tmpl__float(f) : dflt;
     default: return dflt;
     }
 }
+
+/* jinja2's round: 'common' is Python's round() (correctly rounded, ties to even; an int
+ * stays an int), 'ceil' and 'floor' scale by 10**precision. */
 static tv f_round(tmpl_render_state *r, tv v, const tmpl_args *a) {
     int64_t precision = tmpl__arg_int(r, "round precision", tmpl__arg(a, 0, "precision", tmpl__int(0)));
     tv method = tmpl__arg(a, 1, "method", tmpl__str("common", 6));
     if (v.kind != TV_INT && v.kind != TV_FLOAT && v.kind != TV_BOOL)
         tmpl__fail(r, SP_ERR_FORMAT, "round: expected a number, got %s", tmpl__type_name(v));
-    /* Python's round() of an int with precision >= 0 is the int itself */
-    if (v.kind != TV_FLOAT && precision >= 0 && tmpl__is_str(method, "common"))
-        return tmpl__int(v.kind == TV_INT ? v.i : v.b);
+    bool common = tmpl__is_str(method, "common");
+    if (!common && !tmpl__is_str(method, "ceil") && !tmpl__is_str(method, "floor"))
+        tmpl__fail(r, SP_ERR_FORMAT, "round: method must be common, ceil or floor");
+    if (precision > 300) precision = 300;
+    if (precision < -300) precision = -300;
+    if (common && v.kind != TV_FLOAT) {
+        int64_t x = v.kind == TV_INT ? v.i : v.b;
+        if (precision >= 0 || precision < -18) return tmpl__int(precision >= 0 ? x : 0);
+        int64_t unit = 1;
+        for (int64_t k = 0; k < -precision; k++) unit *= 10;
+        int64_t q = x / unit, rem = x % unit;
+        if (rem < 0) {
+            q -= 1;
+            rem += unit;
+        }
+        if (rem * 2 > unit || (rem * 2 == unit && (q & 1))) q += 1; /* ties to even */
+        int64_t out;
+        if (__builtin_mul_overflow(q, unit, &out)) tmpl__fail(r, SP_ERR_RANGE, "integer overflow in round");
+        return tmpl__int(out);
+    }
     double x = v.kind == TV_FLOAT ? v.f : v.kind == TV_INT ? (double)v.i : v.b;
+    if (!isfinite(x)) return tmpl__float(x);
+    if (common && precision >= 0) {
+        /* printf rounds the exact binary value, ties to even: Python's round() */
+        size_t cap = 330 + (size_t)precision; /* 309 integer digits at most, the point, the fraction */
+        char *buf = tmpl__alloc(&r->arena, cap);
+        snprintf(buf, cap, "%.*f", (int)precision, x);
+        return tmpl__float(strtod(buf, NULL));
+    }
     double scale = pow(10.0, (double)precision);
     double y = x * scale;
-    if (tmpl__is_str(method, "common"))
-        y = nearbyint(y); /* Python's round(): ties to even */
-    else if (tmpl__is_str(method, "ceil"))
-        y = ceil(y);
-    else if (tmpl__is_str(method, "floor"))
-        y = floor(y);
-    else
-        tmpl__fail(r, SP_ERR_FORMAT, "round: method must be common, ceil or floor");
+    y = common ? nearbyint(y) : tmpl__is_str(method, "ceil") ? ceil(y) : floor(y);
     return tmpl__float(y / scale);
 }
 static tv f_abs(tmpl_render_state *r, tv v, const tmpl_args *a) {
@@ -421,11 +505,16 @@ static tv f_escape(tmpl_render_state *r, tv v, const tmpl_args *a) {
     }
     return tmpl__buf_value(&b);
 }
+/* jinja2: a reversed string; reversed() of a list or dict (a one-pass iterator); a
+ * generator, which cannot be reversed, becomes a reversed list. */
 static tv f_reverse(tmpl_render_state *r, tv v, const tmpl_args *a) {
     (void)a;
+    bool was_iterator = v.kind == TV_LIST && v.list->iter_name;
     tv items = tmpl__to_list(r, v);
     tv out = tmpl__list_new(&r->arena, items.list->n);
     for (size_t i = items.list->n; i > 0; i--) tmpl__list_push(&r->arena, out.list, items.list->items[i - 1]);
+    if (v.kind == TV_LIST && !was_iterator) out.list->iter_name = "list_reverseiterator";
+    if (v.kind == TV_DICT) out.list->iter_name = "dict_reversekeyiterator";
     if (v.kind != TV_STR) return out;
     tmpl_buf b;
     tmpl__buf_init(&b, &r->arena, v.len + 1);
@@ -456,9 +545,19 @@ static tv f_sort(tmpl_render_state *r, tv v, const tmpl_args *a) {
     tv attribute = tmpl__arg(a, 2, "attribute", NONE);
     tv items = f_list(r, v, a);
     tv *keys = tmpl__alloc(&r->arena, (items.list->n + 1) * sizeof(tv));
+    /* attribute='a,b' sorts by the tuple of both (jinja2's make_multi_attrgetter) */
+    tv parts = attribute.kind == TV_STR ? tmpl__str_split(r, attribute, tmpl__str(",", 1), -1) : NONE;
     for (size_t i = 0; i < items.list->n; i++) {
         tv x = items.list->items[i];
-        keys[i] = sort_key(r, attribute.kind != TV_NONE ? attr_path(r, x, attribute) : x, case_sensitive);
+        if (parts.kind == TV_LIST && parts.list->n > 1) {
+            tv key = tmpl__list_new(&r->arena, parts.list->n);
+            for (size_t k = 0; k < parts.list->n; k++)
+                tmpl__list_push(&r->arena, key.list,
+                                sort_key(r, attr_path(r, x, parts.list->items[k]), case_sensitive));
+            keys[i] = key;
+        } else {
+            keys[i] = sort_key(r, attribute.kind != TV_NONE ? attr_path(r, x, attribute) : x, case_sensitive);
+        }
     }
     sort_by_keys(r, items.list->items, keys, items.list->n, reverse);
     return items;
@@ -525,7 +624,7 @@ static tv f_max(tmpl_render_state *r, tv v, const tmpl_args *a) {
 }
 static tv f_wordcount(tmpl_render_state *r, tv v, const tmpl_args *a) {
     (void)a;
-    return tmpl__int((int64_t)tmpl__str_split(r, tmpl__to_str(r, v), NONE, -1).list->n);
+    return tmpl__int((int64_t)tmpl__str_count_words(tmpl__to_str(r, v))); /* jinja2 counts \w+ runs */
 }
 static tv f_center(tmpl_render_state *r, tv v, const tmpl_args *a) {
     int64_t width = tmpl__arg_int(r, "center", tmpl__arg(a, 0, "width", tmpl__int(80)));
@@ -540,6 +639,60 @@ static tv f_center(tmpl_render_state *r, tv v, const tmpl_args *a) {
     tmpl__buf_put(&b, s.s, s.len);
     for (int64_t i = left; i < total; i++) tmpl__buf_putc(&b, ' ');
     return tmpl__buf_value(&b);
+}
+
+/* jinja2's format filter: value % (kwargs or args) */
+static tv f_format(tmpl_render_state *r, tv v, const tmpl_args *a) {
+    if (a->n_kw && a->n_pos)
+        tmpl__fail(r, SP_ERR_FORMAT, "format: can't handle positional and keyword arguments at the same time");
+    tv args;
+    if (a->n_kw) {
+        args = tmpl__dict_new(&r->arena, a->n_kw);
+        for (size_t i = 0; i < a->n_kw; i++)
+            tmpl__dict_set(&r->arena, args.dict, tmpl__str(a->kw_names[i], strlen(a->kw_names[i])), a->kw_vals[i]);
+    } else {
+        args = tmpl__list_new(&r->arena, a->n_pos);
+        args.list->is_tuple = true;
+        for (size_t i = 0; i < a->n_pos; i++) tmpl__list_push(&r->arena, args.list, a->pos[i]);
+    }
+    return tmpl__percent_format(r, tmpl__to_str(r, v), args);
+}
+
+/* jinja2's truncate(s, length=255, killwords=False, end='...', leeway=5), by code point */
+static tv f_truncate(tmpl_render_state *r, tv v, const tmpl_args *a) {
+    tv s = tmpl__to_str(r, v);
+    int64_t length = tmpl__arg_int(r, "truncate length", tmpl__arg(a, 0, "length", tmpl__int(255)));
+    bool killwords = tmpl__truthy(tmpl__arg(a, 1, "killwords", tmpl__bool(false)));
+    tv end = tmpl__to_str(r, tmpl__arg(a, 2, "end", tmpl__str("...", 3)));
+    tv leeway_v = tmpl__arg(a, 3, "leeway", NONE);
+    int64_t leeway = leeway_v.kind == TV_NONE ? 5 : tmpl__arg_int(r, "truncate leeway", leeway_v);
+    tv chars = tmpl__to_list(r, s), end_chars = tmpl__to_list(r, end);
+    int64_t n = (int64_t)chars.list->n, n_end = (int64_t)end_chars.list->n;
+    if (length < n_end)
+        tmpl__fail(r, SP_ERR_FORMAT, "truncate: expected length >= %lld, got %lld", (long long)n_end,
+                   (long long)length);
+    if (leeway < 0) tmpl__fail(r, SP_ERR_FORMAT, "truncate: expected leeway >= 0, got %lld", (long long)leeway);
+    if (n <= length + leeway) return s;
+    size_t keep_bytes = 0;
+    for (int64_t i = 0; i < length - n_end; i++) keep_bytes += chars.list->items[i].len;
+    tv kept = tmpl__str(s.s, keep_bytes);
+    if (!killwords) { /* drop the last, cut word: s[:length - len(end)].rsplit(" ", 1)[0] */
+        const char *space = memrchr(kept.s, ' ', kept.len);
+        if (space) kept.len = (size_t)(space - kept.s);
+    }
+    tmpl_buf b;
+    tmpl__buf_init(&b, &r->arena, kept.len + end.len + 1);
+    tmpl__buf_put(&b, kept.s, kept.len);
+    tmpl__buf_put(&b, end.s, end.len);
+    return tmpl__buf_value(&b);
+}
+
+/* jinja2's attr(obj, name): an attribute only (a method, a namespace or loop field),
+ * never a dict item. */
+static tv f_attr(tmpl_render_state *r, tv v, const tmpl_args *a) {
+    tv name = tmpl__to_str(r, tmpl__arg(a, 0, "name", NONE));
+    if (v.kind == TV_LOOP || (v.kind == TV_DICT && v.dict->is_namespace)) return tmpl__get_attr(r, v, name.s, name.len);
+    return tmpl__bind_method(r, v, name.s, name.len);
 }
 
 typedef struct named_filter {
@@ -588,6 +741,9 @@ static const named_filter FILTERS[] = {{"tojson", f_tojson},
                                        {"max", f_max},
                                        {"wordcount", f_wordcount},
                                        {"center", f_center},
+                                       {"format", f_format},
+                                       {"truncate", f_truncate},
+                                       {"attr", f_attr},
                                        {NULL, NULL}};
 
 tv tmpl__apply_filter(tmpl_render_state *r, const char *name, size_t len, tv v, const tmpl_args *a) {

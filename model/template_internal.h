@@ -5,7 +5,10 @@
  *   template_value.c     the arena, values (tv), Python's str()/repr()/truthiness/equality
  *   template_json.c      JSON <-> values, and the tojson filter (Python's json.dumps)
  *   template_eval.c      runs the tree: statements, expressions, scopes, macros, output
- *   template_strings.c   Python's str operations and the string methods
+ *   template_ops.c       the operators (arithmetic, comparison, in) with Python's rules
+ *   template_format.c    fmt % args and str.format's format specs
+ *   template_strings.c   Python's str operations (UTF-8, classes, case, split, repr)
+ *   template_str_methods.c  the string methods
  *   template_filters.c   the filters (| trim, | tojson, | map ...)
  *   template_builtins.c  argument helpers, dict methods, global functions, tests
  *
@@ -182,8 +185,9 @@ struct tnode {
     int line;
     const char *str;
     size_t len;
-    bool negate;    /* TN_TEST "is not" */
-    bool recursive; /* unused; kept false */
+    bool negate;        /* TN_TEST "is not" */
+    bool catch_varargs; /* TN_MACRO / TN_CALL_BLOCK body reads varargs: extra positionals allowed */
+    bool catch_kwargs;  /* ... reads kwargs: unknown keywords allowed */
     tnode *a, *b, *c, *d;
     tnode *target; /* TN_FOR, TN_SET */
     tnode **children;
@@ -286,6 +290,23 @@ typedef struct tmpl_args {
     size_t n_kw;
 } tmpl_args;
 
+/* A macro (or the caller() of a call block) and the scope it was defined in. */
+struct tmacro {
+    const char *name;
+    size_t n_params;
+    tnode **params;
+    const tnode *body;
+    tscope *closure;
+    bool catch_varargs, catch_kwargs;
+};
+
+/* Stops the render: v (an undefined value) was used where jinja2 raises. */
+_Noreturn void tmpl__fail_undefined(tmpl_render_state *r, tv v);
+/* Arithmetic a op b ("+", "-", "*", "/", "//", "%", "**") and comparison a op b ("==",
+ * "!=", "<", "<=", ">", ">=", "in", "notin") with Python's rules (template_ops.c). */
+tv tmpl__arith(tmpl_render_state *r, const char *op, tv a, tv b);
+tv tmpl__compare(tmpl_render_state *r, const char *op, tv a, tv b);
+
 /* Calls a macro or builtin. */
 tv tmpl__call_value(tmpl_render_state *r, tv callee, const tmpl_args *a);
 /* Attribute access as Jinja's getattr: a method of the value's type first, then an item. */
@@ -300,7 +321,7 @@ tv tmpl__to_list(tmpl_render_state *r, tv v);
 tv tmpl__from_json(tmpl_arena *a, const json_t *j);
 /* The arguments of Python's json.dumps that tojson passes on. */
 typedef struct tmpl_json_opts {
-    int indent; /* < 0: None (one line) */
+    const char *indent; /* per level; NULL: None (one line) */
     const char *item_sep, *key_sep;
     bool sort_keys, ensure_ascii;
 } tmpl_json_opts;
@@ -326,9 +347,25 @@ bool tmpl__arg_given(const tmpl_args *a, size_t i, const char *name);
 tv tmpl__arg_str(tmpl_render_state *r, const char *what, tv v);
 int64_t tmpl__arg_int(tmpl_render_state *r, const char *what, tv v);
 
-/* Python's str operations (template_strings.c). Results may share the input's bytes. */
-bool tmpl__py_space(unsigned char c);
+/* Python's str operations (template_strings.c), on code points of UTF-8 text. Results
+ * may share the input's bytes. */
+bool tmpl__py_space(unsigned char c); /* an ASCII byte that str.isspace() accepts */
+/* The bytes of the whitespace code point (str.isspace) at s, or 0 when s starts with none. */
+size_t tmpl__py_space_len(const char *s, size_t n);
+/* len(s): code points */
+size_t tmpl__str_cp_len(tv s);
 tv tmpl__str_strip(tv s, tv chars, bool left, bool right); /* chars: a string, or none for whitespace */
+typedef enum tmpl_case {
+    TMPL_CASE_UPPER,
+    TMPL_CASE_LOWER,
+    TMPL_CASE_SWAP,
+    TMPL_CASE_FOLD,
+    TMPL_CASE_TITLE,
+    TMPL_CASE_CAPITALIZE
+} tmpl_case;
+/* s.upper(), s.lower(), s.swapcase(), s.casefold(), s.title(), s.capitalize() */
+tv tmpl__str_case(tmpl_render_state *r, tv s, tmpl_case mode);
+/* f toupper / tolower: s.upper() / s.lower(); any other f maps ASCII bytes only. */
 tv tmpl__str_map_case(tmpl_render_state *r, tv s, int (*f)(int));
 tv tmpl__str_capitalize(tmpl_render_state *r, tv s);
 /* str.title(), or jinja2's title filter (words start after whitespace and -({[<) */
@@ -336,15 +373,43 @@ tv tmpl__str_title(tmpl_render_state *r, tv s, bool jinja_filter);
 tv tmpl__str_replace(tmpl_render_state *r, tv s, tv old, tv new_, int64_t count);
 tv tmpl__str_split(tmpl_render_state *r, tv s, tv sep, int64_t maxsplit);
 tv tmpl__str_splitlines(tmpl_render_state *r, tv s);
+/* len(re.findall(r"\w+", s)): runs of letters, digits and '_' (jinja2's wordcount) */
+size_t tmpl__str_count_words(tv s);
+/* Appends Python's repr() of the string s[0, n). */
+void tmpl__append_str_repr(tmpl_buf *b, const char *s, size_t n);
+/* Shared with template_str_methods.c: UTF-8 decoding (bytes of the code point at s,
+ * 0 at the end; a malformed byte decodes alone), code-point counts and offsets,
+ * Python's character classes of one code point, the last occurrence of needle, and
+ * rsplit / splitlines(keepends). */
+size_t tmpl__u8_decode(const char *s, size_t n, uint32_t *cp);
+size_t tmpl__cp_count(const char *s, size_t n);
+size_t tmpl__cp_offset(const char *s, size_t n, size_t k);
+bool tmpl__cp_space(uint32_t cp);
+bool tmpl__cp_title_letter(uint32_t cp);
+bool tmpl__cp_decimal(uint32_t cp);
+bool tmpl__cp_digit(uint32_t cp);
+bool tmpl__cp_numeric(uint32_t cp);
+bool tmpl__cp_alpha(uint32_t cp);
+bool tmpl__cp_alnum(uint32_t cp);
+bool tmpl__cp_upper(uint32_t cp);
+bool tmpl__cp_lower(uint32_t cp);
+bool tmpl__cp_printable(uint32_t cp);
+const char *tmpl__mem_last(const char *hay, size_t hn, const char *needle, size_t nn);
+tv tmpl__str_rsplit(tmpl_render_state *r, tv s, tv sep, int64_t maxsplit);
+tv tmpl__str_splitlines_keep(tmpl_render_state *r, tv s, bool keepends);
 /* The string method name, or NULL. */
 tmpl_builtin_fn tmpl__str_method(const char *name, size_t len);
 
 /* A dict's (key, value) tuples. */
 tv tmpl__dict_items(tmpl_render_state *r, tdict *d);
 /* Python's ordering (<0, 0, >0) of numbers, strings or lists; anything else fails
- * naming op and the types (template_eval.c). */
+ * naming op and the types (template_ops.c). */
 int tmpl__order(tmpl_render_state *r, const char *op, tv a, tv b);
 bool tmpl__filter_exists(const char *name, size_t len);
+/* Appends Python's format(v, spec) (str.format's "{:spec}") (template_format.c). */
+void tmpl__format_spec(tmpl_render_state *r, tmpl_buf *b, tv v, const char *spec, size_t n);
+/* Python's printf-style fmt % args (args: a tuple, or one value) (template_format.c). */
+tv tmpl__percent_format(tmpl_render_state *r, tv fmt, tv args);
 
 /* Applies filter name to v. An unknown filter fails the render. */
 tv tmpl__apply_filter(tmpl_render_state *r, const char *name, size_t len, tv v, const tmpl_args *a);

@@ -54,7 +54,7 @@ tv tmpl__from_json(tmpl_arena *a, const json_t *j) {
 typedef struct dumper {
     tmpl_render_state *r;
     tmpl_buf *b;
-    int indent; /* < 0: no newlines */
+    const char *indent; /* per level; NULL: no newlines */
     const char *item_sep, *key_sep;
     bool sort_keys;
     bool ensure_ascii;
@@ -96,7 +96,8 @@ static void dump_string(tmpl_buf *b, const char *s, size_t n, bool ensure_ascii)
         case '\b': esc = "\\b"; break;
         case '\f': esc = "\\f"; break;
         default:
-            if (c >= 0x20 && (c < 0x80 || !ensure_ascii)) {
+            /* with ensure_ascii, Python escapes everything outside ' '..'~' */
+            if (c >= 0x20 && (c < 0x7f || !ensure_ascii)) {
                 run++;
                 continue;
             }
@@ -114,7 +115,6 @@ static void dump_string(tmpl_buf *b, const char *s, size_t n, bool ensure_ascii)
             }
             continue;
         }
-        run = 0;
         if (esc)
             tmpl__buf_put(b, esc, strlen(esc));
         else
@@ -125,9 +125,9 @@ static void dump_string(tmpl_buf *b, const char *s, size_t n, bool ensure_ascii)
 }
 
 static void newline_indent(dumper *d, int level) {
-    if (d->indent < 0) return;
+    if (!d->indent) return;
     tmpl__buf_putc(d->b, '\n');
-    for (int i = 0; i < level * d->indent; i++) tmpl__buf_putc(d->b, ' ');
+    for (int i = 0; i < level; i++) tmpl__buf_put(d->b, d->indent, strlen(d->indent));
 }
 
 static void dump_value(dumper *d, tv v, int level);

@@ -9,6 +9,7 @@
  *                 the tag, when nothing else precedes it on that line; {%+ keeps them
  * Newlines (\r\n, \r, \n) become \n and one trailing newline of the source is dropped.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,8 +31,21 @@ typedef struct lexer {
     int line;
 } lexer;
 
-static bool is_space(char c) {
-    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f' || (c >= 0x1c && c <= 0x1f);
+/* Whitespace is Python's (str.isspace, which jinja2's regexes use): ASCII and the
+ * Unicode spaces such as U+00A0 and U+3000. */
+static size_t skip_spaces(const char *s, size_t pos, size_t len) {
+    size_t k;
+    while (pos < len && (k = tmpl__py_space_len(s + pos, len - pos)) > 0) pos += k;
+    return pos;
+}
+
+/* Bytes of the whitespace code point that ends at s[len - 1], 0 if none. */
+static size_t space_before(const char *s, size_t len) {
+    if (len == 0) return 0;
+    size_t start = len - 1;
+    while (start > 0 && len - start < 4 && ((unsigned char)s[start] & 0xC0) == 0x80) start--;
+    size_t k = tmpl__py_space_len(s + start, len - start);
+    return k == len - start ? k : 0;
 }
 static bool is_name_start(unsigned char c) {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c >= 0x80;
@@ -93,22 +107,21 @@ static void push_data(lexer *lx, size_t pos, const char *text, size_t len) {
 /* Text before a tag, after the tag's whitespace control (jinja2's OptionalLStrip). */
 static size_t strip_before_tag(lexer *lx, const char *text, size_t len, char sign, bool is_var) {
     if (sign == '-') {
-        while (len > 0 && is_space(text[len - 1])) len--;
+        size_t k;
+        while ((k = space_before(text, len)) > 0) len -= k;
         return len;
     }
     if (sign == '+' || is_var) return len;
     size_t line_start = len;
     while (line_start > 0 && text[line_start - 1] != '\n') line_start--;
     if (line_start == 0 && !lx->line_starting) return len;
-    for (size_t i = line_start; i < len; i++)
-        if (!is_space(text[i])) return len;
-    return line_start;
+    return skip_spaces(text, line_start, len) == len ? line_start : len;
 }
 
 /* After a closing %} or #}: '-' eats all whitespace, '+' nothing, else one newline. */
 static size_t skip_after_tag(lexer *lx, size_t pos, char sign, bool trim_newline) {
     if (sign == '-') {
-        while (pos < lx->len && is_space(lx->src[pos])) pos++;
+        pos = skip_spaces(lx->src, pos, lx->len);
     } else if (sign != '+' && trim_newline && pos < lx->len && lx->src[pos] == '\n') {
         pos++;
     }
@@ -193,6 +206,66 @@ static char *unescape(lexer *lx, const char *s, size_t n, size_t *out_len) {
     return out;
 }
 
+static bool is_base_digit(char c, int base) {
+    if (base == 16) return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+    return c >= '0' && c < '0' + base;
+}
+
+/* Digits of base from p[n], with single underscores between them (jinja2's literal
+ * grammar); returns the new n. */
+static size_t scan_digits(const char *p, size_t n, size_t left, int base) {
+    while (n < left && (is_base_digit(p[n], base) || (p[n] == '_' && n + 1 < left && is_base_digit(p[n + 1], base))))
+        n++;
+    return n;
+}
+
+/* A number literal at pos: 12, 1_000, 0x1F, 0o17, 0b11, 1.5, 2e-3. Returns the position
+ * after it, or 0 on error. After a '.', digits are an attribute index (x.0), not a float. */
+static size_t lex_number(lexer *lx, size_t pos) {
+    const char *p = lx->src + pos;
+    size_t left = lx->len - pos, n;
+    bool after_dot = lx->n > 0 && lx->toks[lx->n - 1].kind == TT_OP && lx->toks[lx->n - 1].text[0] == '.';
+    int base = 10;
+    if (left > 2 && p[0] == '0' && strchr("xXoObB", p[1]) && p[1] != '\0') {
+        base = p[1] == 'x' || p[1] == 'X' ? 16 : p[1] == 'o' || p[1] == 'O' ? 8 : 2;
+        n = scan_digits(p, 2, left, base);
+        if (n == 2) return lex_error(lx, pos, "malformed number literal"), 0;
+    } else {
+        n = scan_digits(p, 0, left, 10);
+    }
+    bool is_float = false;
+    if (base == 10 && !after_dot) {
+        if (n + 1 < left && p[n] == '.' && is_digit(p[n + 1])) {
+            is_float = true;
+            n = scan_digits(p, n + 1, left, 10);
+        }
+        if (n < left && (p[n] == 'e' || p[n] == 'E')) {
+            size_t m = n + 1;
+            if (m < left && (p[m] == '+' || p[m] == '-')) m++;
+            if (m < left && is_digit(p[m])) {
+                is_float = true;
+                n = scan_digits(p, m, left, 10);
+            }
+        }
+    }
+    /* the literal without underscores and base prefix, NUL-terminated */
+    size_t skip = base == 10 ? 0 : 2, d = 0;
+    char *digits = tmpl__alloc(lx->arena, n + 1);
+    for (size_t k = skip; k < n; k++)
+        if (p[k] != '_') digits[d++] = p[k];
+    digits[d] = '\0';
+    ttok *t = push(lx, is_float ? TT_FLOAT : TT_INT, pos, NULL, 0);
+    if (is_float) {
+        t->f = strtod(digits, NULL);
+    } else {
+        errno = 0;
+        unsigned long long v = strtoull(digits, NULL, base);
+        if (errno == ERANGE || v > INT64_MAX) return lex_error(lx, pos, "integer literal too large"), 0;
+        t->i = (int64_t)v;
+    }
+    return pos + n;
+}
+
 static const char *const OPERATORS[] = {"//", "**", "==", "!=", "<=", ">=", "+", "-", "*", "/", "%", "~", "<",
                                         ">",  "=",  "(",  ")",  "[",  "]",  "{", "}", ",", ".", ":", "|", ";"};
 
@@ -202,7 +275,7 @@ static size_t lex_tag(lexer *lx, size_t pos, bool is_var) {
     const char *src = lx->src;
     int depth = 0;
     for (;;) {
-        while (pos < lx->len && is_space(src[pos])) pos++;
+        pos = skip_spaces(src, pos, lx->len);
         if (pos >= lx->len)
             return lex_error(lx, pos,
                              is_var ? "unexpected end of template, expected '}}'"
@@ -247,38 +320,8 @@ static size_t lex_tag(lexer *lx, size_t pos, bool is_var) {
             continue;
         }
         if (is_digit((char)c)) {
-            bool after_dot = lx->n > 0 && lx->toks[lx->n - 1].kind == TT_OP && lx->toks[lx->n - 1].text[0] == '.';
-            size_t n = 0;
-            while (n < left && (is_digit(p[n]) || (p[n] == '_' && n + 1 < left && is_digit(p[n + 1])))) n++;
-            bool is_float = false;
-            if (!after_dot && n + 1 < left && p[n] == '.' && is_digit(p[n + 1])) {
-                is_float = true;
-                n++;
-                while (n < left && (is_digit(p[n]) || (p[n] == '_' && n + 1 < left && is_digit(p[n + 1])))) n++;
-            }
-            if (!after_dot && n < left && (p[n] == 'e' || p[n] == 'E')) {
-                size_t m = n + 1;
-                if (m < left && (p[m] == '+' || p[m] == '-')) m++;
-                if (m < left && is_digit(p[m])) {
-                    is_float = true;
-                    while (m < left && is_digit(p[m])) m++;
-                    n = m;
-                }
-            }
-            char digits[64];
-            size_t d = 0;
-            for (size_t k = 0; k < n && d + 1 < sizeof(digits); k++)
-                if (p[k] != '_') digits[d++] = p[k];
-            digits[d] = '\0';
-            ttok *t = push(lx, is_float ? TT_FLOAT : TT_INT, pos, NULL, 0);
-            if (is_float) {
-                t->f = strtod(digits, NULL);
-            } else {
-                unsigned long long v = strtoull(digits, NULL, 10);
-                if (v > INT64_MAX || d >= sizeof(digits) - 1) return lex_error(lx, pos, "integer literal too large"), 0;
-                t->i = (int64_t)v;
-            }
-            pos += n;
+            pos = lex_number(lx, pos);
+            if (pos == 0) return 0;
             continue;
         }
         size_t op_len = 0;
@@ -318,12 +361,12 @@ static size_t match_raw_tag(const lexer *lx, size_t pos, const char *word, char 
     i += 2;
     *sign_open = 0;
     if (i < lx->len && (s[i] == '-' || s[i] == '+')) *sign_open = s[i++];
-    while (i < lx->len && is_space(s[i])) i++;
+    i = skip_spaces(s, i, lx->len);
     size_t wl = strlen(word);
     if (i + wl > lx->len || memcmp(s + i, word, wl) != 0) return 0;
     i += wl;
     if (i < lx->len && is_name_char((unsigned char)s[i])) return 0;
-    while (i < lx->len && is_space(s[i])) i++;
+    i = skip_spaces(s, i, lx->len);
     *sign_close = 0;
     if (i < lx->len && (s[i] == '-' || s[i] == '+')) *sign_close = s[i++];
     if (i + 2 > lx->len || s[i] != '%' || s[i + 1] != '}') return 0;
@@ -353,8 +396,7 @@ static bool lex_root(lexer *lx) {
         size_t raw_len = kind == '%' ? match_raw_tag(lx, tag, "raw", &s_open, &s_close) : 0;
         if (raw_len) {
             size_t start = tag + raw_len;
-            if (s_close == '-')
-                while (start < lx->len && is_space(src[start])) start++;
+            if (s_close == '-') start = skip_spaces(src, start, lx->len);
             size_t end = start, end_len = 0;
             for (; end + 1 < lx->len; end++)
                 if ((end_len = match_raw_tag(lx, end, "endraw", &s_open, &s_close)) != 0) break;

@@ -19,7 +19,9 @@ typedef struct parser {
     char *err;
     size_t err_cap;
     jmp_buf fail;
-    int depth; /* expression nesting, bounded so a hostile template cannot overflow the stack */
+    int depth;                    /* expression nesting, bounded so a hostile template cannot overflow the stack */
+    int loop_depth;               /* for loops around the statement being parsed (0 in a macro body) */
+    bool saw_varargs, saw_kwargs; /* the names varargs / kwargs appeared (macro bodies) */
 } parser;
 
 #define MAX_NESTING 200
@@ -189,6 +191,8 @@ static tnode *parse_primary(parser *p) {
             n = node_new(p, TN_NAME, t);
             n->str = t->text;
             n->len = t->len;
+            if (tok_is_name(t, "varargs")) p->saw_varargs = true;
+            if (tok_is_name(t, "kwargs")) p->saw_kwargs = true;
         }
         return n;
     case TT_STRING: {
@@ -351,11 +355,12 @@ static tnode *parse_test(parser *p, tnode *n) {
     if (accept_op(p, "(")) {
         t->args = parse_call_args(p);
     } else if ((next->kind == TT_NAME && !tok_is_name(next, "else") && !tok_is_name(next, "or") &&
-                !tok_is_name(next, "and") && !tok_is_name(next, "if") && !tok_is_name(next, "in") &&
-                !tok_is_name(next, "not") && !tok_is_name(next, "is")) ||
+                !tok_is_name(next, "and")) ||
                next->kind == TT_STRING || next->kind == TT_INT || next->kind == TT_FLOAT || tok_is_op(next, "[") ||
-               tok_is_op(next, "{") || tok_is_op(next, "-")) {
-        /* one argument without parentheses: `is divisibleby 3`, `is equalto 'x'` */
+               tok_is_op(next, "{")) {
+        /* one argument without parentheses, as jinja2 takes it: `is divisibleby 3`,
+         * `is equalto 'x'` (so `x is defined if y` reads `if` as the argument and fails) */
+        if (tok_is_name(next, "is")) parse_error(p, next, "cannot chain multiple tests with 'is'");
         tnode *arg = parse_postfix(p, parse_primary(p));
         t->args.pos = tmpl__alloc(p->arena, sizeof(tnode *));
         t->args.pos[0] = arg;
@@ -552,6 +557,8 @@ static tnode *parse_tuple(parser *p, bool names_only) {
     node_vec items = {0};
     vec_push(p, &items, first);
     while (accept_op(p, ",")) {
+        ttok_kind k = cur(p)->kind;
+        if (!names_only && (k == TT_VAR_END || k == TT_BLOCK_END)) break; /* {{ 1, }} is (1,) */
         if (names_only) {
             const ttok *t = expect_name(p, "a variable name");
             tnode *n = node_new(p, TN_NAME, t);
@@ -590,7 +597,7 @@ static void eat_tag(parser *p) {
 static tnode *parse_if(parser *p, const ttok *at) {
     static const char *const ends[] = {"elif", "else", "endif", NULL};
     tnode *n = node_new(p, TN_IF, at);
-    n->a = parse_tuple(p, false);
+    n->a = parse_or(p); /* jinja2 parses the condition without `x if y else z` */
     expect_block_end(p, "if");
     n->b = parse_body(p, ends, "if", at);
     const ttok *tag = peek(p, 1);
@@ -633,7 +640,9 @@ static tnode *parse_for(parser *p, const ttok *at) {
     if (accept_name(p, "if")) n->d = parse_expr(p);
     if (accept_name(p, "recursive")) parse_error(p, cur(p), "recursive loops are not supported");
     expect_block_end(p, "for");
+    p->loop_depth++;
     n->b = parse_body(p, ends, "for", at);
+    p->loop_depth--;
     const ttok *tag = peek(p, 1);
     eat_tag(p);
     if (tok_is_name(tag, "else")) {
@@ -710,6 +719,22 @@ static void parse_params(parser *p, tnode *n) {
     n->n_params = params.n;
 }
 
+/* The body of a macro or call block: break/continue cannot reach an enclosing loop, and
+ * whether it reads varargs / kwargs decides which extra arguments a call may pass. */
+static tnode *parse_callable_body(parser *p, tnode *n, const char *const *ends, const char *tag, const ttok *at) {
+    int loop_depth = p->loop_depth;
+    bool saw_varargs = p->saw_varargs, saw_kwargs = p->saw_kwargs;
+    p->loop_depth = 0;
+    p->saw_varargs = p->saw_kwargs = false;
+    tnode *body = parse_body(p, ends, tag, at);
+    n->catch_varargs = p->saw_varargs;
+    n->catch_kwargs = p->saw_kwargs;
+    p->loop_depth = loop_depth;
+    p->saw_varargs = saw_varargs || p->saw_varargs;
+    p->saw_kwargs = saw_kwargs || p->saw_kwargs;
+    return body;
+}
+
 static tnode *parse_macro(parser *p, const ttok *at) {
     static const char *const ends[] = {"endmacro", NULL};
     tnode *n = node_new(p, TN_MACRO, at);
@@ -718,7 +743,7 @@ static tnode *parse_macro(parser *p, const ttok *at) {
     n->len = name->len;
     parse_params(p, n);
     expect_block_end(p, "macro");
-    n->b = parse_body(p, ends, "macro", at);
+    n->b = parse_callable_body(p, n, ends, "macro", at);
     eat_tag(p);
     if (cur(p)->kind == TT_NAME) advance(p); /* {% endmacro name %} */
     expect_block_end(p, "endmacro");
@@ -732,7 +757,7 @@ static tnode *parse_call_block(parser *p, const ttok *at) {
     n->a = parse_expr(p);
     if (n->a->kind != TN_CALL) parse_error(p, at, "expected a call in 'call' block");
     expect_block_end(p, "call");
-    n->b = parse_body(p, ends, "call", at);
+    n->b = parse_callable_body(p, n, ends, "call", at);
     eat_tag(p);
     expect_block_end(p, "endcall");
     return n;
@@ -761,6 +786,7 @@ static tnode *parse_statement(parser *p) {
     if (tok_is_name(tag, "call")) return parse_call_block(p, tag);
     if (tok_is_name(tag, "filter")) return parse_filter_block(p, tag);
     if (tok_is_name(tag, "break") || tok_is_name(tag, "continue")) {
+        if (p->loop_depth == 0) parse_error(p, tag, "'%.*s' outside loop", (int)tag->len, tag->text);
         tnode *n = node_new(p, tag->text[0] == 'b' ? TN_BREAK : TN_CONTINUE, tag);
         expect_block_end(p, tag->text);
         return n;
@@ -769,10 +795,11 @@ static tnode *parse_statement(parser *p) {
         /* Hugging Face's AssistantTracker tag: marks assistant text, renders its body */
         static const char *const ends[] = {"endgeneration", NULL};
         expect_block_end(p, "generation");
-        tnode *body = parse_body(p, ends, "generation", tag);
+        tnode *block = node_new(p, TN_FILTER_BLOCK, tag); /* a filter block with no filter */
+        block->b = parse_body(p, ends, "generation", tag);
         eat_tag(p);
         expect_block_end(p, "endgeneration");
-        return body;
+        return block;
     }
     (void)open;
     parse_error(p, tag, "unknown tag '%.*s'", (int)tag->len, tag->text);

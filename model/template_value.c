@@ -361,30 +361,6 @@ void tmpl__append_float(tmpl_buf *b, double f) {
     tmpl__buf_printf(b, "e%c%02d", exp < 0 ? '-' : '+', exp < 0 ? -exp : exp);
 }
 
-static void append_str_repr(tmpl_buf *b, const char *s, size_t n) {
-    bool has_single = memchr(s, '\'', n) != NULL, has_double = memchr(s, '"', n) != NULL;
-    char quote = has_single && !has_double ? '"' : '\'';
-    tmpl__buf_putc(b, quote);
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c == (unsigned char)quote || c == '\\') {
-            tmpl__buf_putc(b, '\\');
-            tmpl__buf_putc(b, (char)c);
-        } else if (c == '\n') {
-            tmpl__buf_put(b, "\\n", 2);
-        } else if (c == '\r') {
-            tmpl__buf_put(b, "\\r", 2);
-        } else if (c == '\t') {
-            tmpl__buf_put(b, "\\t", 2);
-        } else if (c < 0x20 || c == 0x7f) {
-            tmpl__buf_printf(b, "\\x%02x", c);
-        } else {
-            tmpl__buf_putc(b, (char)c);
-        }
-    }
-    tmpl__buf_putc(b, quote);
-}
-
 /* Values can hold themselves (ns.self = ns); Python prints such a cycle as "...". */
 #define REPR_MAX_DEPTH TMPL_MAX_VALUE_DEPTH
 
@@ -394,7 +370,7 @@ static void append_repr_depth(tmpl_buf *b, tv v, int depth) {
         return;
     }
     switch (v.kind) {
-    case TV_STR: append_str_repr(b, v.s, v.len); return;
+    case TV_STR: tmpl__append_str_repr(b, v.s, v.len); return;
     case TV_UNDEFINED: tmpl__buf_put(b, "Undefined", 9); return;
     case TV_LIST: {
         if (v.list->iter_name) {
@@ -444,7 +420,7 @@ void tmpl__append_str(tmpl_buf *b, tv v) {
     case TV_LIST:
     case TV_DICT: tmpl__append_repr(b, v); return;
     case TV_FUNC: tmpl__buf_printf(b, "<built-in function %s>", v.func->name); return;
-    case TV_MACRO: tmpl__buf_put(b, "<Macro>", 7); return;
+    case TV_MACRO: tmpl__buf_printf(b, "<Macro '%s'>", v.macro->name); return;
     case TV_LOOP: tmpl__buf_put(b, "<LoopContext>", 13); return;
     }
 }

@@ -63,8 +63,10 @@ run_harness() {
     mkdir -p "$corpus" "$crashes" "$seeds"
     echo "fuzz.sh: running fuzz_$name for ${SECONDS_EACH}s (corpus $corpus, seeds $seeds)"
     # One process; a slow input (over 10 s) counts as a finding too.
+    # FUZZ_FLAGS: extra libFuzzer flags, e.g. FUZZ_FLAGS="-max_len=65536" for long inputs.
+    # shellcheck disable=SC2086
     "$OUT/fuzz_$name" -max_total_time="$SECONDS_EACH" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
-        -artifact_prefix="$crashes/" "$corpus" "$seeds"
+        ${FUZZ_FLAGS:-} -artifact_prefix="$crashes/" "$corpus" "$seeds"
 }
 
 mkdir -p "$OUT"
