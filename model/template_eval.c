@@ -67,6 +67,12 @@ static void step(tmpl_render_state *r, const tnode *n) {
         tmpl__fail(r, SP_ERR_RANGE, "template stopped after %zu steps (the limit)", r->max_steps);
 }
 
+void tmpl__charge(tmpl_render_state *r, size_t n) {
+    if (n > r->max_steps || r->steps > r->max_steps - n)
+        tmpl__fail(r, SP_ERR_RANGE, "template stopped after %zu steps (the limit)", r->max_steps);
+    r->steps += n;
+}
+
 static void check_output(tmpl_render_state *r) {
     if (r->out.len > r->max_output)
         tmpl__fail(r, SP_ERR_RANGE, "template output passed its limit of %zu bytes", r->max_output);

@@ -105,7 +105,11 @@ static tv attr_path(tmpl_render_state *r, tv v, tv path) {
         bool numeric = end > i;
         for (size_t k = i; k < end; k++)
             if (!isdigit((unsigned char)path.s[k])) numeric = false;
-        if (numeric) key = tmpl__int(strtoll(key.s, NULL, 10));
+        if (numeric) { /* the part is a slice of path: parse exactly its digits */
+            int64_t index = 0;
+            for (size_t k = i; k < end && index < INT64_MAX / 10 - 9; k++) index = index * 10 + (path.s[k] - '0');
+            key = tmpl__int(index);
+        }
         v = tmpl__get_item(r, v, key); /* a part after an undefined one fails, as in jinja2 */
         i = end + 1;
         if (!dot) break;
@@ -419,6 +423,7 @@ static tv f_unique(tmpl_render_state *r, tv v, const tmpl_args *a) {
         tv x = items.list->items[i];
         tv key = sort_key(r, attribute.kind != TV_NONE ? attr_path(r, x, attribute) : x, case_sensitive);
         bool dup = false;
+        tmpl__charge(r, seen.list->n); /* a linear scan: bounded by the step limit */
         for (size_t j = 0; j < seen.list->n && !dup; j++) dup = tmpl__equal(seen.list->items[j], key);
         if (dup) continue;
         tmpl__list_push(&r->arena, seen.list, key);
@@ -522,20 +527,28 @@ static tv f_reverse(tmpl_render_state *r, tv v, const tmpl_args *a) {
     return tmpl__buf_value(&b);
 }
 
-/* A stable insertion sort of items by key (lists here hold tens of items). */
+/* A stable bottom-up merge sort of items by key (Python's sort is stable too); every
+ * pass over the n items counts n steps. */
 static void sort_by_keys(tmpl_render_state *r, tv *items, tv *keys, size_t n, bool reverse) {
-    for (size_t i = 1; i < n; i++) {
-        tv item = items[i], key = keys[i];
-        size_t j = i;
-        while (j > 0) {
-            int c = tmpl__order(r, "<", keys[j - 1], key);
-            if (reverse ? c >= 0 : c <= 0) break;
-            items[j] = items[j - 1];
-            keys[j] = keys[j - 1];
-            j--;
+    tv *tmp_items = tmpl__alloc(&r->arena, (n + 1) * sizeof(tv)),
+       *tmp_keys = tmpl__alloc(&r->arena, (n + 1) * sizeof(tv));
+    for (size_t width = 1; width < n; width *= 2) {
+        tmpl__charge(r, n);
+        for (size_t lo = 0; lo < n; lo += 2 * width) {
+            size_t mid = lo + width < n ? lo + width : n, hi = lo + 2 * width < n ? lo + 2 * width : n;
+            size_t i = lo, j = mid, k = lo;
+            while (i < mid && j < hi) {
+                int c = tmpl__order(r, "<", keys[j], keys[i]);
+                bool take_right = reverse ? c > 0 : c < 0; /* ties keep the left (earlier) item */
+                size_t from = take_right ? j++ : i++;
+                tmp_items[k] = items[from];
+                tmp_keys[k++] = keys[from];
+            }
+            for (; i < mid; i++, k++) tmp_items[k] = items[i], tmp_keys[k] = keys[i];
+            for (; j < hi; j++, k++) tmp_items[k] = items[j], tmp_keys[k] = keys[j];
         }
-        items[j] = item;
-        keys[j] = key;
+        memcpy(items, tmp_items, n * sizeof(tv));
+        memcpy(keys, tmp_keys, n * sizeof(tv));
     }
 }
 
@@ -672,7 +685,7 @@ static tv f_truncate(tmpl_render_state *r, tv v, const tmpl_args *a) {
         tmpl__fail(r, SP_ERR_FORMAT, "truncate: expected length >= %lld, got %lld", (long long)n_end,
                    (long long)length);
     if (leeway < 0) tmpl__fail(r, SP_ERR_FORMAT, "truncate: expected leeway >= 0, got %lld", (long long)leeway);
-    if (n <= length + leeway) return s;
+    if (n <= length || n - length <= leeway) return s; /* no overflow for any leeway */
     size_t keep_bytes = 0;
     for (int64_t i = 0; i < length - n_end; i++) keep_bytes += chars.list->items[i].len;
     tv kept = tmpl__str(s.s, keep_bytes);

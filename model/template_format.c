@@ -112,11 +112,11 @@ tv tmpl__percent_format(tmpl_render_state *r, tv fmt, tv args) {
         flags[nf] = '\0';
         int width = -1, precision = -1;
         for (; i < fmt.len && isdigit((unsigned char)fmt.s[i]); i++)
-            width = (width < 0 ? 0 : width) * 10 + (fmt.s[i] - '0');
+            width = width > 100000 ? width : (width < 0 ? 0 : width) * 10 + (fmt.s[i] - '0');
         if (i < fmt.len && fmt.s[i] == '.') {
             precision = 0;
             for (i++; i < fmt.len && isdigit((unsigned char)fmt.s[i]); i++)
-                precision = precision * 10 + (fmt.s[i] - '0');
+                precision = precision > 100000 ? precision : precision * 10 + (fmt.s[i] - '0');
         }
         if (width > 1000 || precision > 1000) tmpl__fail(r, SP_ERR_RANGE, "format: width or precision too large");
         if (i == fmt.len) tmpl__fail(r, SP_ERR_FORMAT, "incomplete format");
@@ -172,11 +172,13 @@ void tmpl__format_spec(tmpl_render_state *r, tmpl_buf *b, tv v, const char *spec
         }
         i++;
     }
-    for (; i < n && isdigit((unsigned char)spec[i]); i++) width = (width < 0 ? 0 : width) * 10 + (spec[i] - '0');
+    for (; i < n && isdigit((unsigned char)spec[i]); i++)
+        width = width > 100000 ? width : (width < 0 ? 0 : width) * 10 + (spec[i] - '0');
     if (i < n && (spec[i] == ',' || spec[i] == '_')) grouping = spec[i++];
     if (i < n && spec[i] == '.') {
         precision = 0;
-        for (i++; i < n && isdigit((unsigned char)spec[i]); i++) precision = precision * 10 + (spec[i] - '0');
+        for (i++; i < n && isdigit((unsigned char)spec[i]); i++)
+            precision = precision > 100000 ? precision : precision * 10 + (spec[i] - '0');
     }
     if (i < n) type = spec[i++];
     if (i != n || width > 1000 || precision > 1000)

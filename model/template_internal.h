@@ -300,6 +300,9 @@ struct tmacro {
     bool catch_varargs, catch_kwargs;
 };
 
+/* Counts n steps of work done inside one builtin (a sort pass, a scan), failing past
+ * the step limit, so no single filter escapes it. */
+void tmpl__charge(tmpl_render_state *r, size_t n);
 /* Stops the render: v (an undefined value) was used where jinja2 raises. */
 _Noreturn void tmpl__fail_undefined(tmpl_render_state *r, tv v);
 /* Arithmetic a op b ("+", "-", "*", "/", "//", "%", "**") and comparison a op b ("==",

@@ -13,17 +13,21 @@
  * through namespaces, which tojson refuses anyway. */
 #define JSON_MAX_DEPTH (TMPL_MAX_VALUE_DEPTH + 1)
 
-/* A context nested deeper than TMPL_MAX_VALUE_DEPTH fails in tmpl__list_push or
- * tmpl__dict_set as the values are built, so this recursion is bounded too. */
-static tv from_json_value(tmpl_arena *a, const json_t *j) {
+/* Recursion is bounded by TMPL_MAX_VALUE_DEPTH: a deeper context stops the render
+ * before descending further. */
+static tv from_json_value(tmpl_arena *a, const json_t *j, int depth) {
     if (!j) return tmpl__none;
+    if (depth > TMPL_MAX_VALUE_DEPTH) {
+        a->failed = sp_fail(SP_ERR_RANGE, "template context nested deeper than %d levels", TMPL_MAX_VALUE_DEPTH);
+        longjmp(*a->on_full, 1);
+    }
     switch (json_typeof(j)) {
     case JSON_OBJECT: {
         tv d = tmpl__dict_new(a, json_object_size(j));
         const char *key;
         json_t *val;
         json_object_foreach((json_t *)j, key, val) {
-            tmpl__dict_set(a, d.dict, tmpl__str(key, strlen(key)), from_json_value(a, val));
+            tmpl__dict_set(a, d.dict, tmpl__str(key, strlen(key)), from_json_value(a, val, depth + 1));
         }
         return d;
     }
@@ -31,7 +35,7 @@ static tv from_json_value(tmpl_arena *a, const json_t *j) {
         tv l = tmpl__list_new(a, json_array_size(j));
         size_t i;
         json_t *val;
-        json_array_foreach(j, i, val) tmpl__list_push(a, l.list, from_json_value(a, val));
+        json_array_foreach(j, i, val) tmpl__list_push(a, l.list, from_json_value(a, val, depth + 1));
         return l;
     }
     /* the context outlives the render: its strings are borrowed, not copied */
@@ -46,7 +50,7 @@ static tv from_json_value(tmpl_arena *a, const json_t *j) {
 }
 
 tv tmpl__from_json(tmpl_arena *a, const json_t *j) {
-    return from_json_value(a, j);
+    return from_json_value(a, j, 0);
 }
 
 /* ---- json.dumps ----------------------------------------------------------------- */

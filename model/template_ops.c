@@ -39,6 +39,7 @@ static tv repeat(tmpl_render_state *r, tv seq, int64_t times) {
     size_t unit = seq.kind == TV_STR ? seq.len : seq.list->n;
     if (unit && (uint64_t)times > r->max_output / unit)
         tmpl__fail(r, SP_ERR_RANGE, "repetition of %lld would pass the output limit", (long long)times);
+    tmpl__charge(r, unit * (size_t)times);
     if (seq.kind == TV_STR) {
         tmpl_buf b;
         tmpl__buf_init(&b, &r->arena, unit * (size_t)times + 1);
@@ -176,6 +177,7 @@ static bool contains(tmpl_render_state *r, tv container, tv item) {
         if (item.len == 0) return true;
         return memmem(container.s, container.len, item.s, item.len) != NULL;
     case TV_LIST:
+        tmpl__charge(r, container.list->n);
         for (size_t i = 0; i < container.list->n; i++)
             if (tmpl__equal(container.list->items[i], item)) return true;
         return false;

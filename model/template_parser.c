@@ -198,7 +198,7 @@ static tnode *parse_primary(parser *p) {
     case TT_STRING: {
         /* adjacent string literals concatenate */
         size_t total = 0, k = 0;
-        while (peek(p, k)->kind == TT_STRING) total += peek(p, k++)->len;
+        while (p->toks[p->i + k].kind == TT_STRING) total += p->toks[p->i + k++].len; /* ends at TT_EOF */
         char *s = tmpl__alloc(p->arena, total + 1);
         size_t off = 0;
         while (cur(p)->kind == TT_STRING) {
@@ -600,16 +600,24 @@ static tnode *parse_if(parser *p, const ttok *at) {
     n->a = parse_or(p); /* jinja2 parses the condition without `x if y else z` */
     expect_block_end(p, "if");
     n->b = parse_body(p, ends, "if", at);
+    /* elif branches chain through .c; a loop, so a long chain cannot deepen the C stack */
+    tnode *last = n;
     const ttok *tag = peek(p, 1);
     eat_tag(p);
-    if (tok_is_name(tag, "elif")) {
-        n->c = parse_if(p, tag);
-        return n; /* the nested if consumed the endif */
+    while (tok_is_name(tag, "elif")) {
+        tnode *branch = node_new(p, TN_IF, tag);
+        branch->a = parse_or(p);
+        expect_block_end(p, "elif");
+        branch->b = parse_body(p, ends, "if", at);
+        last->c = branch;
+        last = branch;
+        tag = peek(p, 1);
+        eat_tag(p);
     }
     if (tok_is_name(tag, "else")) {
         static const char *const end_only[] = {"endif", NULL};
         expect_block_end(p, "else");
-        n->c = parse_body(p, end_only, "if", at);
+        last->c = parse_body(p, end_only, "if", at);
         eat_tag(p);
     }
     expect_block_end(p, "endif");

@@ -38,12 +38,16 @@ void tmpl__arena_free(tmpl_arena *a) {
 }
 
 void *tmpl__alloc(tmpl_arena *a, size_t size) {
+    if (size > a->limit) goto over_limit; /* also keeps the rounding below from wrapping */
     size = (size + 15) & ~(size_t)15;
     if (size == 0) size = 16;
     tmpl_arena_chunk *c = a->head;
     if (!c || c->size - c->used < size) {
+        size_t left = a->limit - a->used;
         size_t chunk = size > CHUNK_MIN ? size : CHUNK_MIN;
-        if (size > a->limit || a->used > a->limit - chunk) {
+        if (chunk > left && size <= left) chunk = left; /* the last of the budget */
+        if (chunk > left) {
+        over_limit:
             a->failed = sp_fail(SP_ERR_RANGE, "template used more than its memory limit of %zu bytes", a->limit);
             longjmp(*a->on_full, 1);
         }
@@ -95,9 +99,19 @@ tv tmpl__undefined_named(const char *name, size_t len) {
     return (tv){.kind = TV_UNDEFINED, .len = len, .s = name};
 }
 
+/* Bytes of n values; fails through the arena when that does not fit a size_t. */
+static size_t values_bytes(tmpl_arena *a, size_t n) {
+    size_t bytes;
+    if (__builtin_mul_overflow(n, sizeof(tv), &bytes)) {
+        a->failed = sp_fail(SP_ERR_RANGE, "template value of %zu items is too large", n);
+        longjmp(*a->on_full, 1);
+    }
+    return bytes;
+}
+
 tv tmpl__list_new(tmpl_arena *a, size_t cap) {
     tlist *l = tmpl__alloc(a, sizeof(tlist));
-    if (cap) l->items = tmpl__alloc(a, cap * sizeof(tv));
+    if (cap) l->items = tmpl__alloc(a, values_bytes(a, cap));
     l->cap = cap;
     return (tv){.kind = TV_LIST, .list = l};
 }
@@ -105,8 +119,8 @@ tv tmpl__list_new(tmpl_arena *a, size_t cap) {
 tv tmpl__dict_new(tmpl_arena *a, size_t cap) {
     tdict *d = tmpl__alloc(a, sizeof(tdict));
     if (cap) {
-        d->keys = tmpl__alloc(a, cap * sizeof(tv));
-        d->vals = tmpl__alloc(a, cap * sizeof(tv));
+        d->keys = tmpl__alloc(a, values_bytes(a, cap));
+        d->vals = tmpl__alloc(a, values_bytes(a, cap));
     }
     d->cap = cap;
     return (tv){.kind = TV_DICT, .dict = d};

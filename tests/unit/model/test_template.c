@@ -196,6 +196,51 @@ Test(tmpl_limits, deep_nesting_is_a_parse_error) {
     cr_expect(strstr(sp_last_error(), "nested too deeply") != NULL, "%s", sp_last_error());
 }
 
+Test(tmpl_limits, review_findings_stop_cleanly) {
+    char *out;
+    /* truncate with a leeway that overflowed length + leeway */
+    cr_assert_eq(render("{{ 'abcdefghij'|truncate(4000, leeway=9223372036854775807) }}", "{}", NULL, &out), SP_OK);
+    cr_expect_str_eq(out, "abcdefghij");
+    free(out);
+    /* a sort or unique over 100000 items is bounded by the step limit, not quadratic */
+    tmpl_limits lim = {.max_steps = 200000};
+    cr_expect_eq(render("{{ range(100000)|unique|list|length }}", "{}", &lim, &out), SP_ERR_RANGE);
+    cr_assert_eq(render("{{ (range(100000)|reverse|list|sort)[:3] }}", "{}", NULL, &out), SP_OK);
+    cr_expect_str_eq(out, "[0, 1, 2]");
+    free(out);
+    /* repetition bounded before it allocates */
+    tmpl_limits huge = {.max_output_bytes = SIZE_MAX};
+    cr_expect_neq(render("{{ ([1] * 768614336404564651)|length }}", "{}", &huge, &out), SP_OK);
+}
+
+Test(tmpl_limits, long_elif_chain_and_deep_context) {
+    /* 20000 elif branches parse and render without deep recursion */
+    size_t n = 20000, cap = n * 32 + 64, len = 0;
+    char *src = malloc(cap);
+    len += (size_t)snprintf(src + len, cap - len, "{%%if x == -1%%}a");
+    for (size_t i = 0; i < n; i++) len += (size_t)snprintf(src + len, cap - len, "{%%elif x == %zu%%}%zu", i, i % 10);
+    snprintf(src + len, cap - len, "{%%endif%%}");
+    char *out;
+    cr_assert_eq(render(src, "{\"x\": 19999}", NULL, &out), SP_OK, "%s", sp_last_error());
+    cr_expect_str_eq(out, "9");
+    free(out);
+    free(src);
+    /* a context nested past the value depth limit fails instead of recursing */
+    json_t *deep = json_array();
+    for (int i = 0; i < 5000; i++) {
+        json_t *outer = json_array();
+        json_array_append_new(outer, deep);
+        deep = outer;
+    }
+    json_t *ctx = json_pack("{s:o}", "messages", deep);
+    tmpl *t;
+    cr_assert_eq(tmpl_parse("{{ messages|length }}", strlen("{{ messages|length }}"), &t), SP_OK);
+    size_t out_len;
+    cr_expect_eq(tmpl_render(t, ctx, NULL, &out, &out_len), SP_ERR_RANGE);
+    tmpl_destroy(t);
+    json_decref(ctx);
+}
+
 /* ---- threads -------------------------------------------------------------------- */
 
 typedef struct render_job {
