@@ -594,6 +594,14 @@ static void eat_tag(parser *p) {
     advance(p);
 }
 
+/* The body after "{% else", up to and including the name of the end tag. */
+static tnode *parse_else(parser *p, const char *const *end_only, const char *opened_by, const ttok *at) {
+    expect_block_end(p, "else");
+    tnode *body = parse_body(p, end_only, opened_by, at);
+    eat_tag(p);
+    return body;
+}
+
 static tnode *parse_if(parser *p, const ttok *at) {
     static const char *const ends[] = {"elif", "else", "endif", NULL};
     tnode *n = node_new(p, TN_IF, at);
@@ -616,9 +624,7 @@ static tnode *parse_if(parser *p, const ttok *at) {
     }
     if (tok_is_name(tag, "else")) {
         static const char *const end_only[] = {"endif", NULL};
-        expect_block_end(p, "else");
-        last->c = parse_body(p, end_only, "if", at);
-        eat_tag(p);
+        last->c = parse_else(p, end_only, "if", at);
     }
     expect_block_end(p, "endif");
     return n;
@@ -655,9 +661,7 @@ static tnode *parse_for(parser *p, const ttok *at) {
     eat_tag(p);
     if (tok_is_name(tag, "else")) {
         static const char *const end_only[] = {"endfor", NULL};
-        expect_block_end(p, "else");
-        n->c = parse_body(p, end_only, "for", at);
-        eat_tag(p);
+        n->c = parse_else(p, end_only, "for", at);
     }
     expect_block_end(p, "endfor");
     return n;

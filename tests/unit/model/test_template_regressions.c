@@ -16,25 +16,10 @@
 #include <string.h>
 
 #include "tests/fuzz/fuzz_template.c"
+#include "tests/unit/read_exact.h"
 
 #define REGRESSIONS_DIR "tests/fuzz/regressions/template"
 #define SEEDS_DIR       "tests/fuzz/corpus/template"
-
-/* Reads path into a malloc'd buffer of exactly its size (caller frees). */
-static uint8_t *read_exact(const char *path, size_t *size) {
-    FILE *fp = fopen(path, "rb");
-    cr_assert_not_null(fp, "cannot open %s", path);
-    fseek(fp, 0, SEEK_END);
-    long n = ftell(fp);
-    fseek(fp, 0, SEEK_SET);
-    cr_assert_geq(n, 0);
-    uint8_t *buf = malloc(n ? (size_t)n : 1);
-    cr_assert_not_null(buf);
-    cr_assert_eq(fread(buf, 1, (size_t)n, fp), (size_t)n, "short read of %s", path);
-    fclose(fp);
-    *size = (size_t)n;
-    return buf;
-}
 
 /* A seed's template (the bytes before the first NUL) must parse, and render to text
  * or to the template's own raise_exception. */
