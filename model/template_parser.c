@@ -503,26 +503,22 @@ static tnode *parse_not(parser *p) {
     return parse_compare(p);
 }
 
-static tnode *parse_and(parser *p) {
-    tnode *n = parse_not(p);
-    while (tok_is_name(cur(p), "and")) {
+/* operand (word operand)*, left-associative: the `and` and `or` levels */
+static tnode *parse_logic(parser *p, const char *word, tnode *(*operand)(parser *)) {
+    tnode *n = operand(p);
+    while (tok_is_name(cur(p), word)) {
         const ttok *op = advance(p);
-        tnode *b = binary(p, op, n, parse_not(p));
-        b->str = "and";
-        n = b;
+        n = binary(p, op, n, operand(p));
+        n->str = word;
     }
     return n;
 }
 
+static tnode *parse_and(parser *p) {
+    return parse_logic(p, "and", parse_not);
+}
 static tnode *parse_or(parser *p) {
-    tnode *n = parse_and(p);
-    while (tok_is_name(cur(p), "or")) {
-        const ttok *op = advance(p);
-        tnode *b = binary(p, op, n, parse_and(p));
-        b->str = "or";
-        n = b;
-    }
-    return n;
+    return parse_logic(p, "or", parse_and);
 }
 
 static tnode *parse_expr(parser *p) {

@@ -1,9 +1,11 @@
 /* read_exact.h: for the fuzz-regression replays (test_*_regressions.c), which include
  * it after <criterion/criterion.h>: each input is read into a buffer of exactly its size,
- * so a read past its end shows under ASan. */
+ * so a read past its end shows under ASan, and handed to the test's check. */
 #ifndef SP_TESTS_READ_EXACT_H
 #define SP_TESTS_READ_EXACT_H
 
+#include <dirent.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +24,29 @@ static uint8_t *read_exact(const char *path, size_t *size) {
     fclose(fp);
     *size = (size_t)n;
     return buf;
+}
+
+/* Calls check(path, name, buf, size, flag) for every regular file of dir, each read with
+ * read_exact; returns how many there were, or -1 when dir is absent. */
+typedef void (*replay_check)(const char *path, const char *name, const uint8_t *buf, size_t size, bool flag);
+
+static int replay_dir(const char *dir, replay_check check, bool flag) {
+    DIR *d = opendir(dir);
+    if (!d) return -1;
+    int count = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        char path[1024];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        size_t size;
+        uint8_t *buf = read_exact(path, &size);
+        check(path, e->d_name, buf, size, flag);
+        free(buf);
+        count++;
+    }
+    closedir(d);
+    return count;
 }
 
 #endif

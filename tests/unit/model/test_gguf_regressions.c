@@ -7,7 +7,6 @@
  * to the repository root, where make runs the tests.
  */
 #include <criterion/criterion.h>
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,44 +17,28 @@
 #define REGRESSIONS_DIR "tests/fuzz/regressions/gguf"
 #define SEEDS_DIR       "tests/fuzz/corpus/gguf"
 
-/* Opens every regular file of dir; returns how many there were. want_ok: each must open. */
-static int replay_dir(const char *dir, bool want_ok) {
-    DIR *d = opendir(dir);
-    if (!d) return -1;
-    int count = 0;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        if (e->d_name[0] == '.') continue;
-        char path[1024];
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        size_t size;
-        uint8_t *buf = read_exact(path, &size);
-        gguf_file *f = NULL;
-        sp_status st = gguf_open_memory(buf, size, e->d_name, &f);
-        if (want_ok) cr_assert_eq(st, SP_OK, "%s: %s", path, sp_last_error());
-        if (st == SP_OK) {
-            char text[256];
-            for (int64_t i = 0; i < gguf_kv_count(f); i++) gguf_kv_format(f, i, text, sizeof text, 8);
-            gguf_close(f);
-        } else {
-            cr_assert(st == SP_ERR_FORMAT || st == SP_ERR_UNSUPPORTED, "%s: status %d", path, st);
-            cr_assert(strncmp(sp_last_error(), e->d_name, strlen(e->d_name)) == 0, "%s: message %s", path,
-                      sp_last_error());
-        }
-        free(buf);
-        count++;
+/* Opens one input: want_ok, it must open; otherwise a failure names the input. */
+static void check_open(const char *path, const char *name, const uint8_t *buf, size_t size, bool want_ok) {
+    gguf_file *f = NULL;
+    sp_status st = gguf_open_memory(buf, size, name, &f);
+    if (want_ok) cr_assert_eq(st, SP_OK, "%s: %s", path, sp_last_error());
+    if (st == SP_OK) {
+        char text[256];
+        for (int64_t i = 0; i < gguf_kv_count(f); i++) gguf_kv_format(f, i, text, sizeof text, 8);
+        gguf_close(f);
+    } else {
+        cr_assert(st == SP_ERR_FORMAT || st == SP_ERR_UNSUPPORTED, "%s: status %d", path, st);
+        cr_assert(strncmp(sp_last_error(), name, strlen(name)) == 0, "%s: message %s", path, sp_last_error());
     }
-    closedir(d);
-    return count;
 }
 
 Test(gguf, survives_every_fuzz_regression) {
-    int n = replay_dir(REGRESSIONS_DIR, false);
+    int n = replay_dir(REGRESSIONS_DIR, check_open, false);
     if (n < 0) cr_skip_test("%s absent (run from the repository root)", REGRESSIONS_DIR);
 }
 
 Test(gguf, opens_every_fuzz_seed) {
-    int n = replay_dir(SEEDS_DIR, true);
+    int n = replay_dir(SEEDS_DIR, check_open, true);
     if (n < 0) cr_skip_test("%s absent (run from the repository root)", SEEDS_DIR);
     cr_assert_gt(n, 0, "no seeds in %s", SEEDS_DIR);
 }

@@ -10,7 +10,6 @@
  * repository root, where make runs the tests.
  */
 #include <criterion/criterion.h>
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,36 +38,21 @@ static void check_seed(const char *path, const uint8_t *data, size_t size) {
     json_decref(context);
 }
 
-/* Feeds every regular file of dir to the harness; returns how many there were. */
-static int replay_dir(const char *dir, bool seeds) {
-    DIR *d = opendir(dir);
-    if (!d) return -1;
-    LLVMFuzzerInitialize(NULL, NULL);
-    int count = 0;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        if (e->d_name[0] == '.') continue;
-        char path[1024];
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        size_t size;
-        uint8_t *buf = read_exact(path, &size);
-        fprintf(stderr, "replaying %s\n", path); /* shown only when the test fails */
-        LLVMFuzzerTestOneInput(buf, size);
-        if (seeds) check_seed(path, buf, size);
-        free(buf);
-        count++;
-    }
-    closedir(d);
-    return count;
+/* Feeds one input to the harness; seeds must also parse and render (check_seed). */
+static void check_input(const char *path, const char *name, const uint8_t *buf, size_t size, bool seed) {
+    (void)name;
+    fprintf(stderr, "replaying %s\n", path); /* shown only when the test fails */
+    LLVMFuzzerTestOneInput(buf, size);
+    if (seed) check_seed(path, buf, size);
 }
 
 Test(template, survives_every_fuzz_regression, .timeout = 120) {
-    int n = replay_dir(REGRESSIONS_DIR, false);
+    int n = replay_dir(REGRESSIONS_DIR, check_input, false);
     if (n < 0) cr_skip_test("%s absent (run from the repository root)", REGRESSIONS_DIR);
 }
 
 Test(template, renders_every_fuzz_seed, .timeout = 120) {
-    int n = replay_dir(SEEDS_DIR, true);
+    int n = replay_dir(SEEDS_DIR, check_input, true);
     if (n < 0) cr_skip_test("%s absent (run from the repository root)", SEEDS_DIR);
     cr_assert_gt(n, 0, "no seeds in %s", SEEDS_DIR);
 }
