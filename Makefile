@@ -1,6 +1,6 @@
 # spindle: plain Makefile. `make` builds build/spindle; `make test` sets up what is
-# missing, builds and runs every test; `make run` serves/generates with the default
-# model; `make debug` builds with ASan+UBSan into build/debug and runs the tests there.
+# missing, builds and runs every test; `make run` serves the default model over the
+# OpenAI API; `make debug` builds with ASan+UBSan into build/debug and runs the tests there.
 
 CC      ?= gcc
 ifeq ($(CC),cc)
@@ -12,7 +12,7 @@ CFLAGS  ?= -g
 # OPT (optimization, and the sanitizers for `make debug`) is always added, even when
 # CFLAGS comes from the environment.
 override CFLAGS += $(OPT) -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -I. -MMD -MP -pthread
-LDLIBS  += -lpcre2-8 -ljansson -lm -pthread
+LDLIBS  += -lmicrohttpd -lpcre2-8 -ljansson -lm -pthread
 PYTHON  ?= python3
 MODEL   ?= models/SmolLM2-135M-Instruct.Q4_1.gguf
 # Where the shared test fixtures live (tests read SPINDLE_TESTDATA).
@@ -29,19 +29,22 @@ MODEL_SRC  := model/gguf.c model/gguf_access.c model/quant.c model/quant_kquants
               model/template_str_methods.c model/template_filters.c model/template_builtins.c model/template_gguf.c
 GPU_SRC    := gpu/device.c gpu/host/host_backend.c gpu/host/host_ops.c gpu/host/host_matmul.c \
               gpu/host/host_attention.c gpu/host/host_quant_dot.c gpu/host/threadpool.c
-SERVER_SRC := server/main.c server/cli_session.c server/cmd_generate.c server/cmd_inspect.c server/cmd_bench.c \
-              server/cmd_template.c
+SCHED_SRC  := $(wildcard scheduler/*.c)
+# server/: everything but main.c goes into the library, so unit tests link it too
+SERVER_SRC := server/cli_session.c server/cmd_generate.c server/cmd_inspect.c server/cmd_bench.c \
+              server/cmd_template.c $(filter-out server/main.c server/cli_session.c server/cmd_generate.c \
+              server/cmd_inspect.c server/cmd_bench.c server/cmd_template.c,$(wildcard server/*.c))
 
-LIB_SRC := $(COMMON_SRC) $(MODEL_SRC) $(GPU_SRC)
+LIB_SRC := $(COMMON_SRC) $(MODEL_SRC) $(GPU_SRC) $(SCHED_SRC) $(SERVER_SRC)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
-BIN_OBJ := $(SERVER_SRC:%.c=$(BUILD)/obj/%.o)
+BIN_OBJ := $(BUILD)/obj/server/main.o
 LIB     := $(BUILD)/libspindle.a
 
 # Unit tests: every tests/unit/<module>/test_*.c is one Criterion binary.
 TEST_SRC := $(wildcard tests/unit/*/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all test unit-test integration-test run debug setup fuzz bench bench-template format format-check clean
+.PHONY: all test unit-test integration-test run debug setup fuzz bench bench-template bench-serve format format-check clean
 
 all: $(BUILD)/spindle
 
@@ -74,20 +77,27 @@ unit-test: $(TEST_BIN)
 integration-test: $(BUILD)/spindle
 	@SPINDLE_BIN=$(BUILD)/spindle $(PYTHON) -m pytest -q tests/integration
 
+# Serves the default model on http://$(HOST):$(PORT)/v1 until Ctrl-C.
+HOST ?= 127.0.0.1
+PORT ?= 8080
 run: setup all
-	$(BUILD)/spindle generate --model $(MODEL) --prompt "$${PROMPT:-Once upon a time,}" --max-tokens $${MAX_TOKENS:-128}
+	$(BUILD)/spindle serve --model $(MODEL) --host $(HOST) --port $(PORT)
 
 debug: setup
 	@SPINDLE_SANITIZED=1 LSAN_OPTIONS=suppressions=$(CURDIR)/tools/lsan.supp $(MAKE) --no-print-directory BUILD=build/debug OPT="-O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all" \
-	    LDLIBS="-lpcre2-8 -ljansson -lm -pthread -fsanitize=address,undefined" all unit-test integration-test
+	    LDLIBS="-lmicrohttpd -lpcre2-8 -ljansson -lm -pthread -fsanitize=address,undefined" all unit-test integration-test
 
 # libFuzzer harnesses (clang); FUZZ_SECONDS per harness.
 FUZZ_SECONDS ?= 60
 fuzz:
 	@tools/fuzz.sh $(FUZZ_SECONDS)
 
-bench: setup all bench-template
+bench: setup all bench-template bench-serve
 	@bench/bench_kernels.sh
+
+# Output tokens/s and TTFT of the real server at concurrency 1, 4 and 16.
+bench-serve: setup all
+	@$(PYTHON) bench/bench_serve.py --bin $(BUILD)/spindle --model $(MODEL)
 
 # Chat-template rendering, spindle vs jinja2; writes its section of docs/benchmarks.md.
 bench-template: setup $(BUILD)/bench_template

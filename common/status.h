@@ -24,7 +24,9 @@
     X(SP_ERR_DEVICE, -8, "device error")          \
     X(SP_ERR_FULL, -9, "capacity exhausted")      \
     X(SP_ERR_CANCELLED, -10, "cancelled")         \
-    X(SP_ERR_INTERNAL, -11, "internal error")
+    X(SP_ERR_INTERNAL, -11, "internal error")     \
+    X(SP_ERR_UNAVAILABLE, -12, "unavailable")     \
+    X(SP_ERR_TIMEOUT, -13, "timed out")
 
 typedef enum sp_status {
 #define SP_STATUS_ENUM(name, value, text) name = value,

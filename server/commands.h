@@ -4,6 +4,7 @@
 #ifndef SP_COMMANDS_H
 #define SP_COMMANDS_H
 
+int cmd_serve(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_bench(int argc, char **argv);

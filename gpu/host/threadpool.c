@@ -5,10 +5,14 @@
  * within a step, so a sleeping handoff would cost more than the op) and fall back to a
  * condition variable when no task arrives for a while (between steps, when idle). Each
  * worker runs its share, then increments `done`; the owner runs share 0 and spins until
- * every worker has finished. Workers are named "spindle-cpu-N" and block SIGINT/SIGTERM
+ * every worker has finished. Both spins yield the core every POOL_YIELD_EVERY pauses:
+ * when the machine has more runnable threads than cores (HTTP threads, a test client,
+ * a CI neighbour), a spinner would otherwise burn the slice the thread it waits for
+ * needs, and a step could take a hundred times longer. Workers are named "spindle-cpu-N" and block SIGINT/SIGTERM
  * so only the main thread handles signals.
  */
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -25,6 +29,16 @@
 
 /* How long a worker spins for the next task before sleeping (iterations of pause). */
 enum { POOL_SPIN_ITERATIONS = 200000 };
+/* Pauses between two sched_yield calls while spinning (a few microseconds). */
+enum { POOL_YIELD_EVERY = 64 };
+
+/* One wait iteration of a spin loop. */
+static inline void spin_wait(int spins) {
+    if (spins % POOL_YIELD_EVERY == 0)
+        sched_yield();
+    else
+        cpu_relax();
+}
 
 typedef struct pool_worker {
     host_pool *pool;
@@ -64,7 +78,7 @@ static void *pool_worker_main(void *arg) {
         while ((gen = atomic_load_explicit(&pool->generation, memory_order_acquire)) == seen &&
                !atomic_load(&pool->stop)) {
             if (++spins < POOL_SPIN_ITERATIONS) {
-                cpu_relax();
+                spin_wait(spins);
                 continue;
             }
             pthread_mutex_lock(&pool->lock);
@@ -151,5 +165,6 @@ void host__pool_run(host_pool *pool, host_task_fn fn, void *ctx) {
     pthread_mutex_unlock(&pool->lock);
 
     fn(ctx, 0, pool->n_threads);
-    while (atomic_load_explicit(&pool->done, memory_order_acquire) != pool->n_threads - 1) cpu_relax();
+    for (int spins = 1; atomic_load_explicit(&pool->done, memory_order_acquire) != pool->n_threads - 1; spins++)
+        spin_wait(spins);
 }

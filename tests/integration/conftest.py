@@ -1,10 +1,12 @@
 """Shared fixtures for the integration tests: the real binary and the real models."""
 import os
 import pathlib
+import sys
 
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
 
 
 def testdata_dir() -> pathlib.Path:
@@ -34,3 +36,23 @@ def default_model() -> str:
     if not path.exists():
         pytest.skip(f"default model {path} absent (run tools/setup.sh)")
     return str(path)
+
+
+@pytest.fixture(scope="module")
+def stories_server(spindle_bin, stories_model):
+    """spindle serving stories260K (fast) with the default settings."""
+    from spindle_server import Server
+
+    server = Server(spindle_bin, stories_model)
+    yield server
+    assert server.stop() == 0
+
+
+@pytest.fixture(scope="session")
+def smol_server(spindle_bin, default_model):
+    """spindle serving the default model (SmolLM2-135M-Instruct Q4_1) with its own chat template."""
+    from spindle_server import Server
+
+    server = Server(spindle_bin, default_model)
+    yield server
+    assert server.stop() == 0

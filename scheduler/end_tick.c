@@ -1,0 +1,153 @@
+/* end_tick.c: what happens to a sequence once the step gave it logits: sample the
+ * next token, append it, detokenize incrementally, match stop strings, decide whether
+ * it finished, and publish all of it to the request's output in one locked section;
+ * and the common end of every request (finished, cancelled, timed out, shut down).
+ *
+ * Per sampled token, in this order:
+ *   1. logprobs from the raw logits when asked (top_logprobs >= 0): log-sum-exp, the
+ *      alternatives, and later the chosen token's log-probability;
+ *   2. end-of-generation ids masked while fewer than min_tokens were generated (unless
+ *      ignore_eos, where they are ordinary tokens);
+ *   3. logit bias and penalties, then the draw with the sequence's own generator;
+ *   4. end-of-generation (finish STOP: counted in completion_tokens, no text, not in
+ *      output.tokens), max_tokens or max_seq_len (LENGTH), else text: the decoder's
+ *      piece goes through stop matching (from min_tokens on), which commits what can
+ *      no longer be part of a stop string (STOP at a match: the text before it).
+ * Held text is committed when the sequence ends for a reason other than a stop match
+ * (STOP by end-of-generation, LENGTH); it is dropped on CANCELLED and ERROR.
+ *
+ * DESIGN (threads). Scheduler thread (sched_destroy's thread after the join). The
+ * output is written only under the request's lock, and the notify callback is called
+ * at the end of that same locked section.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "common/assert.h"
+#include "scheduler/sched_internal.h"
+
+static void stat_add(_Atomic int64_t *c, int64_t n) {
+    atomic_fetch_add_explicit(c, n, memory_order_relaxed);
+}
+
+/* Sets the end fields of the output; the request's lock is held. */
+static void output_finish_locked(sched_request *r, sched_finish f, sp_status err, const char *msg, double now) {
+    r->out.done = true;
+    r->out.finish = f;
+    if (f == SCHED_FINISH_ERROR) {
+        r->out.error = err;
+        snprintf(r->out.error_message, sizeof r->out.error_message, "%s", msg ? msg : sp_status_str(err));
+    }
+    r->out.timings.finished = now;
+}
+
+/* After the output says done: blocks back to the pool, counters, the scheduler's
+ * reference dropped. r must not be running any more. */
+static void request_retire(sched *s, sched_request *r, sched_finish f, sp_status err) {
+    kv__blocks_release(&s->blocks, &r->kv);
+    sched__queue_uncount(s, r);
+    r->state = SCHED_SEQ_DONE;
+    switch (f) {
+    case SCHED_FINISH_STOP:
+    case SCHED_FINISH_LENGTH: stat_add(&s->stats.finished, 1); break;
+    case SCHED_FINISH_CANCELLED: stat_add(&s->stats.cancelled, 1); break;
+    case SCHED_FINISH_ERROR:
+        stat_add(&s->stats.errors, 1);
+        if (err == SP_ERR_TIMEOUT) stat_add(&s->stats.timeouts, 1);
+        break;
+    case SCHED_FINISH_NONE: SP_ASSERT(!"a request ends with a finish reason"); break;
+    }
+    sched_request_release(r);
+}
+
+void sched__request_end(sched *s, sched_request *r, sched_finish f, sp_status err, const char *msg) {
+    pthread_mutex_lock(&r->lock);
+    output_finish_locked(r, f, err, msg, sched_now());
+    if (r->notify) r->notify(r->notify_arg);
+    pthread_mutex_unlock(&r->lock);
+    request_retire(s, r, f, err);
+}
+
+/* Draws the next token from logits (V, changed in place); *logprob gets its
+ * log-probability under the raw logits when asked, and s->top_entries the alternatives. */
+static int32_t sample_next(sched *s, sched_request *r, float *logits, float *logprob) {
+    const sched_request_params *p = &r->params;
+    int32_t n_vocab = s->n_vocab;
+    int32_t n_generated = r->n_tokens - p->n_prompt;
+    double lse = 0;
+    if (p->top_logprobs >= 0) {
+        lse = sample_logsumexp(logits, n_vocab);
+        if (p->top_logprobs > 0) sample_top_logprobs(logits, n_vocab, lse, p->top_logprobs, s->top_entries);
+        memcpy(s->raw_logits, logits, sizeof *logits * (size_t)n_vocab);
+    }
+    if (n_generated < p->min_tokens && !p->ignore_eos)
+        for (int i = 0; i < s->n_eog; i++) logits[s->eog_ids[i]] = -INFINITY;
+    sample_apply_penalties(&p->sampling, &s->sampler, p->prompt, p->n_prompt, r->tokens + p->n_prompt, n_generated,
+                           logits);
+    s->sampler.rng = r->rng;
+    int32_t tok = sample_token(&p->sampling, &s->sampler, logits);
+    r->rng = s->sampler.rng;
+    *logprob = p->top_logprobs >= 0 ? (float)((double)s->raw_logits[tok] - lse) : 0.0f;
+    return tok;
+}
+
+void sched__sample_and_emit(sched *s, sched_request *r, float *logits, double now) {
+    const sched_request_params *p = &r->params;
+    float logprob;
+    int32_t tok = sample_next(s, r, logits, &logprob);
+    SP_ASSERT(r->n_tokens < p->n_prompt + p->max_tokens);
+    r->tokens[r->n_tokens++] = tok;
+    int32_t n_generated = r->n_tokens - p->n_prompt;
+
+    bool eog = !p->ignore_eos && tok_is_eog(s->vocab, tok);
+    bool length = !eog && (n_generated >= p->max_tokens || r->n_tokens >= s->cfg.max_seq_len);
+    size_t n_piece = 0;
+    if (!eog) n_piece = tok_decoder_push(s->vocab, &r->dec, tok, s->piece, s->piece_cap);
+    if (eog || length) n_piece += tok_decoder_flush(&r->dec, s->piece + n_piece, s->piece_cap);
+
+    const char *commit = s->piece;
+    size_t n_commit = n_piece;
+    bool stopped = false;
+    if (p->n_stop > 0 && n_generated >= p->min_tokens) {
+        stopped =
+            sched__stop_feed(&r->stop, r->stops, r->stop_lens, p->n_stop, s->piece, n_piece, s->text_work, &n_commit);
+        commit = s->text_work;
+        if (!stopped && (eog || length)) n_commit += sched__stop_flush(&r->stop, s->text_work + n_commit);
+    }
+    sched_finish finish = stopped || eog ? SCHED_FINISH_STOP : length ? SCHED_FINISH_LENGTH : SCHED_FINISH_NONE;
+    sp_status err = SP_OK;
+
+    pthread_mutex_lock(&r->lock);
+    sched_output *o = &r->out;
+    if (!eog) {
+        o->tokens[o->n_tokens] = (sched_token){tok, logprob};
+        for (int k = 0; k < o->top_logprobs; k++)
+            o->top[(size_t)o->n_tokens * (size_t)o->top_logprobs + (size_t)k] =
+                (sched_token){s->top_entries[k].id, s->top_entries[k].logprob};
+        o->n_tokens++;
+    }
+    if (n_commit > 0) {
+        err = sched__output_reserve_text(r, n_commit);
+        if (err == SP_OK) {
+            memcpy(o->text + o->text_len, commit, n_commit);
+            o->text_len += n_commit;
+            o->text[o->text_len] = '\0';
+        } else {
+            finish = SCHED_FINISH_ERROR;
+        }
+    }
+    o->completion_tokens = n_generated;
+    if (o->timings.first_token == 0) o->timings.first_token = now;
+    if (finish != SCHED_FINISH_NONE) output_finish_locked(r, finish, err, sp_last_error(), now);
+    if (r->notify) r->notify(r->notify_arg);
+    pthread_mutex_unlock(&r->lock);
+
+    stat_add(&s->stats.generated_tokens, 1);
+    if (finish == SCHED_FINISH_NONE) return;
+    for (int i = 0; i < s->n_running; i++)
+        if (s->running[i] == r) {
+            sched__running_remove(s, i);
+            break;
+        }
+    request_retire(s, r, finish, err);
+}

@@ -1,0 +1,212 @@
+/* request.c: the sched_request object: a copy of what was asked (prompt, stop
+ * strings, logit bias), a reference count, the cancel flag, and the output the HTTP
+ * side reads under the request's lock.
+ *
+ * DESIGN (threads). Any thread creates, retains, releases, cancels and reads a
+ * request. The scheduler thread alone writes the output (under the lock) and the
+ * sequence state (without a lock: nothing else reads it). sched_submit allocates the
+ * sequence's arrays on the submitting thread before the request becomes visible to the
+ * scheduler thread (sched__request_prepare), sized for max_tokens so the tick rarely
+ * allocates (only the text buffer grows).
+ * Cancel touches the scheduler only while the output is not done, holding the
+ * request's lock: ending a request takes that lock too, so the scheduler cannot have
+ * been destroyed under a cancel (sched_destroy ends every request it still holds).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/assert.h"
+#include "scheduler/sched_internal.h"
+
+static sp_status request_check(const sched_request_params *p) {
+    if (p->n_prompt < 0 || (p->n_prompt > 0 && !p->prompt))
+        return sp_fail(SP_ERR_INVALID_ARG, "prompt: %d tokens without a token array", p->n_prompt);
+    if (p->max_tokens < 1) return sp_fail(SP_ERR_INVALID_ARG, "max_tokens %d must be at least 1", p->max_tokens);
+    if (p->min_tokens < 0 || p->min_tokens > p->max_tokens)
+        return sp_fail(SP_ERR_INVALID_ARG, "min_tokens %d must be between 0 and max_tokens (%d)", p->min_tokens,
+                       p->max_tokens);
+    if (p->n_stop < 0 || p->n_stop > SCHED_MAX_STOP || (p->n_stop > 0 && !p->stop))
+        return sp_fail(SP_ERR_INVALID_ARG, "stop: %d strings; at most %d are allowed", p->n_stop, SCHED_MAX_STOP);
+    for (int i = 0; i < p->n_stop; i++) {
+        size_t len = p->stop[i] ? strlen(p->stop[i]) : 0;
+        if (len == 0 || len > SCHED_MAX_STOP_BYTES)
+            return sp_fail(SP_ERR_INVALID_ARG, "stop[%d]: %zu bytes; a stop string has 1 to %d bytes", i, len,
+                           SCHED_MAX_STOP_BYTES);
+    }
+    if (p->top_logprobs < -1 || p->top_logprobs > SCHED_MAX_TOP_LOGPROBS)
+        return sp_fail(SP_ERR_INVALID_ARG, "top_logprobs %d must be between 0 and %d", p->top_logprobs,
+                       SCHED_MAX_TOP_LOGPROBS);
+    if (p->sampling.n_logit_bias < 0 || (p->sampling.n_logit_bias > 0 && !p->sampling.logit_bias))
+        return sp_fail(SP_ERR_INVALID_ARG, "logit_bias: %d entries without an array", p->sampling.n_logit_bias);
+    return SP_OK;
+}
+
+sp_status sched_request_create(const sched_request_params *params, sched_request **out) {
+    *out = NULL;
+    sp_status st = request_check(params);
+    if (st != SP_OK) return st;
+    sched_request *r = calloc(1, sizeof *r);
+    if (!r) return sp_fail(SP_ERR_NOMEM, "request: out of memory");
+    if (pthread_mutex_init(&r->lock, NULL) != 0) {
+        free(r);
+        return sp_fail(SP_ERR_NOMEM, "request: cannot create its lock");
+    }
+    atomic_init(&r->refs, 1);
+    atomic_init(&r->cancel, false);
+    atomic_init(&r->owner, NULL);
+    r->params = *params;
+    r->state = SCHED_SEQ_NEW;
+
+    int32_t *prompt = malloc(sizeof *prompt * (size_t)(params->n_prompt > 0 ? params->n_prompt : 1));
+    size_t stop_bytes = 1;
+    for (int i = 0; i < params->n_stop; i++) stop_bytes += strlen(params->stop[i]) + 1;
+    r->stop_data = malloc(stop_bytes);
+    int32_t n_bias = params->sampling.n_logit_bias;
+    r->logit_bias = malloc(sizeof *r->logit_bias * (size_t)(n_bias > 0 ? n_bias : 1));
+    /* prompt is owned through params.prompt from here on, so release frees it */
+    r->params.prompt = prompt;
+    if (!prompt || !r->stop_data || !r->logit_bias) {
+        sched_request_release(r);
+        return sp_fail(SP_ERR_NOMEM, "request: out of memory");
+    }
+    if (params->n_prompt > 0) memcpy(prompt, params->prompt, sizeof *prompt * (size_t)params->n_prompt);
+    char *p = r->stop_data;
+    for (int i = 0; i < params->n_stop; i++) {
+        size_t len = strlen(params->stop[i]);
+        memcpy(p, params->stop[i], len + 1);
+        r->stops[i] = p;
+        r->stop_lens[i] = len;
+        p += len + 1;
+    }
+    r->params.stop = params->n_stop > 0 ? r->stops : NULL;
+    if (n_bias > 0) memcpy(r->logit_bias, params->sampling.logit_bias, sizeof *r->logit_bias * (size_t)n_bias);
+    r->params.sampling.logit_bias = n_bias > 0 ? r->logit_bias : NULL;
+
+    r->out.prompt_tokens = params->n_prompt;
+    r->out.top_logprobs = params->top_logprobs > 0 ? params->top_logprobs : 0;
+    r->out.timings.arrival = sched_now();
+    *out = r;
+    return SP_OK;
+}
+
+/* Frees the sequence's arrays of an earlier sched_submit that failed (the request is
+ * still SCHED_SEQ_NEW, so only the submitting thread knows it). */
+static void request_unprepare(sched_request *r) {
+    if (!r->tokens) return;
+    free(r->tokens);
+    r->tokens = NULL;
+    kv__seq_free(&r->kv);
+    pthread_mutex_lock(&r->lock);
+    free(r->out.tokens);
+    free(r->out.top);
+    free(r->out.text);
+    r->out.tokens = NULL;
+    r->out.top = NULL;
+    r->out.text = NULL;
+    r->out.text_len = 0;
+    r->out.n_tokens = 0;
+    r->text_cap = 0;
+    pthread_mutex_unlock(&r->lock);
+}
+
+sp_status sched__request_prepare(sched_request *r, int block_size) {
+    const sched_request_params *p = &r->params;
+    SP_ASSERT(r->state == SCHED_SEQ_NEW);
+    request_unprepare(r);
+    int64_t total = (int64_t)p->n_prompt + p->max_tokens;
+    size_t text_cap = (size_t)p->max_tokens * 8 + 64;
+    if (text_cap > ((size_t)1 << 20)) text_cap = (size_t)1 << 20;
+    int32_t *tokens = malloc(sizeof *tokens * (size_t)total);
+    sched_token *out_tokens = malloc(sizeof *out_tokens * (size_t)p->max_tokens);
+    sched_token *top =
+        r->out.top_logprobs > 0 ? malloc(sizeof *top * (size_t)p->max_tokens * (size_t)r->out.top_logprobs) : NULL;
+    char *text = malloc(text_cap);
+    kv_seq kv = {0};
+    if (!tokens || !out_tokens || (r->out.top_logprobs > 0 && !top) || !text ||
+        kv__seq_init(&kv, kv__blocks_for_tokens(total, block_size)) != SP_OK) {
+        free(tokens);
+        free(out_tokens);
+        free(top);
+        free(text);
+        return sp_fail(SP_ERR_NOMEM, "request of %lld tokens: out of memory", (long long)total);
+    }
+    memcpy(tokens, p->prompt, sizeof *tokens * (size_t)p->n_prompt);
+    text[0] = '\0';
+    r->tokens = tokens;
+    r->n_tokens = p->n_prompt;
+    r->n_computed = 0;
+    r->kv = kv;
+    r->rng = p->sampling.seed; /* as sample_state_init seeds it */
+    tok_decoder_init(&r->dec, false);
+    r->dec.at_start = false; /* the generated text continues the prompt */
+    r->stop.n_held = 0;
+
+    pthread_mutex_lock(&r->lock);
+    r->out.tokens = out_tokens;
+    r->out.top = top;
+    r->out.text = text;
+    r->text_cap = text_cap;
+    pthread_mutex_unlock(&r->lock);
+    return SP_OK;
+}
+
+sp_status sched__output_reserve_text(sched_request *r, size_t n) {
+    size_t need = r->out.text_len + n + 1;
+    if (need <= r->text_cap) return SP_OK;
+    size_t cap = r->text_cap ? r->text_cap : 64;
+    while (cap < need) cap *= 2;
+    char *text = realloc(r->out.text, cap);
+    if (!text) return sp_fail(SP_ERR_NOMEM, "request: out of memory for %zu bytes of text", cap);
+    r->out.text = text;
+    r->text_cap = cap;
+    return SP_OK;
+}
+
+void sched_request_retain(sched_request *r) {
+    int before = atomic_fetch_add_explicit(&r->refs, 1, memory_order_relaxed);
+    SP_ASSERT(before > 0);
+}
+
+void sched_request_release(sched_request *r) {
+    if (!r) return;
+    int before = atomic_fetch_sub_explicit(&r->refs, 1, memory_order_acq_rel);
+    SP_ASSERT(before > 0);
+    if (before != 1) return;
+    if (r->kv.ids) kv__seq_free(&r->kv);
+    free(r->tokens);
+    free((void *)r->params.prompt);
+    free(r->stop_data);
+    free(r->logit_bias);
+    free(r->out.text);
+    free(r->out.tokens);
+    free(r->out.top);
+    pthread_mutex_destroy(&r->lock);
+    free(r);
+}
+
+void sched_request_set_notify(sched_request *r, sched_notify_fn fn, void *arg) {
+    pthread_mutex_lock(&r->lock);
+    r->notify = fn;
+    r->notify_arg = fn ? arg : NULL;
+    pthread_mutex_unlock(&r->lock);
+}
+
+void sched_request_cancel(sched_request *r) {
+    atomic_store_explicit(&r->cancel, true, memory_order_release);
+    pthread_mutex_lock(&r->lock);
+    sched *s = r->out.done ? NULL : atomic_load_explicit(&r->owner, memory_order_acquire);
+    if (s) sched__wake(s);
+    pthread_mutex_unlock(&r->lock);
+}
+
+void sched_request_lock(sched_request *r) {
+    pthread_mutex_lock(&r->lock);
+}
+
+void sched_request_unlock(sched_request *r) {
+    pthread_mutex_unlock(&r->lock);
+}
+
+const sched_output *sched_request_output(const sched_request *r) {
+    return &r->out;
+}

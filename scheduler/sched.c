@@ -1,0 +1,296 @@
+/* sched.c: the scheduler's life cycle: configuration, creation (the KV pool and every
+ * per-step array sized once), the thread and its loop, shutdown, and the counters.
+ *
+ * DESIGN (threads). sched_create runs on the caller's thread; from sched_start on the
+ * model, the device, the KV pool and all sequence state belong to the thread named
+ * "sched", which loops: take the queue (sleeping on the condition variable, at most
+ * SCHED_IDLE_WAIT_S, only when it has nothing to run), then one tick. It blocks
+ * SIGINT, SIGTERM and SIGHUP so only the main thread handles them. sched_destroy
+ * stops and joins it, then (as the owner again) ends every request it still holds.
+ * Stats and the heartbeat are atomics that any thread reads.
+ */
+#include <math.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/assert.h"
+#include "common/log.h"
+#include "scheduler/sched_internal.h"
+
+enum { SCHED_MAX_BLOCK_SIZE = 1024 };
+static const double SCHED_IDLE_WAIT_S = 0.1;
+
+sched_config sched_config_default(void) {
+    return (sched_config){
+        .kv_cache_mb = 512,
+        .block_size = 16,
+        .max_batch_size = 64,
+        .max_batch_tokens = 512,
+        .max_prefill_tokens = 256,
+        .queue_max_requests = 4096,
+        .queue_max_tokens = 4000000,
+        .policy = SCHED_POLICY_FCFS,
+        .request_timeout_s = 600,
+        .max_seq_len = 0, /* the model's training context */
+        .kv_watermark = 0.01,
+    };
+}
+
+sp_status sched_config_validate(const sched_config *c) {
+    if (c->kv_cache_mb < 1 || c->kv_cache_mb > ((int64_t)1 << 30))
+        return sp_fail(SP_ERR_INVALID_ARG, "kv_cache_mb %lld must be between 1 and 2^30", (long long)c->kv_cache_mb);
+    if (c->block_size < 1 || c->block_size > SCHED_MAX_BLOCK_SIZE)
+        return sp_fail(SP_ERR_INVALID_ARG, "block_size %d must be between 1 and %d", c->block_size,
+                       SCHED_MAX_BLOCK_SIZE);
+    if (c->max_batch_size < 1 || c->max_batch_size > 65536)
+        return sp_fail(SP_ERR_INVALID_ARG, "max_batch_size %d must be between 1 and 65536", c->max_batch_size);
+    if (c->max_batch_tokens < 1)
+        return sp_fail(SP_ERR_INVALID_ARG, "max_batch_tokens %d must be at least 1", c->max_batch_tokens);
+    if (c->max_prefill_tokens < 1 || c->max_prefill_tokens > c->max_batch_tokens)
+        return sp_fail(SP_ERR_INVALID_ARG, "max_prefill_tokens %d must be between 1 and max_batch_tokens (%d)",
+                       c->max_prefill_tokens, c->max_batch_tokens);
+    if (c->queue_max_requests < 1)
+        return sp_fail(SP_ERR_INVALID_ARG, "queue_max_requests %d must be at least 1", c->queue_max_requests);
+    if (c->queue_max_tokens < 1)
+        return sp_fail(SP_ERR_INVALID_ARG, "queue_max_tokens %lld must be at least 1", (long long)c->queue_max_tokens);
+    if (c->policy != SCHED_POLICY_FCFS && c->policy != SCHED_POLICY_PRIORITY)
+        return sp_fail(SP_ERR_INVALID_ARG, "policy %d is not fcfs or priority", (int)c->policy);
+    if (!isfinite(c->request_timeout_s) || c->request_timeout_s < 0)
+        return sp_fail(SP_ERR_INVALID_ARG, "request_timeout_s %g must be 0 (none) or positive", c->request_timeout_s);
+    if (c->max_seq_len < 0)
+        return sp_fail(SP_ERR_INVALID_ARG, "max_seq_len %d must be 0 (the model's context) or positive",
+                       c->max_seq_len);
+    if (!(c->kv_watermark >= 0 && c->kv_watermark < 1))
+        return sp_fail(SP_ERR_INVALID_ARG, "kv_watermark %g must be in [0, 1)", c->kv_watermark);
+    return SP_OK;
+}
+
+double sched_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static void heartbeat(sched *s) {
+    atomic_store_explicit(&s->heartbeat_ns, (int64_t)(sched_now() * 1e9), memory_order_relaxed);
+}
+
+/* Every per-step array and scratch buffer, sized from the configuration. */
+static sp_status sched_alloc_arrays(sched *s) {
+    size_t t = (size_t)s->cfg.max_batch_tokens, b = (size_t)s->cfg.max_batch_size, v = (size_t)s->n_vocab;
+    s->step_tokens = malloc(sizeof(int32_t) * t);
+    s->step_pos = malloc(sizeof(int32_t) * t);
+    s->step_seq = malloc(sizeof(int32_t) * t);
+    s->step_seq_len = malloc(sizeof(int32_t) * b);
+    s->step_block_table = calloc(b * (size_t)s->max_blocks_per_seq, sizeof(int32_t));
+    s->step_logit_rows = malloc(sizeof(int32_t) * b);
+    s->step_reqs = malloc(sizeof(sched_request *) * b);
+    s->step_chunk = malloc(sizeof(int32_t) * b);
+    s->step_prefill = malloc(sizeof(bool) * b);
+    s->step_logit_of = malloc(sizeof(int32_t) * b);
+    s->running = malloc(sizeof(sched_request *) * b);
+    s->logits = malloc(sizeof(float) * b * v);
+    s->raw_logits = malloc(sizeof(float) * v);
+    s->top_entries = malloc(sizeof(sample_logprob_entry) * SCHED_MAX_TOP_LOGPROBS);
+    s->piece_cap = tok_max_token_bytes(s->vocab) + 64;
+    s->piece = malloc(2 * s->piece_cap);
+    s->text_work = malloc(SCHED_MAX_STOP_BYTES + 2 * s->piece_cap);
+    int n_eog = 0;
+    for (int32_t id = 0; id < s->n_vocab; id++) n_eog += tok_is_eog(s->vocab, id);
+    s->eog_ids = malloc(sizeof(int32_t) * (size_t)(n_eog > 0 ? n_eog : 1));
+    if (!s->step_tokens || !s->step_pos || !s->step_seq || !s->step_seq_len || !s->step_block_table ||
+        !s->step_logit_rows || !s->step_reqs || !s->step_chunk || !s->step_prefill || !s->step_logit_of ||
+        !s->running || !s->logits || !s->raw_logits || !s->top_entries || !s->piece || !s->text_work || !s->eog_ids)
+        return sp_fail(SP_ERR_NOMEM, "scheduler: out of memory for its step arrays");
+    for (int32_t id = 0; id < s->n_vocab; id++)
+        if (tok_is_eog(s->vocab, id)) s->eog_ids[s->n_eog++] = id;
+    return sample_state_init(&s->sampler, s->n_vocab, 0);
+}
+
+static void sched_free_arrays(sched *s) {
+    free(s->step_tokens);
+    free(s->step_pos);
+    free(s->step_seq);
+    free(s->step_seq_len);
+    free(s->step_block_table);
+    free(s->step_logit_rows);
+    free(s->step_reqs);
+    free(s->step_chunk);
+    free(s->step_prefill);
+    free(s->step_logit_of);
+    free(s->running);
+    free(s->logits);
+    free(s->raw_logits);
+    free(s->top_entries);
+    free(s->piece);
+    free(s->text_work);
+    free(s->eog_ids);
+    sample_state_free(&s->sampler);
+}
+
+/* The pool's size in blocks: kv_cache_mb MiB over the bytes of one block. */
+static sp_status sched_pool_blocks(const sched *s, int32_t *out) {
+    const model_hparams *hp = model_get_hparams(s->m);
+    dev_kv_shape one = {hp->n_layers, 1, s->cfg.block_size, hp->n_kv_heads, hp->head_dim};
+    size_t block_bytes = dev_kv_bytes(&one);
+    int64_t n = s->cfg.kv_cache_mb * ((int64_t)1 << 20) / (int64_t)block_bytes;
+    if (n < 1)
+        return sp_fail(SP_ERR_INVALID_ARG, "kv_cache_mb %lld holds no KV block (a block of %d tokens is %zu bytes)",
+                       (long long)s->cfg.kv_cache_mb, s->cfg.block_size, block_bytes);
+    *out = n > INT32_MAX / 2 ? INT32_MAX / 2 : (int32_t)n;
+    return SP_OK;
+}
+
+sp_status sched_create(const sched_config *config, model *m, sched **out) {
+    *out = NULL;
+    sp_status st = sched_config_validate(config);
+    if (st != SP_OK) return st;
+    if (config->max_batch_tokens > model_max_batch_tokens(m))
+        return sp_fail(SP_ERR_INVALID_ARG, "max_batch_tokens %d exceeds the model's largest step of %d tokens",
+                       config->max_batch_tokens, model_max_batch_tokens(m));
+    sched *s = calloc(1, sizeof *s);
+    if (!s) return sp_fail(SP_ERR_NOMEM, "scheduler: out of memory");
+    s->cfg = *config;
+    s->m = m;
+    s->vocab = model_vocab(m);
+    s->n_vocab = tok_vocab_size(s->vocab);
+    if (s->cfg.max_seq_len == 0) s->cfg.max_seq_len = model_get_hparams(m)->n_ctx_train;
+    s->max_blocks_per_seq = kv__blocks_for_tokens(s->cfg.max_seq_len, s->cfg.block_size);
+    atomic_init(&s->queued, 0);
+    atomic_init(&s->queued_tokens, 0);
+
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    int rc_cond = pthread_cond_init(&s->wake, &ca);
+    pthread_condattr_destroy(&ca);
+    if (rc_cond != 0) {
+        free(s);
+        return sp_fail(SP_ERR_NOMEM, "scheduler: cannot create its condition variable");
+    }
+    if (pthread_mutex_init(&s->lock, NULL) != 0) {
+        pthread_cond_destroy(&s->wake);
+        free(s);
+        return sp_fail(SP_ERR_NOMEM, "scheduler: cannot create its lock");
+    }
+
+    int32_t n_blocks = 0;
+    if ((st = sched_pool_blocks(s, &n_blocks)) != SP_OK) goto fail;
+    if ((st = kv__blocks_init(&s->blocks, n_blocks)) != SP_OK) goto fail;
+    s->watermark_blocks = (int32_t)(s->cfg.kv_watermark * n_blocks);
+    if ((st = sched_alloc_arrays(s)) != SP_OK) goto fail;
+    if ((st = model_kv_create(m, n_blocks, s->cfg.block_size, &s->kv)) != SP_OK) {
+        sp_fail_prefix(st, "KV cache of %d blocks", n_blocks);
+        goto fail;
+    }
+    heartbeat(s);
+    *out = s;
+    return SP_OK;
+fail:
+    sched_destroy(s);
+    return st;
+}
+
+static void *sched_thread_main(void *arg) {
+    sched *s = arg;
+    bool idle = false;
+    for (;;) {
+        heartbeat(s);
+        if (sched__queue_take(s, idle, SCHED_IDLE_WAIT_S)) break;
+        heartbeat(s);
+        idle = !sched__tick(s);
+    }
+    return NULL;
+}
+
+sp_status sched_start(sched *s) {
+    if (s->started) return sp_fail(SP_ERR_INVALID_ARG, "the scheduler thread is already running");
+    /* the thread inherits the mask: block the signals before it exists */
+    sigset_t block, old;
+    sigemptyset(&block);
+    sigaddset(&block, SIGINT);
+    sigaddset(&block, SIGTERM);
+    sigaddset(&block, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &block, &old);
+    int rc = pthread_create(&s->thread, NULL, sched_thread_main, s);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0) return sp_fail(SP_ERR_NOMEM, "scheduler: cannot start its thread (%s)", strerror(rc));
+    pthread_setname_np(s->thread, "sched");
+    s->started = true;
+    return SP_OK;
+}
+
+void sched__running_remove(sched *s, int i) {
+    SP_ASSERT(i >= 0 && i < s->n_running);
+    memmove(s->running + i, s->running + i + 1, sizeof *s->running * (size_t)(s->n_running - i - 1));
+    s->n_running--;
+    atomic_store_explicit(&s->stats.running, s->n_running, memory_order_relaxed);
+}
+
+void sched_destroy(sched *s) {
+    if (!s) return;
+    pthread_mutex_lock(&s->lock);
+    s->shutting_down = true;
+    s->stopping = true;
+    pthread_cond_signal(&s->wake);
+    pthread_mutex_unlock(&s->lock);
+    if (s->started) pthread_join(s->thread, NULL);
+    s->started = false;
+
+    /* this thread owns everything now: end what is left, running first */
+    sched__queue_take(s, false, 0);
+    while (s->n_running > 0) {
+        sched_request *r = s->running[s->n_running - 1];
+        sched__running_remove(s, s->n_running - 1);
+        sched__request_end(s, r, SCHED_FINISH_ERROR, SP_ERR_UNAVAILABLE, "the server is shutting down");
+    }
+    while (s->wait_head) {
+        sched_request *r = s->wait_head;
+        sched__waiting_remove(s, r);
+        sched__request_end(s, r, SCHED_FINISH_ERROR, SP_ERR_UNAVAILABLE, "the server is shutting down");
+    }
+
+    if (s->kv) dev_kv_destroy(model_device(s->m), s->kv);
+    kv__blocks_free(&s->blocks);
+    sched_free_arrays(s);
+    pthread_mutex_destroy(&s->lock);
+    pthread_cond_destroy(&s->wake);
+    free(s);
+}
+
+void sched_get_stats(const sched *s, sched_stats *out) {
+    const sched_counters *c = &s->stats;
+#define LOAD(x) atomic_load_explicit(&c->x, memory_order_relaxed)
+    *out = (sched_stats){
+        .submitted = LOAD(submitted),
+        .rejected_queue_requests = LOAD(rejected_queue_requests),
+        .rejected_queue_tokens = LOAD(rejected_queue_tokens),
+        .rejected_shutdown = LOAD(rejected_shutdown),
+        .rejected_invalid = LOAD(rejected_invalid),
+        .finished = LOAD(finished),
+        .cancelled = LOAD(cancelled),
+        .errors = LOAD(errors),
+        .timeouts = LOAD(timeouts),
+        .preemptions = LOAD(preemptions),
+        .ticks = LOAD(ticks),
+        .prompt_tokens = LOAD(prompt_tokens),
+        .generated_tokens = LOAD(generated_tokens),
+        .running = LOAD(running),
+    };
+#undef LOAD
+    out->queued = atomic_load_explicit(&s->queued, memory_order_relaxed);
+    out->queued_tokens = atomic_load_explicit(&s->queued_tokens, memory_order_relaxed);
+    out->kv_blocks_used = kv__blocks_used(&s->blocks);
+    out->kv_blocks_total = s->blocks.n_total;
+}
+
+const sched_config *sched_get_config(const sched *s) {
+    return &s->cfg;
+}
+
+double sched_seconds_since_heartbeat(const sched *s) {
+    int64_t ns = atomic_load_explicit(&s->heartbeat_ns, memory_order_relaxed);
+    return sched_now() - (double)ns * 1e-9;
+}

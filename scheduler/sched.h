@@ -1,0 +1,202 @@
+/* sched.h: the scheduler: a bounded queue in front of one thread that owns the model,
+ * the device and the paged KV cache, and turns accepted requests into batched steps
+ * (chunked prefill and decode mixed in one device step per tick).
+ *
+ * DESIGN (threads). Exactly two things cross between the HTTP threads and the
+ * scheduler thread, both through a sched_request:
+ *   - in:  sched_submit() hands requests to the bounded queue (any thread);
+ *          sched_request_cancel() sets the request's atomic cancel flag (any thread).
+ *   - out: the request's output (sched_output): text, tokens, finish, usage. The
+ *          scheduler appends under the request's lock at the end of each tick and then
+ *          calls the request's notify callback (still under that lock); the HTTP side
+ *          reads under the same lock (sched_request_lock) and copies what it needs.
+ * The scheduler never touches a socket; the HTTP side never touches the model, the
+ * device or the KV cache. A request is reference counted: the creator holds one
+ * reference, sched_submit takes one for the scheduler, each side releases its own.
+ *
+ * Every accepted request gets an end: output.done with finish STOP or LENGTH, or
+ * CANCELLED (its cancel flag was seen), or ERROR with a status and a message
+ * (timeout, shutdown, a device failure). Nothing is dropped silently.
+ */
+#ifndef SP_SCHED_H
+#define SP_SCHED_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/status.h"
+#include "model/model.h"
+#include "model/sample.h"
+
+typedef struct sched sched;
+typedef struct sched_request sched_request;
+
+typedef enum sched_policy_kind {
+    SCHED_POLICY_FCFS,    /* first come, first served */
+    SCHED_POLICY_PRIORITY /* lower `priority` first, then arrival (as vLLM) */
+} sched_policy_kind;
+
+/* Every knob of the scheduler; sched_config_default() suits the default model on a
+ * small CPU machine. */
+typedef struct sched_config {
+    int64_t kv_cache_mb;      /* KV pool budget in MiB */
+    int block_size;           /* tokens per KV block */
+    int max_batch_size;       /* sequences running at once (rows of a decode step) */
+    int max_batch_tokens;     /* tokens in one device step */
+    int max_prefill_tokens;   /* prompt tokens prefilled per tick, shared by prefilling sequences */
+    int queue_max_requests;   /* requests accepted but not yet running */
+    int64_t queue_max_tokens; /* their prompt tokens */
+    sched_policy_kind policy; /* admission and preemption order */
+    double request_timeout_s; /* default deadline from arrival; 0 = none */
+    int32_t max_seq_len;      /* context limit of one sequence (prompt + generated) */
+    double kv_watermark;      /* fraction of blocks kept free at admission for growth */
+} sched_config;
+
+sched_config sched_config_default(void);
+/* Checks ranges and consistency; SP_ERR_INVALID_ARG naming the field. */
+sp_status sched_config_validate(const sched_config *c);
+
+/* What one request asks for. Filled by the HTTP side before sched_request_create. */
+typedef struct sched_request_params {
+    const int32_t *prompt; /* (n_prompt) token ids; copied by sched_request_create */
+    int32_t n_prompt;
+    int32_t max_tokens;      /* tokens to generate at most (>= 1) */
+    int32_t min_tokens;      /* end-of-generation tokens and stop strings are ignored before this */
+    bool ignore_eos;         /* keep generating past end-of-generation tokens */
+    const char *const *stop; /* (n_stop) stop strings, copied; matched across token boundaries */
+    int n_stop;
+    int top_logprobs;       /* -1: no logprobs; 0..SCHED_MAX_TOP_LOGPROBS: chosen token's + that many alternatives */
+    int priority;           /* lower runs first under the priority policy */
+    double timeout_s;       /* <= 0: the scheduler's default */
+    sample_params sampling; /* logit_bias array is copied */
+} sched_request_params;
+
+enum { SCHED_MAX_STOP = 16, SCHED_MAX_STOP_BYTES = 256, SCHED_MAX_TOP_LOGPROBS = 20 };
+
+typedef enum sched_finish {
+    SCHED_FINISH_NONE,      /* still running */
+    SCHED_FINISH_STOP,      /* end-of-generation token or a stop string */
+    SCHED_FINISH_LENGTH,    /* max_tokens or the context limit */
+    SCHED_FINISH_CANCELLED, /* the cancel flag was seen (client gone) */
+    SCHED_FINISH_ERROR      /* output.error and output.error_message say why */
+} sched_finish;
+
+/* One generated token, as the HTTP side renders logprobs. */
+typedef struct sched_token {
+    int32_t id;
+    float logprob; /* log-probability under the model's distribution (raw logits); 0 when not asked */
+} sched_token;
+
+typedef struct sched_timings {
+    double arrival;     /* CLOCK_MONOTONIC seconds at sched_request_create */
+    double admitted;    /* first admitted to run (0 until then) */
+    double first_token; /* first generated token (0 until then) */
+    double finished;    /* done (0 until then) */
+    double prefill_s;   /* seconds of steps that carried this request's prompt */
+    double decode_s;    /* seconds of steps that carried its decode rows */
+} sched_timings;
+
+/* A request's results. Written only by the scheduler thread, read by anyone holding
+ * the request's lock; every field only grows until done, then nothing changes. */
+typedef struct sched_output {
+    char *text; /* (text_len) committed completion text, valid UTF-8; stop strings and
+                 * end-of-generation tokens are not part of it */
+    size_t text_len;
+    sched_token *tokens; /* (n_tokens) generated tokens whose text is committed or held */
+    int32_t n_tokens;
+    sched_token *top; /* (n_tokens, top_logprobs) alternatives, most likely first */
+    int top_logprobs; /* alternatives per token (params.top_logprobs, or 0) */
+    int32_t prompt_tokens;
+    int32_t cached_tokens;     /* prompt tokens served from a cache (0 until a prefix cache exists) */
+    int32_t completion_tokens; /* tokens sampled, end-of-generation included */
+    int32_t prefilled;         /* prompt tokens computed so far (progress of a long prefill) */
+    int32_t preemptions;       /* times this request was preempted and recomputed */
+    bool done;
+    sched_finish finish;
+    sp_status error;         /* SCHED_FINISH_ERROR: what kind */
+    char error_message[256]; /* SCHED_FINISH_ERROR: what happened */
+    sched_timings timings;
+} sched_output;
+
+/* Called by the scheduler thread, with the request's lock held, after it appended to
+ * the output (or finished it). Must be quick and must not lock the request. */
+typedef void (*sched_notify_fn)(void *arg);
+
+/* Copies params (prompt, stop strings, logit bias) into a new request with one
+ * reference for the caller. Does not validate against the model (sched_submit does).
+ * Caller owns *out; release with sched_request_release. */
+sp_status sched_request_create(const sched_request_params *params, sched_request **out);
+void sched_request_retain(sched_request *r);
+void sched_request_release(sched_request *r);
+
+/* Sets (or, with fn NULL, clears) the notify callback; takes the request's lock.
+ * After clearing returns, fn is never called again. */
+void sched_request_set_notify(sched_request *r, sched_notify_fn fn, void *arg);
+
+/* Asks the scheduler to end the request (CANCELLED) and free its KV blocks within a
+ * tick. Any thread; idempotent. */
+void sched_request_cancel(sched_request *r);
+
+/* The output, to read while holding the request's lock. */
+void sched_request_lock(sched_request *r);
+void sched_request_unlock(sched_request *r);
+const sched_output *sched_request_output(const sched_request *r);
+
+/* Operational counters, read without locks (each value is atomic on its own). */
+typedef struct sched_stats {
+    int64_t submitted;
+    int64_t rejected_queue_requests; /* queue full: request count */
+    int64_t rejected_queue_tokens;   /* queue full: prompt tokens */
+    int64_t rejected_shutdown;
+    int64_t rejected_invalid; /* prompt + max_tokens beyond the context or the KV pool */
+    int64_t finished;         /* STOP or LENGTH */
+    int64_t cancelled;
+    int64_t errors; /* timeouts, shutdown, device */
+    int64_t timeouts;
+    int64_t preemptions;
+    int64_t ticks;
+    int64_t prompt_tokens; /* prefilled (recomputation included) */
+    int64_t generated_tokens;
+    int32_t queued; /* accepted, not yet admitted */
+    int64_t queued_tokens;
+    int32_t running; /* admitted sequences (prefilling or decoding) */
+    int32_t kv_blocks_used;
+    int32_t kv_blocks_total;
+} sched_stats;
+
+/* Creates the scheduler for m with its KV pool (sized from config->kv_cache_mb).
+ * m is borrowed until sched_destroy and from sched_start on belongs to the scheduler
+ * thread. Caller owns *out; free with sched_destroy. */
+sp_status sched_create(const sched_config *config, model *m, sched **out);
+
+/* Starts the scheduler thread. */
+sp_status sched_start(sched *s);
+
+/* Queues n requests as one unit (all or none: the n choices of one HTTP request).
+ * Takes a reference to each on success. Errors, with a message naming the limit:
+ *   SP_ERR_RANGE       prompt + max_tokens beyond max_seq_len, or more KV than the pool holds
+ *   SP_ERR_INVALID_ARG an empty prompt, a token id outside the vocabulary
+ *   SP_ERR_FULL        the queue is at queue_max_requests or queue_max_tokens
+ *   SP_ERR_UNAVAILABLE the scheduler is shutting down
+ * Any thread. */
+sp_status sched_submit(sched *s, sched_request *const *reqs, int n);
+
+/* Stops accepting (sched_submit gives SP_ERR_UNAVAILABLE). Any thread. */
+void sched_begin_shutdown(sched *s);
+
+/* Ends every unfinished request with an ERROR (SP_ERR_UNAVAILABLE, "the server is
+ * shutting down"), joins the thread and frees the scheduler and its KV pool (not the
+ * model). */
+void sched_destroy(sched *s);
+
+void sched_get_stats(const sched *s, sched_stats *out);
+const sched_config *sched_get_config(const sched *s);
+
+/* Seconds since the scheduler thread last began a tick or woke up idle (liveness). */
+double sched_seconds_since_heartbeat(const sched *s);
+
+/* CLOCK_MONOTONIC in seconds: the clock of sched_timings. */
+double sched_now(void);
+
+#endif

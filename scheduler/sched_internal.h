@@ -1,0 +1,232 @@
+/* sched_internal.h: what the scheduler's files share and nothing outside scheduler/
+ * (and its unit tests) may use: the request and scheduler structs, the KV block
+ * manager, the admission/preemption policies, stop-string matching and the tick.
+ *
+ * DESIGN (threads). A struct field belongs to one of three owners, named at the field:
+ *   - immutable: written once before the object is shared, then read by anyone;
+ *   - under a lock: the request's `lock` (its output and notify callback) or the
+ *     scheduler's `lock` (the queue and the shutdown flags);
+ *   - the scheduler thread: everything about running sequences (block lists, token
+ *     arrays, sampler and decoder state, the waiting list, the step arrays). Before
+ *     sched_start and after the thread is joined, the thread calling sched_create or
+ *     sched_destroy plays that role.
+ * Counters that are read without locks (sched_stats, the heartbeat) are atomics.
+ * Lock order: a request's lock before the scheduler's lock, never the other way.
+ */
+#ifndef SP_SCHED_INTERNAL_H
+#define SP_SCHED_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "scheduler/sched.h"
+
+/* ---- KV block manager (kv_blocks.c): bookkeeping of block ids only ------------- */
+
+/* The block ids one sequence owns, in position order (block b holds positions
+ * b*B .. b*B+B-1). Scheduler thread. */
+typedef struct kv_seq {
+    int32_t *ids; /* (cap) */
+    int32_t n;
+    int32_t cap; /* the most blocks this sequence can ever need */
+} kv_seq;
+
+/* The pool: a stack of free block ids. Scheduler thread; n_used is atomic so the
+ * stats can read it from any thread. */
+typedef struct kv_blocks {
+    int32_t *free_ids; /* (n_total) the first n_free entries are free */
+    int32_t n_free;
+    int32_t n_total;
+    _Atomic int32_t n_used;
+} kv_blocks;
+
+/* Caller owns the id stack; free with kv__blocks_free. */
+sp_status kv__blocks_init(kv_blocks *kb, int32_t n_blocks);
+void kv__blocks_free(kv_blocks *kb);
+/* Gives seq blocks until it owns n_blocks (<= seq->cap); all or none: false, and
+ * nothing taken, when the pool has too few free. */
+bool kv__blocks_grow(kv_blocks *kb, kv_seq *seq, int32_t n_blocks);
+/* Returns every block of seq to the pool. */
+void kv__blocks_release(kv_blocks *kb, kv_seq *seq);
+int32_t kv__blocks_used(const kv_blocks *kb);
+/* Blocks that hold n_tokens positions. */
+int32_t kv__blocks_for_tokens(int64_t n_tokens, int block_size);
+
+/* Caller owns seq->ids; free with kv__seq_free (after kv__blocks_release). */
+sp_status kv__seq_init(kv_seq *seq, int32_t cap);
+void kv__seq_free(kv_seq *seq);
+
+/* ---- stop strings (stop_match.c) ------------------------------------------------ */
+
+/* Text held back because it could be the start of a stop string. Scheduler thread. */
+typedef struct sched_stop {
+    char held[SCHED_MAX_STOP_BYTES]; /* always shorter than the longest stop string */
+    size_t n_held;
+} sched_stop;
+
+/* Feeds text (n bytes) after the held text. work must hold st->n_held + n bytes; on
+ * return work[0 .. *n_commit) is the text that is now final. Returns true when a stop
+ * string matched: then the final text ends where the earliest match begins and
+ * everything from there on is dropped (held text too). Otherwise the longest suffix
+ * that is a proper prefix of some stop string stays held. */
+bool sched__stop_feed(sched_stop *st, const char *const *stops, const size_t *stop_lens, int n_stops, const char *text,
+                      size_t n, char *work, size_t *n_commit);
+/* Copies the held text to out (SCHED_MAX_STOP_BYTES) and clears it; returns its length. */
+size_t sched__stop_flush(sched_stop *st, char *out);
+
+/* ---- requests (request.c) ----------------------------------------------------------- */
+
+typedef enum sched_seq_state {
+    SCHED_SEQ_NEW,     /* created, not submitted */
+    SCHED_SEQ_QUEUED,  /* in the scheduler's queue (under sched.lock) */
+    SCHED_SEQ_WAITING, /* on the scheduler thread's waiting list (new or preempted) */
+    SCHED_SEQ_RUNNING, /* admitted: owns KV blocks, prefilling or decoding */
+    SCHED_SEQ_DONE     /* ended; the scheduler dropped its reference */
+} sched_seq_state;
+
+struct sched_request {
+    /* immutable after sched_request_create; prompt, stop and logit_bias point at the
+     * copies below */
+    sched_request_params params;
+    char *stop_data;                   /* the stop strings, NUL-separated */
+    const char *stops[SCHED_MAX_STOP]; /* (params.n_stop) into stop_data */
+    size_t stop_lens[SCHED_MAX_STOP];
+    sample_logit_bias *logit_bias; /* (params.sampling.n_logit_bias) */
+
+    atomic_int refs;
+    atomic_bool cancel; /* any thread sets it; the scheduler acts on it */
+    /* the scheduler it was submitted to; set by sched_submit before it is queued. Only
+     * touched by sched_request_cancel while the output is not done (see request.c). */
+    sched *_Atomic owner;
+
+    pthread_mutex_t lock;   /* guards the fields up to the next comment */
+    sched_output out;       /* text is NUL-terminated */
+    size_t text_cap;        /* bytes allocated for out.text, NUL included */
+    sched_notify_fn notify; /* NULL: none */
+    void *notify_arg;
+
+    /* written by sched_submit before the request is queued, then the scheduler thread */
+    sched_seq_state state;
+    uint64_t arrival_no; /* submission order: fcfs and ties of the priority policy */
+    double deadline;     /* sched_now() seconds; 0 = none */
+    bool in_queue_count; /* still counted in the queue's bounds (not yet admitted) */
+    sched_request *next, *prev;
+
+    /* the sequence: scheduler thread (arrays allocated by sched_submit) */
+    int32_t *tokens;    /* (n_prompt + max_tokens) the prompt, then every sampled token */
+    int32_t n_tokens;   /* prompt + sampled */
+    int32_t n_computed; /* tokens whose K/V are in the cache (0 again after preemption) */
+    kv_seq kv;
+    uint64_t rng; /* the sampler's generator: advances only when this sequence samples */
+    tok_decoder dec;
+    sched_stop stop;
+};
+
+/* Allocates the sequence's arrays for a scheduler with block_size B (sched_submit,
+ * on the submitting thread, once the request passed validation). */
+sp_status sched__request_prepare(sched_request *r, int block_size);
+
+/* Makes room for n more bytes of text (NUL included); call with the lock held. */
+sp_status sched__output_reserve_text(sched_request *r, size_t n);
+
+/* ---- policies (policy.c) ------------------------------------------------------------- */
+
+/* true when a should be admitted before b (and so preempted after b). */
+bool sched__policy_before(sched_policy_kind kind, const sched_request *a, const sched_request *b);
+/* Index of the sequence to preempt among running (n >= 1): the one admitted last by
+ * the policy's order (the youngest, or the lowest priority then youngest). */
+int sched__policy_victim(sched_policy_kind kind, sched_request *const *running, int n);
+
+/* ---- the scheduler ---------------------------------------------------------------- */
+
+/* Operational counters (sched_stats); relaxed atomics, each value on its own. */
+typedef struct sched_counters {
+    _Atomic int64_t submitted, rejected_queue_requests, rejected_queue_tokens, rejected_shutdown, rejected_invalid,
+        finished, cancelled, errors, timeouts, preemptions, ticks, prompt_tokens, generated_tokens;
+    _Atomic int32_t running;
+} sched_counters;
+
+struct sched {
+    /* immutable after sched_create */
+    sched_config cfg; /* max_seq_len resolved */
+    model *m;
+    const tok_vocab *vocab;
+    int32_t n_vocab;
+    int32_t max_blocks_per_seq; /* block table row width: ceil(max_seq_len / B) */
+    int32_t watermark_blocks;
+    int32_t *eog_ids; /* (n_eog) end-of-generation ids of the vocabulary */
+    int n_eog;
+    size_t piece_cap; /* bytes one decoder push or flush may write */
+
+    /* the queue: under lock */
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    sched_request *queue_head, *queue_tail;
+    uint64_t next_arrival_no;
+    bool shutting_down; /* sched_submit refuses */
+    bool stopping;      /* the thread should return */
+    bool wake_pending;
+    /* the bounds: changed under lock by sched_submit, lowered by the scheduler thread
+     * (atomically, without the lock) when a request is admitted or ends while waiting */
+    _Atomic int32_t queued;
+    _Atomic int64_t queued_tokens;
+
+    /* the scheduler thread (see the file comment) */
+    pthread_t thread;
+    bool started;
+    dev_kv *kv;
+    kv_blocks blocks;
+    sched_request *wait_head, *wait_tail; /* ordered by sched__policy_before */
+    sched_request **running;              /* (max_batch_size) in admission order */
+    int n_running;
+
+    /* per-step arrays, sized once (no allocation in the tick) */
+    int32_t *step_tokens, *step_pos, *step_seq;                 /* (max_batch_tokens) */
+    int32_t *step_seq_len, *step_block_table, *step_logit_rows; /* (S), (S, max_blocks), (S) */
+    sched_request **step_reqs;                                  /* (S) */
+    int32_t *step_chunk;                                        /* (S) tokens fed per sequence */
+    bool *step_prefill;                                         /* (S) chunk is prompt/recompute */
+    int32_t *step_logit_of;                                     /* (S) logits row, or -1 */
+    float *logits;                                              /* (S, V) S = max_batch_size */
+    float *raw_logits;                                          /* (V) copy kept for logprobs */
+    sample_logprob_entry *top_entries;                          /* (SCHED_MAX_TOP_LOGPROBS) */
+    sample_state sampler;                                       /* shared scratch; each sequence's rng is swapped in */
+    char *piece;     /* (2 * piece_cap) decoded text of one token (push, then flush) */
+    char *text_work; /* (SCHED_MAX_STOP_BYTES + 2 * piece_cap) held text + piece, for stop matching */
+
+    sched_counters stats;
+    _Atomic int64_t heartbeat_ns;
+};
+
+/* Wakes the scheduler thread (sched_submit, sched_request_cancel). Takes s->lock. */
+void sched__wake(sched *s);
+
+/* Moves everything queued onto the waiting list (scheduler thread, takes s->lock
+ * briefly). Returns whether the thread should stop. When idle is set and nothing
+ * was queued, first sleeps on the condition variable for at most timeout_s. */
+bool sched__queue_take(sched *s, bool idle, double timeout_s);
+
+/* Inserts r into the waiting list in policy order (scheduler thread). */
+void sched__waiting_insert(sched *s, sched_request *r);
+void sched__waiting_remove(sched *s, sched_request *r);
+
+/* Lowers the queue bounds for r once (admission, or an end while waiting). */
+void sched__queue_uncount(sched *s, sched_request *r);
+
+/* Ends r (not running, or already removed from running: blocks are released here)
+ * with finish f; for SCHED_FINISH_ERROR, err and msg say why. Notifies, counts, and
+ * drops the scheduler's reference. Scheduler thread (or sched_destroy). */
+void sched__request_end(sched *s, sched_request *r, sched_finish f, sp_status err, const char *msg);
+
+/* One tick: drop what ended, admit, build and run one step, sample. Returns false
+ * when there was nothing to run (idle). Scheduler thread. */
+bool sched__tick(sched *s);
+
+/* Samples one token for r from its logits row (V, modified in place) and appends it
+ * to the output (end_tick.c); ends r when it finished. Scheduler thread. */
+void sched__sample_and_emit(sched *s, sched_request *r, float *logits, double now);
+
+/* Removes running[i] from the running set (keeps the order). */
+void sched__running_remove(sched *s, int i);
+
+#endif

@@ -1,0 +1,251 @@
+/* tick.c: one tick of the scheduler: plan, the lanes fused into one device step, and
+ * the hand-off of each sequence's logits to end_tick.c.
+ *
+ *   plan     drop requests that were cancelled or passed their deadline (waiting or
+ *            running), with their end.
+ *   Decode   every running sequence whose feed is one sampled token: it needs a block
+ *            for that position; when none is free, the policy's victim is preempted
+ *            (blocks freed, generated tokens, sampler, decoder and stop state kept; back
+ *            to the waiting list, later recomputed by prefilling prompt + generated).
+ *   Continue prefills of admitted sequences, oldest first, then
+ *   Start    admit from the waiting list in policy order while max_batch_size allows
+ *            and the pool holds the whole feed's blocks plus the watermark (all of
+ *            them are allocated at admission), each admitted sequence getting a chunk.
+ *            Prefill chunks share max_prefill_tokens; the step holds at most
+ *            max_batch_tokens tokens, decode rows first.
+ *   step     one model_forward; logits only for rows that complete a sequence's feed.
+ *   end_tick sample, append, detokenize, stop (end_tick.c).
+ *
+ * A sequence's tokens depend only on its own prompt, parameters and seed: the CPU
+ * backend computes each row independently of the batch, a recomputed or chunked
+ * prefill writes the same K/V as an unchunked one, and the sampler's generator is
+ * per sequence and advances only when that sequence samples.
+ *
+ * DESIGN (threads). Everything here runs on the scheduler thread; the only shared
+ * things it touches are a request's output (under the request's lock), the cancel
+ * flags and the atomic counters.
+ */
+#include <string.h>
+
+#include "common/assert.h"
+#include "common/log.h"
+#include "scheduler/sched_internal.h"
+
+/* Counts of the step being built. */
+typedef struct step_build {
+    int32_t n_tokens, n_seqs, n_logits;
+} step_build;
+
+static void stat_add(_Atomic int64_t *c, int64_t n) {
+    atomic_fetch_add_explicit(c, n, memory_order_relaxed);
+}
+
+/* A sequence whose only pending token is the one it sampled last. */
+static bool seq_is_decode(const sched_request *r) {
+    return r->n_tokens - r->n_computed == 1 && r->n_tokens > r->params.n_prompt;
+}
+
+/* Ends requests whose cancel flag is set or whose deadline passed. */
+static void plan_drop_ended(sched *s, double now) {
+    char msg[128];
+    for (int i = 0; i < s->n_running; i++) {
+        sched_request *r = s->running[i];
+        bool cancelled = atomic_load_explicit(&r->cancel, memory_order_acquire);
+        bool late = !cancelled && r->deadline > 0 && now >= r->deadline;
+        if (!cancelled && !late) continue;
+        sched__running_remove(s, i--);
+        if (cancelled) {
+            sched__request_end(s, r, SCHED_FINISH_CANCELLED, SP_OK, NULL);
+        } else {
+            snprintf(msg, sizeof msg, "the request exceeded its timeout of %g s", r->deadline - r->out.timings.arrival);
+            sched__request_end(s, r, SCHED_FINISH_ERROR, SP_ERR_TIMEOUT, msg);
+        }
+    }
+    for (sched_request *r = s->wait_head, *next; r; r = next) {
+        next = r->next;
+        bool cancelled = atomic_load_explicit(&r->cancel, memory_order_acquire);
+        bool late = !cancelled && r->deadline > 0 && now >= r->deadline;
+        if (!cancelled && !late) continue;
+        sched__waiting_remove(s, r);
+        if (cancelled) {
+            sched__request_end(s, r, SCHED_FINISH_CANCELLED, SP_OK, NULL);
+        } else {
+            snprintf(msg, sizeof msg, "the request exceeded its timeout of %g s", r->deadline - r->out.timings.arrival);
+            sched__request_end(s, r, SCHED_FINISH_ERROR, SP_ERR_TIMEOUT, msg);
+        }
+    }
+}
+
+/* Frees running[i]'s blocks and puts it back on the waiting list for recomputation. */
+static void tick_preempt(sched *s, int i) {
+    sched_request *r = s->running[i];
+    sched__running_remove(s, i);
+    kv__blocks_release(&s->blocks, &r->kv);
+    r->n_computed = 0;
+    r->state = SCHED_SEQ_WAITING;
+    sched__waiting_insert(s, r);
+    pthread_mutex_lock(&r->lock);
+    r->out.preemptions++;
+    pthread_mutex_unlock(&r->lock);
+    stat_add(&s->stats.preemptions, 1);
+    sp_log_debug("sched: preempted a sequence of %d tokens (%d running)", r->n_tokens, s->n_running);
+}
+
+/* Gives every decoding sequence the block its next position needs, preempting the
+ * policy's victims while the pool is empty (possibly the sequence itself). */
+static void decode_reserve_blocks(sched *s) {
+    for (int i = 0; i < s->n_running; i++) {
+        sched_request *r = s->running[i];
+        if (!seq_is_decode(r)) continue;
+        int32_t need = kv__blocks_for_tokens(r->n_tokens, s->cfg.block_size);
+        while (!kv__blocks_grow(&s->blocks, &r->kv, need)) {
+            int v = sched__policy_victim(s->cfg.policy, s->running, s->n_running);
+            tick_preempt(s, v);
+            if (v == i) { /* r itself went back to waiting */
+                i--;
+                break;
+            }
+            if (v < i) i--; /* r moved down one */
+        }
+    }
+}
+
+/* Appends chunk tokens of r's pending feed to the step. */
+static void step_add(sched *s, step_build *b, sched_request *r, int32_t chunk, bool prefill) {
+    int32_t q = b->n_seqs++;
+    SP_ASSERT(q < s->cfg.max_batch_size && b->n_tokens + chunk <= s->cfg.max_batch_tokens);
+    for (int32_t j = 0; j < chunk; j++) {
+        int32_t t = b->n_tokens++;
+        s->step_tokens[t] = r->tokens[r->n_computed + j];
+        s->step_pos[t] = r->n_computed + j;
+        s->step_seq[t] = q;
+    }
+    int32_t seq_len = r->n_computed + chunk;
+    SP_ASSERT((int64_t)r->kv.n * s->cfg.block_size >= seq_len);
+    s->step_reqs[q] = r;
+    s->step_chunk[q] = chunk;
+    s->step_prefill[q] = prefill;
+    s->step_seq_len[q] = seq_len;
+    memcpy(s->step_block_table + (size_t)q * (size_t)s->max_blocks_per_seq, r->kv.ids,
+           sizeof(int32_t) * (size_t)r->kv.n);
+    if (seq_len == r->n_tokens) {
+        s->step_logit_of[q] = b->n_logits;
+        s->step_logit_rows[b->n_logits++] = b->n_tokens - 1;
+    } else {
+        s->step_logit_of[q] = -1;
+    }
+}
+
+/* Whether the waiting list's head fits now: its whole feed plus the watermark (the
+ * watermark is waived when nothing runs, so a request that fits the pool always runs). */
+static bool admit_fits(const sched *s, const sched_request *r) {
+    int32_t need = kv__blocks_for_tokens(r->n_tokens, s->cfg.block_size);
+    int32_t free_blocks = s->blocks.n_free;
+    if (free_blocks < need) return false;
+    return s->n_running == 0 || free_blocks - need >= s->watermark_blocks;
+}
+
+static void admit(sched *s, sched_request *r, double now) {
+    sched__waiting_remove(s, r);
+    bool ok = kv__blocks_grow(&s->blocks, &r->kv, kv__blocks_for_tokens(r->n_tokens, s->cfg.block_size));
+    SP_ASSERT(ok);
+    r->state = SCHED_SEQ_RUNNING;
+    s->running[s->n_running++] = r;
+    atomic_store_explicit(&s->stats.running, s->n_running, memory_order_relaxed);
+    sched__queue_uncount(s, r);
+    pthread_mutex_lock(&r->lock);
+    if (r->out.timings.admitted == 0) r->out.timings.admitted = now;
+    pthread_mutex_unlock(&r->lock);
+}
+
+/* Builds the step: decode rows, then continuing prefills, then admitted ones. */
+static void plan_step(sched *s, step_build *b, double now) {
+    decode_reserve_blocks(s);
+    for (int i = 0; i < s->n_running && b->n_tokens < s->cfg.max_batch_tokens; i++)
+        if (seq_is_decode(s->running[i])) step_add(s, b, s->running[i], 1, false);
+
+    int32_t budget = s->cfg.max_batch_tokens - b->n_tokens;
+    if (budget > s->cfg.max_prefill_tokens) budget = s->cfg.max_prefill_tokens;
+    for (int i = 0; i < s->n_running && budget > 0; i++) {
+        sched_request *r = s->running[i];
+        if (seq_is_decode(r)) continue;
+        int32_t pending = r->n_tokens - r->n_computed;
+        int32_t chunk = pending < budget ? pending : budget;
+        step_add(s, b, r, chunk, true);
+        budget -= chunk;
+    }
+    while (budget > 0 && s->wait_head && s->n_running < s->cfg.max_batch_size && admit_fits(s, s->wait_head)) {
+        sched_request *r = s->wait_head;
+        admit(s, r, now);
+        int32_t pending = r->n_tokens - r->n_computed;
+        int32_t chunk = pending < budget ? pending : budget;
+        step_add(s, b, r, chunk, true);
+        budget -= chunk;
+    }
+}
+
+/* Ends every sequence of a step that failed. */
+static void step_fail(sched *s, const step_build *b, sp_status st) {
+    char msg[256];
+    snprintf(msg, sizeof msg, "the forward pass failed: %s", sp_last_error());
+    sp_log_error("sched: %s", msg);
+    for (int32_t q = 0; q < b->n_seqs; q++) {
+        sched_request *r = s->step_reqs[q];
+        for (int i = 0; i < s->n_running; i++)
+            if (s->running[i] == r) {
+                sched__running_remove(s, i);
+                break;
+            }
+        sched__request_end(s, r, SCHED_FINISH_ERROR, st, msg);
+    }
+}
+
+bool sched__tick(sched *s) {
+    double now = sched_now();
+    plan_drop_ended(s, now);
+    if (s->n_running == 0 && !s->wait_head) return false;
+
+    step_build b = {0};
+    plan_step(s, &b, now);
+    if (b.n_tokens == 0) return false; /* nothing could run: wait as when idle */
+
+    dev_step step = {
+        .n_tokens = b.n_tokens,
+        .tokens = s->step_tokens,
+        .pos = s->step_pos,
+        .seq = s->step_seq,
+        .n_seqs = b.n_seqs,
+        .seq_len = s->step_seq_len,
+        .block_table = s->step_block_table,
+        .max_blocks = s->max_blocks_per_seq,
+        .n_logits = b.n_logits,
+        .logit_rows = s->step_logit_rows,
+    };
+    double t0 = sched_now();
+    sp_status st = model_forward(s->m, s->kv, &step, s->logits);
+    double t1 = sched_now();
+    stat_add(&s->stats.ticks, 1);
+    if (st != SP_OK) {
+        step_fail(s, &b, st);
+        return true;
+    }
+
+    int64_t prefilled = 0;
+    for (int32_t q = 0; q < b.n_seqs; q++) {
+        sched_request *r = s->step_reqs[q];
+        r->n_computed += s->step_chunk[q];
+        if (s->step_prefill[q]) prefilled += s->step_chunk[q];
+        int32_t prompt_done = r->n_computed < r->params.n_prompt ? r->n_computed : r->params.n_prompt;
+        pthread_mutex_lock(&r->lock);
+        if (s->step_prefill[q])
+            r->out.timings.prefill_s += t1 - t0;
+        else
+            r->out.timings.decode_s += t1 - t0;
+        if (prompt_done > r->out.prefilled) r->out.prefilled = prompt_done;
+        pthread_mutex_unlock(&r->lock);
+        if (s->step_logit_of[q] >= 0)
+            sched__sample_and_emit(s, r, s->logits + (size_t)s->step_logit_of[q] * (size_t)s->n_vocab, t1);
+    }
+    stat_add(&s->stats.prompt_tokens, prefilled);
+    return true;
+}

@@ -1,0 +1,100 @@
+/* http.h (internal to server/): the HTTP transport: libmicrohttpd's daemon, routing,
+ * request bodies, streaming over suspended connections, and the watcher that notices
+ * clients that went away. The OpenAI layer it calls is server/openai.h.
+ *
+ * DESIGN (threads and ownership)
+ * - The main thread (cmd_serve.c) owns srv_app: it starts the HTTP daemon, loads the
+ *   model (while /health answers 503), creates the scheduler, and on a signal shuts
+ *   everything down in order.
+ * - libmicrohttpd's pool threads (`--http-threads`, epoll) run every handler: they
+ *   parse, render templates, tokenize and submit; then a generation's connection is
+ *   suspended and costs no thread until the scheduler's notify resumes it. That is how
+ *   thousands of open streams fit on two cores.
+ * - The scheduler thread only calls srv_conn's notify (resume the connection); it never
+ *   writes to a socket.
+ * - The watcher thread (watch.c) polls the sockets of generating requests for hang-ups
+ *   (a suspended connection is not polled by libmicrohttpd) and cancels their requests;
+ *   it also wakes streams that have been quiet for `keepalive_s` so they send an SSE
+ *   comment line during long prefills or queueing.
+ * - `lifecycle` (a rwlock) guards the phase and the scheduler pointer: handlers hold it
+ *   for reading around sched_submit, shutdown takes it for writing, so no handler
+ *   submits to a scheduler that is being destroyed.
+ */
+#ifndef SP_SERVER_HTTP_H
+#define SP_SERVER_HTTP_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "common/status.h"
+#include "scheduler/sched.h"
+#include "server/openai.h"
+
+typedef enum srv_phase {
+    SRV_PHASE_LOADING, /* listening; the model is being loaded */
+    SRV_PHASE_READY,
+    SRV_PHASE_SHUTTING_DOWN,
+    SRV_PHASE_FAILED /* loading failed; the process is about to exit */
+} srv_phase;
+
+typedef struct srv_http_config {
+    const char *host;       /* address to bind ("127.0.0.1", "0.0.0.0", "::1") */
+    int port;               /* 0: any free port (srv_http_port tells which) */
+    int http_threads;       /* libmicrohttpd pool threads */
+    size_t max_body_bytes;  /* larger bodies: 413 */
+    int max_connections;    /* open connections at once */
+    double keepalive_s;     /* SSE comment after this much quiet */
+    int connection_timeout; /* seconds an idle connection is kept (not counting suspended ones) */
+} srv_http_config;
+
+typedef struct srv_watch srv_watch;
+
+/* What every handler shares. Owned by the main thread; fields marked (ready) are set
+ * before phase becomes READY and never change afterwards. */
+typedef struct srv_app {
+    srv_http_config http;
+    pthread_rwlock_t lifecycle; /* guards phase transitions and sched (see DESIGN) */
+    _Atomic int phase;          /* srv_phase */
+    char load_error[256];       /* SRV_PHASE_FAILED: why */
+    srv_model_info model;       /* (ready) */
+    sched *sched;               /* (ready) until shutdown */
+    srv_watch *watch;
+    _Atomic long live_generations; /* accepted generation requests whose connection is open */
+} srv_app;
+
+typedef struct srv_http srv_http;
+
+/* Binds and starts serving app (borrowed until srv_http_stop). Caller owns *out. */
+sp_status srv_http_start(srv_app *app, srv_http **out);
+/* The bound port (useful with port 0). */
+int srv_http_port(const srv_http *h);
+/* Stops listening, closes every connection and joins the pool threads. */
+void srv_http_stop(srv_http *h);
+
+/* GET /metrics (metrics.c): Prometheus text; s may be NULL (loading, shutting down).
+ * Caller owns the text; free(). NULL on out of memory. */
+char *srv_metrics_render(const srv_app *app, const sched *s);
+
+/* ---- the watcher (watch.c) ---- */
+
+/* A connection the watcher looks after while its generation runs. */
+typedef struct srv_watched {
+    int fd;
+    void (*on_hangup)(void *arg); /* the client is gone: cancel */
+    void (*on_quiet)(void *arg);  /* nothing sent for keepalive_s: wake the stream */
+    void *arg;
+    _Atomic double last_write; /* sched_now() of the last bytes handed to the socket */
+    bool streaming;
+    int _slot; /* index in the watcher's table, -1 when not watched */
+} srv_watched;
+
+sp_status srv_watch_create(double keepalive_s, srv_watch **out);
+void srv_watch_destroy(srv_watch *w);
+/* Starts watching w (borrowed until srv_watch_remove returns). */
+sp_status srv_watch_add(srv_watch *wt, srv_watched *w);
+/* Stops watching; after it returns no callback for w runs or will run. */
+void srv_watch_remove(srv_watch *wt, srv_watched *w);
+
+#endif

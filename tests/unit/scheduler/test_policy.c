@@ -1,0 +1,67 @@
+/* test_policy.c: the fcfs and priority policies: admission order (the waiting list)
+ * and the choice of the preemption victim. */
+#include <criterion/criterion.h>
+#include <stdlib.h>
+
+#include "scheduler/sched_internal.h"
+
+static sched_request *fake(uint64_t arrival, int priority) {
+    sched_request *r = calloc(1, sizeof *r);
+    cr_assert_not_null(r);
+    r->arrival_no = arrival;
+    r->params.priority = priority;
+    return r;
+}
+
+/* Inserts reqs in the given order; checks the waiting list's arrival numbers. */
+static void check_waiting_order(sched_policy_kind kind, sched_request **reqs, int n, const uint64_t *want) {
+    sched *s = calloc(1, sizeof *s);
+    cr_assert_not_null(s);
+    s->cfg.policy = kind;
+    for (int i = 0; i < n; i++) sched__waiting_insert(s, reqs[i]);
+    int i = 0;
+    for (sched_request *r = s->wait_head; r; r = r->next, i++) {
+        cr_assert_lt(i, n);
+        cr_assert_eq(r->arrival_no, want[i], "position %d: arrival %llu, want %llu", i,
+                     (unsigned long long)r->arrival_no, (unsigned long long)want[i]);
+        if (r->next) cr_assert_eq(r->next->prev, r);
+    }
+    cr_assert_eq(i, n);
+    cr_assert_eq(s->wait_tail->arrival_no, want[n - 1]);
+    /* remove the middle one and the head */
+    sched__waiting_remove(s, s->wait_head->next);
+    sched__waiting_remove(s, s->wait_head);
+    cr_assert_eq(s->wait_head->arrival_no, want[2]);
+    cr_assert_null(s->wait_head->prev);
+    free(s);
+}
+
+Test(policy, fcfs_admits_in_arrival_order_and_preempted_go_first) {
+    sched_request *r[5] = {fake(3, 0), fake(4, 9), fake(5, -9), fake(1, 0), fake(2, 0)};
+    /* 3, 4, 5 arrive; then 1 and 2 come back after preemption: they are older */
+    uint64_t want[5] = {1, 2, 3, 4, 5};
+    check_waiting_order(SCHED_POLICY_FCFS, r, 5, want);
+    for (int i = 0; i < 5; i++) free(r[i]);
+}
+
+Test(policy, priority_admits_lower_values_first_then_arrival) {
+    sched_request *r[5] = {fake(1, 5), fake(2, 0), fake(3, 5), fake(4, -1), fake(5, 0)};
+    uint64_t want[5] = {4, 2, 5, 1, 3};
+    check_waiting_order(SCHED_POLICY_PRIORITY, r, 5, want);
+    for (int i = 0; i < 5; i++) free(r[i]);
+}
+
+Test(policy, victim_is_the_youngest_under_fcfs) {
+    sched_request *r[4] = {fake(7, 0), fake(9, -5), fake(2, 10), fake(8, 0)};
+    cr_assert_eq(sched__policy_victim(SCHED_POLICY_FCFS, r, 4), 1);
+    cr_assert_eq(sched__policy_victim(SCHED_POLICY_FCFS, r, 1), 0);
+    for (int i = 0; i < 4; i++) free(r[i]);
+}
+
+Test(policy, victim_is_the_lowest_priority_then_youngest) {
+    sched_request *r[4] = {fake(7, 3), fake(9, -5), fake(2, 3), fake(8, 1)};
+    cr_assert_eq(sched__policy_victim(SCHED_POLICY_PRIORITY, r, 4), 0, "priority 3, arrival 7 beats arrival 2");
+    cr_assert(sched__policy_before(SCHED_POLICY_PRIORITY, r[1], r[0]));
+    cr_assert(sched__policy_before(SCHED_POLICY_FCFS, r[0], r[1]));
+    for (int i = 0; i < 4; i++) free(r[i]);
+}
