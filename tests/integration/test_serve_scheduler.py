@@ -166,3 +166,24 @@ def test_sigterm_with_work_in_flight_ends_it_and_exits_0(spindle_bin, stories_mo
         data += more
     s.close()
     assert b"shutting down" in data and b"data: [DONE]" in data
+
+
+def test_keepalive_comments_while_queued(spindle_bin, stories_model):
+    server = Server(spindle_bin, stories_model, "--max-batch-size", "1", "--keepalive", "0.2")
+    try:
+        body = {"prompt": "Lily", "max_tokens": 2000, "ignore_eos": True, "stream": True}
+        blocker = open_stream(server.port, body)
+        server.wait_metric("spindle_requests_running", lambda v: v == 1)
+        waiting = open_stream(server.port, body)
+        waiting.settimeout(10)
+        data = b""
+        while b": keep-alive" not in data:
+            more = waiting.recv(4096)
+            assert more, data
+            data += more
+        assert b"HTTP/1.1 200" in data and b'"text"' not in data  # nothing generated for it yet
+        blocker.close()
+        waiting.close()
+        server.wait_metric("spindle_requests_cancelled_total", lambda v: v == 2)
+    finally:
+        assert server.stop() == 0
