@@ -231,10 +231,13 @@ static bool choice_take_news(srv_conn *conn, srv_choice *choice, choice_news *ne
         !grow((void **)&conn->copy_top, &conn->copy_top_cap, n_top + 1, sizeof(sched_token))) {
         ok = false;
     } else {
-        memcpy(conn->copy_text, out->text + choice->text_sent, news->text_len);
-        memcpy(conn->copy_tokens, out->tokens + choice->tokens_sent, sizeof(sched_token) * (size_t)news->n_tokens);
-        memcpy(conn->copy_top, out->top + (size_t)choice->tokens_sent * (size_t)out->top_logprobs,
-               sizeof(sched_token) * n_top);
+        /* (the output's arrays may be NULL when empty: copy only what there is) */
+        if (news->text_len) memcpy(conn->copy_text, out->text + choice->text_sent, news->text_len);
+        if (news->n_tokens)
+            memcpy(conn->copy_tokens, out->tokens + choice->tokens_sent, sizeof(sched_token) * (size_t)news->n_tokens);
+        if (n_top)
+            memcpy(conn->copy_top, out->top + (size_t)choice->tokens_sent * (size_t)out->top_logprobs,
+                   sizeof(sched_token) * n_top);
         if (out->done && out->finish == SCHED_FINISH_ERROR) {
             news->error = out->error;
             snprintf(news->error_message, sizeof news->error_message, "%s", out->error_message);
@@ -421,11 +424,11 @@ static enum MHD_Result handle_health(srv_conn *conn) {
         json_t *body = json_pack("{s:s}", "status", "ok");
         return send_json(conn, 200, body);
     }
-    case SRV_PHASE_LOADING: srv_error_set(&err, 503, "unavailable_error", NULL, "", "Loading model"); break;
+    case SRV_PHASE_LOADING: srv_error_make(&err, SRV_ERROR_UNAVAILABLE, NULL, "Loading model"); break;
     case SRV_PHASE_SHUTTING_DOWN:
-        srv_error_set(&err, 503, "unavailable_error", NULL, "", "the server is shutting down");
+        srv_error_make(&err, SRV_ERROR_UNAVAILABLE, NULL, "the server is shutting down");
         break;
-    default: srv_error_set(&err, 503, "unavailable_error", NULL, "", "%s", conn->app->load_error); break;
+    default: srv_error_make(&err, SRV_ERROR_UNAVAILABLE, NULL, "%s", conn->app->load_error); break;
     }
     return send_error(conn, &err);
 }
@@ -476,28 +479,28 @@ static enum MHD_Result route(srv_conn *conn, const char *url, const char *method
     for (size_t i = 0; i < sizeof ROUTES / sizeof ROUTES[0]; i++)
         if (strcmp(url, ROUTES[i].path) == 0) found = &ROUTES[i];
     if (!found) {
-        srv_error_set(&err, 404, "invalid_request_error", "not_found", "", "Invalid URL (%s %s)", method, url);
+        srv_error_make(&err, SRV_ERROR_NOT_FOUND, NULL, "Invalid URL (%s %s)", method, url);
         return send_error(conn, &err);
     }
     /* HEAD is GET without a body; libmicrohttpd drops the body itself */
     bool method_ok =
         strcmp(method, found->method) == 0 || (strcmp(found->method, "GET") == 0 && strcmp(method, "HEAD") == 0);
     if (!method_ok) {
-        srv_error_set(&err, 405, "invalid_request_error", "method_not_allowed", "",
-                      "Method %s is not allowed for %s (use %s)", method, url, found->method);
+        srv_error_make(&err, SRV_ERROR_METHOD_NOT_ALLOWED, NULL, "Method %s is not allowed for %s (use %s)", method,
+                       url, found->method);
         return send_body(conn, 405, srv_error_json(&err), "application/json", MHD_HTTP_HEADER_ALLOW, found->method);
     }
     if (found->kind == ROUTE_HEALTH) return handle_health(conn);
     if (found->kind == ROUTE_METRICS) return handle_metrics(conn);
     if (conn->body_too_large) {
-        srv_error_set(&err, 413, "invalid_request_error", "request_too_large", "",
-                      "the request body exceeds the limit of %zu bytes", conn->app->http.max_body_bytes);
+        srv_error_make(&err, SRV_ERROR_TOO_LARGE, NULL, "the request body exceeds the limit of %zu bytes",
+                       conn->app->http.max_body_bytes);
         return send_error(conn, &err);
     }
     srv_phase phase = (srv_phase)atomic_load(&conn->app->phase);
     if (phase != SRV_PHASE_READY) {
-        srv_error_set(&err, 503, "unavailable_error", NULL, "",
-                      phase == SRV_PHASE_LOADING ? "Loading model" : "the server is shutting down");
+        srv_error_make(&err, SRV_ERROR_UNAVAILABLE, NULL, "%s",
+                       phase == SRV_PHASE_LOADING ? "Loading model" : "the server is shutting down");
         return send_error(conn, &err);
     }
     switch (found->kind) {
@@ -543,9 +546,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *connection, 
         const char *length = MHD_lookup_connection_value(connection, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         if (length && strtoull(length, NULL, 10) > app->http.max_body_bytes) {
             srv_error err;
-            srv_error_set(&err, 413, "invalid_request_error", "request_too_large", "",
-                          "the request body of %s bytes exceeds the limit of %zu bytes", length,
-                          app->http.max_body_bytes);
+            srv_error_make(&err, SRV_ERROR_TOO_LARGE, NULL,
+                           "the request body of %s bytes exceeds the limit of %zu bytes", length,
+                           app->http.max_body_bytes);
             return send_error(conn, &err);
         }
         return MHD_YES;
