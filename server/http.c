@@ -101,7 +101,7 @@ static enum MHD_Result send_body(srv_conn *conn, int status, char *body, const c
 }
 
 static enum MHD_Result send_json(srv_conn *conn, int status, json_t *body) {
-    char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    char *text = body ? json_dumps(body, SRV_JSON_FLAGS) : NULL;
     json_decref(body);
     return send_body(conn, status, text, "application/json", NULL, NULL);
 }

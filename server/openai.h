@@ -21,6 +21,10 @@
 #include "model/tokenizer.h"
 #include "scheduler/sched.h"
 
+/* How response bodies are written: compact, and reals with 9 significant digits (every
+ * float32 logprob round-trips; no "-0.10000000149011612"). */
+#define SRV_JSON_FLAGS (JSON_COMPACT | JSON_REAL_PRECISION(9))
+
 /* ---- errors: the one place HTTP statuses are chosen ---- */
 
 /* An error answer: HTTP status and OpenAI's {"error": {message, type, param, code}}. */

@@ -280,7 +280,7 @@ json_t *srv_render_response(const srv_request *r, const srv_model_info *mi, cons
 
 /* "data: <compact JSON>\n\n"; takes ownership of j. */
 static char *resp_sse_event(json_t *j) {
-    char *body = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    char *body = j ? json_dumps(j, SRV_JSON_FLAGS) : NULL;
     json_decref(j);
     if (!body) return NULL;
     size_t len = strlen(body);
