@@ -37,9 +37,7 @@ static sp_status submit_check(const sched *s, const sched_request *r) {
                        "this model's maximum context length is %d tokens; the prompt has %d tokens and max_tokens "
                        "is %d",
                        s->cfg.max_seq_len, p->n_prompt, p->max_tokens);
-    if (kv__blocks_for_tokens(total, s->cfg.block_size) > s->blocks.n_total)
-        return sp_fail(SP_ERR_RANGE, "the KV cache holds %lld tokens; the prompt has %d tokens and max_tokens is %d",
-                       (long long)s->blocks.n_total * s->cfg.block_size, p->n_prompt, p->max_tokens);
+    /* (max_seq_len never exceeds the KV pool: sched_create lowers it) */
     return sample_params_validate(&p->sampling, s->n_vocab);
 }
 
@@ -65,6 +63,16 @@ sp_status sched_submit(sched *s, sched_request *const *reqs, int n) {
             return st;
         }
         tokens += reqs[i]->params.n_prompt;
+    }
+    /* a unit larger than the queue's bounds could never be accepted: that is the
+     * request's fault (400), not a busy server's (429, retried forever) */
+    if (n > s->cfg.queue_max_requests || tokens > s->cfg.queue_max_tokens) {
+        stat_add(&s->stats.rejected_invalid, n);
+        if (n > s->cfg.queue_max_requests)
+            return sp_fail(SP_ERR_INVALID_ARG, "this request needs %d sequences (n times prompts); the queue holds %d",
+                           n, s->cfg.queue_max_requests);
+        return sp_fail(SP_ERR_INVALID_ARG, "this request has %lld prompt tokens; the queue holds %lld",
+                       (long long)tokens, (long long)s->cfg.queue_max_tokens);
     }
     /* allocate outside the lock; a later refusal leaves the arrays for a retry */
     for (int i = 0; i < n; i++) {

@@ -46,8 +46,11 @@ sp_status sched_config_validate(const sched_config *c) {
                        SCHED_MAX_BLOCK_SIZE);
     if (c->max_batch_size < 1 || c->max_batch_size > 65536)
         return sp_fail(SP_ERR_INVALID_ARG, "max_batch_size %d must be between 1 and 65536", c->max_batch_size);
-    if (c->max_batch_tokens < 1)
-        return sp_fail(SP_ERR_INVALID_ARG, "max_batch_tokens %d must be at least 1", c->max_batch_tokens);
+    /* every running sequence must fit its decode row into one step, or the tail of the
+     * running list would never decode */
+    if (c->max_batch_tokens < c->max_batch_size)
+        return sp_fail(SP_ERR_INVALID_ARG, "max_batch_tokens %d must be at least max_batch_size (%d)",
+                       c->max_batch_tokens, c->max_batch_size);
     if (c->max_prefill_tokens < 1 || c->max_prefill_tokens > c->max_batch_tokens)
         return sp_fail(SP_ERR_INVALID_ARG, "max_prefill_tokens %d must be between 1 and max_batch_tokens (%d)",
                        c->max_prefill_tokens, c->max_batch_tokens);
@@ -157,7 +160,6 @@ sp_status sched_create(const sched_config *config, model *m, sched **out) {
     s->vocab = model_vocab(m);
     s->n_vocab = tok_vocab_size(s->vocab);
     if (s->cfg.max_seq_len == 0) s->cfg.max_seq_len = model_get_hparams(m)->n_ctx_train;
-    s->max_blocks_per_seq = kv__blocks_for_tokens(s->cfg.max_seq_len, s->cfg.block_size);
     atomic_init(&s->queued, 0);
     atomic_init(&s->queued_tokens, 0);
 
@@ -179,6 +181,16 @@ sp_status sched_create(const sched_config *config, model *m, sched **out) {
     int32_t n_blocks = 0;
     if ((st = sched_pool_blocks(s, &n_blocks)) != SP_OK) goto fail;
     if ((st = kv__blocks_init(&s->blocks, n_blocks)) != SP_OK) goto fail;
+    /* one sequence can never be longer than the whole pool: say so once, and make the
+     * context (what clients see as max_model_len) what the pool can hold */
+    if ((int64_t)n_blocks * s->cfg.block_size < s->cfg.max_seq_len) {
+        int32_t fits = n_blocks * s->cfg.block_size;
+        sp_log_warn("the KV cache (%lld MiB) holds %d tokens, less than the context of %d: one sequence is limited "
+                    "to %d tokens (raise --kv-cache-mb for more)",
+                    (long long)s->cfg.kv_cache_mb, fits, s->cfg.max_seq_len, fits);
+        s->cfg.max_seq_len = fits;
+    }
+    s->max_blocks_per_seq = kv__blocks_for_tokens(s->cfg.max_seq_len, s->cfg.block_size);
     s->watermark_blocks = (int32_t)(s->cfg.kv_watermark * n_blocks);
     if ((st = sched_alloc_arrays(s)) != SP_OK) goto fail;
     if ((st = model_kv_create(m, n_blocks, s->cfg.block_size, &s->kv)) != SP_OK) {

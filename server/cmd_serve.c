@@ -4,8 +4,8 @@
  * order: refuse new work, end the accepted work with an error event, let the answers
  * go out, stop listening, free.
  *
- * DESIGN (threads): the shutdown signals are blocked before any thread starts, so
- * every thread inherits the mask and only this thread takes them (sigwait).
+ * DESIGN (threads): SIGINT, SIGTERM and SIGHUP are blocked before any thread starts,
+ * so every thread inherits the mask and only this thread takes them (sigwait).
  */
 #include <getopt.h>
 #include <signal.h>
@@ -260,16 +260,16 @@ static sp_status serve_load(const serve_args *a, srv_app *app, serve_state *s) {
     }
     cfg.max_seq_len = a->ctx_size > 0 ? (int32_t)a->ctx_size : hp->n_ctx_train;
     if ((st = sched_config_validate(&cfg)) != SP_OK) return st;
+    if ((st = sched_create(&cfg, s->model, &app->sched)) != SP_OK) return st;
+    const sched_config *live = sched_get_config(app->sched); /* the context may shrink to the KV pool */
     model_names(a->model, a->served_name, s->file_name, sizeof s->file_name, s->served_name, sizeof s->served_name);
     app->model = (srv_model_info){.served_name = s->served_name,
                                   .file_name = s->file_name,
                                   .vocab = model_vocab(s->model),
-                                  .max_seq_len = cfg.max_seq_len,
+                                  .max_seq_len = live->max_seq_len,
                                   .created = (int64_t)time(NULL)};
     if ((st = srv_model_info_init_template(&app->model, model_gguf(s->model), a->chat_template)) != SP_OK) return st;
-    if ((st = sched_create(&cfg, s->model, &app->sched)) != SP_OK) return st;
     if ((st = sched_start(app->sched)) != SP_OK) return st;
-    const sched_config *live = sched_get_config(app->sched);
     sp_log_info("model %s (%s, %d layers, vocab %d) on %s; context %d; KV cache %lld MiB in blocks of %d; batch %d "
                 "sequences / %d tokens, prefill %d tokens per step; queue %d requests / %lld tokens; policy %s",
                 s->served_name, hp->arch_name, hp->n_layers, hp->n_vocab, dev_name(s->dev), live->max_seq_len,
@@ -313,12 +313,18 @@ int cmd_serve(int argc, char **argv) {
     sigemptyset(&signals);
     sigaddset(&signals, SIGINT);
     sigaddset(&signals, SIGTERM);
+    sigaddset(&signals, SIGHUP);
     pthread_sigmask(SIG_BLOCK, &signals, NULL);
     signal(SIGPIPE, SIG_IGN);
     raise_fd_limit(a.http.max_connections);
 
     srv_app app = {.http = a.http};
-    pthread_rwlock_init(&app.lifecycle, NULL);
+    /* writers first: a steady flow of submits must not hold off the shutdown */
+    pthread_rwlockattr_t rwattr;
+    pthread_rwlockattr_init(&rwattr);
+    pthread_rwlockattr_setkind_np(&rwattr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    pthread_rwlock_init(&app.lifecycle, &rwattr);
+    pthread_rwlockattr_destroy(&rwattr);
     atomic_store(&app.phase, SRV_PHASE_LOADING);
     serve_state s = {0};
     sp_status st = srv_watch_create(a.http.keepalive_s, &app.watch);
@@ -336,7 +342,8 @@ int cmd_serve(int argc, char **argv) {
         atomic_store(&app.phase, SRV_PHASE_READY);
         sp_log_info("ready in %.2f s: http://%s:%d/v1", sched_now() - t0, a.http.host, srv_http_port(s.http));
         int sig = 0;
-        sigwait(&signals, &sig);
+        /* SIGHUP has nothing to reload yet (no config file): say so and keep serving */
+        while (sigwait(&signals, &sig) == 0 && sig == SIGHUP) sp_log_info("SIGHUP: nothing to reload");
         sp_log_info("%s: shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
     } else {
         snprintf(app.load_error, sizeof app.load_error, "%s", sp_last_error());

@@ -111,6 +111,11 @@ static enum MHD_Result send_error(srv_conn *conn, const srv_error *err) {
     if (err->http_status == 429 || err->http_status == 503) {
         header = MHD_HTTP_HEADER_RETRY_AFTER;
         value = "1";
+    } else if (err->http_status == 408 || err->http_status == 500) {
+        /* the openai SDKs retry 408 and 5xx: running a timed-out or failed generation
+         * again is not what anyone wants (they honour this header) */
+        header = "x-should-retry";
+        value = "false";
     }
     return send_body(conn, err->http_status, srv_error_json(err), "application/json", header, value);
 }

@@ -87,7 +87,8 @@ typedef struct srv_watched {
     void *arg;
     _Atomic double last_write; /* sched_now() of the last bytes handed to the socket */
     bool streaming;
-    int _slot; /* index in the watcher's table, -1 when not watched */
+    bool hung_up; /* watcher thread: on_hangup was called */
+    int _slot;    /* index in the watcher's table, -1 when not watched */
 } srv_watched;
 
 sp_status srv_watch_create(double keepalive_s, srv_watch **out);

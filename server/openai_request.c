@@ -203,6 +203,35 @@ static sp_status request_stream(const json_t *root, srv_request *r, srv_error *e
     return SP_OK;
 }
 
+/* Fields whose meaning spindle does not implement: refused with a 400 naming them
+ * rather than ignored, since ignoring them would change what the client gets back
+ * without telling it. The harmless settings of each are accepted. */
+static sp_status request_unsupported(const json_t *root, int n, srv_error *err) {
+    const json_t *v;
+    if ((v = json_object_get(root, "echo")) && json_is_true(v))
+        return srv__fail(err, SRV_ERROR_BAD_REQUEST, "echo", "'echo' is not supported: leave it out or set it false.");
+    if ((v = json_object_get(root, "best_of")) && !json_is_null(v) &&
+        !(json_is_integer(v) && (json_integer_value(v) == 1 || json_integer_value(v) == n)))
+        return srv__fail(err, SRV_ERROR_BAD_REQUEST, "best_of",
+                         "'best_of' is not supported: leave it out or set it to n (%d).", n);
+    if ((v = json_object_get(root, "suffix")) && !json_is_null(v) && !(json_is_string(v) && json_string_length(v) == 0))
+        return srv__fail(err, SRV_ERROR_BAD_REQUEST, "suffix", "'suffix' (insertion) is not supported.");
+    if ((v = json_object_get(root, "response_format")) && !json_is_null(v)) {
+        const json_t *type = json_is_object(v) ? json_object_get(v, "type") : NULL;
+        if (!json_is_string(type) || strcmp(json_string_value(type), "text") != 0)
+            return srv__fail(err, SRV_ERROR_BAD_REQUEST, "response_format",
+                             "'response_format' other than {\"type\": \"text\"} (JSON mode, JSON schema) is not "
+                             "supported yet.");
+    }
+    if ((v = json_object_get(root, "tool_choice")) && !json_is_null(v) &&
+        !(json_is_string(v) &&
+          (strcmp(json_string_value(v), "none") == 0 || strcmp(json_string_value(v), "auto") == 0)))
+        return srv__fail(err, SRV_ERROR_BAD_REQUEST, "tool_choice",
+                         "'tool_choice' can only be \"auto\" or \"none\": tool calls are not parsed from the output, "
+                         "so a required or named tool cannot be enforced.");
+    return SP_OK;
+}
+
 /* Every field but the prompt. *max_tokens is 0 when the request leaves it to the
  * context. */
 static sp_status request_options(const json_t *root, const srv_model_info *mi, srv_request *r, int64_t *max_tokens,
@@ -217,6 +246,7 @@ static sp_status request_options(const json_t *root, const srv_model_info *mi, s
     r->n = 1;
     if ((st = srv__read_int(root, "n", 1, SRV_MAX_N, &i, &given, err)) != SP_OK) return st;
     if (given) r->n = (int)i;
+    if ((st = request_unsupported(root, r->n, err)) != SP_OK) return st;
     /* max_completion_tokens is the newer name; it wins when both are given */
     *max_tokens = 0;
     if ((st = srv__read_int(root, "max_tokens", 1, INT64_MAX, max_tokens, NULL, err)) != SP_OK) return st;

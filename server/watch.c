@@ -6,7 +6,9 @@
  * token. The watcher polls the sockets of every generating request every
  * WATCH_PERIOD_MS (poll with a zero timeout; it never reads, so it takes nothing from
  * libmicrohttpd) and calls on_hangup for a peer that hung up (POLLRDHUP/POLLHUP/
- * POLLERR). For streams quiet for keepalive_s it calls on_quiet, and the stream sends
+ * POLLERR), once. A client that half-closes its socket (shutdown(SHUT_WR)) after
+ * sending the request counts as gone, as nginx's proxy treats it: HTTP clients do not
+ * do that and then wait for the answer. For streams quiet for keepalive_s it calls on_quiet, and the stream sends
  * an SSE comment line.
  *
  * DESIGN (threads): the table belongs to the watcher's lock. HTTP threads add and
@@ -44,7 +46,9 @@ static void watch_tick(srv_watch *wt) {
     double now = sched_now();
     for (int i = 0; i < wt->n; i++) {
         srv_watched *w = wt->entries[i];
+        if (w->hung_up) continue;
         if (rc > 0 && (wt->fds[i].revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL))) {
+            w->hung_up = true; /* once: the entry stays until the connection completes */
             w->on_hangup(w->arg);
             continue;
         }

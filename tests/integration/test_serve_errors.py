@@ -62,6 +62,12 @@ BAD_FIELDS = [
     (COMP, {"prompt": [1, 2, 99999999]}, "prompt"),
     (COMP, {"prompt": "x", "logprobs": 9}, "logprobs"),
     (COMP, {}, "prompt"),
+    # semantics spindle does not implement are refused, not silently ignored
+    (COMP, {"prompt": "x", "echo": True}, "echo"),
+    (COMP, {"prompt": "x", "best_of": 3}, "best_of"),
+    (COMP, {"prompt": "x", "suffix": "end"}, "suffix"),
+    (CHAT, {"messages": MSGS, "response_format": {"type": "json_object"}}, "response_format"),
+    (CHAT, {"messages": MSGS, "tool_choice": "required"}, "tool_choice"),
 ]
 
 
@@ -171,6 +177,8 @@ def test_queue_full_is_429_with_retry_after(spindle_bin, stories_model):
                 assert_error((status, headers, resp), 429)
         rejected = server.metrics()['spindle_requests_rejected_total{reason="queue_requests"}']
         assert rejected == statuses.count(429)
+        # a request that could never fit the queue is the request's fault: 400, not 429
+        assert_error(server.request("POST", COMP, {"prompt": "Lily", "max_tokens": 2, "n": 3}), 400)
         # and it still serves
         assert server.request("POST", COMP, {"prompt": "Lily", "max_tokens": 2})[0] == 200
     finally:

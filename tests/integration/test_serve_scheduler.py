@@ -52,6 +52,10 @@ def test_kv_exhaustion_preempts_and_every_request_completes(spindle_bin, stories
         m = tight.metrics()
         assert m["spindle_preemptions_total"] > 0
         assert m["spindle_kv_blocks_used"] == 0
+        # the context shrinks to what the pool holds, so a request without max_tokens fits
+        max_len = tight.client().models.list().data[0].model_extra["max_model_len"]
+        assert max_len == m["spindle_kv_blocks_total"] * 16 < 2048
+        assert tight.request("POST", "/v1/completions", {"prompt": "Lily"})[0] == 200
     finally:
         assert tight.stop() == 0
 

@@ -201,19 +201,19 @@ Test(sched_queue, validates_prompt_and_context) {
     env_close(&e);
 }
 
-Test(sched_queue, refuses_more_than_the_kv_pool_holds) {
+Test(sched_queue, context_shrinks_to_what_the_kv_pool_holds) {
     queue_env e;
     env_open(&e);
     sched_config c = small_config(); /* the model's 2048-token context, a 1632-token pool */
     sched *s;
     cr_assert_eq(sched_create(&c, e.m, &s), SP_OK);
-    cr_assert_eq(sched_get_config(s)->max_seq_len, 2048, "0 resolves to the training context");
     sched_stats st;
     sched_get_stats(s, &st);
     cr_assert_eq(st.kv_blocks_total, 102);
+    cr_assert_eq(sched_get_config(s)->max_seq_len, 1632, "one sequence can never outgrow the pool");
     sched_request *r = make_request(10, 1700);
     cr_assert_eq(sched_submit(s, &r, 1), SP_ERR_RANGE);
-    cr_assert(strstr(sp_last_error(), "KV cache holds 1632 tokens"), "%s", sp_last_error());
+    cr_assert(strstr(sp_last_error(), "maximum context length is 1632 tokens"), "%s", sp_last_error());
     sched_destroy(s);
     sched_request_release(r);
     env_close(&e);
@@ -305,6 +305,11 @@ Test(sched_config, defaults_and_validation) {
     c.block_size = 0;
     cr_assert_eq(sched_config_validate(&c), SP_ERR_INVALID_ARG);
     cr_assert(strstr(sp_last_error(), "block_size"), "%s", sp_last_error());
+    c = sched_config_default(); /* a decode row for every running sequence must fit a step */
+    c.max_batch_tokens = c.max_batch_size - 1;
+    c.max_prefill_tokens = 16;
+    cr_assert_eq(sched_config_validate(&c), SP_ERR_INVALID_ARG);
+    cr_assert(strstr(sp_last_error(), "max_batch_tokens"), "%s", sp_last_error());
 }
 
 Test(sched_config, batch_beyond_the_model_is_refused) {
