@@ -13,6 +13,7 @@ time. Writes the "serve" section of docs/benchmarks.md.
 import argparse
 import asyncio
 import json
+import math
 import os
 import statistics
 import sys
@@ -71,7 +72,7 @@ async def level(port, prompt, input_len, concurrency, rounds, output_len):
     tokens = sum(r[1] for r in results)
     return {"concurrency": concurrency, "requests": len(results), "tokens": tokens, "wall_s": wall,
             "tok_s": tokens / wall, "total_tok_s": (tokens + len(results) * input_len) / wall, "ttft_median_ms": statistics.median(ttfts) * 1e3,
-            "ttft_p90_ms": ttfts[int(0.9 * (len(ttfts) - 1))] * 1e3}
+            "ttft_p90_ms": ttfts[math.ceil(0.9 * len(ttfts)) - 1] * 1e3}  # nearest rank
 
 
 def main():
@@ -79,7 +80,7 @@ def main():
     ap.add_argument("--bin", default="build/spindle")
     ap.add_argument("--model", default="models/SmolLM2-135M-Instruct.Q4_1.gguf")
     ap.add_argument("--concurrency", default="1,4,16")
-    ap.add_argument("--rounds", type=int, default=3, help="requests per concurrency slot")
+    ap.add_argument("--rounds", type=int, default=2, help="requests per concurrency slot")
     ap.add_argument("--input-len", type=int, default=64)
     ap.add_argument("--output-len", type=int, default=128)
     ap.add_argument("--report", default="docs/benchmarks.md")
@@ -108,9 +109,14 @@ def main():
     for r in rows:
         lines.append(f"| {r['concurrency']} | {r['requests']} | {r['tok_s']:.1f} | {r['tok_s'] / base:.2f}x | "
                      f"{r['total_tok_s']:.1f} | {r['ttft_median_ms']:.0f} | {r['ttft_p90_ms']:.0f} |")
+    lines += ["", "On this 2-core CPU a step is compute-bound, not memory-bound: a batch of rows costs "
+              "nearly rows times one row, so the ceiling for batched throughput is the prompt-processing rate of "
+              "the kernels (pp512 in the kernels section, about 2x tg128), and prefill shares it. Concurrency "
+              "pays up to that ceiling and then turns into queueing (TTFT); the multi-row integer kernels that "
+              "raise the ceiling are the CPU-kernels issue's work."]
     text = "\n".join(lines) + "\n"
     lines_out = text.split("\n")
-    body = "\n".join(lines_out[:1] + [""] + [provenance("make bench-serve")] + lines_out[1:])
+    body = "\n".join(lines_out[:1] + [""] + [provenance("make bench-serve")] + lines_out[2:])
     write_section(a.report, "serve", body)
     print(text)
 
