@@ -39,6 +39,8 @@ typedef enum srv_phase {
     SRV_PHASE_FAILED /* loading failed; the process is about to exit */
 } srv_phase;
 
+typedef enum srv_log_format { SRV_LOG_TEXT, SRV_LOG_JSON } srv_log_format;
+
 typedef struct srv_http_config {
     const char *host;       /* address to bind ("127.0.0.1", "0.0.0.0", "::1") */
     int port;               /* 0: any free port (srv_http_port tells which) */
@@ -47,6 +49,23 @@ typedef struct srv_http_config {
     int max_connections;    /* open connections at once */
     double keepalive_s;     /* SSE comment after this much quiet */
     int connection_timeout; /* seconds an idle connection is kept (not counting suspended ones) */
+    size_t max_header_bytes; /* request line + headers per connection (libmicrohttpd's memory limit) */
+    /* security (auth.c): API keys from --api-key and --api-key-file (reloaded on SIGHUP) */
+    const char *const *api_keys; /* (n_api_keys) from --api-key / the config file's api_keys */
+    int n_api_keys;
+    const char *api_key_file;    /* one key per line; NULL: none */
+    bool metrics_require_key;    /* /metrics needs a key too (default: open) */
+    const char *const *cors_origins; /* (n_cors_origins) allowed origins; "*" allows any; none: CORS off */
+    int n_cors_origins;
+    const char *tls_cert_file;   /* PEM; both set: HTTPS */
+    const char *tls_key_file;
+    /* logging (access log) */
+    srv_log_format log_format;
+    bool access_log;  /* one line per request (default on) */
+    bool log_prompts; /* include the prompt text in the access log (default off) */
+    /* readiness and drain */
+    double drain_timeout_s;     /* SIGTERM: in-flight work gets this long to finish */
+    double ready_queue_fraction; /* /ready is 503 when the queue is above this fraction of its bounds */
 } srv_http_config;
 
 typedef struct srv_watch srv_watch;
