@@ -85,8 +85,16 @@ struct srv_conn {
 
 /* ---- responses ---- */
 
-static enum MHD_Result send_body(srv_conn *conn, int status, char *body, const char *content_type, const char *header,
-                                 const char *header_value) {
+/* Every response (a body or a stream) is queued here: the one place for what all
+ * answers share (headers every response carries, what the access log records). */
+static enum MHD_Result queue_response(srv_conn *conn, int status, struct MHD_Response *resp) {
+    enum MHD_Result r = MHD_queue_response(conn->connection, (unsigned)status, resp);
+    MHD_destroy_response(resp);
+    return r;
+}
+
+static enum MHD_Result send_body(srv_conn *conn, int status, char *body, const char *content_type,
+                                 const char *header, const char *header_value) {
     if (!body) return MHD_NO;
     struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
     if (!resp) {
@@ -95,9 +103,7 @@ static enum MHD_Result send_body(srv_conn *conn, int status, char *body, const c
     }
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
     if (header) MHD_add_response_header(resp, header, header_value);
-    enum MHD_Result r = MHD_queue_response(conn->connection, (unsigned)status, resp);
-    MHD_destroy_response(resp);
-    return r;
+    return queue_response(conn, status, resp);
 }
 
 static enum MHD_Result send_json(srv_conn *conn, int status, json_t *body) {
@@ -415,9 +421,7 @@ static enum MHD_Result start_generation(srv_conn *conn, srv_endpoint endpoint) {
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
     MHD_add_response_header(resp, "X-Accel-Buffering", "no"); /* nginx: do not buffer the stream */
-    enum MHD_Result r = MHD_queue_response(conn->connection, MHD_HTTP_OK, resp);
-    MHD_destroy_response(resp);
-    return r;
+    return queue_response(conn, MHD_HTTP_OK, resp);
 }
 
 /* ---- the other endpoints ---- */
