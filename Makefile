@@ -35,7 +35,7 @@ SCHED_SRC  := scheduler/sched.c scheduler/queue.c scheduler/request.c scheduler/
 SERVER_SRC := server/cli_session.c server/cmd_generate.c server/cmd_inspect.c server/cmd_bench.c \
               server/cmd_template.c server/cmd_serve.c server/http.c server/watch.c server/metrics.c \
               server/errors.c server/openai_fields.c server/openai_request.c server/openai_response.c \
-              server/chat.c server/tokenize.c
+              server/chat.c server/tokenize.c server/auth.c
 
 LIB_SRC := $(COMMON_SRC) $(MODEL_SRC) $(GPU_SRC) $(SCHED_SRC) $(SERVER_SRC)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)

@@ -1,8 +1,9 @@
 /* cmd_serve.c: `spindle serve` (and plain `spindle`): the daemon's main thread.
  * Parses the flags, starts listening (so /health answers 503 while loading), loads
  * the model, starts the scheduler, then waits for SIGINT/SIGTERM and shuts down in
- * order: refuse new work, end the accepted work with an error event, let the answers
- * go out, stop listening, free.
+ * order: drain (refuse new work, let accepted work finish for drain_timeout), end
+ * what is left with an error event, let the answers go out, stop listening, free. A
+ * second SIGINT/SIGTERM during the drain ends everything at once.
  *
  * DESIGN (threads): SIGINT, SIGTERM and SIGHUP are blocked before any thread starts,
  * so every thread inherits the mask and only this thread takes them (sigwait).
@@ -283,7 +284,8 @@ static sp_status serve_load(const serve_args *a, srv_app *app, serve_state *s) {
  * grace_s), stops listening. */
 static void serve_shutdown(srv_app *app, serve_state *s, double grace_s) {
     pthread_rwlock_wrlock(&app->lifecycle);
-    if (atomic_load(&app->phase) == SRV_PHASE_READY) atomic_store(&app->phase, SRV_PHASE_SHUTTING_DOWN);
+    int phase = atomic_load(&app->phase);
+    if (phase == SRV_PHASE_READY || phase == SRV_PHASE_DRAINING) atomic_store(&app->phase, SRV_PHASE_SHUTTING_DOWN);
     sched *sc = app->sched;
     app->sched = NULL;
     pthread_rwlock_unlock(&app->lifecycle);
@@ -297,6 +299,32 @@ static void serve_shutdown(srv_app *app, serve_state *s, double grace_s) {
     s->http = NULL;
     srv_watch_destroy(app->watch);
     app->watch = NULL;
+}
+
+/* SIGTERM/SIGINT: stop admitting (new requests 503 with Retry-After, /ready 503) and
+ * give the accepted requests up to timeout_s to finish. Returns false when a second
+ * SIGINT/SIGTERM asked to exit at once. */
+static bool serve_drain(srv_app *app, const sigset_t *signals, double timeout_s) {
+    pthread_rwlock_wrlock(&app->lifecycle); /* no handler is between its phase check and its submit */
+    atomic_store(&app->phase, SRV_PHASE_DRAINING);
+    pthread_rwlock_unlock(&app->lifecycle);
+    double t0 = sched_now();
+    long in_flight = atomic_load(&app->live_generations);
+    sp_log_info("draining: %ld requests in flight, up to %.0f s", in_flight, timeout_s);
+    while ((in_flight = atomic_load(&app->live_generations)) > 0 && sched_now() - t0 < timeout_s) {
+        struct timespec wait = {.tv_sec = 0, .tv_nsec = 20 * 1000 * 1000};
+        int sig = sigtimedwait(signals, NULL, &wait);
+        if (sig == SIGINT || sig == SIGTERM) {
+            sp_log_info("%s again: ending %ld requests now", sig == SIGINT ? "SIGINT" : "SIGTERM", in_flight);
+            return false;
+        }
+        if (sig == SIGHUP) sp_log_info("SIGHUP while draining: ignored");
+    }
+    if (in_flight > 0)
+        sp_log_warn("drain timeout (%.0f s): ending %ld requests with an error", timeout_s, in_flight);
+    else
+        sp_log_info("drained in %.2f s", sched_now() - t0);
+    return true;
 }
 
 int cmd_serve(int argc, char **argv) {
@@ -337,20 +365,28 @@ int cmd_serve(int argc, char **argv) {
     sp_log_info("listening on http://%s:%d (loading %s)", a.http.host, srv_http_port(s.http), a.model);
 
     double t0 = sched_now();
+    bool graceful = true;
     st = serve_load(&a, &app, &s);
+    /* security (auth.c): the API keys, before READY; a bad key file fails the start */
+    srv_auth *auth = NULL;
+    if (st == SP_OK && (st = srv_auth_create(&app.http, &auth)) == SP_OK) app.auth = auth;
     if (st == SP_OK) {
         atomic_store(&app.phase, SRV_PHASE_READY);
         sp_log_info("ready in %.2f s: http://%s:%d/v1", sched_now() - t0, a.http.host, srv_http_port(s.http));
         int sig = 0;
-        /* SIGHUP has nothing to reload yet (no config file): say so and keep serving */
-        while (sigwait(&signals, &sig) == 0 && sig == SIGHUP) sp_log_info("SIGHUP: nothing to reload");
+        /* SIGHUP: reload the API key file (auth.c; a failed reload keeps the old keys) */
+        while (sigwait(&signals, &sig) == 0 && sig == SIGHUP) srv_auth_reload(app.auth);
         sp_log_info("%s: shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
+        graceful = serve_drain(&app, &signals, app.http.drain_timeout_s);
     } else {
         snprintf(app.load_error, sizeof app.load_error, "%s", sp_last_error());
         atomic_store(&app.phase, SRV_PHASE_FAILED);
         fprintf(stderr, "spindle: error: %s\n", app.load_error);
     }
-    serve_shutdown(&app, &s, 5.0);
+    /* after a drain the answers of what was left get a moment to go out; a second
+     * signal means now */
+    serve_shutdown(&app, &s, graceful ? 5.0 : 0.0);
+    srv_auth_destroy(app.auth); /* security: after the HTTP threads are gone */
     srv_model_info_free(&app.model);
     model_destroy(s.model);
     dev_destroy(s.dev);

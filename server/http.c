@@ -17,12 +17,14 @@
 #include "server/http.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <microhttpd.h>
 #include <netdb.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 
@@ -34,6 +36,9 @@ struct srv_http {
     struct MHD_Daemon *daemon;
     srv_app *app;
     int port;
+    /* security: the PEM texts (TLS) and the daemon options they and the header limit add */
+    char *tls_cert, *tls_key;
+    struct MHD_OptionItem security_options[4];
 };
 
 typedef struct srv_conn srv_conn;
@@ -83,18 +88,42 @@ struct srv_conn {
     size_t copy_tokens_cap, copy_top_cap;
 };
 
+/* ---- security: CORS (off unless app->http.n_cors_origins > 0) ---- */
+
+/* The Access-Control-Allow-Origin value for this request: its Origin when that is
+ * one of the allowed origins, "*" when "*" is configured; NULL when CORS is off, the
+ * request has no Origin, or its origin is not allowed. */
+static const char *cors_allow_origin(const srv_conn *conn) {
+    const srv_http_config *cfg = &conn->app->http;
+    if (cfg->n_cors_origins <= 0) return NULL;
+    const char *origin = MHD_lookup_connection_value(conn->connection, MHD_HEADER_KIND, "Origin");
+    if (!origin) return NULL;
+    for (int i = 0; i < cfg->n_cors_origins; i++) {
+        if (strcmp(cfg->cors_origins[i], "*") == 0) return "*";
+        if (strcasecmp(cfg->cors_origins[i], origin) == 0) return origin;
+    }
+    return NULL;
+}
+
 /* ---- responses ---- */
 
 /* Every response (a body or a stream) is queued here: the one place for what all
  * answers share (headers every response carries, what the access log records). */
 static enum MHD_Result queue_response(srv_conn *conn, int status, struct MHD_Response *resp) {
+    /* security (CORS): an allowed origin may read every answer; with CORS on, answers
+     * depend on the Origin, so caches must key on it */
+    if (conn->app->http.n_cors_origins > 0) {
+        const char *allow_origin = cors_allow_origin(conn);
+        if (allow_origin) MHD_add_response_header(resp, "Access-Control-Allow-Origin", allow_origin);
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_VARY, "Origin");
+    }
     enum MHD_Result r = MHD_queue_response(conn->connection, (unsigned)status, resp);
     MHD_destroy_response(resp);
     return r;
 }
 
-static enum MHD_Result send_body(srv_conn *conn, int status, char *body, const char *content_type,
-                                 const char *header, const char *header_value) {
+static enum MHD_Result send_body(srv_conn *conn, int status, char *body, const char *content_type, const char *header,
+                                 const char *header_value) {
     if (!body) return MHD_NO;
     struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
     if (!resp) {
@@ -122,6 +151,10 @@ static enum MHD_Result send_error(srv_conn *conn, const srv_error *err) {
          * again is not what anyone wants (they honour this header) */
         header = "x-should-retry";
         value = "false";
+    } else if (err->http_status == 401) {
+        /* security (API keys): RFC 6750's challenge */
+        header = MHD_HTTP_HEADER_WWW_AUTHENTICATE;
+        value = "Bearer";
     }
     return send_body(conn, err->http_status, srv_error_json(err), "application/json", header, value);
 }
@@ -369,6 +402,17 @@ static enum MHD_Result continue_completion(srv_conn *conn) {
     }
 }
 
+/* Why the server does not take new work in this phase. */
+static const char *phase_refusal(srv_phase phase, const srv_app *app) {
+    switch (phase) {
+    case SRV_PHASE_LOADING: return "Loading model";
+    case SRV_PHASE_DRAINING: return "the server is draining (shutting down): retry on another replica";
+    case SRV_PHASE_SHUTTING_DOWN: return "the server is shutting down";
+    case SRV_PHASE_FAILED: return app->load_error;
+    default: return "unavailable";
+    }
+}
+
 /* ---- generation requests ---- */
 
 static enum MHD_Result start_generation(srv_conn *conn, srv_endpoint endpoint) {
@@ -399,7 +443,7 @@ static enum MHD_Result start_generation(srv_conn *conn, srv_endpoint endpoint) {
     pthread_rwlock_rdlock(&app->lifecycle);
     sp_status st = atomic_load(&app->phase) == SRV_PHASE_READY
                        ? sched_submit(app->sched, conn->reqs, n)
-                       : sp_fail(SP_ERR_UNAVAILABLE, "the server is shutting down");
+                       : sp_fail(SP_ERR_UNAVAILABLE, "%s", phase_refusal((srv_phase)atomic_load(&app->phase), app));
     pthread_rwlock_unlock(&app->lifecycle);
     if (st != SP_OK) return send_status_error(conn, st, sp_last_error());
     conn->dispatched = true;
@@ -426,26 +470,62 @@ static enum MHD_Result start_generation(srv_conn *conn, srv_endpoint endpoint) {
 
 /* ---- the other endpoints ---- */
 
+/* GET /health: liveness. 200 while the scheduler thread is alive (it ticked or woke
+ * within SRV_HEARTBEAT_STALE_S), also while draining; 503 with the reason when it is
+ * stuck, or before the model is loaded. Reads atomics only, never waits on it. */
 static enum MHD_Result handle_health(srv_conn *conn) {
+    srv_app *app = conn->app;
     srv_error err;
-    switch ((srv_phase)atomic_load(&conn->app->phase)) {
-    case SRV_PHASE_READY: {
-        json_t *body = json_pack("{s:s}", "status", "ok");
-        return send_json(conn, 200, body);
-    }
-    case SRV_PHASE_LOADING: srv_error_make(&err, SRV_ERROR_UNAVAILABLE, NULL, "Loading model"); break;
-    case SRV_PHASE_SHUTTING_DOWN:
-        srv_error_make(&err, SRV_ERROR_UNAVAILABLE, NULL, "the server is shutting down");
-        break;
-    default: srv_error_make(&err, SRV_ERROR_UNAVAILABLE, NULL, "%s", conn->app->load_error); break;
-    }
+    pthread_rwlock_rdlock(&app->lifecycle);
+    srv_phase phase = (srv_phase)atomic_load(&app->phase);
+    bool live = phase == SRV_PHASE_READY || phase == SRV_PHASE_DRAINING;
+    double age = live && app->sched ? sched_seconds_since_heartbeat(app->sched) : 0.0;
+    pthread_rwlock_unlock(&app->lifecycle);
+    if (live && age < SRV_HEARTBEAT_STALE_S) return send_json(conn, 200, json_pack("{s:s}", "status", "ok"));
+    if (live)
+        srv_error_make(&err, SRV_ERROR_UNAVAILABLE, NULL, "the scheduler has not ticked for %.0f s (stuck)", age);
+    else
+        srv_error_make(&err, SRV_ERROR_UNAVAILABLE, NULL, "%s", phase_refusal(phase, app));
     return send_error(conn, &err);
+}
+
+/* GET /ready: readiness for a load balancer. 200 when the model is loaded, the server
+ * is not draining, and the queue is below ready_queue_fraction of both its bounds;
+ * 503 with the reason otherwise. */
+static enum MHD_Result handle_ready(srv_conn *conn) {
+    srv_app *app = conn->app;
+    srv_error err;
+    pthread_rwlock_rdlock(&app->lifecycle);
+    srv_phase phase = (srv_phase)atomic_load(&app->phase);
+    sched_stats st = {0};
+    const sched_config *cfg = NULL;
+    if (phase == SRV_PHASE_READY && app->sched) {
+        sched_get_stats(app->sched, &st);
+        cfg = sched_get_config(app->sched);
+    }
+    pthread_rwlock_unlock(&app->lifecycle);
+    if (!cfg) {
+        srv_error_make(&err, SRV_ERROR_UNAVAILABLE, NULL, "%s", phase_refusal(phase, app));
+        return send_error(conn, &err);
+    }
+    double f = app->http.ready_queue_fraction > 0 ? app->http.ready_queue_fraction : 1.0;
+    if (st.queued >= f * cfg->queue_max_requests || (double)st.queued_tokens >= f * (double)cfg->queue_max_tokens) {
+        srv_error_make(&err, SRV_ERROR_UNAVAILABLE, NULL,
+                       "the queue is near full: %d requests and %lld prompt tokens waiting (high-water mark %.0f%% of "
+                       "%d requests / %lld tokens)",
+                       st.queued, (long long)st.queued_tokens, f * 100, cfg->queue_max_requests,
+                       (long long)cfg->queue_max_tokens);
+        return send_error(conn, &err);
+    }
+    return send_json(conn, 200, json_pack("{s:s}", "status", "ready"));
 }
 
 static enum MHD_Result handle_metrics(srv_conn *conn) {
     srv_app *app = conn->app;
     pthread_rwlock_rdlock(&app->lifecycle); /* the scheduler is not destroyed while we read it */
-    char *text = srv_metrics_render(app, atomic_load(&app->phase) == SRV_PHASE_READY ? app->sched : NULL);
+    srv_phase phase = (srv_phase)atomic_load(&app->phase);
+    bool serving = phase == SRV_PHASE_READY || phase == SRV_PHASE_DRAINING;
+    char *text = srv_metrics_render(app, serving ? app->sched : NULL);
     pthread_rwlock_unlock(&app->lifecycle);
     return send_body(conn, 200, text, "text/plain; version=0.0.4", NULL, NULL);
 }
@@ -460,6 +540,7 @@ static enum MHD_Result handle_json_endpoint(srv_conn *conn,
 
 typedef enum route_kind {
     ROUTE_HEALTH,
+    ROUTE_READY,
     ROUTE_METRICS,
     ROUTE_MODELS,
     ROUTE_CHAT,
@@ -474,6 +555,7 @@ static const struct route {
     route_kind kind;
 } ROUTES[] = {
     {"/health", "GET", ROUTE_HEALTH},
+    {"/ready", "GET", ROUTE_READY},
     {"/metrics", "GET", ROUTE_METRICS},
     {"/v1/models", "GET", ROUTE_MODELS},
     {"/v1/chat/completions", "POST", ROUTE_CHAT},
@@ -481,6 +563,47 @@ static const struct route {
     {"/tokenize", "POST", ROUTE_TOKENIZE},
     {"/detokenize", "POST", ROUTE_DETOKENIZE},
 };
+
+/* ---- security: API keys (auth.c) and CORS preflight ---- */
+
+/* /health and /ready are open (probes carry no key); /metrics too unless
+ * metrics_require_key. */
+static bool route_needs_key(const srv_app *app, route_kind kind) {
+    if (kind == ROUTE_HEALTH || kind == ROUTE_READY) return false;
+    if (kind == ROUTE_METRICS) return app->http.metrics_require_key;
+    return true;
+}
+
+/* Whether the request carries a valid key; when not, fills err (401, or 503 while
+ * the keys are not loaded yet). */
+static bool route_authorized(srv_conn *conn, srv_error *err) {
+    srv_app *app = conn->app;
+    srv_auth *auth = atomic_load(&app->auth);
+    if (!auth) {
+        /* the keys are loaded with the model: until then keyed routes wait like the rest */
+        if (app->http.n_api_keys == 0 && !app->http.api_key_file) return true;
+        srv_error_make(err, SRV_ERROR_UNAVAILABLE, NULL, "%s", phase_refusal((srv_phase)atomic_load(&app->phase), app));
+        return false;
+    }
+    const char *authorization =
+        MHD_lookup_connection_value(conn->connection, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    return srv_auth_check(auth, authorization, err);
+}
+
+/* OPTIONS on a known path with CORS on: 204, and to an allowed origin what it may
+ * send (queue_response adds Access-Control-Allow-Origin). Needs no key: browsers
+ * send preflights without one. */
+static enum MHD_Result cors_preflight(srv_conn *conn, const struct route *found) {
+    struct MHD_Response *resp = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
+    if (!resp) return MHD_NO;
+    if (cors_allow_origin(conn)) {
+        bool get = strcmp(found->method, "GET") == 0;
+        MHD_add_response_header(resp, "Access-Control-Allow-Methods", get ? "GET, HEAD, OPTIONS" : "POST, OPTIONS");
+        MHD_add_response_header(resp, "Access-Control-Allow-Headers", "Authorization, Content-Type");
+        MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
+    }
+    return queue_response(conn, MHD_HTTP_NO_CONTENT, resp);
+}
 
 static enum MHD_Result route(srv_conn *conn, const char *url, const char *method) {
     srv_error err;
@@ -491,6 +614,9 @@ static enum MHD_Result route(srv_conn *conn, const char *url, const char *method
         srv_error_make(&err, SRV_ERROR_NOT_FOUND, NULL, "Invalid URL (%s %s)", method, url);
         return send_error(conn, &err);
     }
+    /* security: CORS preflight (no key), then the API key */
+    if (conn->app->http.n_cors_origins > 0 && strcmp(method, "OPTIONS") == 0) return cors_preflight(conn, found);
+    if (route_needs_key(conn->app, found->kind) && !route_authorized(conn, &err)) return send_error(conn, &err);
     /* HEAD is GET without a body; libmicrohttpd drops the body itself */
     bool method_ok =
         strcmp(method, found->method) == 0 || (strcmp(found->method, "GET") == 0 && strcmp(method, "HEAD") == 0);
@@ -500,6 +626,7 @@ static enum MHD_Result route(srv_conn *conn, const char *url, const char *method
         return send_body(conn, 405, srv_error_json(&err), "application/json", MHD_HTTP_HEADER_ALLOW, found->method);
     }
     if (found->kind == ROUTE_HEALTH) return handle_health(conn);
+    if (found->kind == ROUTE_READY) return handle_ready(conn);
     if (found->kind == ROUTE_METRICS) return handle_metrics(conn);
     if (conn->body_too_large) {
         srv_error_make(&err, SRV_ERROR_TOO_LARGE, NULL, "the request body exceeds the limit of %zu bytes",
@@ -508,8 +635,7 @@ static enum MHD_Result route(srv_conn *conn, const char *url, const char *method
     }
     srv_phase phase = (srv_phase)atomic_load(&conn->app->phase);
     if (phase != SRV_PHASE_READY) {
-        srv_error_make(&err, SRV_ERROR_UNAVAILABLE, NULL, "%s",
-                       phase == SRV_PHASE_LOADING ? "Loading model" : "the server is shutting down");
+        srv_error_make(&err, SRV_ERROR_UNAVAILABLE, NULL, "%s", phase_refusal(phase, conn->app));
         return send_error(conn, &err);
     }
     switch (found->kind) {
@@ -609,6 +735,72 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap) {
     sp_log_warn("http: %s", msg);
 }
 
+/* ---- security: TLS and the header limit (srv_http_start) ---- */
+
+enum { TLS_PEM_MAX_BYTES = 1 << 20 };
+
+/* Reads the PEM file of flag `what` at path; caller owns *out (NUL-terminated). */
+static sp_status tls_read_pem(const char *what, const char *path, char **out) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return sp_fail(SP_ERR_IO, "%s %s: cannot read: %s", what, path, strerror(errno));
+    char *text = malloc(TLS_PEM_MAX_BYTES + 1);
+    size_t n = text ? fread(text, 1, TLS_PEM_MAX_BYTES + 1, f) : 0;
+    bool failed = !text || ferror(f);
+    fclose(f);
+    sp_status st = SP_OK;
+    if (!text)
+        st = sp_fail(SP_ERR_NOMEM, "out of memory");
+    else if (failed)
+        st = sp_fail(SP_ERR_IO, "%s %s: cannot read: %s", what, path, strerror(errno));
+    else if (n > TLS_PEM_MAX_BYTES)
+        st = sp_fail(SP_ERR_FORMAT, "%s %s: larger than %d bytes: not a PEM file", what, path, TLS_PEM_MAX_BYTES);
+    if (st == SP_OK) {
+        text[n] = '\0';
+        if (!strstr(text, "-----BEGIN ")) st = sp_fail(SP_ERR_FORMAT, "%s %s: not a PEM file", what, path);
+    }
+    if (st != SP_OK) {
+        if (text) explicit_bzero(text, TLS_PEM_MAX_BYTES + 1);
+        free(text);
+        return st;
+    }
+    *out = text;
+    return SP_OK;
+}
+
+/* Fills h->security_options (an MHD_OPTION_ARRAY) and adds to *flags: TLS when both
+ * PEM files are set, libmicrohttpd's per-connection memory limit when
+ * max_header_bytes is set (a request line or headers that do not fit get
+ * libmicrohttpd's own answer: 414 for the request line, 431 for the headers). */
+static sp_status http_security_options(srv_http *h, unsigned *flags) {
+    const srv_http_config *cfg = &h->app->http;
+    int n = 0;
+    if (cfg->tls_cert_file || cfg->tls_key_file) {
+        if (!cfg->tls_cert_file || !cfg->tls_key_file)
+            return sp_fail(SP_ERR_INVALID_ARG, "TLS needs both --tls-cert and --tls-key (only %s is set)",
+                           cfg->tls_cert_file ? "--tls-cert" : "--tls-key");
+        if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES)
+            return sp_fail(SP_ERR_UNSUPPORTED,
+                           "--tls-cert: the installed libmicrohttpd was built without TLS (install the GnuTLS build)");
+        sp_status st = tls_read_pem("--tls-cert", cfg->tls_cert_file, &h->tls_cert);
+        if (st == SP_OK) st = tls_read_pem("--tls-key", cfg->tls_key_file, &h->tls_key);
+        if (st != SP_OK) return st;
+        *flags |= MHD_USE_TLS;
+        h->security_options[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_CERT, 0, h->tls_cert};
+        h->security_options[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_KEY, 0, h->tls_key};
+    }
+    if (cfg->max_header_bytes > 0)
+        h->security_options[n++] =
+            (struct MHD_OptionItem){MHD_OPTION_CONNECTION_MEMORY_LIMIT, (intptr_t)cfg->max_header_bytes, NULL};
+    h->security_options[n] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
+    return SP_OK;
+}
+
+static void http_security_free(srv_http *h) {
+    if (h->tls_key) explicit_bzero(h->tls_key, strlen(h->tls_key));
+    free(h->tls_key);
+    free(h->tls_cert);
+}
+
 sp_status srv_http_start(srv_app *app, srv_http **out) {
     struct addrinfo hints = {
         .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
@@ -625,15 +817,28 @@ sp_status srv_http_start(srv_app *app, srv_http **out) {
     h->app = app;
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
     if (addr->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
+    sp_status sec = http_security_options(h, &flags); /* security: TLS, header limit */
+    if (sec != SP_OK) {
+        freeaddrinfo(addr);
+        http_security_free(h);
+        free(h);
+        return sec;
+    }
     h->daemon = MHD_start_daemon(
         flags, (uint16_t)app->http.port, NULL, NULL, on_request, app, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL,
         MHD_OPTION_SOCK_ADDR, addr->ai_addr, MHD_OPTION_THREAD_POOL_SIZE, (unsigned)app->http.http_threads,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned)app->http.max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
         (unsigned)app->http.connection_timeout, MHD_OPTION_NOTIFY_COMPLETED, on_completed, app,
-        MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u, MHD_OPTION_END);
+        MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u, MHD_OPTION_ARRAY, h->security_options, MHD_OPTION_END);
     freeaddrinfo(addr);
     if (!h->daemon) {
+        http_security_free(h);
         free(h);
+        if (flags & MHD_USE_TLS)
+            return sp_fail(SP_ERR_IO,
+                           "cannot serve HTTPS on %s port %d: the port is in use, or --tls-cert/--tls-key "
+                           "were refused (see the http: line above)",
+                           app->http.host, app->http.port);
         return sp_fail(SP_ERR_IO, "cannot listen on %s port %d (in use, or not an address of this machine)",
                        app->http.host, app->http.port);
     }
@@ -650,5 +855,6 @@ int srv_http_port(const srv_http *h) {
 void srv_http_stop(srv_http *h) {
     if (!h) return;
     MHD_stop_daemon(h->daemon);
+    http_security_free(h);
     free(h);
 }

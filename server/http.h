@@ -35,36 +35,37 @@
 typedef enum srv_phase {
     SRV_PHASE_LOADING, /* listening; the model is being loaded */
     SRV_PHASE_READY,
-    SRV_PHASE_SHUTTING_DOWN,
-    SRV_PHASE_FAILED /* loading failed; the process is about to exit */
+    SRV_PHASE_DRAINING,      /* SIGTERM: no new work; accepted work finishes (drain_timeout) */
+    SRV_PHASE_SHUTTING_DOWN, /* ending what is left */
+    SRV_PHASE_FAILED         /* loading failed; the process is about to exit */
 } srv_phase;
 
 typedef enum srv_log_format { SRV_LOG_TEXT, SRV_LOG_JSON } srv_log_format;
 
 typedef struct srv_http_config {
-    const char *host;       /* address to bind ("127.0.0.1", "0.0.0.0", "::1") */
-    int port;               /* 0: any free port (srv_http_port tells which) */
-    int http_threads;       /* libmicrohttpd pool threads */
-    size_t max_body_bytes;  /* larger bodies: 413 */
-    int max_connections;    /* open connections at once */
-    double keepalive_s;     /* SSE comment after this much quiet */
-    int connection_timeout; /* seconds an idle connection is kept (not counting suspended ones) */
+    const char *host;        /* address to bind ("127.0.0.1", "0.0.0.0", "::1") */
+    int port;                /* 0: any free port (srv_http_port tells which) */
+    int http_threads;        /* libmicrohttpd pool threads */
+    size_t max_body_bytes;   /* larger bodies: 413 */
+    int max_connections;     /* open connections at once */
+    double keepalive_s;      /* SSE comment after this much quiet */
+    int connection_timeout;  /* seconds an idle connection is kept (not counting suspended ones) */
     size_t max_header_bytes; /* request line + headers per connection (libmicrohttpd's memory limit) */
     /* security (auth.c): API keys from --api-key and --api-key-file (reloaded on SIGHUP) */
     const char *const *api_keys; /* (n_api_keys) from --api-key / the config file's api_keys */
     int n_api_keys;
-    const char *api_key_file;    /* one key per line; NULL: none */
-    bool metrics_require_key;    /* /metrics needs a key too (default: open) */
+    const char *api_key_file;        /* one key per line; NULL: none */
+    bool metrics_require_key;        /* /metrics needs a key too (default: open) */
     const char *const *cors_origins; /* (n_cors_origins) allowed origins; "*" allows any; none: CORS off */
     int n_cors_origins;
-    const char *tls_cert_file;   /* PEM; both set: HTTPS */
+    const char *tls_cert_file; /* PEM; both set: HTTPS */
     const char *tls_key_file;
     /* logging (access log) */
     srv_log_format log_format;
     bool access_log;  /* one line per request (default on) */
     bool log_prompts; /* include the prompt text in the access log (default off) */
     /* readiness and drain */
-    double drain_timeout_s;     /* SIGTERM: in-flight work gets this long to finish */
+    double drain_timeout_s;      /* SIGTERM: in-flight work gets this long to finish */
     double ready_queue_fraction; /* /ready is 503 when the queue is above this fraction of its bounds */
 } srv_http_config;
 
@@ -81,6 +82,7 @@ typedef struct srv_app {
     sched *sched;               /* (ready) until shutdown */
     srv_watch *watch;
     _Atomic long live_generations; /* accepted generation requests whose connection is open */
+    struct srv_auth *_Atomic auth; /* security (auth.c): the API keys; NULL until loaded at start */
 } srv_app;
 
 typedef struct srv_http srv_http;
@@ -91,6 +93,10 @@ sp_status srv_http_start(srv_app *app, srv_http **out);
 int srv_http_port(const srv_http *h);
 /* Stops listening, closes every connection and joins the pool threads. */
 void srv_http_stop(srv_http *h);
+
+/* The scheduler is "stuck" for /health when it has not ticked or woken for this long
+ * (one step of the largest batch takes well under a second on the default model). */
+#define SRV_HEARTBEAT_STALE_S 30.0
 
 /* GET /metrics (metrics.c): Prometheus text; s may be NULL (loading, shutting down).
  * Caller owns the text; free(). NULL on out of memory. */
@@ -116,5 +122,32 @@ void srv_watch_destroy(srv_watch *w);
 sp_status srv_watch_add(srv_watch *wt, srv_watched *w);
 /* Stops watching; after it returns no callback for w runs or will run. */
 void srv_watch_remove(srv_watch *wt, srv_watched *w);
+
+/* ---- security (auth.c) ---- */
+
+/* The API key set (--api-key, --api-key-file), reloaded on SIGHUP. Any thread may
+ * call srv_auth_check; srv_auth_reload runs on the main thread. */
+typedef struct srv_auth srv_auth;
+
+/* Longest API key accepted, in bytes (keys are compared in fixed slots of this size). */
+#define SRV_AUTH_KEY_MAX 256
+
+/* Builds the key set from config->api_keys and config->api_key_file (config borrowed
+ * until srv_auth_destroy). No keys configured: the set is empty and every request is
+ * authorized. A missing or unreadable file, a file without keys, an empty or too long
+ * key, or one with a space or control character is an error naming the file and line.
+ * Caller owns *out; free with srv_auth_destroy. */
+sp_status srv_auth_create(const srv_http_config *config, srv_auth **out);
+void srv_auth_destroy(srv_auth *a);
+/* SIGHUP: reads the key file again into a new set and swaps it in atomically
+ * (requests in flight finish with the set they started with). On failure the old
+ * keys stay in use and the reason is logged and returned. Logs the outcome. */
+sp_status srv_auth_reload(srv_auth *a);
+/* How many keys are in use (0: authentication is off). */
+int srv_auth_key_count(srv_auth *a);
+/* Whether `authorization` (the Authorization header's value, or NULL) is
+ * `Bearer <one of the keys>`, compared in constant time. When not, fills err with
+ * OpenAI's 401 (invalid_request_error, invalid_api_key). Always true with no keys. */
+bool srv_auth_check(srv_auth *a, const char *authorization, srv_error *err);
 
 #endif

@@ -2,7 +2,9 @@
 cancellation of clients that leave, timeouts, 1,000 open streams, and shutdown."""
 import asyncio
 import json
+import signal
 import socket
+import subprocess
 import time
 
 import pytest
@@ -156,20 +158,92 @@ def test_thousand_concurrent_open_streams(spindle_bin, stories_model):
         assert server.stop() == 0
 
 
-def test_sigterm_with_work_in_flight_ends_it_and_exits_0(spindle_bin, stories_model):
-    server = Server(spindle_bin, stories_model, "--max-batch-size", "1")
-    s = open_stream(server.port, {"prompt": "Lily", "max_tokens": 2000, "ignore_eos": True, "stream": True})
-    server.wait_metric("spindle_requests_running", lambda v: v == 1)
-    assert server.stop() == 0
+def require_flags(spindle_bin, *flags):
+    help_text = subprocess.run([spindle_bin, "serve", "--help"], capture_output=True, text=True).stdout
+    missing = [f for f in flags if f not in help_text]
+    if missing:
+        pytest.skip(f"spindle serve has no {' '.join(missing)}")
+
+
+def read_all(s, timeout=30):
     data = b""
-    s.settimeout(10)
+    s.settimeout(timeout)
     while True:
         more = s.recv(65536)
         if not more:
-            break
+            return data
         data += more
+
+
+def test_sigterm_drains_in_flight_work_then_exits_0(spindle_bin, stories_model):
+    require_flags(spindle_bin, "--drain-timeout")
+    server = Server(spindle_bin, stories_model, "--max-batch-size", "1", "--drain-timeout", "60")
+    s = open_stream(server.port, {"prompt": "Lily", "max_tokens": 600, "ignore_eos": True, "stream": True})
+    server.wait_metric("spindle_requests_running", lambda v: v == 1)
+    server.proc.send_signal(signal.SIGTERM)
+    # draining: not ready, new work refused before it starts (503 + Retry-After), still alive
+    deadline = time.monotonic() + 10
+    while server.request("GET", "/ready")[0] != 503:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    status, headers, body = server.request("POST", "/v1/completions", {"prompt": "Lily", "max_tokens": 2})
+    assert status == 503 and headers.get("Retry-After") == "1" and "draining" in body["error"]["message"]
+    assert server.request("GET", "/health")[0] == 200
+    data = read_all(s)
+    s.close()
+    assert b'"finish_reason":"length"' in data and b"data: [DONE]" in data and b'"error"' not in data
+    assert server.proc.wait(30) == 0
+    assert "drained in" in server.log_text()
+    server.stop()
+
+
+def test_drain_timeout_ends_the_rest_with_an_error_event(spindle_bin, stories_model):
+    require_flags(spindle_bin, "--drain-timeout")
+    server = Server(spindle_bin, stories_model, "--max-batch-size", "1", "--drain-timeout", "0.2")
+    s = open_stream(server.port, {"prompt": "Lily", "max_tokens": 2000, "ignore_eos": True, "stream": True})
+    server.wait_metric("spindle_requests_running", lambda v: v == 1)
+    assert server.stop() == 0
+    data = read_all(s, 10)
     s.close()
     assert b"shutting down" in data and b"data: [DONE]" in data
+
+
+def test_second_signal_ends_everything_at_once(spindle_bin, stories_model):
+    require_flags(spindle_bin, "--drain-timeout")
+    server = Server(spindle_bin, stories_model, "--max-batch-size", "1", "--drain-timeout", "600")
+    s = open_stream(server.port, {"prompt": "Lily", "max_tokens": 2000, "ignore_eos": True, "stream": True})
+    server.wait_metric("spindle_requests_running", lambda v: v == 1)
+    server.proc.send_signal(signal.SIGTERM)
+    while server.request("GET", "/ready")[0] != 503:
+        time.sleep(0.01)
+    t0 = time.monotonic()
+    server.proc.send_signal(signal.SIGINT)
+    assert server.proc.wait(10) == 0
+    assert time.monotonic() - t0 < 5
+    data = read_all(s, 10)
+    s.close()
+    assert b"data: [DONE]" in data and b'"error"' in data
+    server.stop()
+
+
+def test_ready_reflects_the_queue_high_water_mark(spindle_bin, stories_model):
+    require_flags(spindle_bin, "--ready-queue-fraction")
+    server = Server(spindle_bin, stories_model, "--max-batch-size", "1", "--queue-max-requests", "4",
+                    "--ready-queue-fraction", "0.5")
+    try:
+        assert server.request("GET", "/ready")[0] == 200
+        body = {"prompt": "Lily", "max_tokens": 2000, "ignore_eos": True, "stream": True}
+        socks = [open_stream(server.port, body) for _ in range(3)]  # 1 running, 2 waiting = 50% of 4
+        server.wait_metric("spindle_requests_waiting", lambda v: v == 2)
+        status, _, err = server.request("GET", "/ready")
+        assert status == 503 and "queue" in err["error"]["message"]
+        assert server.request("GET", "/health")[0] == 200
+        for sock in socks:
+            sock.close()
+        server.wait_metric("spindle_requests_waiting", lambda v: v == 0)
+        assert server.request("GET", "/ready")[0] == 200
+    finally:
+        assert server.stop() == 0
 
 
 def test_keepalive_comments_while_queued(spindle_bin, stories_model):
