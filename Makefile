@@ -12,7 +12,7 @@ CFLAGS  ?= -g
 # OPT (optimization, and the sanitizers for `make debug`) is always added, even when
 # CFLAGS comes from the environment.
 override CFLAGS += $(OPT) -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -I. -MMD -MP -pthread
-LDLIBS  += -lmicrohttpd -lpcre2-8 -ljansson -lm -pthread
+LDLIBS  += -lmicrohttpd -lpcre2-8 -ljansson -lyaml -lm -pthread
 PYTHON  ?= python3
 MODEL   ?= models/SmolLM2-135M-Instruct.Q4_1.gguf
 # Where the shared test fixtures live (tests read SPINDLE_TESTDATA).
@@ -31,13 +31,14 @@ GPU_SRC    := gpu/device.c gpu/host/host_backend.c gpu/host/host_ops.c gpu/host/
               gpu/host/host_attention.c gpu/host/host_quant_dot.c gpu/host/threadpool.c
 SCHED_SRC  := scheduler/sched.c scheduler/queue.c scheduler/request.c scheduler/kv_blocks.c scheduler/policy.c \
               scheduler/tick.c scheduler/end_tick.c scheduler/stop_match.c
+CONFIG_SRC := config/cfg.c config/cfg_yaml.c config/cfg_args.c
 # server/: everything but main.c goes into the library, so unit tests link it too
 SERVER_SRC := server/cli_session.c server/cmd_generate.c server/cmd_inspect.c server/cmd_bench.c \
               server/cmd_template.c server/cmd_serve.c server/http.c server/watch.c server/metrics.c \
               server/errors.c server/openai_fields.c server/openai_request.c server/openai_response.c \
-              server/chat.c server/tokenize.c server/auth.c
+              server/chat.c server/tokenize.c server/auth.c server/notify.c
 
-LIB_SRC := $(COMMON_SRC) $(MODEL_SRC) $(GPU_SRC) $(SCHED_SRC) $(SERVER_SRC)
+LIB_SRC := $(COMMON_SRC) $(MODEL_SRC) $(GPU_SRC) $(SCHED_SRC) $(CONFIG_SRC) $(SERVER_SRC)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 BIN_OBJ := $(BUILD)/obj/server/main.o
 LIB     := $(BUILD)/libspindle.a
@@ -46,7 +47,7 @@ LIB     := $(BUILD)/libspindle.a
 TEST_SRC := $(wildcard tests/unit/*/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all test unit-test integration-test run debug setup fuzz bench bench-template bench-serve format format-check clean
+.PHONY: all test unit-test integration-test run debug setup fuzz bench bench-template bench-serve format format-check clean install
 
 all: $(BUILD)/spindle
 
@@ -87,7 +88,7 @@ run: setup all
 
 debug: setup
 	@SPINDLE_SANITIZED=1 LSAN_OPTIONS=suppressions=$(CURDIR)/tools/lsan.supp $(MAKE) --no-print-directory BUILD=build/debug OPT="-O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all" \
-	    LDLIBS="-lmicrohttpd -lpcre2-8 -ljansson -lm -pthread -fsanitize=address,undefined" all unit-test integration-test
+	    LDLIBS="-lmicrohttpd -lpcre2-8 -ljansson -lyaml -lm -pthread -fsanitize=address,undefined" all unit-test integration-test
 
 # libFuzzer harnesses (clang); FUZZ_SECONDS per harness.
 FUZZ_SECONDS ?= 60
@@ -116,5 +117,33 @@ format-check:
 
 clean:
 	rm -rf build
+
+# ---- install ----------------------------------------------------------------------
+# `make install PREFIX=/usr/local DESTDIR=` puts
+#   build/spindle          in $(DESTDIR)$(PREFIX)/bin
+#   the systemd unit       in $(DESTDIR)$(UNITDIR), default $(PREFIX)/lib/systemd/system
+#                          (systemd reads /usr/local/lib/systemd/system and /usr/lib/...;
+#                          its /usr/local/ paths are rewritten to PREFIX, /etc/ to SYSCONFDIR)
+#   config/spindle.yaml    in $(DESTDIR)$(SYSCONFDIR)/spindle/spindle.yaml, default /etc;
+#                          an existing file is kept (the example goes next to it as .example)
+#   an empty model folder  $(DESTDIR)$(PREFIX)/share/spindle/models (the unit's ReadOnlyPaths)
+# then: systemctl daemon-reload && systemctl enable --now spindle (docs/operations.md).
+PREFIX     ?= /usr/local
+SYSCONFDIR ?= /etc
+UNITDIR    ?= $(PREFIX)/lib/systemd/system
+INSTALL    ?= install
+install: $(BUILD)/spindle
+	$(INSTALL) -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSCONFDIR)/spindle \
+	    $(DESTDIR)$(PREFIX)/share/spindle/models
+	$(INSTALL) -m 0755 $(BUILD)/spindle $(DESTDIR)$(PREFIX)/bin/spindle
+	sed -e 's|/usr/local/|$(PREFIX)/|g' -e 's|/etc/spindle/|$(SYSCONFDIR)/spindle/|g' systemd/spindle.service \
+	    > $(DESTDIR)$(UNITDIR)/spindle.service.tmp
+	chmod 0644 $(DESTDIR)$(UNITDIR)/spindle.service.tmp
+	mv $(DESTDIR)$(UNITDIR)/spindle.service.tmp $(DESTDIR)$(UNITDIR)/spindle.service
+	@conf=$(DESTDIR)$(SYSCONFDIR)/spindle/spindle.yaml; \
+	if [ ! -f config/spindle.yaml ]; then echo "install: config/spindle.yaml absent: no example config installed"; \
+	elif [ -e $$conf ]; then echo "install: keeping $$conf; the example is $$conf.example"; \
+	    $(INSTALL) -m 0644 config/spindle.yaml $$conf.example; \
+	else echo "$(INSTALL) -m 0644 config/spindle.yaml $$conf"; $(INSTALL) -m 0644 config/spindle.yaml $$conf; fi
 
 -include $(LIB_OBJ:.o=.d) $(BIN_OBJ:.o=.d) $(TEST_BIN:=.d)

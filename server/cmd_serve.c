@@ -8,7 +8,6 @@
  * DESIGN (threads): SIGINT, SIGTERM and SIGHUP are blocked before any thread starts,
  * so every thread inherits the mask and only this thread takes them (sigwait).
  */
-#include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,10 +17,12 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "config/cfg.h"
 #include "server/commands.h"
 #include "server/http.h"
 
 typedef struct serve_args {
+    cfg_settings cfg; /* every setting (config/cfg.h); owns the strings below */
     const char *model;
     const char *chat_template;
     const char *served_name;
@@ -32,181 +33,101 @@ typedef struct serve_args {
 } serve_args;
 
 static void serve_usage(FILE *out) {
-    sched_config d = sched_config_default();
     fprintf(out,
             "usage: spindle [serve] [options]\n"
             "\n"
             "Serves the OpenAI API (/v1/chat/completions, /v1/completions, /v1/models, /tokenize,\n"
-            "/detokenize, /health) for one GGUF model.\n"
+            "/detokenize, /health, /ready, /metrics) for one GGUF model.\n"
             "\n"
-            "  --model PATH              GGUF model (default %s)\n"
-            "  --served-model-name NAME  the model id clients use (default: the file name without .gguf)\n"
-            "  --chat-template FILE      Jinja chat template instead of the model's own\n"
-            "  --host ADDR               address to listen on (default 127.0.0.1)\n"
-            "  --port N                  port (default 8080; 0 = any free port)\n"
-            "  --threads N               CPU threads for the model (default: all cores)\n"
-            "  --http-threads N          HTTP threads (default 2)\n"
-            "  --ctx-size N              context limit per sequence (default: the model's training context)\n"
-            "  --kv-cache-mb N           KV cache budget in MiB (default %lld)\n"
-            "  --block-size N            tokens per KV block (default %d)\n"
-            "  --max-batch-size N        sequences running at once (default %d)\n"
-            "  --max-batch-tokens N      tokens in one step (default %d)\n"
-            "  --max-prefill-tokens N    prompt tokens prefilled per step (default %d)\n"
-            "  --queue-max-requests N    requests waiting to run before 429 (default %d)\n"
-            "  --queue-max-tokens N      their prompt tokens before 429 (default %lld)\n"
-            "  --policy fcfs|priority    admission and preemption order (default fcfs)\n"
-            "  --request-timeout S       seconds a request may take, 0 = none (default %g)\n"
-            "  --max-body-bytes N        largest request body (default 1048576)\n"
-            "  --max-connections N       open connections at once (default 4096)\n"
-            "  --keepalive S             SSE comment after S quiet seconds (default 5)\n",
-            CMD_DEFAULT_MODEL, (long long)d.kv_cache_mb, d.block_size, d.max_batch_size, d.max_batch_tokens,
-            d.max_prefill_tokens, d.queue_max_requests, (long long)d.queue_max_tokens, d.request_timeout_s);
+            "  %-32s YAML settings (default %s when it exists); flags override it\n"
+            "  %-32s print the merged settings as YAML and exit\n",
+            "--config PATH", CFG_DEFAULT_PATH, "--print-config");
+    cfg_print_usage(out);
+    fprintf(out, "\nEvery flag is also a key of the config file, with '_' for '-' (--max-batch-size:\n"
+                 "max_batch_size; --api-key and --cors-origin: the lists api_keys and cors_origins).\n"
+                 "See docs/configuration.md and config/spindle.yaml.\n");
 }
 
-/* Returns -1 when parsing succeeded, else the exit status. */
+static void serve_args_free(serve_args *a) {
+    cfg_settings_free(&a->cfg);
+}
+
+/* Copies the settings into the transport's and the scheduler's configs (a->cfg keeps
+ * owning the strings and lists they point to). */
+static void serve_args_fill(serve_args *a) {
+    const cfg_settings *c = &a->cfg;
+    a->model = c->model;
+    a->chat_template = c->chat_template;
+    a->served_name = c->served_model_name;
+    a->threads = (long)c->threads;
+    a->ctx_size = (long)c->ctx_size;
+    a->http = (srv_http_config){
+        .host = c->host,
+        .port = (int)c->port,
+        .http_threads = (int)c->http_threads,
+        .max_body_bytes = (size_t)c->max_body_bytes,
+        .max_connections = (int)c->max_connections,
+        .keepalive_s = c->keepalive,
+        .connection_timeout = 600,
+        .max_header_bytes = (size_t)c->max_header_bytes,
+        .api_keys = (const char *const *)c->api_keys.items,
+        .n_api_keys = c->api_keys.n,
+        .api_key_file = c->api_key_file,
+        .metrics_require_key = c->metrics_require_key,
+        .cors_origins = (const char *const *)c->cors_origins.items,
+        .n_cors_origins = c->cors_origins.n,
+        .tls_cert_file = c->tls_cert,
+        .tls_key_file = c->tls_key,
+        .log_format = c->log_format == CFG_LOG_JSON ? SRV_LOG_JSON : SRV_LOG_TEXT,
+        .access_log = c->access_log,
+        .log_prompts = c->log_prompts,
+        .drain_timeout_s = c->drain_timeout,
+        .ready_queue_fraction = c->ready_queue_fraction,
+    };
+    a->sched = sched_config_default();
+    a->sched.kv_cache_mb = c->kv_cache_mb;
+    a->sched.block_size = (int)c->block_size;
+    a->sched.max_batch_size = (int)c->max_batch_size;
+    a->sched.max_batch_tokens = (int)c->max_batch_tokens;
+    a->sched.max_prefill_tokens = (int)c->max_prefill_tokens;
+    a->sched.queue_max_requests = (int)c->queue_max_requests;
+    a->sched.queue_max_tokens = c->queue_max_tokens;
+    a->sched.policy = c->policy == CFG_POLICY_PRIORITY ? SCHED_POLICY_PRIORITY : SCHED_POLICY_FCFS;
+    a->sched.request_timeout_s = c->request_timeout;
+}
+
+/* Defaults, then the config file, then the flags (config/cfg.h). Returns -1 when the
+ * server should start (free a with serve_args_free), else the exit status (a holds
+ * nothing). */
 static int serve_parse(int argc, char **argv, serve_args *a) {
-    enum {
-        OPT_SERVED_NAME = 256,
-        OPT_TEMPLATE,
-        OPT_HOST,
-        OPT_PORT,
-        OPT_THREADS,
-        OPT_HTTP_THREADS,
-        OPT_CTX,
-        OPT_KV_MB,
-        OPT_BLOCK,
-        OPT_BATCH_SIZE,
-        OPT_BATCH_TOKENS,
-        OPT_PREFILL,
-        OPT_QUEUE_REQ,
-        OPT_QUEUE_TOK,
-        OPT_POLICY,
-        OPT_TIMEOUT,
-        OPT_BODY,
-        OPT_CONNS,
-        OPT_KEEPALIVE,
-    };
-    static const struct option options[] = {
-        {"model", required_argument, NULL, 'm'},
-        {"served-model-name", required_argument, NULL, OPT_SERVED_NAME},
-        {"chat-template", required_argument, NULL, OPT_TEMPLATE},
-        {"host", required_argument, NULL, OPT_HOST},
-        {"port", required_argument, NULL, OPT_PORT},
-        {"threads", required_argument, NULL, OPT_THREADS},
-        {"http-threads", required_argument, NULL, OPT_HTTP_THREADS},
-        {"ctx-size", required_argument, NULL, OPT_CTX},
-        {"kv-cache-mb", required_argument, NULL, OPT_KV_MB},
-        {"block-size", required_argument, NULL, OPT_BLOCK},
-        {"max-batch-size", required_argument, NULL, OPT_BATCH_SIZE},
-        {"max-batch-tokens", required_argument, NULL, OPT_BATCH_TOKENS},
-        {"max-prefill-tokens", required_argument, NULL, OPT_PREFILL},
-        {"queue-max-requests", required_argument, NULL, OPT_QUEUE_REQ},
-        {"queue-max-tokens", required_argument, NULL, OPT_QUEUE_TOK},
-        {"policy", required_argument, NULL, OPT_POLICY},
-        {"request-timeout", required_argument, NULL, OPT_TIMEOUT},
-        {"max-body-bytes", required_argument, NULL, OPT_BODY},
-        {"max-connections", required_argument, NULL, OPT_CONNS},
-        {"keepalive", required_argument, NULL, OPT_KEEPALIVE},
-        {"help", no_argument, NULL, 'h'},
-        {0, 0, 0, 0},
-    };
-    *a = (serve_args){
-        .model = CMD_DEFAULT_MODEL,
-        .http = {.host = "127.0.0.1",
-                 .port = 8080,
-                 .http_threads = 2,
-                 .max_body_bytes = 1u << 20,
-                 .max_connections = 4096,
-                 .keepalive_s = 5,
-                 .connection_timeout = 600},
-        .sched = sched_config_default(),
-    };
-    long v;
-    double f;
-    int c;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "m:h", options, NULL)) != -1) {
-        switch (c) {
-        case 'm': a->model = optarg; break;
-        case OPT_SERVED_NAME: a->served_name = optarg; break;
-        case OPT_TEMPLATE: a->chat_template = optarg; break;
-        case OPT_HOST: a->http.host = optarg; break;
-        case OPT_PORT:
-            if (!cli_parse_int("port", optarg, 0, 65535, &v)) return 2;
-            a->http.port = (int)v;
-            break;
-        case OPT_THREADS:
-            if (!cli_parse_int("threads", optarg, 1, 256, &a->threads)) return 2;
-            break;
-        case OPT_HTTP_THREADS:
-            if (!cli_parse_int("http-threads", optarg, 1, 64, &v)) return 2;
-            a->http.http_threads = (int)v;
-            break;
-        case OPT_CTX:
-            if (!cli_parse_int("ctx-size", optarg, 16, 1 << 24, &a->ctx_size)) return 2;
-            break;
-        case OPT_KV_MB:
-            if (!cli_parse_int("kv-cache-mb", optarg, 1, 1 << 24, &v)) return 2;
-            a->sched.kv_cache_mb = v;
-            break;
-        case OPT_BLOCK:
-            if (!cli_parse_int("block-size", optarg, 1, 1024, &v)) return 2;
-            a->sched.block_size = (int)v;
-            break;
-        case OPT_BATCH_SIZE:
-            if (!cli_parse_int("max-batch-size", optarg, 1, 4096, &v)) return 2;
-            a->sched.max_batch_size = (int)v;
-            break;
-        case OPT_BATCH_TOKENS:
-            if (!cli_parse_int("max-batch-tokens", optarg, 1, 1 << 16, &v)) return 2;
-            a->sched.max_batch_tokens = (int)v;
-            break;
-        case OPT_PREFILL:
-            if (!cli_parse_int("max-prefill-tokens", optarg, 1, 1 << 16, &v)) return 2;
-            a->sched.max_prefill_tokens = (int)v;
-            break;
-        case OPT_QUEUE_REQ:
-            if (!cli_parse_int("queue-max-requests", optarg, 1, 1 << 24, &v)) return 2;
-            a->sched.queue_max_requests = (int)v;
-            break;
-        case OPT_QUEUE_TOK:
-            if (!cli_parse_int("queue-max-tokens", optarg, 1, __LONG_MAX__, &v)) return 2;
-            a->sched.queue_max_tokens = v;
-            break;
-        case OPT_POLICY:
-            if (strcmp(optarg, "fcfs") == 0)
-                a->sched.policy = SCHED_POLICY_FCFS;
-            else if (strcmp(optarg, "priority") == 0)
-                a->sched.policy = SCHED_POLICY_PRIORITY;
-            else {
-                fprintf(stderr, "spindle: error: --policy: '%s' is not one of fcfs, priority\n", optarg);
-                return 2;
-            }
-            break;
-        case OPT_TIMEOUT:
-            if (!cli_parse_float("request-timeout", optarg, 0, 1e7, &f)) return 2;
-            a->sched.request_timeout_s = f;
-            break;
-        case OPT_BODY:
-            if (!cli_parse_int("max-body-bytes", optarg, 1024, 1L << 30, &v)) return 2;
-            a->http.max_body_bytes = (size_t)v;
-            break;
-        case OPT_CONNS:
-            if (!cli_parse_int("max-connections", optarg, 1, 1 << 20, &v)) return 2;
-            a->http.max_connections = (int)v;
-            break;
-        case OPT_KEEPALIVE:
-            if (!cli_parse_float("keepalive", optarg, 0.05, 3600, &f)) return 2;
-            a->http.keepalive_s = f;
-            break;
-        case 'h': serve_usage(stdout); return 0;
-        default: serve_usage(stderr); return 2;
-        }
+    *a = (serve_args){0};
+    cfg_settings *c = &a->cfg;
+    cfg_settings_init(c);
+    cfg_action action;
+    char where[512];
+    int rc = -1;
+    sp_status st = cfg_parse_args(c, argc, argv, CFG_DEFAULT_PATH, &action);
+    if (st == SP_OK && (!c->model || !c->host)) st = sp_fail(SP_ERR_NOMEM, "out of memory");
+    if (st != SP_OK) {
+        fprintf(stderr, "spindle: error: %s\n", sp_last_error());
+        rc = cmd_exit_status(st);
+    } else if (action == CFG_ACTION_HELP) {
+        serve_usage(stdout);
+        rc = 0;
+    } else if (action == CFG_ACTION_PRINT_CONFIG) {
+        cfg_print(c, stdout);
+        rc = 0;
+    } else if (c->device == CFG_DEVICE_CUDA) {
+        fprintf(stderr, "spindle: error: %s: device 'cuda': the CUDA backend is not built yet (use auto or cpu)\n",
+                cfg_origin(c, "device", where, sizeof where));
+        rc = 2;
     }
-    if (optind < argc) {
-        fprintf(stderr, "spindle: error: serve: unexpected argument '%s'\n", argv[optind]);
-        return 2;
+    if (rc >= 0) {
+        serve_args_free(a);
+        return rc;
     }
+    if (c->device == CFG_DEVICE_AUTO) sp_log_info("device auto: no CUDA backend is built; running on the CPU");
+    serve_args_fill(a);
     return -1;
 }
 
@@ -244,6 +165,7 @@ typedef struct serve_state {
     srv_http *http;
     char file_name[256];
     char served_name[256];
+    srv_notify *notify; /* systemd (notify.c): the watchdog and STATUS= thread */
 } serve_state;
 
 /* Loads the model and starts the scheduler; the app becomes READY. */
@@ -283,6 +205,9 @@ static sp_status serve_load(const serve_args *a, srv_app *app, serve_state *s) {
 /* Refuses new work, ends the accepted work, lets the answers go out (up to
  * grace_s), stops listening. */
 static void serve_shutdown(srv_app *app, serve_state *s, double grace_s) {
+    srv_notify_stop(s->notify); /* systemd (notify.c): its thread ends before the scheduler */
+    s->notify = NULL;
+    srv_notify_stopping(); /* systemd: STOPPING=1 */
     pthread_rwlock_wrlock(&app->lifecycle);
     int phase = atomic_load(&app->phase);
     if (phase == SRV_PHASE_READY || phase == SRV_PHASE_DRAINING) atomic_store(&app->phase, SRV_PHASE_SHUTTING_DOWN);
@@ -334,6 +259,7 @@ int cmd_serve(int argc, char **argv) {
     if (access(a.model, R_OK) != 0) {
         fprintf(stderr, "spindle: error: %s: cannot read the model file (run `make setup` for the default model)\n",
                 a.model);
+        serve_args_free(&a);
         return 2;
     }
 
@@ -360,6 +286,7 @@ int cmd_serve(int argc, char **argv) {
     if (st != SP_OK) {
         fprintf(stderr, "spindle: error: %s\n", sp_last_error());
         srv_watch_destroy(app.watch);
+        serve_args_free(&a);
         return cmd_exit_status(st);
     }
     sp_log_info("listening on http://%s:%d (loading %s)", a.http.host, srv_http_port(s.http), a.model);
@@ -372,6 +299,9 @@ int cmd_serve(int argc, char **argv) {
     if (st == SP_OK && (st = srv_auth_create(&app.http, &auth)) == SP_OK) app.auth = auth;
     if (st == SP_OK) {
         atomic_store(&app.phase, SRV_PHASE_READY);
+        /* systemd (notify.c): READY=1 (listening, model loaded), then the watchdog/STATUS= thread */
+        srv_notify_ready(&app);
+        if (srv_notify_start(&app, &s.notify) != SP_OK) sp_log_warn("%s", sp_last_error());
         sp_log_info("ready in %.2f s: http://%s:%d/v1", sched_now() - t0, a.http.host, srv_http_port(s.http));
         int sig = 0;
         /* SIGHUP: reload the API key file (auth.c; a failed reload keeps the old keys) */
@@ -383,13 +313,14 @@ int cmd_serve(int argc, char **argv) {
         atomic_store(&app.phase, SRV_PHASE_FAILED);
         fprintf(stderr, "spindle: error: %s\n", app.load_error);
     }
-    /* after a drain the answers of what was left get a moment to go out; a second
-     * signal means now */
-    serve_shutdown(&app, &s, graceful ? 5.0 : 0.0);
+    /* the answers of what was left (error events) get a moment to go out: up to 5 s
+     * after a drain, half a second after a second signal */
+    serve_shutdown(&app, &s, graceful ? 5.0 : 0.5);
     srv_auth_destroy(app.auth); /* security: after the HTTP threads are gone */
     srv_model_info_free(&app.model);
     model_destroy(s.model);
     dev_destroy(s.dev);
     pthread_rwlock_destroy(&app.lifecycle);
+    serve_args_free(&a); /* the settings app.http pointed into */
     return st == SP_OK ? 0 : cmd_exit_status(st);
 }

@@ -150,4 +150,32 @@ int srv_auth_key_count(srv_auth *a);
  * OpenAI's 401 (invalid_request_error, invalid_api_key). Always true with no keys. */
 bool srv_auth_check(srv_auth *a, const char *authorization, srv_error *err);
 
+/* ---- systemd (notify.c) ---- */
+
+/* systemd's notify protocol (sd_notify(3)) without libsystemd. Every function does
+ * nothing when $NOTIFY_SOCKET is unset (not started by systemd with Type=notify). */
+typedef struct srv_notify srv_notify;
+
+/* Sends one message ("KEY=VALUE" lines) to $NOTIFY_SOCKET (a path, or an abstract
+ * name when it starts with '@'). SP_OK when sent or when there is no socket; an error
+ * naming the socket otherwise. Any thread. */
+sp_status srv_notify_send(const char *message);
+/* STATUS=<the formatted text>, newlines turned into spaces; failures are logged. */
+void srv_notify_status(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* READY=1 with MAINPID and the first STATUS= line. Main thread, once the model is
+ * loaded, the port listens and app->phase is READY. Failures are logged. */
+void srv_notify_ready(srv_app *app);
+/* STOPPING=1 (shutdown began). Failures are logged. */
+void srv_notify_stopping(void);
+/* Starts the "sd-watchdog" thread: STOPPING=1 when it sees the drain begin, and each
+ * period (WATCHDOG_USEC/2; 5 s without a watchdog) a STATUS= line with the model and
+ * the load, plus WATCHDOG=1 while the scheduler's heartbeat is younger than
+ * SRV_HEARTBEAT_STALE_S. Watchdog only when $WATCHDOG_USEC is set and $WATCHDOG_PID is
+ * absent or this process. app is borrowed until srv_notify_stop. *out is NULL without
+ * NOTIFY_SOCKET. Caller owns *out; free with srv_notify_stop (before the scheduler is
+ * destroyed). */
+sp_status srv_notify_start(srv_app *app, srv_notify **out);
+/* Stops and joins the thread; NULL is a no-op. */
+void srv_notify_stop(srv_notify *n);
+
 #endif

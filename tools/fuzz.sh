@@ -29,6 +29,8 @@ if pkg-config --exists jansson 2>/dev/null; then LDLIBS+=($(pkg-config --libs ja
 # libmicrohttpd: server/ holds the HTTP server, so a harness that takes server/ sources
 # beyond its own list (make's library is all of server/ but main.c) needs it.
 if pkg-config --exists libmicrohttpd 2>/dev/null; then LDLIBS+=($(pkg-config --libs libmicrohttpd)); else LDLIBS+=(-lmicrohttpd); fi
+# libyaml: the config file reader (config/).
+if pkg-config --exists yaml-0.1 2>/dev/null; then LDLIBS+=($(pkg-config --libs yaml-0.1)); else LDLIBS+=(-lyaml); fi
 
 # Library sources each harness may link. Default: every common/*.c and model/*.c,
 # put in an archive so the linker pulls only the objects the harness needs. Give a
@@ -37,6 +39,8 @@ harness_sources() {
     case "$1" in
     # the OpenAI layer: its own files only (not the HTTP transport or the scheduler)
     request) echo common/*.c model/*.c server/errors.c server/openai_*.c server/chat.c server/tokenize.c ;;
+    # the config file reader: its own module and common/
+    config) echo common/*.c config/*.c ;;
     *) echo common/*.c model/*.c ;;
     esac
 }

@@ -3,7 +3,7 @@
 # model. Idempotent and quiet when everything is already there; called by `make run`
 # and `make test`.
 #
-#   Debian packages: build tools, PCRE2, Criterion, jansson (tests), clang-format
+#   Debian packages: build tools, PCRE2, Criterion, jansson (tests), libyaml (config), clang-format
 #   Python packages: pytest (integration tests) and jinja2 (the reference the chat
 #                    template tests compare with), with pip; Debian's python3-<name>
 #                    where the interpreter is Debian's own (PEP 668 forbids pip there)
@@ -14,7 +14,7 @@ set -euo pipefail
 
 cd "$(dirname "$0")/.."
 
-DEBIAN_PACKAGES=(gcc make pkg-config libpcre2-dev libcriterion-dev libjansson-dev libmicrohttpd-dev curl nginx clang-format)
+DEBIAN_PACKAGES=(gcc make pkg-config libpcre2-dev libcriterion-dev libjansson-dev libmicrohttpd-dev libyaml-dev curl nginx clang-format)
 PYTHON_MODULES=(pytest jinja2 openai)
 MODEL_DIR=models
 MODEL_FILE=SmolLM2-135M-Instruct.Q4_1.gguf
@@ -37,6 +37,9 @@ command -v "$PYTHON" >/dev/null || missing_packages+=(python3)
 if ! command -v "$PYTHON" >/dev/null || ! "$PYTHON" -m pip --version >/dev/null 2>&1; then
     missing_packages+=(python3-pip)
 fi
+# systemd-analyze (test_systemd.py verifies the unit with it) comes with Debian's systemd
+# package (3 MB): installed only where it is missing, as in a bare container.
+command -v systemd-analyze >/dev/null || missing_packages+=(systemd)
 if [ "${#missing_packages[@]}" -gt 0 ]; then
     echo "setup: installing Debian packages: ${missing_packages[*]}"
     as_root apt-get update -qq

@@ -1,0 +1,419 @@
+/* cfg.c: the settings of `spindle serve`: the key table (name, flag, type, range,
+ * help) that the YAML reader, the flag parser, --help, --print-config and
+ * docs/configuration.md all follow, the defaults, and the one setter every value
+ * goes through, so a value is checked the same way wherever it comes from. */
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "config/cfg_internal.h"
+
+#define OFF(field) offsetof(cfg_settings, field)
+
+static const char *const DEVICES[] = {"auto", "cpu", "cuda", NULL};
+static const char *const POLICIES[] = {"fcfs", "priority", NULL};
+static const char *const LOG_FORMATS[] = {"text", "json", NULL};
+
+/* clang-format off */
+#define STR(n, f, field, opt, a, h, u)     {n, f, CFG_T_STRING, OFF(field), 0, 0, opt, NULL, a, h, u}
+#define INT(n, f, field, lo, hi, opt, h, u) {n, f, CFG_T_INT, OFF(field), lo, hi, opt, NULL, "N", h, u}
+#define FLT(n, f, field, lo, hi, a, h)     {n, f, CFG_T_FLOAT, OFF(field), lo, hi, false, NULL, a, h, NULL}
+#define BOOL(n, f, field, h)               {n, f, CFG_T_BOOL, OFF(field), 0, 0, false, NULL, NULL, h, NULL}
+#define ENUM(n, f, field, c, h)            {n, f, CFG_T_ENUM, OFF(field), 0, 0, false, c, NULL, h, NULL}
+#define LIST(n, f, field, a, h)            {n, f, CFG_T_LIST, OFF(field), 0, 0, false, NULL, a, h, NULL}
+const cfg_key cfg__keys[] = {
+    /* the model */
+    STR("model", "model", model, false, "PATH", "GGUF model", NULL),
+    STR("served_model_name", "served-model-name", served_model_name, true, "NAME", "the model id clients use",
+        "(default: the file name without .gguf)"),
+    STR("chat_template", "chat-template", chat_template, true, "FILE", "Jinja chat template instead of the model's own",
+        "(default: the model's)"),
+    ENUM("device", "device", device, DEVICES, "where the model runs (auto and cpu: the CPU; no CUDA backend yet)"),
+    INT("threads", "threads", threads, 1, 256, true, "CPU threads for the model", "(default: all cores)"),
+    INT("ctx_size", "ctx-size", ctx_size, 16, 1 << 24, true, "context limit per sequence",
+        "(default: the model's training context)"),
+    /* HTTP */
+    STR("host", "host", host, false, "ADDR", "address to listen on", NULL),
+    INT("port", "port", port, 0, 65535, false, "port (0 = any free port)", NULL),
+    INT("http_threads", "http-threads", http_threads, 1, 64, false, "HTTP threads", NULL),
+    INT("max_body_bytes", "max-body-bytes", max_body_bytes, 1024, 1L << 30, false, "largest request body", NULL),
+    INT("max_connections", "max-connections", max_connections, 1, 1 << 20, false, "open connections at once", NULL),
+    FLT("keepalive", "keepalive", keepalive, 0.05, 3600, "S", "SSE comment after S quiet seconds"),
+    INT("max_header_bytes", "max-header-bytes", max_header_bytes, 4096, 1 << 24, false,
+        "request line and headers per connection (larger: 431)", NULL),
+    /* the scheduler */
+    INT("kv_cache_mb", "kv-cache-mb", kv_cache_mb, 1, 1 << 24, false, "KV cache budget in MiB", NULL),
+    INT("block_size", "block-size", block_size, 1, 1024, false, "tokens per KV block", NULL),
+    INT("max_batch_size", "max-batch-size", max_batch_size, 1, 4096, false, "sequences running at once", NULL),
+    INT("max_batch_tokens", "max-batch-tokens", max_batch_tokens, 1, 1 << 16, false, "tokens in one step", NULL),
+    INT("max_prefill_tokens", "max-prefill-tokens", max_prefill_tokens, 1, 1 << 16, false,
+        "prompt tokens prefilled per step", NULL),
+    INT("queue_max_requests", "queue-max-requests", queue_max_requests, 1, 1 << 24, false,
+        "requests waiting to run before 429", NULL),
+    INT("queue_max_tokens", "queue-max-tokens", queue_max_tokens, 1, INT64_MAX, false,
+        "their prompt tokens before 429", NULL),
+    ENUM("policy", "policy", policy, POLICIES, "admission and preemption order"),
+    FLT("request_timeout", "request-timeout", request_timeout, 0, 1e7, "S", "seconds a request may take, 0 = none"),
+    /* security */
+    LIST("api_keys", "api-key", api_keys, "KEY", "API key clients send as `Authorization: Bearer KEY` (repeatable)"),
+    STR("api_key_file", "api-key-file", api_key_file, true, "PATH", "file of API keys, one per line, reread on SIGHUP",
+        "(default: none)"),
+    BOOL("metrics_require_key", "metrics-require-key", metrics_require_key, "/metrics needs an API key too"),
+    LIST("cors_origins", "cors-origin", cors_origins, "ORIGIN", "allowed CORS origin, * for any (repeatable)"),
+    STR("tls_cert", "tls-cert", tls_cert, true, "PATH", "TLS certificate (PEM); with --tls-key: HTTPS",
+        "(default: none)"),
+    STR("tls_key", "tls-key", tls_key, true, "PATH", "TLS private key (PEM)", "(default: none)"),
+    /* logging */
+    ENUM("log_format", "log-format", log_format, LOG_FORMATS, "access log lines as text or JSON"),
+    BOOL("access_log", "access-log", access_log, "one log line per request"),
+    BOOL("log_prompts", "log-prompts", log_prompts, "include the prompt text in the access log"),
+    /* readiness and drain */
+    FLT("drain_timeout", "drain-timeout", drain_timeout, 0, 86400, "S",
+        "seconds in-flight requests get to finish after SIGTERM"),
+    FLT("ready_queue_fraction", "ready-queue-fraction", ready_queue_fraction, 0, 1, "F",
+        "/ready is 503 when the queue is above this fraction of its bounds (0 counts as 1)"),
+};
+/* clang-format on */
+
+/* cfg.h's CFG_KEY_COUNT must match the rows (a mismatch is a conflicting declaration);
+ * enum fields are written as int. */
+_Static_assert(sizeof(cfg_device) == sizeof(int) && sizeof(cfg_policy) == sizeof(int) &&
+                   sizeof(cfg_log_format) == sizeof(int),
+               "enum settings are set through an int");
+
+void cfg_settings_init(cfg_settings *s) {
+    *s = (cfg_settings){
+        .device = CFG_DEVICE_AUTO,
+        .port = 8080,
+        .http_threads = 2,
+        .max_body_bytes = 1 << 20,
+        .max_connections = 4096,
+        .keepalive = 5,
+        .max_header_bytes = 32768,
+        /* the scheduler's: sched_config_default() (a unit test compares them) */
+        .kv_cache_mb = 512,
+        .block_size = 16,
+        .max_batch_size = 64,
+        .max_batch_tokens = 512,
+        .max_prefill_tokens = 256,
+        .queue_max_requests = 4096,
+        .queue_max_tokens = 4000000,
+        .policy = CFG_POLICY_FCFS,
+        .request_timeout = 600,
+        .log_format = CFG_LOG_TEXT,
+        .access_log = true,
+        .log_prompts = false,
+        .drain_timeout = 30,
+        .ready_queue_fraction = 0.9,
+    };
+    /* the two strings with defaults; on out of memory they stay NULL and the start
+     * fails on the missing model or binds the default address */
+    s->model = strdup(CFG_DEFAULT_MODEL);
+    s->host = strdup("127.0.0.1");
+}
+
+void cfg__list_clear(cfg_settings *s, const cfg_key *k) {
+    cfg_list *l = (cfg_list *)((char *)s + k->offset);
+    for (int i = 0; i < l->n; i++) free(l->items[i]);
+    free(l->items);
+    *l = (cfg_list){0};
+}
+
+void cfg_settings_free(cfg_settings *s) {
+    for (int i = 0; i < CFG_KEY_COUNT; i++) {
+        const cfg_key *k = &cfg__keys[i];
+        if (k->type == CFG_T_STRING) {
+            char **p = (char **)((char *)s + k->offset);
+            free(*p);
+            *p = NULL;
+        } else if (k->type == CFG_T_LIST) {
+            cfg__list_clear(s, k);
+        }
+    }
+    free(s->_file);
+    s->_file = NULL;
+}
+
+const cfg_key *cfg__key_find(const char *name) {
+    for (int i = 0; i < CFG_KEY_COUNT; i++)
+        if (strcmp(cfg__keys[i].name, name) == 0 || strcmp(cfg__keys[i].flag, name) == 0) return &cfg__keys[i];
+    return NULL;
+}
+
+int cfg__key_index(const cfg_key *k) {
+    return (int)(k - cfg__keys);
+}
+
+const char *cfg__quote(const char *text, char *buf, size_t cap) {
+    enum { SHOWN = 60 };
+    size_t o = 0, i = 0;
+    for (; text[i] && i < SHOWN && o + 8 < cap; i++) {
+        unsigned char c = (unsigned char)text[i];
+        if (c < 0x20 || c == 0x7f)
+            o += (size_t)snprintf(buf + o, cap - o, "\\x%02x", c);
+        else
+            buf[o++] = (char)c;
+    }
+    if (text[i] && o + 4 < cap) o += (size_t)snprintf(buf + o, cap - o, "...");
+    buf[o < cap ? o : cap - 1] = '\0';
+    return buf;
+}
+
+/* INT64_MAX as a double is 2^63: compare the parsed integer against the row's bounds
+ * as integers. */
+static int64_t bound(double b) {
+    return b >= 9.2e18 ? INT64_MAX : (int64_t)b;
+}
+
+const char *cfg__expected(const cfg_key *k, char *buf, size_t cap) {
+    switch (k->type) {
+    case CFG_T_STRING: snprintf(buf, cap, "a string"); break;
+    case CFG_T_INT:
+        snprintf(buf, cap, "an integer between %lld and %lld", (long long)bound(k->min), (long long)bound(k->max));
+        break;
+    case CFG_T_FLOAT: snprintf(buf, cap, "a number between %g and %g", k->min, k->max); break;
+    case CFG_T_BOOL: snprintf(buf, cap, "true or false"); break;
+    case CFG_T_LIST: snprintf(buf, cap, "a list of strings"); break;
+    case CFG_T_ENUM: {
+        size_t o = (size_t)snprintf(buf, cap, "one of");
+        for (int i = 0; k->choices[i] && o < cap; i++)
+            o += (size_t)snprintf(buf + o, cap - o, "%s %s", i ? "," : "", k->choices[i]);
+        break;
+    }
+    }
+    if (k->optional && k->type != CFG_T_STRING && strlen(buf) + 10 < cap) strcat(buf, " (or null)");
+    return buf;
+}
+
+static sp_status bad_value(const cfg_key *k, const char *text, bool null, bool quoted) {
+    char want[128], got[256];
+    if (null)
+        return sp_fail(SP_ERR_INVALID_ARG, "expected %s, got nothing (null)", cfg__expected(k, want, sizeof want));
+    return sp_fail(SP_ERR_INVALID_ARG, "expected %s, got %s'%s'", cfg__expected(k, want, sizeof want),
+                   quoted ? "the string " : "", cfg__quote(text, got, sizeof got));
+}
+
+static bool parse_bool(const char *text, bool *out) {
+    static const char *const yes[] = {"true", "yes", "on"}, *const no[] = {"false", "no", "off"};
+    for (int i = 0; i < 3; i++) {
+        if (strcasecmp(text, yes[i]) == 0) return *out = true, true;
+        if (strcasecmp(text, no[i]) == 0) return *out = false, true;
+    }
+    return false;
+}
+
+sp_status cfg__set_scalar(cfg_settings *s, const cfg_key *k, const char *text, bool null, bool quoted) {
+    void *field = (char *)s + k->offset;
+    if (null && k->optional) {
+        if (k->type == CFG_T_STRING) {
+            free(*(char **)field);
+            *(char **)field = NULL;
+        } else {
+            *(int64_t *)field = 0;
+        }
+        return SP_OK;
+    }
+    if (null) return bad_value(k, text, null, quoted);
+    switch (k->type) {
+    case CFG_T_STRING:
+    case CFG_T_LIST: {
+        if (k->type == CFG_T_LIST && !text[0]) return bad_value(k, text, null, quoted);
+        char *copy = strdup(text);
+        if (!copy) return sp_fail(SP_ERR_NOMEM, "out of memory");
+        if (k->type == CFG_T_STRING) {
+            free(*(char **)field);
+            *(char **)field = copy;
+            return SP_OK;
+        }
+        cfg_list *l = field;
+        char **items = realloc(l->items, sizeof *items * (size_t)(l->n + 1));
+        if (!items) {
+            free(copy);
+            return sp_fail(SP_ERR_NOMEM, "out of memory");
+        }
+        l->items = items;
+        l->items[l->n++] = copy;
+        return SP_OK;
+    }
+    case CFG_T_INT: {
+        char *end;
+        errno = 0;
+        long long v = strtoll(text, &end, 10);
+        if (quoted || errno || end == text || *end || isspace((unsigned char)text[0]) || v < bound(k->min) ||
+            v > bound(k->max))
+            return bad_value(k, text, null, quoted);
+        *(int64_t *)field = v;
+        return SP_OK;
+    }
+    case CFG_T_FLOAT: {
+        char *end;
+        errno = 0;
+        double v = strtod(text, &end);
+        if (quoted || errno || end == text || *end || isspace((unsigned char)text[0]) || !isfinite(v) || v < k->min ||
+            v > k->max)
+            return bad_value(k, text, null, quoted);
+        *(double *)field = v;
+        return SP_OK;
+    }
+    case CFG_T_BOOL: {
+        bool v;
+        if (quoted || !parse_bool(text, &v)) return bad_value(k, text, null, quoted);
+        *(bool *)field = v;
+        return SP_OK;
+    }
+    case CFG_T_ENUM:
+        for (int i = 0; k->choices[i]; i++) {
+            if (strcmp(text, k->choices[i]) == 0) {
+                *(int *)field = i; /* the enums' values are the choices' indexes */
+                return SP_OK;
+            }
+        }
+        return bad_value(k, text, null, quoted);
+    }
+    return SP_OK;
+}
+
+sp_status cfg_set(cfg_settings *s, const char *key, const char *text) {
+    const cfg_key *k = cfg__key_find(key);
+    if (!k) return sp_fail(SP_ERR_INVALID_ARG, "--%s: unknown setting", key);
+    int i = cfg__key_index(k);
+    if (k->type == CFG_T_LIST && !s->_flagged[i]) {
+        cfg__list_clear(s, k); /* the command line's list replaces the file's */
+        s->_flagged[i] = true;
+    }
+    sp_status st = cfg__set_scalar(s, k, text, false, false);
+    if (st != SP_OK) return sp_fail_prefix(st, "--%s", k->flag);
+    s->_line[i] = -1;
+    return SP_OK;
+}
+
+const char *cfg_origin(const cfg_settings *s, const char *key, char *buf, size_t cap) {
+    const cfg_key *k = cfg__key_find(key);
+    int line = k ? s->_line[cfg__key_index(k)] : 0;
+    if (line > 0)
+        snprintf(buf, cap, "%s:%d", s->_file ? s->_file : "the config file", line);
+    else if (line < 0)
+        snprintf(buf, cap, "--%s", k->flag);
+    else
+        snprintf(buf, cap, "the default");
+    return buf;
+}
+
+/* ---- printing: --print-config and --help ---- */
+
+/* A YAML double-quoted scalar. */
+static void print_quoted(FILE *out, const char *text) {
+    fputc('"', out);
+    for (const unsigned char *p = (const unsigned char *)text; *p; p++) {
+        /* YAML folds the line breaks U+0085, U+2028 and U+2029 in a quoted scalar */
+        if (p[0] == 0xc2 && p[1] == 0x85) {
+            fputs("\\u0085", out);
+            p++;
+        } else if (p[0] == 0xe2 && p[1] == 0x80 && (p[2] == 0xa8 || p[2] == 0xa9)) {
+            fprintf(out, "\\u%04x", p[2] == 0xa8 ? 0x2028 : 0x2029);
+            p += 2;
+        } else if (*p == '"' || *p == '\\')
+            fprintf(out, "\\%c", *p);
+        else if (*p < 0x20 || *p == 0x7f)
+            fprintf(out, "\\x%02x", *p);
+        else
+            fputc(*p, out);
+    }
+    fputc('"', out);
+}
+
+/* The shortest text that reads back as the same double. */
+static void print_double(FILE *out, double v) {
+    char buf[40];
+    if (v == floor(v) && fabs(v) < 1e15) {
+        fprintf(out, "%.0f", v);
+        return;
+    }
+    for (int digits = 1; digits <= 17; digits++) {
+        snprintf(buf, sizeof buf, "%.*g", digits, v);
+        if (strtod(buf, NULL) == v) break;
+    }
+    fputs(buf, out);
+}
+
+/* k's value: YAML (strings quoted, lists in flow style, unset as null) or plain. */
+static void print_value(FILE *out, const cfg_settings *s, const cfg_key *k, bool yaml, bool redact) {
+    const void *field = (const char *)s + k->offset;
+    switch (k->type) {
+    case CFG_T_STRING: {
+        const char *v = *(char *const *)field;
+        if (!v)
+            fputs(yaml ? "null" : "none", out);
+        else if (yaml)
+            print_quoted(out, v);
+        else
+            fputs(v, out);
+        break;
+    }
+    case CFG_T_INT:
+        if (k->optional && *(const int64_t *)field == 0)
+            fputs(yaml ? "null" : "none", out);
+        else
+            fprintf(out, "%lld", (long long)*(const int64_t *)field);
+        break;
+    case CFG_T_FLOAT: print_double(out, *(const double *)field); break;
+    case CFG_T_BOOL: fputs(*(const bool *)field ? "true" : "false", out); break;
+    case CFG_T_ENUM: fputs(k->choices[*(const int *)field], out); break;
+    case CFG_T_LIST: {
+        const cfg_list *l = field;
+        fputc('[', out);
+        for (int i = 0; i < l->n; i++) {
+            if (i) fputs(", ", out);
+            print_quoted(out, redact ? "<redacted>" : l->items[i]);
+        }
+        fputc(']', out);
+        break;
+    }
+    }
+}
+
+void cfg_print(const cfg_settings *s, FILE *out) {
+    fprintf(out, "# spindle serve settings (defaults, then %s, then the command line)\n",
+            s->_file ? s->_file : "no config file");
+    for (int i = 0; i < CFG_KEY_COUNT; i++) {
+        const cfg_key *k = &cfg__keys[i];
+        fprintf(out, "%s: ", k->name);
+        print_value(out, s, k, true, strcmp(k->name, "api_keys") == 0);
+        char where[300];
+        if (s->_line[i] != 0) fprintf(out, "  # %s", cfg_origin(s, k->name, where, sizeof where));
+        fputc('\n', out);
+    }
+}
+
+void cfg_print_usage(FILE *out) {
+    cfg_settings d;
+    cfg_settings_init(&d);
+    for (int i = 0; i < CFG_KEY_COUNT; i++) {
+        const cfg_key *k = &cfg__keys[i];
+        char lhs[80];
+        if (k->type == CFG_T_BOOL)
+            snprintf(lhs, sizeof lhs, "--%s", k->flag);
+        else if (k->type == CFG_T_ENUM) {
+            size_t o = (size_t)snprintf(lhs, sizeof lhs, "--%s ", k->flag);
+            for (int c = 0; k->choices[c] && o < sizeof lhs; c++)
+                o += (size_t)snprintf(lhs + o, sizeof lhs - o, "%s%s", c ? "|" : "", k->choices[c]);
+        } else
+            snprintf(lhs, sizeof lhs, "--%s %s", k->flag, k->arg);
+        fprintf(out, "  %-32s %s ", lhs, k->help);
+        if (k->optional)
+            fputs(k->unset, out);
+        else if (k->type == CFG_T_LIST)
+            fputs("(default: none)", out);
+        else {
+            fputs("(default ", out);
+            print_value(out, &d, k, false, false);
+            fputc(')', out);
+        }
+        fputc('\n', out);
+    }
+    fputs("  (each on/off flag has a --no- form: --no-access-log)\n", out);
+    cfg_settings_free(&d);
+}

@@ -1,0 +1,142 @@
+/* cfg.h: every setting of `spindle serve` in one validated struct, merged from three
+ * layers: the defaults, a YAML file (--config PATH, or /etc/spindle/spindle.yaml when
+ * present) and the command-line flags, each overriding the one before. YAML keys are
+ * the long flag names with '_' for '-' (--max-batch-size is max_batch_size); the two
+ * repeatable flags are plural lists in YAML (--api-key: api_keys, --cors-origin:
+ * cors_origins). Every value is checked against the same type and range wherever it
+ * comes from; a bad value is an error naming where it came from
+ * ("spindle.yaml:12: key 'max_batch_size': expected an integer between 1 and 4096,
+ * got 'lots'", "--port: expected ..."), never a warning.
+ *
+ * The module knows nothing of the server or the scheduler: server/cmd_serve.c copies
+ * the settings into srv_http_config and sched_config. Main thread only.
+ */
+#ifndef SP_CONFIG_CFG_H
+#define SP_CONFIG_CFG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "common/status.h"
+
+/* The model used when neither the file nor --model names one (the same file as
+ * server/commands.h's CMD_DEFAULT_MODEL). */
+#define CFG_DEFAULT_MODEL "models/SmolLM2-135M-Instruct.Q4_1.gguf"
+/* The file read when --config is not given, if it exists. */
+#define CFG_DEFAULT_PATH "/etc/spindle/spindle.yaml"
+/* How many settings there are (the rows of cfg.c's key table). */
+#define CFG_KEY_COUNT 33
+
+typedef enum cfg_device {
+    CFG_DEVICE_AUTO, /* CUDA when built and present, else the CPU */
+    CFG_DEVICE_CPU,
+    CFG_DEVICE_CUDA
+} cfg_device;
+
+typedef enum cfg_policy { CFG_POLICY_FCFS, CFG_POLICY_PRIORITY } cfg_policy;
+
+typedef enum cfg_log_format { CFG_LOG_TEXT, CFG_LOG_JSON } cfg_log_format;
+
+/* A list setting (api_keys, cors_origins): n strings, each owned by the list. */
+typedef struct cfg_list {
+    char **items; /* (n) */
+    int n;
+} cfg_list;
+
+/* Every setting, with the flag and YAML key it comes from. Strings and lists are owned
+ * by the struct (free with cfg_settings_free); NULL strings are unset. Owned by the
+ * main thread. */
+typedef struct cfg_settings {
+    /* the model */
+    char *model;             /* --model, model */
+    char *served_model_name; /* NULL: the file name without .gguf */
+    char *chat_template;     /* Jinja file; NULL: the model's own template */
+    cfg_device device;
+    int64_t threads;  /* CPU threads; 0: all cores */
+    int64_t ctx_size; /* context limit per sequence; 0: the model's training context */
+    /* HTTP */
+    char *host;
+    int64_t port; /* 0: any free port */
+    int64_t http_threads;
+    int64_t max_body_bytes;
+    int64_t max_connections;
+    double keepalive; /* seconds of quiet before an SSE comment */
+    int64_t max_header_bytes;
+    /* the scheduler */
+    int64_t kv_cache_mb;
+    int64_t block_size;
+    int64_t max_batch_size;
+    int64_t max_batch_tokens;
+    int64_t max_prefill_tokens;
+    int64_t queue_max_requests;
+    int64_t queue_max_tokens;
+    cfg_policy policy;
+    double request_timeout; /* seconds; 0: none */
+    /* security */
+    cfg_list api_keys;  /* --api-key (repeatable), api_keys */
+    char *api_key_file; /* one key per line; NULL: none */
+    bool metrics_require_key;
+    cfg_list cors_origins; /* --cors-origin (repeatable), cors_origins; none: CORS off */
+    char *tls_cert;        /* PEM files; both set: HTTPS */
+    char *tls_key;
+    /* logging */
+    cfg_log_format log_format;
+    bool access_log;
+    bool log_prompts;
+    /* readiness and drain */
+    double drain_timeout;        /* seconds in-flight work gets after SIGTERM */
+    double ready_queue_fraction; /* /ready is 503 above this fraction of the queue bounds */
+    /* private: where each setting came from (cfg_origin) */
+    char *_file;                  /* the config file read, or NULL */
+    int _line[CFG_KEY_COUNT];     /* 0: default, -1: command line, else the file's line */
+    bool _flagged[CFG_KEY_COUNT]; /* a list key given on the command line (it replaces the file's) */
+} cfg_settings;
+
+/* Fills s with the defaults (those of `spindle serve --help`). Free with
+ * cfg_settings_free. */
+void cfg_settings_init(cfg_settings *s);
+void cfg_settings_free(cfg_settings *s);
+
+/* Applies the YAML file at path over s. Errors (SP_ERR_IO for an unreadable file,
+ * SP_ERR_INVALID_ARG for everything else) name the file, the line and the key:
+ * syntax errors, a document that is not a mapping, unknown and duplicate keys, wrong
+ * types (a list where a scalar is expected and the reverse, a quoted string where a
+ * number or a bool is expected), values out of range. On error s holds the settings
+ * applied before the bad one; still free it with cfg_settings_free. */
+sp_status cfg_load_file(cfg_settings *s, const char *path);
+/* The same from len bytes of text; name is what messages call the file. */
+sp_status cfg_load_yaml(cfg_settings *s, const char *name, const char *text, size_t len);
+
+/* Sets one setting from text as the command line gives it ("--port 8080" is
+ * cfg_set(s, "port", "8080"); a list key appends one item). key is the YAML key or
+ * the flag name without "--". SP_ERR_INVALID_ARG naming the flag when the key is
+ * unknown or the value is bad. */
+sp_status cfg_set(cfg_settings *s, const char *key, const char *text);
+
+typedef enum cfg_action {
+    CFG_ACTION_RUN,         /* serve with s */
+    CFG_ACTION_HELP,        /* --help: print cfg_print_usage, exit 0 */
+    CFG_ACTION_PRINT_CONFIG /* --print-config: print cfg_print, exit 0 */
+} cfg_action;
+
+/* The whole command line of `spindle serve` (argv[0] is the command's name): reads the
+ * file of --config (else default_path when that file exists; NULL: none), then
+ * applies the flags over it. A repeatable flag on the command line replaces the
+ * file's list. s must come from cfg_settings_init. Errors: SP_ERR_IO (the file cannot
+ * be read), SP_ERR_INVALID_ARG (a bad file, flag or value; the message names it). */
+sp_status cfg_parse_args(cfg_settings *s, int argc, char **argv, const char *default_path, cfg_action *action);
+
+/* Writes s as YAML that cfg_load_file reads back to the same settings: every key, in
+ * the table's order, a comment saying where a value came from when it is not the
+ * default. API keys are written as "<redacted>". */
+void cfg_print(const cfg_settings *s, FILE *out);
+/* Writes the option lines of `spindle serve --help`, one per flag, with defaults. */
+void cfg_print_usage(FILE *out);
+
+/* Where key's value came from: "spindle.yaml:12", "--port" or "the default". Returns
+ * buf (cap bytes). */
+const char *cfg_origin(const cfg_settings *s, const char *key, char *buf, size_t cap);
+
+#endif
