@@ -199,4 +199,33 @@ double sched_seconds_since_heartbeat(const sched *s);
 /* CLOCK_MONOTONIC in seconds: the clock of sched_timings. */
 double sched_now(void);
 
+/* ---- histograms (sched_metrics.c) -------------------------------------------------- */
+
+/* The scheduler's histograms; sched_metrics.c says where each is observed. */
+typedef enum sched_hist_id {
+    SCHED_HIST_TTFT,            /* seconds from arrival to the first token (finished requests) */
+    SCHED_HIST_INTER_TOKEN,     /* seconds between two tokens of one sequence (every token after the first) */
+    SCHED_HIST_E2E,             /* seconds from arrival to the end (finished requests) */
+    SCHED_HIST_QUEUE,           /* seconds from arrival to the first admission (admitted requests) */
+    SCHED_HIST_PREFILL,         /* seconds of steps that carried the request's prompt (finished requests) */
+    SCHED_HIST_DECODE,          /* seconds of steps that carried its decode rows (finished requests) */
+    SCHED_HIST_TICK,            /* seconds of one tick that ran a step: plan, step, sampling */
+    SCHED_HIST_TOKENS_PER_TICK, /* tokens of that step (prefill and decode rows) */
+    SCHED_HIST_COUNT
+} sched_hist_id;
+
+enum { SCHED_HIST_MAX_BOUNDS = 24 };
+
+/* One histogram as Prometheus renders it. */
+typedef struct sched_hist_snapshot {
+    const double *bounds; /* (n_bounds) upper bounds, increasing (static storage); +Inf is implied */
+    int n_bounds;
+    uint64_t buckets[SCHED_HIST_MAX_BOUNDS + 1]; /* cumulative: observations <= bounds[i]; [n_bounds]: all */
+    uint64_t count;                              /* == buckets[n_bounds] */
+    double sum;
+} sched_hist_snapshot;
+
+/* Reads histogram id without locks (each bucket atomic on its own). Any thread. */
+void sched_get_histogram(const sched *s, sched_hist_id id, sched_hist_snapshot *out);
+
 #endif

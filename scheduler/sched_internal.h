@@ -120,6 +120,7 @@ struct sched_request {
     uint64_t rng; /* the sampler's generator: advances only when this sequence samples */
     tok_decoder dec;
     sched_stop stop;
+    double last_token_at; /* sched_now() of its last sampled token (inter-token latency); 0: none yet */
 };
 
 /* Allocates the sequence's arrays for a scheduler with block_size B (sched_submit,
@@ -136,6 +137,27 @@ bool sched__policy_before(sched_policy_kind kind, const sched_request *a, const 
 /* Index of the sequence to preempt among running (n >= 1): the one admitted last by
  * the policy's order (the youngest, or the lowest priority then youngest). */
 int sched__policy_victim(sched_policy_kind kind, sched_request *const *running, int n);
+
+/* ---- histograms (sched_metrics.c) ------------------------------------------------- */
+
+/* One histogram's buckets, not cumulative: buckets[i] counts observations in
+ * (bounds[i-1], bounds[i]], buckets[n_bounds] those above every bound. Zeroed memory
+ * is an empty histogram. Any thread observes (atomics only), any thread reads. */
+typedef struct sched_histogram {
+    _Atomic uint64_t buckets[SCHED_HIST_MAX_BOUNDS + 1];
+    _Atomic double sum;
+} sched_histogram;
+
+typedef struct sched_metrics {
+    sched_histogram hist[SCHED_HIST_COUNT];
+} sched_metrics;
+
+/* Adds v to histogram id (NaN ignored, negatives as 0). Lock-free; any thread. */
+void sched__metrics_observe(sched_metrics *m, sched_hist_id id, double v);
+/* TTFT, end-to-end, prefill and decode time of a request that finished. */
+void sched__metrics_observe_finished(sched_metrics *m, const sched_timings *t);
+/* Cumulative buckets, count and sum of histogram id. Any thread. */
+void sched__metrics_snapshot(const sched_metrics *m, sched_hist_id id, sched_hist_snapshot *out);
 
 /* ---- the scheduler ---------------------------------------------------------------- */
 
@@ -195,6 +217,7 @@ struct sched {
     char *text_work; /* (SCHED_MAX_STOP_BYTES + 2 * piece_cap) held text + piece, for stop matching */
 
     sched_counters stats;
+    sched_metrics metrics; /* histograms, observed lock-free (sched_metrics.c) */
     _Atomic int64_t heartbeat_ns;
 };
 
