@@ -30,13 +30,13 @@ MODEL_SRC  := model/gguf.c model/gguf_access.c model/quant.c model/quant_kquants
 GPU_SRC    := gpu/device.c gpu/host/host_backend.c gpu/host/host_ops.c gpu/host/host_matmul.c \
               gpu/host/host_attention.c gpu/host/host_quant_dot.c gpu/host/threadpool.c
 SCHED_SRC  := scheduler/sched.c scheduler/queue.c scheduler/request.c scheduler/kv_blocks.c scheduler/policy.c \
-              scheduler/tick.c scheduler/end_tick.c scheduler/stop_match.c
+              scheduler/tick.c scheduler/end_tick.c scheduler/stop_match.c scheduler/sched_metrics.c
 CONFIG_SRC := config/cfg.c config/cfg_yaml.c config/cfg_args.c
 # server/: everything but main.c goes into the library, so unit tests link it too
 SERVER_SRC := server/cli_session.c server/cmd_generate.c server/cmd_inspect.c server/cmd_bench.c \
               server/cmd_template.c server/cmd_serve.c server/http.c server/watch.c server/metrics.c \
               server/errors.c server/openai_fields.c server/openai_request.c server/openai_response.c \
-              server/chat.c server/tokenize.c server/auth.c server/notify.c
+              server/chat.c server/tokenize.c server/auth.c server/notify.c server/access_log.c
 
 LIB_SRC := $(COMMON_SRC) $(MODEL_SRC) $(GPU_SRC) $(SCHED_SRC) $(CONFIG_SRC) $(SERVER_SRC)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)

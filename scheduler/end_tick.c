@@ -49,7 +49,10 @@ static void request_retire(sched *s, sched_request *r, sched_finish f, sp_status
     r->state = SCHED_SEQ_DONE;
     switch (f) {
     case SCHED_FINISH_STOP:
-    case SCHED_FINISH_LENGTH: stat_add(&s->stats.finished, 1); break;
+    case SCHED_FINISH_LENGTH:
+        stat_add(&s->stats.finished, 1);
+        sched__metrics_observe_finished(&s->metrics, &r->out.timings); /* done: only this thread wrote it */
+        break;
     case SCHED_FINISH_CANCELLED: stat_add(&s->stats.cancelled, 1); break;
     case SCHED_FINISH_ERROR:
         stat_add(&s->stats.errors, 1);
@@ -143,6 +146,8 @@ void sched__sample_and_emit(sched *s, sched_request *r, float *logits, double no
     pthread_mutex_unlock(&r->lock);
 
     stat_add(&s->stats.generated_tokens, 1);
+    if (r->last_token_at > 0) sched__metrics_observe(&s->metrics, SCHED_HIST_INTER_TOKEN, now - r->last_token_at);
+    r->last_token_at = now;
     if (finish == SCHED_FINISH_NONE) return;
     for (int i = 0; i < s->n_running; i++)
         if (s->running[i] == r) {

@@ -154,7 +154,10 @@ static void admit(sched *s, sched_request *r, double now) {
     atomic_store_explicit(&s->stats.running, s->n_running, memory_order_relaxed);
     sched__queue_uncount(s, r);
     pthread_mutex_lock(&r->lock);
-    if (r->out.timings.admitted == 0) r->out.timings.admitted = now;
+    if (r->out.timings.admitted == 0) {
+        r->out.timings.admitted = now;
+        sched__metrics_observe(&s->metrics, SCHED_HIST_QUEUE, now - r->out.timings.arrival);
+    }
     pthread_mutex_unlock(&r->lock);
 }
 
@@ -200,6 +203,13 @@ static void step_fail(sched *s, const step_build *b, sp_status st) {
     }
 }
 
+/* Metrics of a tick that ran a step (counted in stats.ticks): its duration from
+ * `start` and its tokens. */
+static void tick_observe(sched *s, double start, const step_build *b) {
+    sched__metrics_observe(&s->metrics, SCHED_HIST_TICK, sched_now() - start);
+    sched__metrics_observe(&s->metrics, SCHED_HIST_TOKENS_PER_TICK, b->n_tokens);
+}
+
 bool sched__tick(sched *s) {
     double now = sched_now();
     plan_drop_ended(s, now);
@@ -227,6 +237,7 @@ bool sched__tick(sched *s) {
     stat_add(&s->stats.ticks, 1);
     if (st != SP_OK) {
         step_fail(s, &b, st);
+        tick_observe(s, now, &b);
         return true;
     }
 
@@ -247,5 +258,6 @@ bool sched__tick(sched *s) {
             sched__sample_and_emit(s, r, s->logits + (size_t)s->step_logit_of[q] * (size_t)s->n_vocab, t1);
     }
     stat_add(&s->stats.prompt_tokens, prefilled);
+    tick_observe(s, now, &b);
     return true;
 }

