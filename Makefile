@@ -34,7 +34,7 @@ SCHED_SRC  := scheduler/sched.c scheduler/queue.c scheduler/request.c scheduler/
 CONFIG_SRC := config/cfg.c config/cfg_yaml.c config/cfg_args.c
 # server/: everything but main.c goes into the library, so unit tests link it too
 SERVER_SRC := server/cli_session.c server/cmd_generate.c server/cmd_inspect.c server/cmd_bench.c \
-              server/cmd_template.c server/cmd_serve.c server/http.c server/watch.c server/metrics.c \
+              server/cmd_template.c server/cmd_serve.c server/http.c server/http_security.c server/watch.c server/metrics.c \
               server/errors.c server/openai_fields.c server/openai_request.c server/openai_response.c \
               server/chat.c server/tokenize.c server/auth.c server/notify.c server/access_log.c
 

@@ -57,6 +57,10 @@ const cfg_key cfg__keys[] = {
         "their prompt tokens before 429", NULL),
     ENUM("policy", "policy", policy, POLICIES, "admission and preemption order"),
     FLT("request_timeout", "request-timeout", request_timeout, 0, 1e7, "S", "seconds a request may take, 0 = none"),
+    /* request limits */
+    INT("max_n", "max-n", max_n, 1, 16, false, "most choices one request may ask for (n)", NULL),
+    INT("max_tokens", "max-tokens", max_tokens, 0, 1 << 24, false,
+        "largest max_tokens a request may ask for, 0 = the context", NULL),
     /* security */
     LIST("api_keys", "api-key", api_keys, "KEY", "API key clients send as `Authorization: Bearer KEY` (repeatable)"),
     STR("api_key_file", "api-key-file", api_key_file, true, "PATH", "file of API keys, one per line, reread on SIGHUP",
@@ -103,6 +107,8 @@ void cfg_settings_init(cfg_settings *s) {
         .queue_max_tokens = 4000000,
         .policy = CFG_POLICY_FCFS,
         .request_timeout = 600,
+        .max_n = 16,
+        .max_tokens = 0,
         .log_format = CFG_LOG_TEXT,
         .access_log = true,
         .log_prompts = false,

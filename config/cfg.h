@@ -21,13 +21,13 @@
 
 #include "common/status.h"
 
-/* The model used when neither the file nor --model names one (the same file as
- * server/commands.h's CMD_DEFAULT_MODEL). */
+/* The model used when neither the file nor --model names one (every command's
+ * default; `make run` serves it). */
 #define CFG_DEFAULT_MODEL "models/SmolLM2-135M-Instruct.Q4_1.gguf"
 /* The file read when --config is not given, if it exists. */
 #define CFG_DEFAULT_PATH "/etc/spindle/spindle.yaml"
 /* How many settings there are (the rows of cfg.c's key table). */
-#define CFG_KEY_COUNT 33
+#define CFG_KEY_COUNT 35
 
 typedef enum cfg_device {
     CFG_DEVICE_AUTO, /* CUDA when built and present, else the CPU */
@@ -74,6 +74,9 @@ typedef struct cfg_settings {
     int64_t queue_max_tokens;
     cfg_policy policy;
     double request_timeout; /* seconds; 0: none */
+    /* request limits */
+    int64_t max_n;      /* most choices a request may ask for (n) */
+    int64_t max_tokens; /* largest max_tokens a request may ask for; 0: the context */
     /* security */
     cfg_list api_keys;  /* --api-key (repeatable), api_keys */
     char *api_key_file; /* one key per line; NULL: none */

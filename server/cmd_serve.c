@@ -190,6 +190,8 @@ static sp_status serve_load(const serve_args *a, srv_app *app, serve_state *s) {
                                   .file_name = s->file_name,
                                   .vocab = model_vocab(s->model),
                                   .max_seq_len = live->max_seq_len,
+                                  .max_n = (int)a->cfg.max_n,
+                                  .max_tokens = (int32_t)a->cfg.max_tokens,
                                   .created = (int64_t)time(NULL)};
     if ((st = srv_model_info_init_template(&app->model, model_gguf(s->model), a->chat_template)) != SP_OK) return st;
     if ((st = sched_start(app->sched)) != SP_OK) return st;
@@ -289,7 +291,8 @@ int cmd_serve(int argc, char **argv) {
         serve_args_free(&a);
         return cmd_exit_status(st);
     }
-    sp_log_info("listening on http://%s:%d (loading %s)", a.http.host, srv_http_port(s.http), a.model);
+    const char *scheme = a.http.tls_cert_file ? "https" : "http";
+    sp_log_info("listening on %s://%s:%d (loading %s)", scheme, a.http.host, srv_http_port(s.http), a.model);
 
     double t0 = sched_now();
     bool graceful = true;
@@ -302,7 +305,7 @@ int cmd_serve(int argc, char **argv) {
         /* systemd (notify.c): READY=1 (listening, model loaded), then the watchdog/STATUS= thread */
         srv_notify_ready(&app);
         if (srv_notify_start(&app, &s.notify) != SP_OK) sp_log_warn("%s", sp_last_error());
-        sp_log_info("ready in %.2f s: http://%s:%d/v1", sched_now() - t0, a.http.host, srv_http_port(s.http));
+        sp_log_info("ready in %.2f s: %s://%s:%d/v1", sched_now() - t0, scheme, a.http.host, srv_http_port(s.http));
         int sig = 0;
         /* SIGHUP: reload the API key file (auth.c; a failed reload keeps the old keys) */
         while (sigwait(&signals, &sig) == 0 && sig == SIGHUP) srv_auth_reload(app.auth);

@@ -14,8 +14,8 @@ int cmd_template(int argc, char **argv);
  * unsupported format), 1 for everything else. */
 int cmd_exit_status(int status);
 
-/* The model used when --model is not given. */
-#define CMD_DEFAULT_MODEL "models/SmolLM2-135M-Instruct.Q4_1.gguf"
+/* The model used when --model is not given: the one config/ defaults to. */
+#define CMD_DEFAULT_MODEL CFG_DEFAULT_MODEL
 
 #endif
 
@@ -24,6 +24,7 @@ int cmd_exit_status(int status);
 #include <stdint.h>
 
 #include "common/status.h"
+#include "config/cfg.h"
 #include "gpu/device.h"
 #include "model/model.h"
 

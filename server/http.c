@@ -29,6 +29,7 @@
 #include <time.h>
 
 #include "common/log.h"
+#include "server/http_security.h"
 
 enum { STREAM_BLOCK_BYTES = 16 * 1024 };
 
@@ -36,9 +37,7 @@ struct srv_http {
     struct MHD_Daemon *daemon;
     srv_app *app;
     int port;
-    /* security: the PEM texts (TLS) and the daemon options they and the header limit add */
-    char *tls_cert, *tls_key;
-    struct MHD_OptionItem security_options[4];
+    srv_http_security security; /* TLS and the header limit (http_security.c) */
 };
 
 typedef struct srv_conn srv_conn;
@@ -611,18 +610,39 @@ static enum MHD_Result cors_preflight(srv_conn *conn, const struct route *found)
     return queue_response(conn, MHD_HTTP_NO_CONTENT, resp);
 }
 
+static const struct route *find_route(const char *url) {
+    for (size_t i = 0; i < sizeof ROUTES / sizeof ROUTES[0]; i++)
+        if (strcmp(url, ROUTES[i].path) == 0) return &ROUTES[i];
+    return NULL;
+}
+
+/* A CORS preflight: OPTIONS on a known path while CORS is on. */
+static bool is_preflight(const srv_conn *conn, const char *method) {
+    return conn->app->http.n_cors_origins > 0 && strcmp(method, "OPTIONS") == 0;
+}
+
+/* On the first handler call, before any body is read: a keyed route without a valid
+ * key is answered 401 at once, so an unauthenticated client cannot make the server
+ * read (up to max_body_bytes of) its body. Returns whether the request may go on;
+ * when not, *result is the handler's answer. */
+static bool admit_key(srv_conn *conn, const char *url, const char *method, enum MHD_Result *result) {
+    const struct route *found = find_route(url);
+    if (!found || is_preflight(conn, method) || !route_needs_key(conn->app, found->kind)) return true;
+    srv_error err;
+    if (route_authorized(conn, &err)) return true;
+    *result = send_error(conn, &err);
+    return false;
+}
+
 static enum MHD_Result route(srv_conn *conn, const char *url, const char *method) {
     srv_error err;
-    const struct route *found = NULL;
-    for (size_t i = 0; i < sizeof ROUTES / sizeof ROUTES[0]; i++)
-        if (strcmp(url, ROUTES[i].path) == 0) found = &ROUTES[i];
+    const struct route *found = find_route(url);
     if (!found) {
         srv_error_make(&err, SRV_ERROR_NOT_FOUND, NULL, "Invalid URL (%s %s)", method, url);
         return send_error(conn, &err);
     }
-    /* security: CORS preflight (no key), then the API key */
-    if (conn->app->http.n_cors_origins > 0 && strcmp(method, "OPTIONS") == 0) return cors_preflight(conn, found);
-    if (route_needs_key(conn->app, found->kind) && !route_authorized(conn, &err)) return send_error(conn, &err);
+    /* security: CORS preflight (no key); the API key was checked by admit_key */
+    if (is_preflight(conn, method)) return cors_preflight(conn, found);
     /* HEAD is GET without a body; libmicrohttpd drops the body itself */
     bool method_ok =
         strcmp(method, found->method) == 0 || (strcmp(found->method, "GET") == 0 && strcmp(method, "HEAD") == 0);
@@ -695,6 +715,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *connection, 
                            app->http.max_body_bytes);
             return send_error(conn, &err);
         }
+        enum MHD_Result refused;
+        if (!admit_key(conn, url, method, &refused)) return refused; /* security: before the body */
         return MHD_YES;
     }
     if (*upload_data_size > 0) {
@@ -710,9 +732,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *connection, 
 
 /* The endpoint label of a path: the route's own path string, "other" when unknown. */
 static const char *route_endpoint(const char *path) {
-    for (size_t i = 0; i < sizeof ROUTES / sizeof ROUTES[0]; i++)
-        if (strcmp(path, ROUTES[i].path) == 0) return ROUTES[i].path;
-    return "other";
+    const struct route *found = find_route(path);
+    return found ? found->path : "other";
 }
 
 /* Why a request ended early, from how it finished or (not finished when the
@@ -829,72 +850,6 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap) {
     sp_log_warn("http: %s", msg);
 }
 
-/* ---- security: TLS and the header limit (srv_http_start) ---- */
-
-enum { TLS_PEM_MAX_BYTES = 1 << 20 };
-
-/* Reads the PEM file of flag `what` at path; caller owns *out (NUL-terminated). */
-static sp_status tls_read_pem(const char *what, const char *path, char **out) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return sp_fail(SP_ERR_IO, "%s %s: cannot read: %s", what, path, strerror(errno));
-    char *text = malloc(TLS_PEM_MAX_BYTES + 1);
-    size_t n = text ? fread(text, 1, TLS_PEM_MAX_BYTES + 1, f) : 0;
-    bool failed = !text || ferror(f);
-    fclose(f);
-    sp_status st = SP_OK;
-    if (!text)
-        st = sp_fail(SP_ERR_NOMEM, "out of memory");
-    else if (failed)
-        st = sp_fail(SP_ERR_IO, "%s %s: cannot read: %s", what, path, strerror(errno));
-    else if (n > TLS_PEM_MAX_BYTES)
-        st = sp_fail(SP_ERR_FORMAT, "%s %s: larger than %d bytes: not a PEM file", what, path, TLS_PEM_MAX_BYTES);
-    if (st == SP_OK) {
-        text[n] = '\0';
-        if (!strstr(text, "-----BEGIN ")) st = sp_fail(SP_ERR_FORMAT, "%s %s: not a PEM file", what, path);
-    }
-    if (st != SP_OK) {
-        if (text) explicit_bzero(text, TLS_PEM_MAX_BYTES + 1);
-        free(text);
-        return st;
-    }
-    *out = text;
-    return SP_OK;
-}
-
-/* Fills h->security_options (an MHD_OPTION_ARRAY) and adds to *flags: TLS when both
- * PEM files are set, libmicrohttpd's per-connection memory limit when
- * max_header_bytes is set (a request line or headers that do not fit get
- * libmicrohttpd's own answer: 414 for the request line, 431 for the headers). */
-static sp_status http_security_options(srv_http *h, unsigned *flags) {
-    const srv_http_config *cfg = &h->app->http;
-    int n = 0;
-    if (cfg->tls_cert_file || cfg->tls_key_file) {
-        if (!cfg->tls_cert_file || !cfg->tls_key_file)
-            return sp_fail(SP_ERR_INVALID_ARG, "TLS needs both --tls-cert and --tls-key (only %s is set)",
-                           cfg->tls_cert_file ? "--tls-cert" : "--tls-key");
-        if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES)
-            return sp_fail(SP_ERR_UNSUPPORTED,
-                           "--tls-cert: the installed libmicrohttpd was built without TLS (install the GnuTLS build)");
-        sp_status st = tls_read_pem("--tls-cert", cfg->tls_cert_file, &h->tls_cert);
-        if (st == SP_OK) st = tls_read_pem("--tls-key", cfg->tls_key_file, &h->tls_key);
-        if (st != SP_OK) return st;
-        *flags |= MHD_USE_TLS;
-        h->security_options[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_CERT, 0, h->tls_cert};
-        h->security_options[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_KEY, 0, h->tls_key};
-    }
-    if (cfg->max_header_bytes > 0)
-        h->security_options[n++] =
-            (struct MHD_OptionItem){MHD_OPTION_CONNECTION_MEMORY_LIMIT, (intptr_t)cfg->max_header_bytes, NULL};
-    h->security_options[n] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
-    return SP_OK;
-}
-
-static void http_security_free(srv_http *h) {
-    if (h->tls_key) explicit_bzero(h->tls_key, strlen(h->tls_key));
-    free(h->tls_key);
-    free(h->tls_cert);
-}
-
 sp_status srv_http_start(srv_app *app, srv_http **out) {
     struct addrinfo hints = {
         .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
@@ -911,10 +866,10 @@ sp_status srv_http_start(srv_app *app, srv_http **out) {
     h->app = app;
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
     if (addr->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
-    sp_status sec = http_security_options(h, &flags); /* security: TLS, header limit */
+    sp_status sec = srv_http_security_init(&app->http, &h->security, &flags);
     if (sec != SP_OK) {
         freeaddrinfo(addr);
-        http_security_free(h);
+        srv_http_security_free(&h->security);
         free(h);
         return sec;
     }
@@ -923,10 +878,10 @@ sp_status srv_http_start(srv_app *app, srv_http **out) {
         MHD_OPTION_SOCK_ADDR, addr->ai_addr, MHD_OPTION_THREAD_POOL_SIZE, (unsigned)app->http.http_threads,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned)app->http.max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
         (unsigned)app->http.connection_timeout, MHD_OPTION_NOTIFY_COMPLETED, on_completed, app,
-        MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u, MHD_OPTION_ARRAY, h->security_options, MHD_OPTION_END);
+        MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u, MHD_OPTION_ARRAY, h->security.options, MHD_OPTION_END);
     freeaddrinfo(addr);
     if (!h->daemon) {
-        http_security_free(h);
+        srv_http_security_free(&h->security);
         free(h);
         if (flags & MHD_USE_TLS)
             return sp_fail(SP_ERR_IO,
@@ -949,6 +904,6 @@ int srv_http_port(const srv_http *h) {
 void srv_http_stop(srv_http *h) {
     if (!h) return;
     MHD_stop_daemon(h->daemon);
-    http_security_free(h);
+    srv_http_security_free(&h->security);
     free(h);
 }

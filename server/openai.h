@@ -89,6 +89,8 @@ typedef struct srv_model_info {
     bool template_takes_parts; /* the template iterates over content parts itself */
     json_t *template_tokens;   /* {"bos_token": ..., "eos_token": ...} added to every render */
     int32_t max_seq_len;       /* prompt + completion limit of one sequence */
+    int max_n;                 /* most choices per request (--max-n); 0: SRV_MAX_N */
+    int32_t max_tokens;        /* largest max_tokens a request may ask for (--max-tokens); 0: the context */
     int64_t created;           /* unix time the server loaded the model */
 } srv_model_info;
 

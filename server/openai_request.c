@@ -244,13 +244,20 @@ static sp_status request_options(const json_t *root, const srv_model_info *mi, s
     size_t len = 0;
     if ((st = request_stream(root, r, err)) != SP_OK) return st;
     r->n = 1;
-    if ((st = srv__read_int(root, "n", 1, SRV_MAX_N, &i, &given, err)) != SP_OK) return st;
+    int max_n = mi->max_n > 0 && mi->max_n < SRV_MAX_N ? mi->max_n : SRV_MAX_N;
+    if ((st = srv__read_int(root, "n", 1, max_n, &i, &given, err)) != SP_OK) return st;
     if (given) r->n = (int)i;
     if ((st = request_unsupported(root, r->n, err)) != SP_OK) return st;
     /* max_completion_tokens is the newer name; it wins when both are given */
     *max_tokens = 0;
     if ((st = srv__read_int(root, "max_tokens", 1, INT64_MAX, max_tokens, NULL, err)) != SP_OK) return st;
     if ((st = srv__read_int(root, "max_completion_tokens", 1, INT64_MAX, max_tokens, NULL, err)) != SP_OK) return st;
+    if (mi->max_tokens > 0 && *max_tokens > mi->max_tokens) {
+        const char *field = json_object_get(root, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+        return srv__fail(err, SRV_ERROR_BAD_REQUEST, field,
+                         "Invalid '%s': %lld is more than this server allows (%d, its --max-tokens).", field,
+                         (long long)*max_tokens, mi->max_tokens);
+    }
     if ((st = srv__read_int(root, "min_tokens", 0, INT32_MAX, &i, &given, err)) != SP_OK) return st;
     if (given && *max_tokens > 0 && i > *max_tokens) {
         return srv__fail(err, SRV_ERROR_BAD_REQUEST, "min_tokens",
@@ -404,7 +411,7 @@ static int64_t request_sum(int64_t a, int64_t b) {
 }
 
 /* Each prompt plus its completion within the context: the request's max_tokens, or by
- * default what the context leaves after the prompt. The messages follow OpenAI's. */
+ * default what the context leaves after the prompt (at most --max-tokens). The messages follow OpenAI's. */
 static sp_status request_fit_context(const srv_model_info *mi, srv_request *r, int64_t max_tokens, srv_error *err) {
     bool chat = r->endpoint == SRV_ENDPOINT_CHAT;
     const char *param = chat ? "messages" : "prompt";
@@ -433,7 +440,9 @@ static sp_status request_fit_context(const srv_model_info *mi, srv_request *r, i
                              "tokens, which leaves no room for the completion. Please reduce the length of the %s.",
                              (long long)ctx, chat ? "messages" : "prompt", (long long)p, chat ? "messages" : "prompt");
         }
-        r->max_tokens[k] = (int32_t)(max_tokens > 0 ? max_tokens : ctx - p);
+        int64_t room = ctx - p; /* the default: what the context leaves, capped by --max-tokens */
+        if (mi->max_tokens > 0 && room > mi->max_tokens) room = mi->max_tokens;
+        r->max_tokens[k] = (int32_t)(max_tokens > 0 ? max_tokens : room);
     }
     r->params.max_tokens = r->max_tokens[0];
     return SP_OK;

@@ -109,6 +109,17 @@ def test_unknown_path_is_404_before_the_key(keyed):
     assert status == 404, body
 
 
+def test_missing_key_is_401_before_the_body_is_read(keyed):
+    # the 401 comes back from the headers alone: the announced body is never sent
+    import socket
+    with socket.create_connection(("127.0.0.1", keyed.port), timeout=10) as sock:
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: 500000\r\n\r\n")
+        head = sock.recv(4096).decode("latin-1")
+    assert head.startswith("HTTP/1.1 401"), head
+    assert "invalid_api_key" in head or "WWW-Authenticate" in head, head
+
+
 def test_metrics_require_key(sec_bin, stories_model):
     server = Server(sec_bin, stories_model, "--api-key", "sk-m", "--metrics-require-key")
     try:

@@ -106,6 +106,25 @@ def test_context_length_exceeded(stories_server):
                  code="context_length_exceeded")
 
 
+def test_operator_limits_on_n_and_max_tokens(spindle_bin, stories_model):
+    from spindle_server import Server
+    server = Server(spindle_bin, stories_model, "--max-n", "2", "--max-tokens", "8")
+    try:
+        err = assert_error(server.request("POST", COMP, {"prompt": "Lily", "n": 3}), 400, param="n")
+        assert "2" in err["message"], err
+        err = assert_error(server.request("POST", COMP, {"prompt": "Lily", "max_tokens": 9}), 400, param="max_tokens")
+        assert "--max-tokens" in err["message"], err
+        assert_error(server.request("POST", CHAT, {"messages": MSGS, "max_completion_tokens": 9}), 400,
+                     param="max_completion_tokens")
+        # within the limits, and without max_tokens: capped at --max-tokens, not the context
+        status, _, body = server.request("POST", COMP, {"prompt": "Lily", "n": 2, "ignore_eos": True})
+        assert status == 200, body
+        assert body["usage"]["completion_tokens"] == 16, body["usage"]
+        assert all(c["finish_reason"] == "length" for c in body["choices"]), body
+    finally:
+        assert server.stop() == 0
+
+
 def test_unknown_path_and_wrong_method(stories_server):
     assert_error(stories_server.request("GET", "/v1/nothing"), 404)
     assert_error(stories_server.request("POST", "/nothing", {}), 404)
