@@ -28,7 +28,7 @@ MODEL_SRC  := model/gguf.c model/gguf_access.c model/quant.c model/quant_kquants
               model/template_eval.c model/template_ops.c model/template_format.c model/template_strings.c \
               model/template_str_methods.c model/template_filters.c model/template_builtins.c model/template_gguf.c
 GPU_SRC    := gpu/device.c gpu/host/host_backend.c gpu/host/host_ops.c gpu/host/host_matmul.c \
-              gpu/host/host_attention.c gpu/host/host_quant_dot.c gpu/host/threadpool.c
+              gpu/host/host_attention.c gpu/host/host_quant_dot.c gpu/host/host_quant_dot_rows.c gpu/host/threadpool.c
 SCHED_SRC  := scheduler/sched.c scheduler/queue.c scheduler/request.c scheduler/kv_blocks.c scheduler/policy.c \
               scheduler/tick.c scheduler/end_tick.c scheduler/stop_match.c scheduler/sched_metrics.c
 CONFIG_SRC := config/cfg.c config/cfg_yaml.c config/cfg_args.c

@@ -31,6 +31,16 @@ typedef void (*host_quantize_fn)(void *dst, const float *src, int64_t n);
 host_vec_dot_fn host__vec_dot_for(quant_type t);
 host_quantize_fn host__quantize_for(quant_type act_type);
 
+/* The multi-row kernels (host_quant_dot_rows.c): one weight row w against
+ * HOST_DOT_ROWS activation rows (row r at a + r * a_stride bytes), writing row r's
+ * result to out[r * out_stride]. Each result is bit for bit host__vec_dot_for(t)'s
+ * for that row alone (so batching never changes a token's numbers). */
+enum { HOST_DOT_ROWS = 4 };
+typedef void (*host_vec_dot_rows_fn)(const void *w, const void *a, size_t a_stride, int64_t n, float *out,
+                                     size_t out_stride);
+/* NULL when this CPU or type has none: use the one-row kernel for every row. */
+host_vec_dot_rows_fn host__vec_dot_rows_for(quant_type t);
+
 /* "avx2" or "generic": what host__vec_dot_for picks on this CPU. */
 const char *host__simd_name(void);
 

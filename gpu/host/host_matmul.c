@@ -8,8 +8,9 @@
  * read it; (2) the weight rows of all the parts are cut into tiles of MATMUL_TILE_N rows,
  * handed out as one range, and each tile is multiplied against every activation row
  * before the next tile is read, so one pass over the weights serves the whole batch.
- * Each output element is one call of the same dot kernel whatever T is and whatever
- * else is grouped with it, so a token's result never depends on the rest of the batch.
+ * Rows go through the multi-row kernel HOST_DOT_ROWS at a time (one read of a weight
+ * row serves four tokens), the rest one by one; both give each output element the
+ * same bits, so a token's result never depends on T or on the rest of the batch.
  */
 #include <string.h>
 
@@ -29,6 +30,7 @@ typedef struct matmul_task {
     const void *act; /* (T, act_row_bytes) activations in the dot format */
     host_quantize_fn quantize;
     host_vec_dot_fn dot;
+    host_vec_dot_rows_fn dot_rows; /* NULL: none for this type, every row through dot */
 } matmul_task;
 
 static void matmul_quantize_rows(void *ctx, int ith, int nth) {
@@ -53,7 +55,20 @@ static void matmul_tiles(void *ctx, int ith, int nth) {
         size_t w_row_bytes = quant_row_bytes(w->type, t->k);
         int64_t n0 = (tile - t->first_tile[p]) * MATMUL_TILE_N;
         int64_t n1 = n0 + MATMUL_TILE_N < n ? n0 + MATMUL_TILE_N : n;
-        for (int64_t r = 0; r < t->rows; r++) {
+        int64_t r = 0;
+        if (t->dot_rows) { /* HOST_DOT_ROWS activation rows per weight row read */
+            for (; r + HOST_DOT_ROWS <= t->rows; r += HOST_DOT_ROWS) {
+                const void *a = (const char *)t->act + (size_t)r * t->act_row_bytes;
+                float *y = out + r * n;
+                for (int64_t j = n0; j < n1; j++) {
+                    const void *wrow = (const char *)w->data + (size_t)j * w_row_bytes;
+                    t->dot_rows(wrow, a, t->act_row_bytes, t->k, y + j, (size_t)n);
+                    if (bias)
+                        for (int i = 0; i < HOST_DOT_ROWS; i++) y[i * n + j] += bias[j];
+                }
+            }
+        }
+        for (; r < t->rows; r++) {
             const void *a = (const char *)t->act + (size_t)r * t->act_row_bytes;
             float *y = out + r * n;
             for (int64_t j = n0; j < n1; j++) {
@@ -77,6 +92,7 @@ static void matmul_same_type(host_backend *hb, const dev_matmul_part *parts, int
         .rows = rows,
         .k = w0->ne0,
         .dot = host__vec_dot_for(w0->type),
+        .dot_rows = host__vec_dot_rows_for(w0->type),
     };
     SP_ASSERT(task.dot != NULL && n_parts <= MATMUL_MAX_PARTS);
     for (int p = 0; p < n_parts; p++)

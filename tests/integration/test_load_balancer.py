@@ -119,9 +119,10 @@ def test_sigterm_one_replica_behind_nginx(spindle_bin, stories_model, tmp_path):
         def client(k):
             i = k
             while not stop.is_set():
+                started = time.monotonic()  # when it was sent: requests sent after the drain began go to b
                 result = one_request(port, i)
                 with lock:
-                    outcomes.append((time.monotonic(), *result))
+                    outcomes.append((started, *result))
                 i += 6
 
         threads = [threading.Thread(target=client, args=(k,)) for k in range(6)]
@@ -133,7 +134,13 @@ def test_sigterm_one_replica_behind_nginx(spindle_bin, stories_model, tmp_path):
         t_term = time.monotonic()
         a.proc.send_signal(signal.SIGTERM)
         assert a.proc.wait(40) == 0
-        time.sleep(1.0)  # the load keeps going on the other replica
+        # the load keeps going on the other replica: wait for requests sent after the drain began
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            with lock:
+                if sum(1 for o in outcomes if o[0] > t_term + 0.5) >= 3:
+                    break
+            time.sleep(0.1)
         stop.set()
         for t in threads:
             t.join(60)

@@ -1,0 +1,130 @@
+/* host_quant_dot_rows.c: multi-row dot kernels: one weight row against HOST_DOT_ROWS
+ * activation rows at once, for the matmul's batched case (prefill chunks, and decode
+ * steps of several sequences).
+ *
+ * Why: in the one-row kernels of host_quant_dot.c a third of the work per block is
+ * the weight's own (its scales converted from F16, its nibbles unpacked). Done once
+ * per block for four activation rows, that work is shared, and the weight row is
+ * read from cache once for the four.
+ *
+ * Batch invariance: each activation row keeps its own accumulators and goes through
+ * exactly the operations of the one-row kernel, in the same order, so its result is
+ * bit for bit what host_vec_dot_fn gives for it alone (test_quant_dot checks this). A
+ * token's result therefore does not depend on which rows share its call.
+ */
+#include "gpu/host/host_avx2.h"
+#include "gpu/host/host_internal.h"
+#include "model/quant_blocks.h"
+
+#if HOST_HAVE_AVX2_PATH
+
+/* a_r: the r-th activation row. */
+/* Every loop over the rows is unrolled, so the accumulators live in registers (a
+ * rolled loop keeps them in memory, and each fma then waits on a store). */
+#define UNROLL_ROWS _Pragma("GCC unroll 4")
+
+#define ACT_ROW(type, a, stride, r) ((const type *)((const char *)(a) + (size_t)(r) * (stride)))
+
+/* dot_avx2_q4_1 of host_quant_dot.c for four rows (see there for the summation order). */
+static HOST_AVX2 void dot_rows_avx2_q4_1(const void *w, const void *a, size_t a_stride, int64_t n, float *out,
+                                         size_t out_stride) {
+    const quant_block_q4_1 *wb = w; /* (nb) */
+    const quant_block_q8_1 *ab[HOST_DOT_ROWS];
+    UNROLL_ROWS
+    for (int r = 0; r < HOST_DOT_ROWS; r++) ab[r] = ACT_ROW(quant_block_q8_1, a, a_stride, r);
+    const int64_t nb = n / QUANT_QK;
+    __m256 acc[HOST_DOT_ROWS];
+    __m128 summs[HOST_DOT_ROWS];
+    UNROLL_ROWS
+    for (int r = 0; r < HOST_DOT_ROWS; r++) {
+        acc[r] = _mm256_setzero_ps();
+        summs[r] = _mm_setzero_ps();
+    }
+    for (int64_t ib = 0; ib < nb; ib++) {
+        const __m128 pair_w = avx2_f16_pair(&wb[ib].d);
+        const __m256i qw = avx2_nibbles(wb[ib].qs);
+        UNROLL_ROWS
+        for (int r = 0; r < HOST_DOT_ROWS; r++) {
+            const __m128 pair_a = avx2_f16_pair(&ab[r][ib].d);
+            summs[r] = _mm_fmadd_ps(pair_w, pair_a, summs[r]);
+            const __m256 dd = _mm256_broadcastss_ps(_mm_mul_ss(pair_w, pair_a));
+            const __m256i qa = _mm256_loadu_si256((const __m256i *)ab[r][ib].qs);
+            const __m256 isum = _mm256_cvtepi32_ps(avx2_dot_u8s8(qw, qa));
+            acc[r] = _mm256_fmadd_ps(dd, isum, acc[r]);
+        }
+    }
+    UNROLL_ROWS
+    for (int r = 0; r < HOST_DOT_ROWS; r++)
+        out[(size_t)r * out_stride] = avx2_hsum(acc[r]) + _mm_cvtss_f32(_mm_movehdup_ps(summs[r]));
+}
+
+/* dot_avx2_q8_0 for four rows: the weight's |q| computed once, the sign moved onto
+ * each activation (avx2_dot_s8s8 split in its two halves). */
+static HOST_AVX2 void dot_rows_avx2_q8_0(const void *w, const void *a, size_t a_stride, int64_t n, float *out,
+                                         size_t out_stride) {
+    const quant_block_q8_0 *wb = w; /* (nb) */
+    const quant_block_q8_0 *ab[HOST_DOT_ROWS];
+    UNROLL_ROWS
+    for (int r = 0; r < HOST_DOT_ROWS; r++) ab[r] = ACT_ROW(quant_block_q8_0, a, a_stride, r);
+    const int64_t nb = n / QUANT_QK;
+    __m256 acc[HOST_DOT_ROWS];
+    UNROLL_ROWS
+    for (int r = 0; r < HOST_DOT_ROWS; r++) acc[r] = _mm256_setzero_ps();
+    for (int64_t ib = 0; ib < nb; ib++) {
+        const __m256i qw = _mm256_loadu_si256((const __m256i *)wb[ib].qs);
+        const __m256i qw_abs = _mm256_sign_epi8(qw, qw);
+        UNROLL_ROWS
+        for (int r = 0; r < HOST_DOT_ROWS; r++) {
+            const __m256i qa = _mm256_loadu_si256((const __m256i *)ab[r][ib].qs);
+            const __m256 isum = _mm256_cvtepi32_ps(avx2_dot_u8s8(qw_abs, _mm256_sign_epi8(qa, qw)));
+            acc[r] = _mm256_fmadd_ps(avx2_scale_product(&wb[ib].d, &ab[r][ib].d), isum, acc[r]);
+        }
+    }
+    UNROLL_ROWS
+    for (int r = 0; r < HOST_DOT_ROWS; r++) out[(size_t)r * out_stride] = avx2_hsum(acc[r]);
+}
+
+/* dot_avx2_q4_0 for four rows: q - 8 unpacked once, then as Q8_0. */
+static HOST_AVX2 void dot_rows_avx2_q4_0(const void *w, const void *a, size_t a_stride, int64_t n, float *out,
+                                         size_t out_stride) {
+    const quant_block_q4_0 *wb = w; /* (nb) */
+    const quant_block_q8_0 *ab[HOST_DOT_ROWS];
+    UNROLL_ROWS
+    for (int r = 0; r < HOST_DOT_ROWS; r++) ab[r] = ACT_ROW(quant_block_q8_0, a, a_stride, r);
+    const int64_t nb = n / QUANT_QK;
+    __m256 acc[HOST_DOT_ROWS];
+    UNROLL_ROWS
+    for (int r = 0; r < HOST_DOT_ROWS; r++) acc[r] = _mm256_setzero_ps();
+    for (int64_t ib = 0; ib < nb; ib++) {
+        const __m256i qw = _mm256_sub_epi8(avx2_nibbles(wb[ib].qs), _mm256_set1_epi8(8));
+        const __m256i qw_abs = _mm256_sign_epi8(qw, qw);
+        UNROLL_ROWS
+        for (int r = 0; r < HOST_DOT_ROWS; r++) {
+            const __m256i qa = _mm256_loadu_si256((const __m256i *)ab[r][ib].qs);
+            const __m256 isum = _mm256_cvtepi32_ps(avx2_dot_u8s8(qw_abs, _mm256_sign_epi8(qa, qw)));
+            acc[r] = _mm256_fmadd_ps(avx2_scale_product(&wb[ib].d, &ab[r][ib].d), isum, acc[r]);
+        }
+    }
+    UNROLL_ROWS
+    for (int r = 0; r < HOST_DOT_ROWS; r++) out[(size_t)r * out_stride] = avx2_hsum(acc[r]);
+}
+
+static const host_vec_dot_rows_fn dot_rows_avx2[QUANT_TYPE_LIMIT] = {
+    [QUANT_Q4_0] = dot_rows_avx2_q4_0,
+    [QUANT_Q4_1] = dot_rows_avx2_q4_1,
+    [QUANT_Q8_0] = dot_rows_avx2_q8_0,
+};
+
+host_vec_dot_rows_fn host__vec_dot_rows_for(quant_type t) {
+    if ((unsigned)t >= QUANT_TYPE_LIMIT || !host__cpu_has_avx2()) return NULL;
+    return dot_rows_avx2[t];
+}
+
+#else /* !HOST_HAVE_AVX2_PATH */
+
+host_vec_dot_rows_fn host__vec_dot_rows_for(quant_type t) {
+    (void)t;
+    return NULL;
+}
+
+#endif
