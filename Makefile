@@ -20,7 +20,7 @@ SPINDLE_TESTDATA ?= ../shared/testdata
 export SPINDLE_TESTDATA
 
 # ---- sources, one explicit list per module --------------------------------------
-COMMON_SRC := common/status.c common/log.c
+COMMON_SRC := common/status.c common/log.c common/strbuf.c
 MODEL_SRC  := model/gguf.c model/gguf_access.c model/quant.c model/quant_kquants.c \
               model/tokenizer.c model/tokenizer_spm.c model/tokenizer_bpe.c model/unicode.c \
               model/arch.c model/model.c model/forward.c model/sample.c \

@@ -14,86 +14,45 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/strbuf.h"
 #include "server/http.h"
-
-typedef struct line_buf {
-    char *p;
-    size_t len, cap;
-    bool failed;
-} line_buf;
-
-static void lb_append(line_buf *b, const char *s, size_t n) {
-    if (b->failed) return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n + 1) cap *= 2;
-        char *q = realloc(b->p, cap);
-        if (!q) {
-            b->failed = true;
-            return;
-        }
-        b->p = q;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-}
-
-static void lb_printf(line_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void lb_printf(line_buf *b, const char *fmt, ...) {
-    char tmp[128];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (n < 0 || (size_t)n >= sizeof tmp) {
-        b->failed = true;
-        return;
-    }
-    lb_append(b, tmp, (size_t)n);
-}
 
 /* ` key=value`, the value with spaces, quotes, backslashes, '%' and control or
  * non-ASCII bytes percent-encoded so every field stays one word; NULL: `-`. */
-static void text_field(line_buf *b, const char *key, const char *value) {
-    lb_printf(b, " %s=", key);
+static void text_field(strbuf *b, const char *key, const char *value) {
+    strbuf_printf(b, " %s=", key);
     if (!value || !*value) {
-        lb_append(b, "-", 1);
+        strbuf_append(b, "-", 1);
         return;
     }
     for (const unsigned char *c = (const unsigned char *)value; *c; c++) {
         if (*c <= ' ' || *c >= 0x7f || *c == '"' || *c == '\\' || *c == '%')
-            lb_printf(b, "%%%02X", *c);
+            strbuf_printf(b, "%%%02X", *c);
         else
-            lb_append(b, (const char *)c, 1);
+            strbuf_append(b, (const char *)c, 1);
     }
 }
 
 static char *format_text(const srv_access_entry *e) {
-    line_buf b = {0};
-    lb_append(&b, "spindle: access:", 16);
+    strbuf b = {0};
+    strbuf_append(&b, "spindle: access:", 16);
     text_field(&b, "id", e->id);
     text_field(&b, "method", e->method);
     text_field(&b, "path", e->path);
-    lb_printf(&b, " status=%d prompt_tokens=%lld completion_tokens=%lld", e->status, (long long)e->prompt_tokens,
-              (long long)e->completion_tokens);
+    strbuf_printf(&b, " status=%d prompt_tokens=%lld completion_tokens=%lld", e->status, (long long)e->prompt_tokens,
+                  (long long)e->completion_tokens);
     if (e->ttft_s >= 0)
-        lb_printf(&b, " ttft_ms=%.1f", e->ttft_s * 1e3);
+        strbuf_printf(&b, " ttft_ms=%.1f", e->ttft_s * 1e3);
     else
-        lb_append(&b, " ttft_ms=-", 10);
-    lb_printf(&b, " duration_ms=%.1f", e->duration_s * 1e3);
+        strbuf_append(&b, " ttft_ms=-", 10);
+    strbuf_printf(&b, " duration_ms=%.1f", e->duration_s * 1e3);
     text_field(&b, "finish", e->finish);
     text_field(&b, "cancel", e->cancel);
     if (e->prompt) { /* JSON text: a quoted string or an array, never a newline */
-        lb_append(&b, " prompt=", 8);
-        lb_append(&b, e->prompt, strlen(e->prompt));
+        strbuf_append(&b, " prompt=", 8);
+        strbuf_append(&b, e->prompt, strlen(e->prompt));
     }
-    if (b.failed) {
-        free(b.p);
-        return NULL;
-    }
-    return b.p;
+    return strbuf_take(&b);
 }
 
 static json_t *json_str_or_null(const char *s) {

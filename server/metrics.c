@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/strbuf.h"
 #include "server/http.h"
 
 /* ---- HTTP requests by endpoint and status ---- */
@@ -44,56 +45,23 @@ void srv_metrics_count_http(const char *endpoint, int status) {
     atomic_fetch_add_explicit(&http_counts[slot][status - HTTP_MIN_STATUS], 1, memory_order_relaxed);
 }
 
-typedef struct text_buf {
-    char *p;
-    size_t len, cap;
-    bool failed;
-} text_buf;
-
-static void tb_printf(text_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void tb_printf(text_buf *b, const char *fmt, ...) {
-    if (b->failed) return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(b->p ? b->p + b->len : NULL, b->p ? b->cap - b->len : 0, fmt, ap);
-        va_end(ap);
-        if (n < 0) {
-            b->failed = true;
-            return;
-        }
-        if (b->p && b->len + (size_t)n < b->cap) {
-            b->len += (size_t)n;
-            return;
-        }
-        size_t cap = b->cap ? b->cap * 2 : 4096;
-        while (cap <= b->len + (size_t)n) cap *= 2;
-        char *q = realloc(b->p, cap);
-        if (!q) {
-            b->failed = true;
-            return;
-        }
-        b->p = q;
-        b->cap = cap;
-    }
+static void metric(strbuf *b, const char *name, const char *type, const char *help, double value) {
+    strbuf_printf(b, "# HELP spindle_%s %s\n# TYPE spindle_%s %s\nspindle_%s %.17g\n", name, help, name, type, name,
+                  value);
 }
 
-static void metric(text_buf *b, const char *name, const char *type, const char *help, double value) {
-    tb_printf(b, "# HELP spindle_%s %s\n# TYPE spindle_%s %s\nspindle_%s %.17g\n", name, help, name, type, name, value);
-}
-
-static void render_http_requests(text_buf *b) {
-    tb_printf(b, "# HELP spindle_http_requests_total HTTP requests by endpoint (the route path; other: unknown "
-                 "paths) and the status answered (499: the client left before an answer)\n"
-                 "# TYPE spindle_http_requests_total counter\n");
+static void render_http_requests(strbuf *b) {
+    strbuf_printf(b, "# HELP spindle_http_requests_total HTTP requests by endpoint (the route path; other: unknown "
+                     "paths) and the status answered (499: the client left before an answer)\n"
+                     "# TYPE spindle_http_requests_total counter\n");
     for (int i = 0; i < HTTP_MAX_ENDPOINTS; i++) {
         const char *name = atomic_load(&http_endpoints[i]);
         if (!name) break;
         for (int st = HTTP_MIN_STATUS; st <= HTTP_MAX_STATUS; st++) {
             uint64_t n = atomic_load_explicit(&http_counts[i][st - HTTP_MIN_STATUS], memory_order_relaxed);
             if (n)
-                tb_printf(b, "spindle_http_requests_total{endpoint=\"%s\",status=\"%d\"} %llu\n", name, st,
-                          (unsigned long long)n);
+                strbuf_printf(b, "spindle_http_requests_total{endpoint=\"%s\",status=\"%d\"} %llu\n", name, st,
+                              (unsigned long long)n);
         }
     }
 }
@@ -117,17 +85,17 @@ static const struct {
      SCHED_HIST_TOKENS_PER_TICK},
 };
 
-static void render_histogram(text_buf *b, const char *name, const char *help, const sched_hist_snapshot *h) {
-    tb_printf(b, "# HELP spindle_%s %s\n# TYPE spindle_%s histogram\n", name, help, name);
+static void render_histogram(strbuf *b, const char *name, const char *help, const sched_hist_snapshot *h) {
+    strbuf_printf(b, "# HELP spindle_%s %s\n# TYPE spindle_%s histogram\n", name, help, name);
     for (int i = 0; i < h->n_bounds; i++)
-        tb_printf(b, "spindle_%s_bucket{le=\"%g\"} %llu\n", name, h->bounds[i], (unsigned long long)h->buckets[i]);
-    tb_printf(b, "spindle_%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)h->count);
-    tb_printf(b, "spindle_%s_sum %.17g\n", name, h->sum);
-    tb_printf(b, "spindle_%s_count %llu\n", name, (unsigned long long)h->count);
+        strbuf_printf(b, "spindle_%s_bucket{le=\"%g\"} %llu\n", name, h->bounds[i], (unsigned long long)h->buckets[i]);
+    strbuf_printf(b, "spindle_%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)h->count);
+    strbuf_printf(b, "spindle_%s_sum %.17g\n", name, h->sum);
+    strbuf_printf(b, "spindle_%s_count %llu\n", name, (unsigned long long)h->count);
 }
 
 char *srv_metrics_render(const srv_app *app, const sched *s) {
-    text_buf b = {0};
+    strbuf b = {0};
     metric(&b, "ready", "gauge", "1 when the model is loaded and requests are accepted",
            atomic_load(&app->phase) == SRV_PHASE_READY ? 1 : 0);
     metric(&b, "live_generations", "gauge", "generation requests with an open connection",
@@ -136,14 +104,15 @@ char *srv_metrics_render(const srv_app *app, const sched *s) {
         sched_stats st;
         sched_get_stats(s, &st);
         metric(&b, "requests_submitted_total", "counter", "requests accepted into the queue", (double)st.submitted);
-        tb_printf(&b, "# HELP spindle_requests_rejected_total requests refused at submission, by reason\n"
-                      "# TYPE spindle_requests_rejected_total counter\n");
-        tb_printf(&b, "spindle_requests_rejected_total{reason=\"queue_requests\"} %lld\n",
-                  (long long)st.rejected_queue_requests);
-        tb_printf(&b, "spindle_requests_rejected_total{reason=\"queue_tokens\"} %lld\n",
-                  (long long)st.rejected_queue_tokens);
-        tb_printf(&b, "spindle_requests_rejected_total{reason=\"shutdown\"} %lld\n", (long long)st.rejected_shutdown);
-        tb_printf(&b, "spindle_requests_rejected_total{reason=\"invalid\"} %lld\n", (long long)st.rejected_invalid);
+        strbuf_printf(&b, "# HELP spindle_requests_rejected_total requests refused at submission, by reason\n"
+                          "# TYPE spindle_requests_rejected_total counter\n");
+        strbuf_printf(&b, "spindle_requests_rejected_total{reason=\"queue_requests\"} %lld\n",
+                      (long long)st.rejected_queue_requests);
+        strbuf_printf(&b, "spindle_requests_rejected_total{reason=\"queue_tokens\"} %lld\n",
+                      (long long)st.rejected_queue_tokens);
+        strbuf_printf(&b, "spindle_requests_rejected_total{reason=\"shutdown\"} %lld\n",
+                      (long long)st.rejected_shutdown);
+        strbuf_printf(&b, "spindle_requests_rejected_total{reason=\"invalid\"} %lld\n", (long long)st.rejected_invalid);
         metric(&b, "requests_finished_total", "counter", "requests that ended with stop or length",
                (double)st.finished);
         metric(&b, "requests_cancelled_total", "counter", "requests cancelled (client gone)", (double)st.cancelled);
@@ -169,9 +138,5 @@ char *srv_metrics_render(const srv_app *app, const sched *s) {
         }
     }
     render_http_requests(&b);
-    if (b.failed) {
-        free(b.p);
-        return NULL;
-    }
-    return b.p;
+    return strbuf_take(&b);
 }

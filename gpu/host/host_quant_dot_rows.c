@@ -58,11 +58,23 @@ static HOST_AVX2 void dot_rows_avx2_q4_1(const void *w, const void *a, size_t a_
         out[(size_t)r * out_stride] = avx2_hsum(acc[r]) + _mm_cvtss_f32(_mm_movehdup_ps(summs[r]));
 }
 
-/* dot_avx2_q8_0 for four rows: the weight's |q| computed once, the sign moved onto
- * each activation (avx2_dot_s8s8 split in its two halves). */
-static HOST_AVX2 void dot_rows_avx2_q8_0(const void *w, const void *a, size_t a_stride, int64_t n, float *out,
-                                         size_t out_stride) {
-    const quant_block_q8_0 *wb = w; /* (nb) */
+/* The Q8_0 activation side of dot_avx2_q8_0 / dot_avx2_q4_0 for one block of four
+ * rows, given the block's signed weight bytes qw: |qw| once, its sign moved onto each
+ * activation (avx2_dot_s8s8 split in its two halves). */
+static HOST_AVX2 inline void rows_block_q8_0(const uint16_t *d_w, __m256i qw, const quant_block_q8_0 *const *ab,
+                                             int64_t ib, __m256 *acc) {
+    const __m256i qw_abs = _mm256_sign_epi8(qw, qw);
+    UNROLL_ROWS
+    for (int r = 0; r < HOST_DOT_ROWS; r++) {
+        const __m256i qa = _mm256_loadu_si256((const __m256i *)ab[r][ib].qs);
+        const __m256 isum = _mm256_cvtepi32_ps(avx2_dot_u8s8(qw_abs, _mm256_sign_epi8(qa, qw)));
+        acc[r] = _mm256_fmadd_ps(avx2_scale_product(d_w, &ab[r][ib].d), isum, acc[r]);
+    }
+}
+
+/* Q8_0 and Q4_0 weights (both paired with Q8_0 activations); q4 unpacks q - 8. */
+static HOST_AVX2 inline void dot_rows_avx2_q8_0_like(bool q4, const void *w, const void *a, size_t a_stride, int64_t n,
+                                                     float *out, size_t out_stride) {
     const quant_block_q8_0 *ab[HOST_DOT_ROWS];
     UNROLL_ROWS
     for (int r = 0; r < HOST_DOT_ROWS; r++) ab[r] = ACT_ROW(quant_block_q8_0, a, a_stride, r);
@@ -71,42 +83,26 @@ static HOST_AVX2 void dot_rows_avx2_q8_0(const void *w, const void *a, size_t a_
     UNROLL_ROWS
     for (int r = 0; r < HOST_DOT_ROWS; r++) acc[r] = _mm256_setzero_ps();
     for (int64_t ib = 0; ib < nb; ib++) {
-        const __m256i qw = _mm256_loadu_si256((const __m256i *)wb[ib].qs);
-        const __m256i qw_abs = _mm256_sign_epi8(qw, qw);
-        UNROLL_ROWS
-        for (int r = 0; r < HOST_DOT_ROWS; r++) {
-            const __m256i qa = _mm256_loadu_si256((const __m256i *)ab[r][ib].qs);
-            const __m256 isum = _mm256_cvtepi32_ps(avx2_dot_u8s8(qw_abs, _mm256_sign_epi8(qa, qw)));
-            acc[r] = _mm256_fmadd_ps(avx2_scale_product(&wb[ib].d, &ab[r][ib].d), isum, acc[r]);
+        if (q4) {
+            const quant_block_q4_0 *wb = (const quant_block_q4_0 *)w + ib;
+            rows_block_q8_0(&wb->d, _mm256_sub_epi8(avx2_nibbles(wb->qs), _mm256_set1_epi8(8)), ab, ib, acc);
+        } else {
+            const quant_block_q8_0 *wb = (const quant_block_q8_0 *)w + ib;
+            rows_block_q8_0(&wb->d, _mm256_loadu_si256((const __m256i *)wb->qs), ab, ib, acc);
         }
     }
     UNROLL_ROWS
     for (int r = 0; r < HOST_DOT_ROWS; r++) out[(size_t)r * out_stride] = avx2_hsum(acc[r]);
 }
 
-/* dot_avx2_q4_0 for four rows: q - 8 unpacked once, then as Q8_0. */
+static HOST_AVX2 void dot_rows_avx2_q8_0(const void *w, const void *a, size_t a_stride, int64_t n, float *out,
+                                         size_t out_stride) {
+    dot_rows_avx2_q8_0_like(false, w, a, a_stride, n, out, out_stride);
+}
+
 static HOST_AVX2 void dot_rows_avx2_q4_0(const void *w, const void *a, size_t a_stride, int64_t n, float *out,
                                          size_t out_stride) {
-    const quant_block_q4_0 *wb = w; /* (nb) */
-    const quant_block_q8_0 *ab[HOST_DOT_ROWS];
-    UNROLL_ROWS
-    for (int r = 0; r < HOST_DOT_ROWS; r++) ab[r] = ACT_ROW(quant_block_q8_0, a, a_stride, r);
-    const int64_t nb = n / QUANT_QK;
-    __m256 acc[HOST_DOT_ROWS];
-    UNROLL_ROWS
-    for (int r = 0; r < HOST_DOT_ROWS; r++) acc[r] = _mm256_setzero_ps();
-    for (int64_t ib = 0; ib < nb; ib++) {
-        const __m256i qw = _mm256_sub_epi8(avx2_nibbles(wb[ib].qs), _mm256_set1_epi8(8));
-        const __m256i qw_abs = _mm256_sign_epi8(qw, qw);
-        UNROLL_ROWS
-        for (int r = 0; r < HOST_DOT_ROWS; r++) {
-            const __m256i qa = _mm256_loadu_si256((const __m256i *)ab[r][ib].qs);
-            const __m256 isum = _mm256_cvtepi32_ps(avx2_dot_u8s8(qw_abs, _mm256_sign_epi8(qa, qw)));
-            acc[r] = _mm256_fmadd_ps(avx2_scale_product(&wb[ib].d, &ab[r][ib].d), isum, acc[r]);
-        }
-    }
-    UNROLL_ROWS
-    for (int r = 0; r < HOST_DOT_ROWS; r++) out[(size_t)r * out_stride] = avx2_hsum(acc[r]);
+    dot_rows_avx2_q8_0_like(true, w, a, a_stride, n, out, out_stride);
 }
 
 static const host_vec_dot_rows_fn dot_rows_avx2[QUANT_TYPE_LIMIT] = {
