@@ -43,6 +43,13 @@ LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 BIN_OBJ := $(BUILD)/obj/server/main.o
 LIB     := $(BUILD)/libspindle.a
 
+# build/loadgen: the serving benchmark's load generator (bench/loadgen/, libcurl multi);
+# built by `make bench-serve` and before the integration tests, not by `make all`.
+LOADGEN_SRC    := bench/loadgen/main.c bench/loadgen/api.c bench/loadgen/dataset.c bench/loadgen/run.c \
+                  bench/loadgen/sse.c bench/loadgen/stream.c bench/loadgen/stats.c bench/loadgen/report.c
+LOADGEN_OBJ    := $(LOADGEN_SRC:%.c=$(BUILD)/obj/%.o)
+LOADGEN_LDLIBS := -lcurl -ljansson -lm
+
 # Unit tests: every tests/unit/<module>/test_*.c is one Criterion binary.
 TEST_SRC := $(wildcard tests/unit/*/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
@@ -77,8 +84,8 @@ test: setup
 unit-test: $(TEST_BIN)
 	@tools/run_unit_tests.sh $(TEST_BIN)
 
-integration-test: $(BUILD)/spindle
-	@SPINDLE_BIN=$(BUILD)/spindle $(PYTHON) -m pytest -q tests/integration
+integration-test: $(BUILD)/spindle $(BUILD)/loadgen
+	@SPINDLE_BIN=$(BUILD)/spindle LOADGEN_BIN=$(BUILD)/loadgen $(PYTHON) -m pytest -q tests/integration
 
 # Serves the default model on http://$(HOST):$(PORT)/v1 until Ctrl-C.
 HOST ?= 127.0.0.1
@@ -98,9 +105,10 @@ fuzz:
 bench: setup all bench-template bench-serve
 	@bench/bench_kernels.sh
 
-# Output tokens/s and TTFT of the real server at concurrency 1, 4 and 16.
-bench-serve: setup all
-	@$(PYTHON) bench/bench_serve.py --bin $(BUILD)/spindle --model $(MODEL)
+# spindle and llama-server side by side under build/loadgen (concurrency 1-64, random and
+# shared-prefix prompts); writes the serve section of docs/benchmarks.md and its plot.
+bench-serve: setup all $(BUILD)/loadgen
+	@$(PYTHON) bench/bench_serve.py --bin $(BUILD)/spindle --loadgen $(BUILD)/loadgen --model $(MODEL)
 
 # Chat-template rendering, spindle vs jinja2; writes its section of docs/benchmarks.md.
 bench-template: setup $(BUILD)/bench_template
@@ -108,6 +116,9 @@ bench-template: setup $(BUILD)/bench_template
 
 $(BUILD)/bench_template: bench/bench_template.c $(LIB)
 	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDLIBS)
+
+$(BUILD)/loadgen: $(LOADGEN_OBJ)
+	$(CC) $(CFLAGS) -o $@ $(LOADGEN_OBJ) $(LOADGEN_LDLIBS)
 
 FORMAT_FILES = $(shell git ls-files '*.c' '*.h')
 format:
@@ -146,4 +157,4 @@ install: $(BUILD)/spindle
 	    $(INSTALL) -m 0644 config/spindle.yaml $$conf.example; \
 	else echo "$(INSTALL) -m 0644 config/spindle.yaml $$conf"; $(INSTALL) -m 0644 config/spindle.yaml $$conf; fi
 
--include $(LIB_OBJ:.o=.d) $(BIN_OBJ:.o=.d) $(TEST_BIN:=.d)
+-include $(LIB_OBJ:.o=.d) $(BIN_OBJ:.o=.d) $(TEST_BIN:=.d) $(LOADGEN_OBJ:.o=.d)

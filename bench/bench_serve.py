@@ -1,124 +1,434 @@
 #!/usr/bin/env python3
-"""Serving benchmark: output tokens/s and time to first token at several concurrency
-levels, against a real `spindle serve` on the default model.
+"""Serving benchmark, spindle against llama.cpp's llama-server, side by side in one sitting.
 
-A simple closed-loop load script (the full load generator is bench/'s own issue): for
-each concurrency C it runs ROUNDS*C streaming completions with C in flight at a time,
-each with a prompt of about INPUT_LEN tokens of real text and OUTPUT_LEN generated tokens
-(ignore_eos), and reports median and p90 TTFT and the output token rate over the wall
-time. Writes the "serve" section of docs/benchmarks.md.
+For each dataset (random, shared-prefix) and each concurrency C (1, 4, 16, 64) it starts each
+server fresh on the same GGUF with the same threads and room for C sequences, waits for its
+/health, runs build/loadgen (streaming /v1/completions, vLLM's metrics) with --max-concurrency
+C and all requests at once, and stops it. The two servers alternate, and which goes first
+flips at every point, so drift in the machine's speed hits both alike. Writes the "serve"
+section of docs/benchmarks.md (tables and the spindle/llama.cpp ratios) and a plot of output
+tokens/s and p99 TTFT against concurrency (docs/benchmarks_serve.png). Raw loadgen JSON,
+tables and server logs stay in build/bench/serve-<time>/.
 
-    python3 bench/bench_serve.py [--concurrency 1,4,16] [--input-len 64] [--output-len 128]
+    python3 bench/bench_serve.py                        the full run, about 20 minutes on 2 cores
+    python3 bench/bench_serve.py --concurrency 1,4 --num-prompts 4 --output-len 16 --out /tmp/x.md
+    python3 bench/bench_serve.py --report-from build/bench/serve-<time>     rewrite the report only
+
+llama-server is built by tools/peer_build.sh into --peer-dir when it is missing (15+ minutes).
 """
 import argparse
-import asyncio
+import datetime
 import json
-import math
 import os
-import statistics
+import platform
+import shlex
+import signal
+import socket
+import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "integration"))
-sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from report_section import write_section  # noqa: E402
 
-from report_section import provenance, write_section  # noqa: E402
-from spindle_server import Server  # noqa: E402
-
-TEXT = ("The little boat drifted past the harbour lights while the town slept. Somewhere a dog barked, "
-        "and the baker lit the first oven of the morning. ")
-
-
-async def one_request(port, prompt, output_len):
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    body = json.dumps({"prompt": prompt, "max_tokens": output_len, "ignore_eos": True, "stream": True,
-                       "temperature": 0, "stream_options": {"include_usage": True}}).encode()
-    t0 = time.perf_counter()
-    writer.write(b"POST /v1/completions HTTP/1.0\r\nHost: x\r\nContent-Type: application/json\r\n"
-                 b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(body), body))
-    await writer.drain()
-    ttft, tokens, pending = None, 0, b""
-    while True:
-        chunk = await reader.read(65536)
-        if not chunk:
-            break
-        pending += chunk
-        # HTTP/1.0: no chunked framing; complete SSE events end with a blank line
-        *events, pending = pending.split(b"\n\n")
-        for event in events:
-            for line in event.split(b"\n"):
-                if not line.startswith(b"data: {"):
-                    continue
-                data = json.loads(line[6:])
-                if ttft is None and data["choices"] and data["choices"][0]["text"]:
-                    ttft = time.perf_counter() - t0
-                if data.get("usage"):
-                    tokens = data["usage"]["completion_tokens"]
-    writer.close()
-    return ttft if ttft is not None else time.perf_counter() - t0, tokens
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SERVERS = ("spindle", "llama.cpp")
+KV_BLOCK_TOKENS = 16  # spindle's default --block-size
 
 
-async def level(port, prompt, input_len, concurrency, rounds, output_len):
-    sem = asyncio.Semaphore(concurrency)
+def log(msg):
+    print(f"bench-serve: {msg}", file=sys.stderr, flush=True)
 
-    async def guarded():
-        async with sem:
-            return await one_request(port, prompt, output_len)
 
-    t0 = time.perf_counter()
-    results = await asyncio.gather(*[guarded() for _ in range(concurrency * rounds)])
-    wall = time.perf_counter() - t0
-    ttfts = sorted(r[0] for r in results)
-    tokens = sum(r[1] for r in results)
-    return {"concurrency": concurrency, "requests": len(results), "tokens": tokens, "wall_s": wall,
-            "tok_s": tokens / wall, "total_tok_s": (tokens + len(results) * input_len) / wall, "ttft_median_ms": statistics.median(ttfts) * 1e3,
-            "ttft_p90_ms": ttfts[math.ceil(0.9 * len(ttfts)) - 1] * 1e3}  # nearest rank
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def http_get(url, timeout=2.0):
+    """(status, body text); status 0 when nothing answered."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return r.status, r.read().decode("utf-8", "replace")
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode("utf-8", "replace")
+    except (urllib.error.URLError, ConnectionError, OSError):
+        return 0, ""
+
+
+class ServerProcess:
+    """One server on a free loopback port, its output in log_path; stop() ends it."""
+
+    def __init__(self, argv_for_port, log_path, timeout=180.0):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.argv = argv_for_port(self.port)
+        self.log = open(log_path, "w")
+        self.log.write("$ " + shlex.join(self.argv) + "\n")
+        self.log.flush()
+        self.proc = subprocess.Popen(self.argv, stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.argv[0]} exited with {self.proc.returncode}; log: {log_path}")
+            if http_get(self.url + "/health")[0] == 200:
+                return
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"{self.argv[0]}: /health not 200 after {timeout:.0f} s; log: {log_path}")
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+
+
+# ---- the two servers' command lines ----------------------------------------------------
+
+def spindle_argv(a, c, kv_mb):
+    """spindle with room for c sequences of ctx tokens: --max-batch-size is llama-server's -np,
+    --ctx-size its per-slot context, and the KV cache sized to hold them all."""
+    ctx = a.input_len + a.output_len + 64
+    return lambda port: [a.bin, "serve", "--model", a.model, "--host", "127.0.0.1", "--port", str(port),
+                         "--threads", str(a.threads), "--max-batch-size", str(c), "--ctx-size", str(ctx),
+                         "--kv-cache-mb", str(kv_mb), "--no-access-log"]
+
+
+def llama_argv(a, c):
+    """llama-server with continuous batching, c slots and c x (input + output + 64) of context
+    (so each slot holds one request), CPU only, its other settings at their defaults."""
+    ctx = c * (a.input_len + a.output_len + 64)
+    return lambda port: [a.llama_server, "-m", a.model, "-t", str(a.threads), "-tb", str(a.threads), "-cb",
+                         "-np", str(c), "-c", str(ctx), "-ngl", "0", "--host", "127.0.0.1", "--port", str(port)]
+
+
+def spindle_kv_bytes_per_token(a, raw):
+    """KV bytes per token of the model in spindle, from a probe server's block count (the
+    cache default of 512 MiB over spindle_kv_blocks_total blocks of 16 tokens)."""
+    probe_mb = 512
+    srv = ServerProcess(lambda port: [a.bin, "serve", "--model", a.model, "--port", str(port), "--threads", "1",
+                                      "--kv-cache-mb", str(probe_mb), "--no-access-log"],
+                        os.path.join(raw, "spindle-probe.log"))
+    try:
+        _, text = http_get(srv.url + "/metrics")
+    finally:
+        srv.stop()
+    for line in text.splitlines():
+        if line.startswith("spindle_kv_blocks_total "):
+            return probe_mb * 2**20 / (float(line.split()[1]) * KV_BLOCK_TOKENS)
+    raise RuntimeError("spindle /metrics has no spindle_kv_blocks_total")
+
+
+def tool_versions(a):
+    info = {"spindle_commit": git_commit(), "model": os.path.relpath(os.path.abspath(a.model), ROOT),
+            "cpu": cpu_model(), "cpus": os.cpu_count(), "threads": a.threads}
+    if a.llama_server:
+        out = subprocess.run([a.llama_server, "--version"], capture_output=True, text=True).stderr
+        line = next((l for l in out.splitlines() if l.startswith("version:")), "version: unknown")
+        info["llama_version"] = line.split(":", 1)[1].strip()
+    return info
+
+
+def git_commit():
+    try:
+        return subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=12"], capture_output=True,
+                              text=True, check=True, cwd=ROOT).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+# ---- the run -------------------------------------------------------------------------------
+
+def num_prompts(a, c):
+    if a.num_prompts:
+        return a.num_prompts
+    return min(a.max_prompts, max(a.min_prompts, a.num_prompts_per_concurrency * c))
+
+
+def run_point(a, raw, dataset, c, server, kv_mb):
+    name = f"{dataset}-c{c}-{server.replace('.', '')}"
+    argv_for_port = spindle_argv(a, c, kv_mb) if server == "spindle" else llama_argv(a, c)
+    n = num_prompts(a, c)
+    t0 = time.monotonic()
+    try:
+        srv = ServerProcess(argv_for_port, os.path.join(raw, name + ".log"))
+    except RuntimeError as e:
+        log(f"{name}: {e}")
+        return {"error": str(e)}
+    try:
+        cmd = [a.loadgen, "--base-url", srv.url, "--dataset", dataset, "--input-len", str(a.input_len),
+               "--output-len", str(a.output_len), "--num-prompts", str(n), "--num-warmups", str(a.num_warmups),
+               "--request-rate", "inf", "--max-concurrency", str(c), "--seed", str(a.seed),
+               "--result-json", os.path.join(raw, name + ".json")]
+        if dataset == "shared-prefix":
+            cmd[cmd.index("--input-len"):cmd.index("--input-len")] = ["--prefix-len", str(a.prefix_len)]
+        with open(os.path.join(raw, name + ".txt"), "w") as out:
+            out.write("$ " + shlex.join(cmd) + "\n")
+            out.flush()
+            proc = subprocess.run(cmd, stdout=out, stderr=subprocess.PIPE, text=True)
+    finally:
+        srv.stop()
+    if proc.returncode != 0:
+        msg = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}"
+        log(f"{name}: loadgen failed: {msg}")
+        return {"error": msg}
+    with open(os.path.join(raw, name + ".json")) as f:
+        r = json.load(f)
+    log(f"{name}: {r['completed']}/{n} done, {r['output_throughput']:.1f} output tok/s, "
+        f"p99 TTFT {r['p99_ttft_ms']:.0f} ms ({time.monotonic() - t0:.0f} s)")
+    return r
+
+
+def do_run(a):
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    raw = a.raw_dir or os.path.join(ROOT, "build", "bench", f"serve-{stamp}")
+    os.makedirs(raw, exist_ok=True)
+    load = os.getloadavg()[0]
+    if load > (os.cpu_count() or 1) / 2:
+        log(f"warning: load average {load:.2f} on {os.cpu_count()} CPUs: the machine is busy, results will be noisy")
+    servers = [s for s in a.servers.split(",") if s]
+    kv_per_token = spindle_kv_bytes_per_token(a, raw) if "spindle" in servers else 0
+    meta = {"args": vars(a), "command": a.command, "started": stamp, "load_before": load,
+            "servers": servers, **tool_versions(a)}
+    points = []
+    k = 0
+    for dataset in a.datasets.split(","):
+        for c in [int(x) for x in a.concurrency.split(",")]:
+            # room for c sequences of the context, plus an eighth for partly used blocks
+            kv_mb = max(64, int(kv_per_token * c * (a.input_len + a.output_len + 64) * 1.125 / 2**20) + 1)
+            order = servers if k % 2 == 0 else servers[::-1]
+            k += 1
+            for server in order:
+                r = run_point(a, raw, dataset, c, server, kv_mb)
+                points.append({"dataset": dataset, "concurrency": c, "server": server,
+                               "num_prompts": num_prompts(a, c), **({"error": r["error"]} if "error" in r else {}),
+                               "result": None if "error" in r else os.path.basename(r_path(raw, dataset, c, server))})
+    meta["points"] = points
+    meta["load_after"] = os.getloadavg()[0]
+    with open(os.path.join(raw, "meta.json"), "w") as f:
+        json.dump(meta, f, indent=2)
+    log(f"raw results in {os.path.relpath(raw, ROOT)}")
+    return raw
+
+
+def r_path(raw, dataset, c, server):
+    return os.path.join(raw, f"{dataset}-c{c}-{server.replace('.', '')}.json")
+
+
+# ---- the report ----------------------------------------------------------------------------
+
+def load_points(raw):
+    with open(os.path.join(raw, "meta.json")) as f:
+        meta = json.load(f)
+    for p in meta["points"]:
+        p["r"] = None
+        if p.get("result"):
+            with open(os.path.join(raw, p["result"])) as f:
+                p["r"] = json.load(f)
+    return meta
+
+
+def ratio(x, y):
+    return f"{x / y:.2f}x" if x and y else "-"
+
+
+def dataset_table(meta, dataset):
+    pts = [p for p in meta["points"] if p["dataset"] == dataset]
+    concs = sorted({p["concurrency"] for p in pts})
+    lines = ["| concurrency | server | completed / failed | output tok/s | TTFT median (ms) | TTFT p99 (ms) | "
+             "TPOT median (ms) | ITL median (ms) | spindle / llama.cpp output tok/s | spindle / llama.cpp p99 TTFT |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for c in concs:
+        by = {p["server"]: p for p in pts if p["concurrency"] == c}
+        sp, ll = (by.get(s, {}).get("r") for s in SERVERS)
+        for s in SERVERS:
+            p = by.get(s)
+            if not p:
+                continue
+            r = p["r"]
+            ratios = "| | |"
+            if s == "spindle" and sp and ll:
+                ratios = f"| {ratio(sp['output_throughput'], ll['output_throughput'])} | " \
+                         f"{ratio(sp['p99_ttft_ms'], ll['p99_ttft_ms'])} |"
+            if r is None:
+                lines.append(f"| {c} | {s} | error: {p.get('error', '?')[:80]} |" + " |" * 7)
+                continue
+            lines.append(f"| {c} | {s} | {r['completed']} / {r['failed']} | {r['output_throughput']:.1f} | "
+                         f"{r['median_ttft_ms']:.0f} | {r['p99_ttft_ms']:.0f} | {r['median_tpot_ms']:.1f} | "
+                         f"{r['median_itl_ms']:.1f} {ratios}")
+    return lines
+
+
+def plot(meta, raw, png):
+    """Two panels against concurrency (log x): output tokens/s and p99 TTFT, a line per server
+    and dataset. Needs gnuplot (Debian gnuplot-nox); skipped with a line when absent."""
+    series = []
+    for dataset in meta["args"]["datasets"].split(","):
+        for s in meta["servers"]:
+            rows = sorted((p["concurrency"], p["r"]["output_throughput"], p["r"]["p99_ttft_ms"])
+                          for p in meta["points"] if p["dataset"] == dataset and p["server"] == s and p["r"])
+            if rows:
+                series.append((f"{s}, {dataset}", s, dataset, rows))
+    if not series:
+        return False
+    dat = os.path.join(raw, "serve.dat")
+    with open(dat, "w") as f:
+        for title, _, _, rows in series:
+            f.write(f"# {title}\n")
+            f.writelines(f"{c} {tok:.3f} {ttft:.3f}\n" for c, tok, ttft in rows)
+            f.write("\n\n")  # one gnuplot index per series
+    colors = {"spindle": "#1f77b4", "llama.cpp": "#d62728"}
+    datasets = meta["args"]["datasets"].split(",")
+
+    def plot_cmd(col):
+        return ", ".join(
+            f"'{dat}' index {i} using 1:{col} with linespoints lw 2 pt 7 dt {1 + datasets.index(ds)} "
+            f"lc rgb '{colors.get(s, 'black')}' title '{t}'" for i, (t, s, ds, _) in enumerate(series))
+
+    concs = sorted({p["concurrency"] for p in meta["points"]})
+    script = f"""set terminal pngcairo size 1200,460 font 'sans,10' noenhanced
+set output '{png}'
+set multiplot layout 1,2 title 'spindle vs llama-server: {os.path.basename(meta['model'])}, {meta['threads']} threads, \
+input {meta['args']['input_len']} / output {meta['args']['output_len']} tokens'
+set logscale x 2
+set xtics ({', '.join(str(c) for c in concs)})
+set xrange [{concs[0] / 1.3}:{concs[-1] * 1.3}]
+set grid
+set key top left
+set xlabel 'concurrency'
+set ylabel 'output tokens/s'
+set yrange [0:*]
+set title 'output throughput (higher is better)'
+plot {plot_cmd(2)}
+set ylabel 'p99 TTFT (ms)'
+set logscale y
+set yrange [*:*]
+set title 'p99 time to first token (lower is better)'
+plot {plot_cmd(3)}
+unset multiplot
+"""
+    with open(os.path.join(raw, "serve.gp"), "w") as f:
+        f.write(script)
+    try:
+        subprocess.run(["gnuplot", os.path.join(raw, "serve.gp")], check=True, capture_output=True, text=True)
+    except FileNotFoundError:
+        log("no gnuplot (Debian gnuplot-nox; make setup installs it): no plot")
+        return False
+    except subprocess.CalledProcessError as e:
+        log(f"gnuplot failed: {e.stderr.strip()}")
+        return False
+    return True
+
+
+def do_report(a, raw):
+    meta = load_points(raw)
+    args = meta["args"]
+    png = a.plot or os.path.join(ROOT, "docs", "benchmarks_serve.png")
+    os.makedirs(os.path.dirname(os.path.abspath(png)), exist_ok=True)
+    have_plot = plot(meta, raw, os.path.abspath(png))
+    lines = [f"## Serving: spindle vs llama-server ({os.path.basename(meta['model'])}, CPU)", ""]
+    body = [
+        f"- Machine: {meta['cpu']}, {meta['cpus']} logical CPUs; load average {meta['load_before']:.2f} before, "
+        f"{meta['load_after']:.2f} after",
+        f"- spindle: commit `{meta['spindle_commit']}`; llama.cpp: `{meta.get('llama_version', 'not run')}` "
+        "(vendor/llama.cpp of llama-cpp-python 0.3.36, built by tools/peer_build.sh)",
+        f"- Command: `{meta['command']}` (raw results: `{os.path.relpath(raw, ROOT)}`)",
+        "",
+        f"Both servers on the same GGUF with {meta['threads']} threads, started fresh for every point, with room "
+        f"for C sequences of input + output + 64 tokens (spindle `--max-batch-size C --ctx-size "
+        f"{args['input_len'] + args['output_len'] + 64}` and a KV cache that holds them; llama-server `-cb -np C "
+        f"-c C*{args['input_len'] + args['output_len'] + 64} -ngl 0`, its other settings at their defaults). "
+        f"`build/loadgen` (vLLM's `bench serve` metrics) streams `/v1/completions`, {args['input_len']} prompt "
+        f"tokens as each server's /tokenize counts them and {args['output_len']} output tokens (`ignore_eos`, "
+        f"greedy), all requests at once with at most C in flight, {args['num_warmups']} warm-up request(s) first; "
+        f"{describe_prompts(args)}. The servers alternate, the first one flipping at every point. "
+        "TTFT: send to the first chunk with text; TPOT: (E2E - TTFT) / (output tokens - 1); ITL: gaps between "
+        "chunks; percentiles interpolated as numpy's. Ratios above 1 mean spindle has more throughput, or a "
+        "longer p99 TTFT.",
+    ]
+    if have_plot:
+        rel = os.path.relpath(os.path.abspath(png), os.path.dirname(os.path.abspath(a.out)))
+        body += ["", f"![output tokens/s and p99 TTFT against concurrency]({rel})"]
+    for dataset in args["datasets"].split(","):
+        title = {"random": "Random prompts", "shared-prefix": f"Shared prefix ({args['prefix_len']} of "
+                 f"{args['input_len']} prompt tokens the same in every request)"}.get(dataset, dataset)
+        body += ["", f"### {title}", ""] + dataset_table(meta, dataset)
+    text = "\n".join(lines + body) + "\n"
+    write_section(a.out, "serve", text)
+    print(text)
+
+
+def describe_prompts(args):
+    if args["num_prompts"]:
+        return f"{args['num_prompts']} requests per point"
+    return (f"max({args['min_prompts']}, {args['num_prompts_per_concurrency']} x C) requests per point, "
+            f"at most {args['max_prompts']}")
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--bin", default="build/spindle")
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bin", default="build/spindle", help="spindle binary")
+    ap.add_argument("--loadgen", default="build/loadgen")
+    ap.add_argument("--peer-dir", default=os.environ.get("PEER_DIR", "build/peer"),
+                    help="llama.cpp build (tools/peer_build.sh makes it when missing)")
     ap.add_argument("--model", default="models/SmolLM2-135M-Instruct.Q4_1.gguf")
-    ap.add_argument("--concurrency", default="1,4,16")
-    ap.add_argument("--rounds", type=int, default=2, help="requests per concurrency slot")
-    ap.add_argument("--input-len", type=int, default=64)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--servers", default="spindle,llama.cpp", help="which servers, comma-separated")
+    ap.add_argument("--concurrency", default="1,4,16,64")
+    ap.add_argument("--datasets", default="random,shared-prefix")
+    ap.add_argument("--input-len", type=int, default=256)
     ap.add_argument("--output-len", type=int, default=128)
-    ap.add_argument("--report", default="docs/benchmarks.md")
+    ap.add_argument("--prefix-len", type=int, default=192)
+    ap.add_argument("--num-prompts-per-concurrency", type=int, default=2)
+    ap.add_argument("--min-prompts", type=int, default=4)
+    ap.add_argument("--max-prompts", type=int, default=64)
+    ap.add_argument("--num-prompts", type=int, default=0, help="the same number at every point (overrides the above)")
+    ap.add_argument("--num-warmups", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", default="docs/benchmarks.md", help="report whose serve section is rewritten")
+    ap.add_argument("--plot", default=None, help="PNG (default docs/benchmarks_serve.png)")
+    ap.add_argument("--raw-dir", default=None, help="default build/bench/serve-<time>")
+    ap.add_argument("--report-from", default=None, metavar="RAW_DIR", help="only rewrite the report from a raw dir")
     a = ap.parse_args()
-    server = Server(a.bin, a.model)
-    try:
-        # a prompt of about input_len tokens, measured with the server's tokenizer
-        prompt = TEXT
-        while server.request("POST", "/tokenize", {"content": prompt})[2]["count"] < a.input_len:
-            prompt += TEXT
-        ids = server.request("POST", "/tokenize", {"content": prompt, "add_special": False})[2]["tokens"]
-        prompt = server.request("POST", "/detokenize", {"tokens": ids[:a.input_len]})[2]["content"]
-        asyncio.run(level(server.port, prompt, a.input_len, 1, 1, 8))  # warm-up
-        rows = [asyncio.run(level(server.port, prompt, a.input_len, int(c), a.rounds, a.output_len))
-                for c in a.concurrency.split(",")]
-    finally:
-        server.stop()
-    base = rows[0]["tok_s"]
-    lines = ["## Serving (spindle serve, SmolLM2-135M-Instruct Q4_1, CPU)", "",
-             f"Streaming completions, prompt {a.input_len} tokens, {a.output_len} generated tokens each (ignore_eos, "
-             f"greedy), {a.rounds} requests per concurrency slot, closed loop. Output tokens/s over the wall time of "
-             "each level; TTFT from sending the request to the first chunk with text.", "",
-             "| concurrency | requests | output tokens/s | vs concurrency 1 | prompt + output tokens/s | "
-             "TTFT median (ms) | TTFT p90 (ms) |",
-             "|---|---|---|---|---|---|---|"]
-    for r in rows:
-        lines.append(f"| {r['concurrency']} | {r['requests']} | {r['tok_s']:.1f} | {r['tok_s'] / base:.2f}x | "
-                     f"{r['total_tok_s']:.1f} | {r['ttft_median_ms']:.0f} | {r['ttft_p90_ms']:.0f} |")
-    lines += ["", "On this 2-core CPU a step is compute-bound, not memory-bound: a batch of rows costs "
-              "nearly rows times one row, so the ceiling for batched throughput is the prompt-processing rate of "
-              "the kernels (pp512 in the kernels section, about 2x tg128), and prefill shares it. Concurrency "
-              "pays up to that ceiling and then turns into queueing (TTFT); the multi-row integer kernels that "
-              "raise the ceiling are the CPU-kernels issue's work."]
-    text = "\n".join(lines) + "\n"
-    lines_out = text.split("\n")
-    body = "\n".join(lines_out[:1] + [""] + [provenance("make bench-serve")] + lines_out[2:])
-    write_section(a.report, "serve", body)
-    print(text)
+    a.command = "python3 bench/bench_serve.py" + "".join(" " + shlex.quote(x) for x in sys.argv[1:])
+    if a.report_from:
+        do_report(a, a.report_from)
+        return
+    unknown = set(a.servers.split(",")) - set(SERVERS)
+    if unknown:
+        ap.error(f"--servers: unknown {', '.join(sorted(unknown))} (known: {', '.join(SERVERS)})")
+    for path, what in ((a.model, "model (make setup fetches it)"), (a.loadgen, "loadgen (make build/loadgen)")):
+        if not os.path.exists(path):
+            sys.exit(f"bench-serve: {path}: {what} not found")
+    if "spindle" in a.servers and not os.path.exists(a.bin):
+        sys.exit(f"bench-serve: {a.bin}: spindle not built (make all)")
+    a.llama_server = None
+    if "llama.cpp" in a.servers:
+        a.llama_server = os.path.join(a.peer_dir, "build", "bin", "llama-server")
+        if not os.access(a.llama_server, os.X_OK):
+            log(f"no {a.llama_server}; building the peer (15+ minutes on 2 cores)")
+            subprocess.run([os.path.join(ROOT, "tools", "peer_build.sh"), a.peer_dir], check=True)
+    raw = do_run(a)
+    do_report(a, raw)
 
 
 if __name__ == "__main__":

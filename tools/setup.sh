@@ -3,7 +3,9 @@
 # model. Idempotent and quiet when everything is already there; called by `make run`
 # and `make test`.
 #
-#   Debian packages: build tools, PCRE2, Criterion, jansson (tests), libyaml (config), clang-format
+#   Debian packages: build tools, PCRE2, Criterion, jansson (tests), libyaml (config), clang-format,
+#                    libcurl (build/loadgen, the serving benchmark's load generator), gnuplot-nox
+#                    (the serving benchmark's plot)
 #   Python packages: pytest (integration tests), jinja2 (the reference the chat
 #                    template tests compare with), openai (the tests' client) and
 #                    prometheus_client (its parser reads /metrics), with pip; Debian's python3-<name>
@@ -15,7 +17,8 @@ set -euo pipefail
 
 cd "$(dirname "$0")/.."
 
-DEBIAN_PACKAGES=(gcc make pkg-config libpcre2-dev libcriterion-dev libjansson-dev libmicrohttpd-dev libyaml-dev curl nginx clang-format)
+DEBIAN_PACKAGES=(gcc make pkg-config libpcre2-dev libcriterion-dev libjansson-dev libmicrohttpd-dev libyaml-dev curl nginx clang-format
+    libcurl4-openssl-dev gnuplot-nox)
 PYTHON_MODULES=(pytest jinja2 openai prometheus_client)
 MODEL_DIR=models
 MODEL_FILE=SmolLM2-135M-Instruct.Q4_1.gguf
