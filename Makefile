@@ -104,6 +104,7 @@ fuzz:
 
 bench: setup all bench-template bench-serve
 	@bench/bench_kernels.sh
+	@bench/bench_profile.sh
 
 # spindle and llama-server side by side under build/loadgen (concurrency 1-64, random and
 # shared-prefix prompts); writes the serve section of docs/benchmarks.md and its plot.
