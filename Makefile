@@ -56,7 +56,7 @@ TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
 .PHONY: all test unit-test integration-test run debug setup fuzz bench bench-template bench-serve format format-check clean install
 
-all: $(BUILD)/spindle
+all: $(BUILD)/spindle $(BUILD)/mkmodel
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -68,6 +68,10 @@ $(LIB): $(LIB_OBJ)
 
 $(BUILD)/spindle: $(BIN_OBJ) $(LIB)
 	$(CC) $(CFLAGS) -o $@ $(BIN_OBJ) $(LIB) $(LDLIBS)
+
+# build/mkmodel: synthetic GGUF models in real shapes (tools/mkmodel.c)
+$(BUILD)/mkmodel: $(BUILD)/obj/tools/mkmodel.o $(LIB)
+	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDLIBS)
 
 $(BUILD)/tests/%: tests/unit/%.c $(LIB)
 	@mkdir -p $(dir $@)
@@ -158,4 +162,4 @@ install: $(BUILD)/spindle
 	    $(INSTALL) -m 0644 config/spindle.yaml $$conf.example; \
 	else echo "$(INSTALL) -m 0644 config/spindle.yaml $$conf"; $(INSTALL) -m 0644 config/spindle.yaml $$conf; fi
 
--include $(LIB_OBJ:.o=.d) $(BIN_OBJ:.o=.d) $(TEST_BIN:=.d) $(LOADGEN_OBJ:.o=.d)
+-include $(LIB_OBJ:.o=.d) $(BIN_OBJ:.o=.d) $(TEST_BIN:=.d) $(LOADGEN_OBJ:.o=.d) $(BUILD)/obj/tools/mkmodel.d

@@ -9,7 +9,7 @@
 
 #include "model/gguf.h"
 #include "model/quant.h"
-#include "tests/unit/gguf_builder.h"
+#include "tools/gguf_builder.h"
 #include "tests/unit/testdata.h"
 
 /* Opens b's bytes from a temporary file through gguf_open (the file is unlinked at

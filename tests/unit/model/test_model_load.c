@@ -8,7 +8,7 @@
 
 #include "model/model.h"
 #include "model/sample.h"
-#include "tests/unit/gguf_builder.h"
+#include "tools/gguf_builder.h"
 
 /* Tiny dimensions: D = 32, H = 2, Hk = 1, Dh = 16, F = 64, V = 8 tokens, 2 layers. */
 enum { T_D = 32, T_H = 2, T_HK = 1, T_DH = 16, T_F = 64, T_V = 8, T_LAYERS = 2 };

@@ -1,13 +1,13 @@
-/* gguf_builder.h: a small in-memory GGUF writer for tests, to craft valid files and
- * malformed ones byte by byte.
+/* gguf_builder.h: a small in-memory GGUF writer, for tests (to craft valid files and
+ * malformed ones byte by byte) and for tools/mkmodel.c (the header of a synthetic model).
  *
  * The low-level calls (gb_u32, gb_str, ...) append raw little-endian fields, so a test
  * can write any header, count or length it likes; the helpers above them (gb_kv_*,
  * gb_tensor_info, gb_model) write the common well-formed pieces. Allocation failure
- * aborts: this is test code.
+ * aborts: this is test and tool code.
  */
-#ifndef SP_TESTS_GGUF_BUILDER_H
-#define SP_TESTS_GGUF_BUILDER_H
+#ifndef SP_TOOLS_GGUF_BUILDER_H
+#define SP_TOOLS_GGUF_BUILDER_H
 
 #include <stdint.h>
 #include <stdio.h>
