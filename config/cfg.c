@@ -57,6 +57,7 @@ const cfg_key cfg__keys[] = {
         "their prompt tokens before 429", NULL),
     ENUM("policy", "policy", policy, POLICIES, "admission and preemption order"),
     FLT("request_timeout", "request-timeout", request_timeout, 0, 1e7, "S", "seconds a request may take, 0 = none"),
+    BOOL("prefix_cache", "prefix-cache", prefix_cache, "reuse the KV of prompt prefixes computed before"),
     /* request limits */
     INT("max_n", "max-n", max_n, 1, 16, false, "most choices one request may ask for (n)", NULL),
     INT("max_tokens", "max-tokens", max_tokens, 0, 1 << 24, false,
@@ -107,6 +108,7 @@ void cfg_settings_init(cfg_settings *s) {
         .queue_max_tokens = 4000000,
         .policy = CFG_POLICY_FCFS,
         .request_timeout = 600,
+        .prefix_cache = true,
         .max_n = 16,
         .max_tokens = 0,
         .log_format = CFG_LOG_TEXT,

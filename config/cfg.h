@@ -27,7 +27,7 @@
 /* The file read when --config is not given, if it exists. */
 #define CFG_DEFAULT_PATH "/etc/spindle/spindle.yaml"
 /* How many settings there are (the rows of cfg.c's key table). */
-#define CFG_KEY_COUNT 35
+#define CFG_KEY_COUNT 36
 
 typedef enum cfg_device {
     CFG_DEVICE_AUTO, /* CUDA when built and present, else the CPU */
@@ -74,6 +74,7 @@ typedef struct cfg_settings {
     int64_t queue_max_tokens;
     cfg_policy policy;
     double request_timeout; /* seconds; 0: none */
+    bool prefix_cache;      /* share computed KV blocks of equal prefixes */
     /* request limits */
     int64_t max_n;      /* most choices a request may ask for (n) */
     int64_t max_tokens; /* largest max_tokens a request may ask for; 0: the context */

@@ -1,58 +1,300 @@
-/* kv_blocks.c: the KV block manager. Bookkeeping only: which block ids of the pool are
- * free (a stack) and which ones each sequence owns (its kv_seq, in position order).
- * The K/V data itself lives in the device's pool (dev_kv); nothing here touches it.
+/* kv_blocks.c: the KV block manager and its prefix cache. Bookkeeping only: which
+ * block ids of the pool are free, which ones each sequence holds (its kv_seq, in
+ * position order), and which full blocks hold which tokens. The K/V data itself lives
+ * in the device's pool (dev_kv); nothing here touches it.
  *
- * DESIGN (threads). The scheduler thread owns the pool and every kv_seq; only
- * n_used is atomic, for sched_get_stats on other threads.
+ * Prefix cache. A full block whose K/V has been computed is registered under a chain
+ * hash of its tokens and every token before them (hash(parent's hash, its B tokens)),
+ * with its tokens and its parent block kept for an exact check. When a request is
+ * admitted its leading full blocks are looked up; the run of hits is shared (a
+ * reference count per block) and its positions are not computed again. A token's K/V
+ * depends only on the tokens before it (the backends compute each row independently
+ * of the batch), so a shared block holds exactly what the request would have computed.
+ * Only full blocks are shared and a sequence always computes at least its last token,
+ * so it writes only into blocks of its own.
+ *
+ * When no sequence holds a registered block any more it stays findable, on an LRU
+ * list; new blocks come from the free stack first, then from the LRU list's oldest
+ * end (evicted: unregistered). A sequence releases its last block first, so a chain's
+ * tail is evicted before its head.
+ *
+ * DESIGN (threads). The scheduler thread owns the pool and every kv_seq; only n_used
+ * and n_cached are atomic, for sched_get_stats on other threads.
  */
 #include <stdlib.h>
+#include <string.h>
 
 #include "common/assert.h"
 #include "scheduler/sched_internal.h"
 
-sp_status kv__blocks_init(kv_blocks *kb, int32_t n_blocks) {
-    SP_ASSERT(n_blocks > 0);
-    kb->free_ids = malloc(sizeof *kb->free_ids * (size_t)n_blocks);
-    if (!kb->free_ids) return sp_fail(SP_ERR_NOMEM, "KV block manager: out of memory for %d blocks", n_blocks);
+/* ---- the hash ---- */
+
+/* FNV-1a over the parent's hash and the block's tokens, then a 64-bit finalizer. */
+static uint64_t chain_hash(uint64_t parent, const int32_t *tokens, int block_size) {
+    uint64_t h = 0xcbf29ce484222325ULL ^ parent;
+    for (int i = 0; i < block_size; i++) {
+        uint32_t t = (uint32_t)tokens[i];
+        for (int b = 0; b < 4; b++) {
+            h ^= (t >> (8 * b)) & 0xFFu;
+            h *= 0x100000001b3ULL;
+        }
+    }
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdULL;
+    h ^= h >> 33;
+    return h;
+}
+
+/* The chain hash of a first block's parent: any fixed value. */
+#define CHAIN_ROOT 0x9e3779b97f4a7c15ULL
+
+/* ---- the map: hash -> registered block ---- */
+
+static uint32_t map_slot(const kv_blocks *kb, uint64_t h) {
+    return (uint32_t)(h ^ (h >> 32)) & kb->map_mask;
+}
+
+/* The registered block with hash h, tokens and parent; -1 when none. */
+static int32_t map_find(const kv_blocks *kb, uint64_t h, const int32_t *tokens, int32_t parent) {
+    for (uint32_t i = map_slot(kb, h);; i = (i + 1) & kb->map_mask) {
+        int32_t id = kb->map[i];
+        if (id < 0) return -1;
+        if (kb->hash[id] == h && kb->parent[id] == parent &&
+            memcmp(kb->tokens + (size_t)id * (size_t)kb->block_size, tokens,
+                   sizeof(int32_t) * (size_t)kb->block_size) == 0)
+            return id;
+    }
+}
+
+static bool map_has_hash(const kv_blocks *kb, uint64_t h) {
+    for (uint32_t i = map_slot(kb, h);; i = (i + 1) & kb->map_mask) {
+        if (kb->map[i] < 0) return false;
+        if (kb->hash[kb->map[i]] == h) return true;
+    }
+}
+
+static void map_insert(kv_blocks *kb, int32_t id) {
+    uint32_t i = map_slot(kb, kb->hash[id]);
+    while (kb->map[i] >= 0) i = (i + 1) & kb->map_mask;
+    kb->map[i] = id;
+}
+
+/* Removes id, shifting later entries of its probe run back (no tombstones). */
+static void map_remove(kv_blocks *kb, int32_t id) {
+    uint32_t i = map_slot(kb, kb->hash[id]);
+    while (kb->map[i] != id) {
+        SP_ASSERT(kb->map[i] >= 0);
+        i = (i + 1) & kb->map_mask;
+    }
+    for (uint32_t j = (i + 1) & kb->map_mask; kb->map[j] >= 0; j = (j + 1) & kb->map_mask) {
+        uint32_t home = map_slot(kb, kb->hash[kb->map[j]]);
+        /* move map[j] into the hole at i when its home is not in (i, j] (cyclically) */
+        bool home_in_between = i <= j ? (home > i && home <= j) : (home > i || home <= j);
+        if (!home_in_between) {
+            kb->map[i] = kb->map[j];
+            i = j;
+        }
+    }
+    kb->map[i] = -1;
+}
+
+/* ---- the LRU list of cached blocks nobody holds ---- */
+
+static void lru_push_tail(kv_blocks *kb, int32_t id) {
+    kb->lru_prev[id] = kb->lru_tail;
+    kb->lru_next[id] = -1;
+    if (kb->lru_tail >= 0)
+        kb->lru_next[kb->lru_tail] = id;
+    else
+        kb->lru_head = id;
+    kb->lru_tail = id;
+    kb->n_evictable++;
+}
+
+static void lru_unlink(kv_blocks *kb, int32_t id) {
+    int32_t p = kb->lru_prev[id], n = kb->lru_next[id];
+    if (p >= 0)
+        kb->lru_next[p] = n;
+    else
+        kb->lru_head = n;
+    if (n >= 0)
+        kb->lru_prev[n] = p;
+    else
+        kb->lru_tail = p;
+    kb->n_evictable--;
+}
+
+/* ---- the pool ---- */
+
+static void update_stats(kv_blocks *kb) {
+    atomic_store_explicit(&kb->n_used, kb->n_total - kb->n_free - kb->n_evictable, memory_order_relaxed);
+}
+
+sp_status kv__blocks_init(kv_blocks *kb, int32_t n_blocks, int block_size, bool prefix_cache) {
+    SP_ASSERT(n_blocks > 0 && block_size > 0);
+    memset(kb, 0, sizeof *kb);
+    uint32_t map_cap = 16;
+    while (map_cap < 2u * (uint32_t)n_blocks) map_cap *= 2;
+    size_t n = (size_t)n_blocks;
+    kb->free_ids = malloc(sizeof(int32_t) * n);
+    kb->ref = calloc(n, sizeof(int32_t));
+    kb->registered = calloc(n, sizeof(bool));
+    kb->hash = calloc(n, sizeof(uint64_t));
+    kb->parent = malloc(sizeof(int32_t) * n);
+    kb->tokens = prefix_cache ? malloc(sizeof(int32_t) * n * (size_t)block_size) : NULL;
+    kb->lru_prev = malloc(sizeof(int32_t) * n);
+    kb->lru_next = malloc(sizeof(int32_t) * n);
+    kb->map = malloc(sizeof(int32_t) * map_cap);
+    if (!kb->free_ids || !kb->ref || !kb->registered || !kb->hash || !kb->parent || (prefix_cache && !kb->tokens) ||
+        !kb->lru_prev || !kb->lru_next || !kb->map) {
+        kv__blocks_free(kb);
+        return sp_fail(SP_ERR_NOMEM, "KV block manager: out of memory for %d blocks", n_blocks);
+    }
     /* pop order 0, 1, 2, ...: block 0 is on top of the stack */
     for (int32_t i = 0; i < n_blocks; i++) kb->free_ids[i] = n_blocks - 1 - i;
+    memset(kb->map, 0xFF, sizeof(int32_t) * map_cap); /* every slot -1 */
+    kb->map_mask = map_cap - 1;
     kb->n_free = n_blocks;
     kb->n_total = n_blocks;
-    atomic_store_explicit(&kb->n_used, 0, memory_order_relaxed);
+    kb->block_size = block_size;
+    kb->caching = prefix_cache;
+    kb->lru_head = kb->lru_tail = -1;
+    update_stats(kb);
+    atomic_store_explicit(&kb->n_cached, 0, memory_order_relaxed);
     return SP_OK;
 }
 
 void kv__blocks_free(kv_blocks *kb) {
     free(kb->free_ids);
-    kb->free_ids = NULL;
-    kb->n_free = kb->n_total = 0;
+    free(kb->ref);
+    free(kb->registered);
+    free(kb->hash);
+    free(kb->parent);
+    free(kb->tokens);
+    free(kb->lru_prev);
+    free(kb->lru_next);
+    free(kb->map);
+    memset(kb, 0, sizeof *kb);
+}
+
+int32_t kv__blocks_available(const kv_blocks *kb) {
+    return kb->n_free + kb->n_evictable;
+}
+
+/* One block for a sequence: a free one, else the least recently used cached one. */
+static int32_t take_block(kv_blocks *kb) {
+    int32_t id;
+    if (kb->n_free > 0) {
+        id = kb->free_ids[--kb->n_free];
+    } else {
+        id = kb->lru_head;
+        SP_ASSERT(id >= 0);
+        lru_unlink(kb, id);
+        map_remove(kb, id);
+        kb->registered[id] = false;
+        atomic_fetch_sub_explicit(&kb->n_cached, 1, memory_order_relaxed);
+    }
+    kb->ref[id] = 1;
+    return id;
 }
 
 bool kv__blocks_grow(kv_blocks *kb, kv_seq *seq, int32_t n_blocks) {
     SP_ASSERT(n_blocks <= seq->cap);
     int32_t need = n_blocks - seq->n;
     if (need <= 0) return true;
-    if (need > kb->n_free) return false;
-    for (int32_t i = 0; i < need; i++) seq->ids[seq->n++] = kb->free_ids[--kb->n_free];
-    atomic_store_explicit(&kb->n_used, kb->n_total - kb->n_free, memory_order_relaxed);
+    if (need > kv__blocks_available(kb)) return false;
+    for (int32_t i = 0; i < need; i++) seq->ids[seq->n++] = take_block(kb);
+    update_stats(kb);
     return true;
 }
 
 void kv__blocks_release(kv_blocks *kb, kv_seq *seq) {
-    /* push back in reverse so the sequence's first block is popped first next time */
+    /* last block first: a cached chain's tail is evicted before its head, and free
+     * blocks go back so the sequence's first block is popped first next time */
     while (seq->n > 0) {
-        SP_ASSERT(kb->n_free < kb->n_total);
-        kb->free_ids[kb->n_free++] = seq->ids[--seq->n];
+        int32_t id = seq->ids[--seq->n];
+        SP_ASSERT(kb->ref[id] > 0);
+        if (--kb->ref[id] > 0) continue; /* another sequence shares it */
+        if (kb->registered[id]) {
+            lru_push_tail(kb, id);
+        } else {
+            SP_ASSERT(kb->n_free < kb->n_total);
+            kb->free_ids[kb->n_free++] = id;
+        }
     }
-    atomic_store_explicit(&kb->n_used, kb->n_total - kb->n_free, memory_order_relaxed);
+    seq->n_hashed = 0;
+    update_stats(kb);
 }
 
 int32_t kv__blocks_used(const kv_blocks *kb) {
     return atomic_load_explicit(&kb->n_used, memory_order_relaxed);
 }
 
+int32_t kv__blocks_cached(const kv_blocks *kb) {
+    return atomic_load_explicit(&kb->n_cached, memory_order_relaxed);
+}
+
 int32_t kv__blocks_for_tokens(int64_t n_tokens, int block_size) {
     return (int32_t)((n_tokens + block_size - 1) / block_size);
+}
+
+/* ---- the prefix cache ---- */
+
+int32_t kv__prefix_match(const kv_blocks *kb, const int32_t *tokens, int32_t max_blocks, int32_t *ids,
+                         int32_t *unheld) {
+    *unheld = 0;
+    if (!kb->caching) return 0;
+    uint64_t h = CHAIN_ROOT;
+    int32_t parent = -1, n = 0;
+    for (; n < max_blocks; n++) {
+        const int32_t *block_tokens = tokens + (size_t)n * (size_t)kb->block_size;
+        h = chain_hash(h, block_tokens, kb->block_size);
+        int32_t id = map_find(kb, h, block_tokens, parent);
+        if (id < 0) break;
+        ids[n] = id;
+        if (kb->ref[id] == 0) (*unheld)++;
+        parent = id;
+    }
+    return n;
+}
+
+void kv__prefix_take(kv_blocks *kb, kv_seq *seq, const int32_t *ids, int32_t n, const int32_t *tokens) {
+    SP_ASSERT(seq->n == 0 && n <= seq->cap);
+    uint64_t h = CHAIN_ROOT;
+    for (int32_t i = 0; i < n; i++) {
+        int32_t id = ids[i];
+        SP_ASSERT(kb->registered[id]);
+        if (kb->ref[id]++ == 0) lru_unlink(kb, id);
+        seq->ids[seq->n++] = id;
+        h = chain_hash(h, tokens + (size_t)i * (size_t)kb->block_size, kb->block_size);
+    }
+    seq->n_hashed = n;
+    seq->last_hash = h;
+    update_stats(kb);
+}
+
+void kv__prefix_register(kv_blocks *kb, kv_seq *seq, const int32_t *tokens, int32_t n_computed) {
+    if (!kb->caching) return;
+    int32_t full = n_computed / kb->block_size;
+    if (full > seq->n) full = seq->n;
+    for (int32_t b = seq->n_hashed; b < full; b++) {
+        const int32_t *block_tokens = tokens + (size_t)b * (size_t)kb->block_size;
+        uint64_t h = chain_hash(b == 0 ? CHAIN_ROOT : seq->last_hash, block_tokens, kb->block_size);
+        int32_t id = seq->ids[b];
+        /* a block with this hash already cached (another sequence computed the same
+         * tokens): keep that one; this block goes back to the free stack when released */
+        if (!kb->registered[id] && !map_has_hash(kb, h)) {
+            kb->registered[id] = true;
+            kb->hash[id] = h;
+            kb->parent[id] = b == 0 ? -1 : seq->ids[b - 1];
+            memcpy(kb->tokens + (size_t)id * (size_t)kb->block_size, block_tokens,
+                   sizeof(int32_t) * (size_t)kb->block_size);
+            map_insert(kb, id);
+            atomic_fetch_add_explicit(&kb->n_cached, 1, memory_order_relaxed);
+        }
+        seq->last_hash = h;
+        seq->n_hashed = b + 1;
+    }
 }
 
 sp_status kv__seq_init(kv_seq *seq, int32_t cap) {
@@ -61,6 +303,8 @@ sp_status kv__seq_init(kv_seq *seq, int32_t cap) {
     if (!seq->ids) return sp_fail(SP_ERR_NOMEM, "KV block list: out of memory for %d blocks", cap);
     seq->n = 0;
     seq->cap = cap;
+    seq->n_hashed = 0;
+    seq->last_hash = 0;
     return SP_OK;
 }
 

@@ -35,6 +35,7 @@ sched_config sched_config_default(void) {
         .request_timeout_s = 600,
         .max_seq_len = 0, /* the model's training context */
         .kv_watermark = 0.01,
+        .prefix_cache = true,
     };
 }
 
@@ -88,6 +89,7 @@ static sp_status sched_alloc_arrays(sched *s) {
     s->step_seq = malloc(sizeof(int32_t) * t);
     s->step_seq_len = malloc(sizeof(int32_t) * b);
     s->step_block_table = calloc(b * (size_t)s->max_blocks_per_seq, sizeof(int32_t));
+    s->match_ids = malloc(sizeof(int32_t) * (size_t)s->max_blocks_per_seq);
     s->step_logit_rows = malloc(sizeof(int32_t) * b);
     s->step_reqs = malloc(sizeof(sched_request *) * b);
     s->step_chunk = malloc(sizeof(int32_t) * b);
@@ -103,7 +105,7 @@ static sp_status sched_alloc_arrays(sched *s) {
     int n_eog = 0;
     for (int32_t id = 0; id < s->n_vocab; id++) n_eog += tok_is_eog(s->vocab, id);
     s->eog_ids = malloc(sizeof(int32_t) * (size_t)(n_eog > 0 ? n_eog : 1));
-    if (!s->step_tokens || !s->step_pos || !s->step_seq || !s->step_seq_len || !s->step_block_table ||
+    if (!s->step_tokens || !s->step_pos || !s->step_seq || !s->step_seq_len || !s->step_block_table || !s->match_ids ||
         !s->step_logit_rows || !s->step_reqs || !s->step_chunk || !s->step_prefill || !s->step_logit_of ||
         !s->running || !s->logits || !s->raw_logits || !s->top_entries || !s->piece || !s->text_work || !s->eog_ids)
         return sp_fail(SP_ERR_NOMEM, "scheduler: out of memory for its step arrays");
@@ -118,6 +120,7 @@ static void sched_free_arrays(sched *s) {
     free(s->step_seq);
     free(s->step_seq_len);
     free(s->step_block_table);
+    free(s->match_ids);
     free(s->step_logit_rows);
     free(s->step_reqs);
     free(s->step_chunk);
@@ -180,7 +183,7 @@ sp_status sched_create(const sched_config *config, model *m, sched **out) {
 
     int32_t n_blocks = 0;
     if ((st = sched_pool_blocks(s, &n_blocks)) != SP_OK) goto fail;
-    if ((st = kv__blocks_init(&s->blocks, n_blocks)) != SP_OK) goto fail;
+    if ((st = kv__blocks_init(&s->blocks, n_blocks, s->cfg.block_size, s->cfg.prefix_cache)) != SP_OK) goto fail;
     /* one sequence can never be longer than the whole pool: say so once, and make the
      * context (what clients see as max_model_len) what the pool can hold */
     if ((int64_t)n_blocks * s->cfg.block_size < s->cfg.max_seq_len) {
@@ -289,6 +292,8 @@ void sched_get_stats(const sched *s, sched_stats *out) {
         .ticks = LOAD(ticks),
         .prompt_tokens = LOAD(prompt_tokens),
         .generated_tokens = LOAD(generated_tokens),
+        .prefix_query_tokens = LOAD(prefix_query_tokens),
+        .prefix_hit_tokens = LOAD(prefix_hit_tokens),
         .running = LOAD(running),
     };
 #undef LOAD
@@ -296,6 +301,7 @@ void sched_get_stats(const sched *s, sched_stats *out) {
     out->queued_tokens = atomic_load_explicit(&s->queued_tokens, memory_order_relaxed);
     out->kv_blocks_used = kv__blocks_used(&s->blocks);
     out->kv_blocks_total = s->blocks.n_total;
+    out->kv_blocks_cached = kv__blocks_cached(&s->blocks);
 }
 
 const sched_config *sched_get_config(const sched *s) {

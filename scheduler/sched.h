@@ -51,6 +51,7 @@ typedef struct sched_config {
     double request_timeout_s; /* default deadline from arrival; 0 = none */
     int32_t max_seq_len;      /* context limit of one sequence (prompt + generated) */
     double kv_watermark;      /* fraction of blocks kept free at admission for growth */
+    bool prefix_cache;        /* share computed full KV blocks between requests with the same prefix */
 } sched_config;
 
 sched_config sched_config_default(void);
@@ -108,7 +109,7 @@ typedef struct sched_output {
     sched_token *top; /* (n_tokens, top_logprobs) alternatives, most likely first */
     int top_logprobs; /* alternatives per token (params.top_logprobs, or 0) */
     int32_t prompt_tokens;
-    int32_t cached_tokens;     /* prompt tokens served from a cache (0 until a prefix cache exists) */
+    int32_t cached_tokens;     /* prompt tokens served from the prefix cache at admission */
     int32_t completion_tokens; /* tokens sampled, end-of-generation included */
     int32_t prefilled;         /* prompt tokens computed so far (progress of a long prefill) */
     int32_t preemptions;       /* times this request was preempted and recomputed */
@@ -156,13 +157,16 @@ typedef struct sched_stats {
     int64_t timeouts;
     int64_t preemptions;
     int64_t ticks;
-    int64_t prompt_tokens; /* prefilled (recomputation included) */
+    int64_t prompt_tokens; /* prefilled or served from the prefix cache (recomputation included) */
     int64_t generated_tokens;
     int32_t queued; /* accepted, not yet admitted */
     int64_t queued_tokens;
-    int32_t running; /* admitted sequences (prefilling or decoding) */
-    int32_t kv_blocks_used;
+    int32_t running;        /* admitted sequences (prefilling or decoding) */
+    int32_t kv_blocks_used; /* held by a running sequence */
     int32_t kv_blocks_total;
+    int32_t kv_blocks_cached;    /* in the prefix cache (held or not) */
+    int64_t prefix_query_tokens; /* tokens of admitted feeds (prefix cache on) */
+    int64_t prefix_hit_tokens;   /* of those, served from the cache */
 } sched_stats;
 
 /* Creates the scheduler for m with its KV pool (sized from config->kv_cache_mb).

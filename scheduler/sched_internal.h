@@ -28,29 +28,60 @@
 typedef struct kv_seq {
     int32_t *ids; /* (cap) */
     int32_t n;
-    int32_t cap; /* the most blocks this sequence can ever need */
+    int32_t cap;        /* the most blocks this sequence can ever need */
+    int32_t n_hashed;   /* prefix cache: leading blocks whose chain hash is known */
+    uint64_t last_hash; /* the chain hash of block n_hashed - 1 */
 } kv_seq;
 
-/* The pool: a stack of free block ids. Scheduler thread; n_used is atomic so the
- * stats can read it from any thread. */
+/* The pool of block ids, with the prefix cache (kv_blocks.c has the design). Scheduler
+ * thread; the atomics are for stats read on other threads. */
 typedef struct kv_blocks {
-    int32_t *free_ids; /* (n_total) the first n_free entries are free */
-    int32_t n_free;
     int32_t n_total;
-    _Atomic int32_t n_used;
+    int block_size;
+    bool caching;      /* prefix cache on */
+    int32_t *free_ids; /* (n_total) blocks holding nothing cached: a stack of n_free */
+    int32_t n_free;
+    /* per block (n_total each) */
+    int32_t *ref;                 /* sequences holding it */
+    bool *registered;             /* in the cache: its hash, parent and tokens are valid */
+    uint64_t *hash;               /* chain hash of its tokens and every token before them */
+    int32_t *parent;              /* the registered block before it in its chain; -1: the first */
+    int32_t *tokens;              /* (n_total, B) its tokens */
+    int32_t *lru_prev, *lru_next; /* cached blocks no sequence holds, oldest first */
+    int32_t lru_head, lru_tail, n_evictable;
+    /* hash -> block id, open addressing with linear probing; -1: empty */
+    int32_t *map;
+    uint32_t map_mask;
+    _Atomic int32_t n_used;   /* held by a sequence */
+    _Atomic int32_t n_cached; /* registered (held or evictable) */
 } kv_blocks;
 
-/* Caller owns the id stack; free with kv__blocks_free. */
-sp_status kv__blocks_init(kv_blocks *kb, int32_t n_blocks);
+/* Caller owns the pool's arrays; free with kv__blocks_free. prefix_cache: keep full
+ * blocks' contents findable after their sequences end. */
+sp_status kv__blocks_init(kv_blocks *kb, int32_t n_blocks, int block_size, bool prefix_cache);
 void kv__blocks_free(kv_blocks *kb);
-/* Gives seq blocks until it owns n_blocks (<= seq->cap); all or none: false, and
- * nothing taken, when the pool has too few free. */
+/* Blocks a sequence could take now: free ones plus cached ones nobody holds. */
+int32_t kv__blocks_available(const kv_blocks *kb);
+/* Gives seq new blocks until it owns n_blocks (<= seq->cap), evicting the least
+ * recently used cached blocks when no free one is left; all or none: false, and
+ * nothing taken, when too few are available. */
 bool kv__blocks_grow(kv_blocks *kb, kv_seq *seq, int32_t n_blocks);
-/* Returns every block of seq to the pool. */
+/* Returns every block of seq to the pool (cached ones stay findable until evicted). */
 void kv__blocks_release(kv_blocks *kb, kv_seq *seq);
 int32_t kv__blocks_used(const kv_blocks *kb);
+int32_t kv__blocks_cached(const kv_blocks *kb);
 /* Blocks that hold n_tokens positions. */
 int32_t kv__blocks_for_tokens(int64_t n_tokens, int block_size);
+
+/* Prefix cache: the longest run of cached blocks holding tokens[0 .. n*B), at most
+ * max_blocks of them, into ids (cap max_blocks); *unheld: how many of them no sequence
+ * holds now (taking those lowers kv__blocks_available). Takes nothing. */
+int32_t kv__prefix_match(const kv_blocks *kb, const int32_t *tokens, int32_t max_blocks, int32_t *ids, int32_t *unheld);
+/* Makes seq (owning no blocks yet) share the n matched blocks of kv__prefix_match. */
+void kv__prefix_take(kv_blocks *kb, kv_seq *seq, const int32_t *ids, int32_t n, const int32_t *tokens);
+/* Registers seq's full blocks among its first n_computed positions (tokens[]) in the
+ * cache, so later sequences with the same prefix find them. */
+void kv__prefix_register(kv_blocks *kb, kv_seq *seq, const int32_t *tokens, int32_t n_computed);
 
 /* Caller owns seq->ids; free with kv__seq_free (after kv__blocks_release). */
 sp_status kv__seq_init(kv_seq *seq, int32_t cap);
@@ -164,7 +195,8 @@ void sched__metrics_snapshot(const sched_metrics *m, sched_hist_id id, sched_his
 /* Operational counters (sched_stats); relaxed atomics, each value on its own. */
 typedef struct sched_counters {
     _Atomic int64_t submitted, rejected_queue_requests, rejected_queue_tokens, rejected_shutdown, rejected_invalid,
-        finished, cancelled, errors, timeouts, preemptions, ticks, prompt_tokens, generated_tokens;
+        finished, cancelled, errors, timeouts, preemptions, ticks, prompt_tokens, generated_tokens, prefix_query_tokens,
+        prefix_hit_tokens;
     _Atomic int32_t running;
 } sched_counters;
 
@@ -198,6 +230,8 @@ struct sched {
     bool started;
     dev_kv *kv;
     kv_blocks blocks;
+    int32_t *match_ids; /* (max_blocks_per_seq) the prefix cache's match for the head being admitted */
+    int32_t n_match;
     sched_request *wait_head, *wait_tail; /* ordered by sched__policy_before */
     sched_request **running;              /* (max_batch_size) in admission order */
     int n_running;

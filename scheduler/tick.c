@@ -11,9 +11,12 @@
  *   Start    admit from the waiting list in policy order while max_batch_size allows
  *            and the pool holds the whole feed's blocks plus the watermark (all of
  *            them are allocated at admission), each admitted sequence getting a chunk.
+ *            A feed whose leading full blocks are in the prefix cache (kv_blocks.c)
+ *            shares them and starts computing after them.
  *            Prefill chunks share max_prefill_tokens; the step holds at most
  *            max_batch_tokens tokens, decode rows first.
- *   step     one model_forward; logits only for rows that complete a sequence's feed.
+ *   step     one model_forward; logits only for rows that complete a sequence's feed;
+ *            the full blocks it completed are registered in the prefix cache.
  *   end_tick sample, append, detokenize, stop (end_tick.c).
  *
  * A sequence's tokens depend only on its own prompt, parameters and seed: the CPU
@@ -136,28 +139,52 @@ static void step_add(sched *s, step_build *b, sched_request *r, int32_t chunk, b
     }
 }
 
-/* Whether the waiting list's head fits now: its whole feed plus the watermark (the
- * watermark is waived when nothing runs, so a request that fits the pool always runs). */
-static bool admit_fits(const sched *s, const sched_request *r) {
-    int32_t need = kv__blocks_for_tokens(r->n_tokens, s->cfg.block_size);
-    int32_t free_blocks = s->blocks.n_free;
-    if (free_blocks < need) return false;
-    return s->n_running == 0 || free_blocks - need >= s->watermark_blocks;
+/* Prefix cache: the cached blocks r's feed can start from, into s->match_ids. At
+ * least its last token is computed (its logits are needed), so at most
+ * (n_tokens - 1) / B blocks. */
+static int32_t admit_match(sched *s, const sched_request *r, int32_t *unheld) {
+    int32_t max_blocks = (r->n_tokens - 1) / s->cfg.block_size;
+    return kv__prefix_match(&s->blocks, r->tokens, max_blocks, s->match_ids, unheld);
 }
 
+/* Whether the waiting list's head fits now: its whole feed, less the cached blocks it
+ * shares, plus the watermark (waived when nothing runs, so a request that fits the
+ * pool always runs). Leaves the match in s->match_ids / s->n_match for admit. */
+static bool admit_fits(sched *s, const sched_request *r) {
+    int32_t unheld = 0;
+    s->n_match = admit_match(s, r, &unheld);
+    int32_t need = kv__blocks_for_tokens(r->n_tokens, s->cfg.block_size) - s->n_match;
+    int32_t available = kv__blocks_available(&s->blocks) - unheld; /* shared unheld blocks leave the pool */
+    if (available < need) return false;
+    return s->n_running == 0 || available - need >= s->watermark_blocks;
+}
+
+/* Admits r with the match admit_fits just made: the shared blocks are computed
+ * already, the rest are allocated now. */
 static void admit(sched *s, sched_request *r, double now) {
     sched__waiting_remove(s, r);
+    kv__prefix_take(&s->blocks, &r->kv, s->match_ids, s->n_match, r->tokens);
     bool ok = kv__blocks_grow(&s->blocks, &r->kv, kv__blocks_for_tokens(r->n_tokens, s->cfg.block_size));
     SP_ASSERT(ok);
+    int32_t cached = s->n_match * s->cfg.block_size;
+    r->n_computed = cached;
+    if (s->blocks.caching) {
+        stat_add(&s->stats.prefix_query_tokens, r->n_tokens);
+        stat_add(&s->stats.prefix_hit_tokens, cached);
+        stat_add(&s->stats.prompt_tokens, cached); /* processed without computing */
+    }
     r->state = SCHED_SEQ_RUNNING;
     s->running[s->n_running++] = r;
     atomic_store_explicit(&s->stats.running, s->n_running, memory_order_relaxed);
     sched__queue_uncount(s, r);
     pthread_mutex_lock(&r->lock);
-    if (r->out.timings.admitted == 0) {
+    if (r->out.timings.admitted == 0) { /* first admission (not a preempted one's return) */
         r->out.timings.admitted = now;
+        r->out.cached_tokens = cached < r->params.n_prompt ? cached : r->params.n_prompt; /* of the prompt */
         sched__metrics_observe(&s->metrics, SCHED_HIST_QUEUE, now - r->out.timings.arrival);
     }
+    int32_t cached_prompt = cached < r->params.n_prompt ? cached : r->params.n_prompt;
+    if (cached_prompt > r->out.prefilled) r->out.prefilled = cached_prompt;
     pthread_mutex_unlock(&r->lock);
 }
 
@@ -245,6 +272,7 @@ bool sched__tick(sched *s) {
     for (int32_t q = 0; q < b.n_seqs; q++) {
         sched_request *r = s->step_reqs[q];
         r->n_computed += s->step_chunk[q];
+        kv__prefix_register(&s->blocks, &r->kv, r->tokens, r->n_computed);
         if (s->step_prefill[q]) prefilled += s->step_chunk[q];
         int32_t prompt_done = r->n_computed < r->params.n_prompt ? r->n_computed : r->params.n_prompt;
         pthread_mutex_lock(&r->lock);

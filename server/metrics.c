@@ -120,7 +120,8 @@ char *srv_metrics_render(const srv_app *app, const sched *s) {
         metric(&b, "requests_timeouts_total", "counter", "requests ended by their timeout", (double)st.timeouts);
         metric(&b, "preemptions_total", "counter", "sequences preempted for KV space", (double)st.preemptions);
         metric(&b, "ticks_total", "counter", "scheduler ticks", (double)st.ticks);
-        metric(&b, "prompt_tokens_total", "counter", "prompt tokens computed", (double)st.prompt_tokens);
+        metric(&b, "prompt_tokens_total", "counter",
+               "prompt tokens processed: computed, or served from the prefix cache", (double)st.prompt_tokens);
         metric(&b, "generation_tokens_total", "counter", "tokens generated", (double)st.generated_tokens);
         metric(&b, "requests_waiting", "gauge", "requests accepted, not yet running", (double)st.queued);
         metric(&b, "requests_waiting_tokens", "gauge", "their prompt tokens", (double)st.queued_tokens);
@@ -129,6 +130,12 @@ char *srv_metrics_render(const srv_app *app, const sched *s) {
                "sequences swapped to host memory (always 0: preemption recomputes, nothing is swapped yet)", 0);
         metric(&b, "kv_blocks_used", "gauge", "KV cache blocks in use", (double)st.kv_blocks_used);
         metric(&b, "kv_blocks_total", "gauge", "KV cache blocks", (double)st.kv_blocks_total);
+        metric(&b, "kv_blocks_cached", "gauge", "KV blocks in the prefix cache (shared, or kept for reuse)",
+               (double)st.kv_blocks_cached);
+        metric(&b, "prefix_cache_queries_total", "counter", "tokens of admitted feeds looked up in the prefix cache",
+               (double)st.prefix_query_tokens);
+        metric(&b, "prefix_cache_hits_total", "counter", "of those, tokens served from the prefix cache",
+               (double)st.prefix_hit_tokens);
         metric(&b, "scheduler_heartbeat_age_seconds", "gauge", "seconds since the scheduler thread last ticked or woke",
                sched_seconds_since_heartbeat(s));
         for (size_t i = 0; i < sizeof HISTOGRAMS / sizeof HISTOGRAMS[0]; i++) {

@@ -154,7 +154,10 @@ def test_metrics_move_as_requests_are_served(spindle_bin, stories_model):
         assert value(after, "spindle_tick_duration_seconds_count") == value(after, "spindle_ticks_total")
         assert value(after, "spindle_tokens_per_tick_count") == value(after, "spindle_ticks_total")
         assert value(after, "spindle_tick_duration_seconds_sum") > 0
-        assert delta(before, after, "spindle_tokens_per_tick_sum") == prompt + generated - finished
+        # the steps computed every prompt token not served from the prefix cache, and every
+        # generated token but each request's last
+        cached = sum(u.prompt_tokens_details.cached_tokens for u in usages)
+        assert delta(before, after, "spindle_tokens_per_tick_sum") == prompt - cached + generated - finished
 
         # the access log: one JSON line per request, no prompt unless asked
         entries = access_lines(server)

@@ -58,7 +58,8 @@ def test_chat_non_streaming_and_streaming(stories_server):
     assert r.object == "chat.completion" and r.id.startswith("chatcmpl-")
     assert r.choices[0].message.role == "assistant"
     assert r.choices[0].finish_reason in ("stop", "length")
-    assert r.usage.prompt_tokens_details.cached_tokens == 0
+    cached = r.usage.prompt_tokens_details.cached_tokens  # whole KV blocks of 16 an earlier test computed
+    assert 0 <= cached < r.usage.prompt_tokens and cached % 16 == 0, r.usage
     stream = list(c.chat.completions.create(model="stories260K", messages=messages, max_tokens=20, temperature=0,
                                             stream=True))
     assert stream[0].choices[0].delta.role == "assistant"

@@ -8,7 +8,7 @@
 Test(kv_blocks, grows_a_sequence_and_accounts_for_it) {
     kv_blocks kb;
     kv_seq a;
-    cr_assert_eq(kv__blocks_init(&kb, 10), SP_OK);
+    cr_assert_eq(kv__blocks_init(&kb, 10, 4, false), SP_OK);
     cr_assert_eq(kv__seq_init(&a, 8), SP_OK);
     cr_assert(kv__blocks_grow(&kb, &a, 3));
     cr_assert_eq(a.n, 3);
@@ -27,7 +27,7 @@ Test(kv_blocks, grows_a_sequence_and_accounts_for_it) {
 Test(kv_blocks, exhaustion_takes_nothing) {
     kv_blocks kb;
     kv_seq a, b;
-    cr_assert_eq(kv__blocks_init(&kb, 6), SP_OK);
+    cr_assert_eq(kv__blocks_init(&kb, 6, 4, false), SP_OK);
     cr_assert_eq(kv__seq_init(&a, 6), SP_OK);
     cr_assert_eq(kv__seq_init(&b, 6), SP_OK);
     cr_assert(kv__blocks_grow(&kb, &a, 4));
@@ -51,7 +51,7 @@ Test(kv_blocks, every_block_is_owned_once) {
     enum { N = 32 };
     kv_blocks kb;
     kv_seq seqs[4];
-    cr_assert_eq(kv__blocks_init(&kb, N), SP_OK);
+    cr_assert_eq(kv__blocks_init(&kb, N, 4, false), SP_OK);
     for (int i = 0; i < 4; i++) cr_assert_eq(kv__seq_init(&seqs[i], N), SP_OK);
     /* interleaved growth and a release in the middle */
     for (int round = 1; round <= 8; round++)
@@ -85,4 +85,175 @@ Test(kv_blocks, blocks_for_tokens_rounds_up) {
     cr_assert_eq(kv__blocks_for_tokens(16, 16), 1);
     cr_assert_eq(kv__blocks_for_tokens(17, 16), 2);
     cr_assert_eq(kv__blocks_for_tokens(8192, 16), 512);
+}
+
+/* ---- the prefix cache (block size 4) ---- */
+
+enum { PB = 4 };
+
+/* seq computes all of tokens (n of them): blocks, then registration. */
+static void compute(kv_blocks *kb, kv_seq *seq, const int32_t *tokens, int32_t n) {
+    cr_assert(kv__blocks_grow(kb, seq, kv__blocks_for_tokens(n, PB)));
+    kv__prefix_register(kb, seq, tokens, n);
+}
+
+static int32_t match(const kv_blocks *kb, const int32_t *tokens, int32_t n_tokens, int32_t *ids, int32_t *unheld) {
+    return kv__prefix_match(kb, tokens, (n_tokens - 1) / PB, ids, unheld);
+}
+
+Test(kv_prefix, an_ended_sequences_full_blocks_are_found_and_shared) {
+    kv_blocks kb;
+    kv_seq a, b;
+    cr_assert_eq(kv__blocks_init(&kb, 16, PB, true), SP_OK);
+    cr_assert_eq(kv__seq_init(&a, 8), SP_OK);
+    cr_assert_eq(kv__seq_init(&b, 8), SP_OK);
+    int32_t prompt[14] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14};
+    compute(&kb, &a, prompt, 14); /* 3 full blocks and a partial one */
+    cr_assert_eq(kv__blocks_cached(&kb), 3);
+    int32_t a_ids[4];
+    memcpy(a_ids, a.ids, sizeof a_ids);
+    kv__blocks_release(&kb, &a);
+    cr_assert_eq(kv__blocks_used(&kb), 0, "cached blocks nobody holds are not in use");
+    cr_assert_eq(kv__blocks_available(&kb), 16);
+
+    int32_t ids[8], unheld = -1;
+    int32_t hits = match(&kb, prompt, 14, ids, &unheld);
+    cr_assert_eq(hits, 3);
+    cr_assert_eq(unheld, 3);
+    for (int i = 0; i < 3; i++) cr_assert_eq(ids[i], a_ids[i], "block %d", i);
+    kv__prefix_take(&kb, &b, ids, hits, prompt);
+    cr_assert(kv__blocks_grow(&kb, &b, 4));
+    cr_assert_eq(kv__blocks_used(&kb), 4);
+    cr_assert_neq(b.ids[3], a_ids[0]);
+    /* a prompt of exactly 12 tokens still computes its last one: 2 blocks, not 3 */
+    cr_assert_eq(match(&kb, prompt, 12, ids, &unheld), 2);
+    kv__blocks_release(&kb, &b);
+    kv__seq_free(&a);
+    kv__seq_free(&b);
+    kv__blocks_free(&kb);
+}
+
+Test(kv_prefix, a_match_stops_at_the_first_different_block) {
+    kv_blocks kb;
+    kv_seq a;
+    cr_assert_eq(kv__blocks_init(&kb, 16, PB, true), SP_OK);
+    cr_assert_eq(kv__seq_init(&a, 8), SP_OK);
+    int32_t prompt[16] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+    compute(&kb, &a, prompt, 16);
+    kv__blocks_release(&kb, &a);
+    int32_t other[16];
+    memcpy(other, prompt, sizeof other);
+    other[6] = 99; /* in block 1 */
+    int32_t ids[8], unheld;
+    cr_assert_eq(match(&kb, other, 16, ids, &unheld), 1);
+    other[6] = 7;
+    other[0] = 42; /* block 0 differs: later equal blocks do not count (their prefix differs) */
+    cr_assert_eq(match(&kb, other, 16, ids, &unheld), 0);
+    kv__seq_free(&a);
+    kv__blocks_free(&kb);
+}
+
+Test(kv_prefix, held_blocks_are_shared_and_kept_until_both_release) {
+    kv_blocks kb;
+    kv_seq a, b;
+    cr_assert_eq(kv__blocks_init(&kb, 8, PB, true), SP_OK);
+    cr_assert_eq(kv__seq_init(&a, 8), SP_OK);
+    cr_assert_eq(kv__seq_init(&b, 8), SP_OK);
+    int32_t prompt[9] = {5, 5, 5, 5, 6, 6, 6, 6, 7};
+    compute(&kb, &a, prompt, 9);
+    int32_t ids[8], unheld;
+    cr_assert_eq(match(&kb, prompt, 9, ids, &unheld), 2);
+    cr_assert_eq(unheld, 0, "a still holds them");
+    kv__prefix_take(&kb, &b, ids, 2, prompt);
+    cr_assert(kv__blocks_grow(&kb, &b, 3));
+    cr_assert_eq(kv__blocks_used(&kb), 4, "3 of a's and b's own last block");
+    kv__blocks_release(&kb, &a);
+    cr_assert_eq(kv__blocks_used(&kb), 3, "b still holds the shared two");
+    cr_assert_eq(kv__blocks_available(&kb), 5);
+    kv__blocks_release(&kb, &b);
+    cr_assert_eq(kv__blocks_used(&kb), 0);
+    cr_assert_eq(kv__blocks_available(&kb), 8);
+    kv__seq_free(&a);
+    kv__seq_free(&b);
+    kv__blocks_free(&kb);
+}
+
+Test(kv_prefix, a_full_pool_evicts_the_least_recent_tail_first) {
+    kv_blocks kb;
+    kv_seq a, b;
+    cr_assert_eq(kv__blocks_init(&kb, 4, PB, true), SP_OK);
+    cr_assert_eq(kv__seq_init(&a, 4), SP_OK);
+    cr_assert_eq(kv__seq_init(&b, 4), SP_OK);
+    int32_t prompt[13] = {1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3, 4};
+    compute(&kb, &a, prompt, 13); /* all 4 blocks, 3 of them cached */
+    kv__blocks_release(&kb, &a);
+    cr_assert(kv__blocks_grow(&kb, &b, 2), "the free block, then the oldest cached: a's last full block");
+    int32_t ids[4], unheld;
+    cr_assert_eq(match(&kb, prompt, 13, ids, &unheld), 2, "the chain's head survives");
+    cr_assert_eq(kv__blocks_cached(&kb), 2);
+    cr_assert(kv__blocks_grow(&kb, &b, 4));
+    cr_assert_eq(match(&kb, prompt, 13, ids, &unheld), 0);
+    cr_assert_eq(kv__blocks_cached(&kb), 0);
+    cr_assert(!kv__blocks_grow(&kb, &a, 1), "nothing left");
+    kv__blocks_release(&kb, &b);
+    kv__seq_free(&a);
+    kv__seq_free(&b);
+    kv__blocks_free(&kb);
+}
+
+Test(kv_prefix, off_finds_nothing) {
+    kv_blocks kb;
+    kv_seq a;
+    cr_assert_eq(kv__blocks_init(&kb, 8, PB, false), SP_OK);
+    cr_assert_eq(kv__seq_init(&a, 8), SP_OK);
+    int32_t prompt[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+    compute(&kb, &a, prompt, 9);
+    kv__blocks_release(&kb, &a);
+    int32_t ids[8], unheld;
+    cr_assert_eq(match(&kb, prompt, 9, ids, &unheld), 0);
+    cr_assert_eq(kv__blocks_cached(&kb), 0);
+    cr_assert_eq(kv__blocks_available(&kb), 8);
+    kv__seq_free(&a);
+    kv__blocks_free(&kb);
+}
+
+/* Many sequences over a small alphabet through a small pool: every match returns
+ * blocks that hold exactly the query's tokens, and the accounting always adds up. */
+Test(kv_prefix, random_churn_keeps_matches_exact) {
+    enum { N = 24, SEQS = 6, MAXT = 40 };
+    kv_blocks kb;
+    kv_seq seqs[SEQS];
+    int32_t tokens[SEQS][MAXT];
+    cr_assert_eq(kv__blocks_init(&kb, N, PB, true), SP_OK);
+    for (int i = 0; i < SEQS; i++) cr_assert_eq(kv__seq_init(&seqs[i], MAXT / PB + 1), SP_OK);
+    uint32_t rng = 7;
+    for (int round = 0; round < 2000; round++) {
+        int i = (int)((rng = rng * 1103515245u + 12345u) >> 16) % SEQS;
+        if (seqs[i].n > 0) {
+            kv__blocks_release(&kb, &seqs[i]);
+            continue;
+        }
+        int32_t n = 5 + (int32_t)((rng = rng * 1103515245u + 12345u) >> 16) % (MAXT - 5);
+        for (int32_t t = 0; t < n; t++) tokens[i][t] = (int32_t)(((rng = rng * 1103515245u + 12345u) >> 16) % 2);
+        int32_t ids[MAXT / PB + 1], unheld;
+        int32_t hits = match(&kb, tokens[i], n, ids, &unheld);
+        for (int32_t h = 0; h < hits; h++)
+            cr_assert(memcmp(kb.tokens + (size_t)ids[h] * PB, tokens[i] + h * PB, sizeof(int32_t) * PB) == 0,
+                      "round %d: matched block %d holds other tokens", round, h);
+        int32_t need = kv__blocks_for_tokens(n, PB) - hits;
+        if (kv__blocks_available(&kb) - unheld < need) continue;
+        kv__prefix_take(&kb, &seqs[i], ids, hits, tokens[i]);
+        cr_assert(kv__blocks_grow(&kb, &seqs[i], kv__blocks_for_tokens(n, PB)));
+        kv__prefix_register(&kb, &seqs[i], tokens[i], n);
+        int32_t held = 0;
+        for (int32_t id = 0; id < N; id++) held += kb.ref[id] > 0;
+        cr_assert_eq(held, kv__blocks_used(&kb), "round %d", round);
+        cr_assert_eq(held + kv__blocks_available(&kb), N, "round %d", round);
+    }
+    for (int i = 0; i < SEQS; i++) {
+        kv__blocks_release(&kb, &seqs[i]);
+        kv__seq_free(&seqs[i]);
+    }
+    cr_assert_eq(kv__blocks_used(&kb), 0);
+    kv__blocks_free(&kb);
 }

@@ -1,0 +1,74 @@
+"""The prefix cache from the outside: a prompt that starts like an earlier one reuses
+its computed KV blocks (usage.prompt_tokens_details.cached_tokens, /metrics), and the
+tokens are exactly those of a server without the cache, greedy and seeded alike."""
+import pytest
+
+from spindle_server import Server
+
+STORY = ("Once upon a time there was a little girl named Lily. She loved to play outside in the park with her "
+         "friends. One day she found a big red ball under a tree and ran to show her mom. ")
+
+
+@pytest.fixture(scope="module")
+def cached(spindle_bin, stories_model):
+    server = Server(spindle_bin, stories_model)
+    yield server
+    assert server.stop() == 0
+
+
+@pytest.fixture(scope="module")
+def uncached(spindle_bin, stories_model):
+    server = Server(spindle_bin, stories_model, "--no-prefix-cache")
+    yield server
+    assert server.stop() == 0
+
+
+def complete(server, prompt, **kw):
+    body = {"prompt": prompt, "max_tokens": 24, "temperature": 0, **kw}
+    status, _, r = server.request("POST", "/v1/completions", body)
+    assert status == 200, r
+    return r["choices"][0]["text"], r["usage"]
+
+
+def test_a_repeated_prompt_reuses_whole_blocks(cached):
+    prompt = STORY + "The ball"
+    text1, usage1 = complete(cached, prompt)
+    text2, usage2 = complete(cached, prompt)
+    assert text1 == text2
+    n = usage1["prompt_tokens"]
+    assert usage1["prompt_tokens_details"]["cached_tokens"] == 0
+    # every full block of 16 but the one holding the last token, which is always computed
+    assert usage2["prompt_tokens_details"]["cached_tokens"] == (n - 1) // 16 * 16 > 0
+
+
+@pytest.mark.parametrize("sampling", [{"temperature": 0}, {"temperature": 0.9, "seed": 11}])
+def test_a_shared_prefix_gives_the_tokens_of_a_server_without_the_cache(cached, uncached, sampling):
+    complete(cached, STORY + "Lily said", **sampling)  # computes (and caches) the story
+    for ending in ("Her mom smiled and", "The ball rolled away and", "Then a dog came"):
+        with_cache, usage = complete(cached, STORY + ending, **sampling)
+        without, usage_off = complete(uncached, STORY + ending, **sampling)
+        assert with_cache == without, (ending, with_cache, without)
+        assert usage["prompt_tokens_details"]["cached_tokens"] > 0
+        assert usage_off["prompt_tokens_details"]["cached_tokens"] == 0
+
+
+def test_streamed_and_chat_turns_hit_too(cached):
+    c = cached.client()
+    messages = [{"role": "system", "content": STORY}, {"role": "user", "content": "What did Lily find?"}]
+    first = c.chat.completions.create(model="stories260K", messages=messages, max_tokens=12, temperature=0)
+    messages += [{"role": "assistant", "content": first.choices[0].message.content},
+                 {"role": "user", "content": "And then?"}]
+    chunks = list(c.chat.completions.create(model="stories260K", messages=messages, max_tokens=12, temperature=0,
+                                            stream=True, stream_options={"include_usage": True}))
+    usage = chunks[-1].usage
+    assert usage.prompt_tokens_details.cached_tokens >= 16, usage
+
+
+def test_metrics_count_queries_and_hits(cached):
+    before = cached.metrics()
+    complete(cached, STORY + "In the end")
+    after = cached.metrics()
+    assert after["spindle_prefix_cache_queries_total"] > before["spindle_prefix_cache_queries_total"]
+    assert after["spindle_prefix_cache_hits_total"] > before["spindle_prefix_cache_hits_total"]
+    assert after["spindle_kv_blocks_cached"] > 0
+    assert after["spindle_kv_blocks_used"] == 0  # nothing running: cached blocks are not in use
