@@ -40,6 +40,25 @@ SERVER_SRC := server/cli_session.c server/cmd_generate.c server/cmd_inspect.c se
 
 LIB_SRC := $(COMMON_SRC) $(MODEL_SRC) $(GPU_SRC) $(SCHED_SRC) $(CONFIG_SRC) $(SERVER_SRC)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+
+# ---- the CUDA backend (gpu/cuda/), built when nvcc is found ---------------------
+# For sm_80, sm_89 and sm_90, plus PTX for newer GPUs; the CUDA runtime linked
+# statically, cuBLAS from the toolkit (found through an rpath). No GPU is needed to
+# build or to run: without one, --device auto runs on the CPU.
+NVCC ?= $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
+ifneq ($(NVCC),)
+CUDA_HOME  ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+CUDA_SRC   := gpu/cuda/cuda_backend.cu gpu/cuda/cuda_ops.cu gpu/cuda/cuda_attention.cu gpu/cuda/cuda_matmul.cu
+CUDA_OBJ   := $(CUDA_SRC:%.cu=$(BUILD)/obj/%.o)
+CUDA_ARCH  := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_89,code=sm_89 \
+              -gencode arch=compute_90,code=[sm_90,compute_90]
+NVCCFLAGS  ?= -O2 -g
+CUDA_LIBS  := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart_static -ldl -lrt -lstdc++
+override CFLAGS += -DSP_HAVE_CUDA
+LIB_OBJ    += $(CUDA_OBJ)
+else
+$(info spindle: nvcc not found: building without the CUDA backend (--device cuda will say so))
+endif
 BIN_OBJ := $(BUILD)/obj/server/main.o
 LIB     := $(BUILD)/libspindle.a
 
@@ -62,20 +81,24 @@ $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
+$(BUILD)/obj/%.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -std=c++20 -I. -DSP_HAVE_CUDA $(CUDA_ARCH) -Xcompiler -Wall,-Wextra,-Werror -MMD -MP -c $< -o $@
+
 $(LIB): $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
 $(BUILD)/spindle: $(BIN_OBJ) $(LIB)
-	$(CC) $(CFLAGS) -o $@ $(BIN_OBJ) $(LIB) $(LDLIBS)
+	$(CC) $(CFLAGS) -o $@ $(BIN_OBJ) $(LIB) $(LDLIBS) $(CUDA_LIBS)
 
 # build/mkmodel: synthetic GGUF models in real shapes (tools/mkmodel.c)
 $(BUILD)/mkmodel: $(BUILD)/obj/tools/mkmodel.o $(LIB)
-	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDLIBS)
+	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDLIBS) $(CUDA_LIBS)
 
 $(BUILD)/tests/%: tests/unit/%.c $(LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDLIBS) -lcriterion
+	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDLIBS) $(CUDA_LIBS) -lcriterion
 
 setup:
 	@tools/setup.sh
@@ -120,12 +143,12 @@ bench-template: setup $(BUILD)/bench_template
 	@BENCH_TEMPLATE=$(BUILD)/bench_template $(PYTHON) bench/bench_template.py
 
 $(BUILD)/bench_template: bench/bench_template.c $(LIB)
-	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDLIBS)
+	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDLIBS) $(CUDA_LIBS)
 
 $(BUILD)/loadgen: $(LOADGEN_OBJ)
 	$(CC) $(CFLAGS) -o $@ $(LOADGEN_OBJ) $(LOADGEN_LDLIBS)
 
-FORMAT_FILES = $(shell git ls-files '*.c' '*.h')
+FORMAT_FILES = $(shell git ls-files '*.c' '*.h' '*.cu' '*.cuh')
 format:
 	clang-format -i $(FORMAT_FILES)
 format-check:

@@ -31,7 +31,7 @@ const cfg_key cfg__keys[] = {
         "(default: the file name without .gguf)"),
     STR("chat_template", "chat-template", chat_template, true, "FILE", "Jinja chat template instead of the model's own",
         "(default: the model's)"),
-    ENUM("device", "device", device, DEVICES, "where the model runs (auto and cpu: the CPU; no CUDA backend yet)"),
+    ENUM("device", "device", device, DEVICES, "where the model runs (auto: the GPU when a usable one is present, else the CPU)"),
     INT("threads", "threads", threads, 1, 256, true, "CPU threads for the model", "(default: all cores)"),
     INT("ctx_size", "ctx-size", ctx_size, 16, 1 << 24, true, "context limit per sequence",
         "(default: the model's training context)"),

@@ -4,13 +4,43 @@
 
 #include <stdint.h>
 
+#include <stdio.h>
+
 #include "common/assert.h"
+#include "common/log.h"
 #include "gpu/device_internal.h"
+#ifdef SP_HAVE_CUDA
+#include "gpu/cuda/cuda_backend.h"
+#endif
+
+bool dev_cuda_available(char *why, size_t cap) {
+#ifdef SP_HAVE_CUDA
+    return cuda_backend_probe(why, cap);
+#else
+    snprintf(why, cap, "this build has no CUDA backend (nvcc was not found when it was built)");
+    return false;
+#endif
+}
 
 sp_status dev_create(const dev_options *opts, dev_backend **out) {
+    char why[256];
     switch (opts->kind) {
     case DEV_KIND_CPU: return host_backend_create(opts, out);
-    case DEV_KIND_CUDA: return sp_fail(SP_ERR_UNSUPPORTED, "device cuda: this build has no CUDA backend");
+    case DEV_KIND_CUDA:
+#ifdef SP_HAVE_CUDA
+        return cuda_backend_create(opts, out);
+#else
+        dev_cuda_available(why, sizeof why);
+        return sp_fail(SP_ERR_UNSUPPORTED, "device cuda: %s", why);
+#endif
+    case DEV_KIND_AUTO:
+        if (dev_cuda_available(why, sizeof why)) {
+#ifdef SP_HAVE_CUDA
+            return cuda_backend_create(opts, out);
+#endif
+        }
+        sp_log_info("device auto: no usable CUDA GPU (%s); running on the CPU", why);
+        return host_backend_create(opts, out);
     }
     return sp_fail(SP_ERR_INVALID_ARG, "device kind %d unknown", (int)opts->kind);
 }

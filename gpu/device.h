@@ -31,7 +31,8 @@
 
 typedef struct dev_backend dev_backend;
 
-typedef enum dev_kind { DEV_KIND_CPU, DEV_KIND_CUDA } dev_kind;
+/* DEV_KIND_AUTO: CUDA when a usable GPU is present, else the CPU (with a log line). */
+typedef enum dev_kind { DEV_KIND_CPU, DEV_KIND_CUDA, DEV_KIND_AUTO } dev_kind;
 
 typedef struct dev_options {
     dev_kind kind;
@@ -86,7 +87,12 @@ typedef struct dev_step {
     const int32_t *logit_rows; /* (n_logits) token indices 0..T-1, ascending */
 } dev_step;
 
-/* Creates a backend. Caller owns *out; free with dev_destroy. */
+/* Whether this build has the CUDA backend and a usable GPU is present; when not, the
+ * reason goes into why (cap bytes). */
+bool dev_cuda_available(char *why, size_t cap);
+
+/* Creates a backend. DEV_KIND_CUDA without a usable GPU: SP_ERR_UNSUPPORTED with the
+ * reason. Caller owns *out; free with dev_destroy. */
 sp_status dev_create(const dev_options *opts, dev_backend **out);
 void dev_destroy(dev_backend *dev);
 const char *dev_name(const dev_backend *dev); /* "cpu (2 threads, avx2)" */

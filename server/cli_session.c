@@ -36,9 +36,9 @@ bool cli_parse_float(const char *name, const char *text, double min, double max,
     return true;
 }
 
-sp_status cli_session_open(cli_session *s, const char *model_path, int n_threads) {
+sp_status cli_session_open(cli_session *s, const char *model_path, dev_kind kind, int n_threads) {
     *s = (cli_session){0};
-    dev_options opts = {.kind = DEV_KIND_CPU, .n_threads = n_threads};
+    dev_options opts = {.kind = kind, .n_threads = n_threads};
     sp_status st = dev_create(&opts, &s->dev);
     if (st != SP_OK) return st;
     model_options mopts = {.max_batch_tokens = CLI_MAX_BATCH};

@@ -77,18 +77,20 @@ fail:
 }
 
 int cmd_bench(int argc, char **argv) {
-    enum { OPT_PP = 256, OPT_TG, OPT_REPS, OPT_THREADS };
+    enum { OPT_PP = 256, OPT_TG, OPT_REPS, OPT_THREADS, OPT_DEVICE };
     static const struct option options[] = {
         {"model", required_argument, NULL, 'm'},
         {"pp", required_argument, NULL, OPT_PP},
         {"tg", required_argument, NULL, OPT_TG},
         {"reps", required_argument, NULL, OPT_REPS},
         {"threads", required_argument, NULL, OPT_THREADS},
+        {"device", required_argument, NULL, OPT_DEVICE},
         {"help", no_argument, NULL, 'h'},
         {0, 0, 0, 0},
     };
     const char *model_path = CMD_DEFAULT_MODEL;
     long pp = 512, tg = 128, reps = 5, threads = 0;
+    dev_kind kind = DEV_KIND_CPU;
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "m:h", options, NULL)) != -1) {
@@ -106,15 +108,28 @@ int cmd_bench(int argc, char **argv) {
         case OPT_THREADS:
             if (!cli_parse_int("threads", optarg, 1, 256, &threads)) return 2;
             break;
+        case OPT_DEVICE:
+            if (strcmp(optarg, "cpu") == 0)
+                kind = DEV_KIND_CPU;
+            else if (strcmp(optarg, "cuda") == 0)
+                kind = DEV_KIND_CUDA;
+            else if (strcmp(optarg, "auto") == 0)
+                kind = DEV_KIND_AUTO;
+            else {
+                fprintf(stderr, "spindle: error: --device: '%s' is not one of cpu, cuda, auto\n", optarg);
+                return 2;
+            }
+            break;
         case 'h':
-            printf("usage: spindle bench [--model PATH] [--threads N] [--pp 512] [--tg 128] [--reps 5]\n"
+            printf("usage: spindle bench [--model PATH] [--device cpu|cuda|auto] [--threads N] [--pp 512] [--tg 128] "
+                   "[--reps 5]\n"
                    "  ppN: N random tokens as one batch; tgN: N tokens one at a time; 0 skips a test.\n");
             return 0;
         default: return 2;
         }
     }
     cli_session s;
-    sp_status st = cli_session_open(&s, model_path, (int)threads);
+    sp_status st = cli_session_open(&s, model_path, kind, (int)threads);
     if (st == SP_OK) st = cli_session_reserve(&s, (int)(pp > tg ? pp : tg) + 1);
     if (st != SP_OK) {
         fprintf(stderr, "spindle: error: %s\n", sp_last_error());

@@ -105,7 +105,6 @@ static int serve_parse(int argc, char **argv, serve_args *a) {
     cfg_settings *c = &a->cfg;
     cfg_settings_init(c);
     cfg_action action;
-    char where[512];
     int rc = -1;
     sp_status st = cfg_parse_args(c, argc, argv, CFG_DEFAULT_PATH, &action);
     if (st == SP_OK && (!c->model || !c->host)) st = sp_fail(SP_ERR_NOMEM, "out of memory");
@@ -118,16 +117,11 @@ static int serve_parse(int argc, char **argv, serve_args *a) {
     } else if (action == CFG_ACTION_PRINT_CONFIG) {
         cfg_print(c, stdout);
         rc = 0;
-    } else if (c->device == CFG_DEVICE_CUDA) {
-        fprintf(stderr, "spindle: error: %s: device 'cuda': the CUDA backend is not built yet (use auto or cpu)\n",
-                cfg_origin(c, "device", where, sizeof where));
-        rc = 2;
     }
     if (rc >= 0) {
         serve_args_free(a);
         return rc;
     }
-    if (c->device == CFG_DEVICE_AUTO) sp_log_info("device auto: no CUDA backend is built; running on the CPU");
     serve_args_fill(a);
     return -1;
 }
@@ -171,7 +165,10 @@ typedef struct serve_state {
 
 /* Loads the model and starts the scheduler; the app becomes READY. */
 static sp_status serve_load(const serve_args *a, srv_app *app, serve_state *s) {
-    dev_options dopts = {.kind = DEV_KIND_CPU, .n_threads = (int)a->threads};
+    dev_kind kind = a->cfg.device == CFG_DEVICE_CUDA  ? DEV_KIND_CUDA
+                    : a->cfg.device == CFG_DEVICE_CPU ? DEV_KIND_CPU
+                                                      : DEV_KIND_AUTO;
+    dev_options dopts = {.kind = kind, .n_threads = (int)a->threads};
     sp_status st = dev_create(&dopts, &s->dev);
     if (st != SP_OK) return st;
     model_options mopts = {.max_batch_tokens = a->sched.max_batch_tokens};

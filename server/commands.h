@@ -47,7 +47,7 @@ typedef struct cli_session {
 } cli_session;
 
 /* Loads model_path on a CPU backend with n_threads (<= 0: all cores). */
-sp_status cli_session_open(cli_session *s, const char *model_path, int n_threads);
+sp_status cli_session_open(cli_session *s, const char *model_path, dev_kind kind, int n_threads);
 /* Creates the KV cache for n_ctx tokens (<= 0: the model's training context). */
 sp_status cli_session_reserve(cli_session *s, int n_ctx);
 /* Appends n tokens at the end of the sequence, in chunks of at most max_batch_tokens,

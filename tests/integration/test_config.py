@@ -5,6 +5,7 @@ file:line:key on stderr, and --print-config prints the merged settings as YAML t
 reads back (with PyYAML) and feeds back as --config."""
 import pathlib
 import socket
+import shutil
 import subprocess
 import tempfile
 import time
@@ -120,12 +121,33 @@ def test_a_missing_config_file_exits_2(spindle_bin, tmp_path):
     assert out.returncode == 2 and "absent.yaml" in out.stderr, out.stderr
 
 
-def test_device_cuda_is_refused_by_name(spindle_bin, stories_model, tmp_path):
-    config = write(tmp_path, "device: cuda\n")
+def gpu_present():
+    smi = shutil.which("nvidia-smi")
+    return bool(smi) and subprocess.run([smi, "-L"], capture_output=True).returncode == 0
+
+
+def test_device_cuda_without_a_gpu_exits_2_saying_why(spindle_bin, stories_model, tmp_path):
+    if gpu_present():
+        pytest.skip("a GPU is present: --device cuda runs (tests/unit/gpu/test_cuda_ops.c covers it)")
+    config = write(tmp_path, "device: cuda\nport: 0\n")
     out = subprocess.run([spindle_bin, "serve", "--model", stories_model, "--config", config], capture_output=True,
-                         text=True, timeout=30)
-    assert out.returncode == 2
-    assert f"{config}:1" in out.stderr and "the CUDA backend is not built yet" in out.stderr, out.stderr
+                         text=True, timeout=60)
+    assert out.returncode == 2, out.stderr
+    errors = [line for line in out.stderr.splitlines() if "error" in line]
+    assert len(errors) == 1 and "device cuda" in errors[0], out.stderr
+
+
+def test_device_auto_without_a_gpu_runs_on_the_cpu(spindle_bin, stories_model, tmp_path):
+    if gpu_present():
+        pytest.skip("a GPU is present")
+    port = free_port()
+    server = ConfigServer(spindle_bin, write(tmp_path, f"model: {stories_model}\nport: {port}\n"), port)
+    try:
+        assert server.request("GET", "/v1/models")[0] == 200
+        log = server.log_text()
+        assert "device auto: no usable CUDA GPU" in log and "running on the CPU" in log, log
+    finally:
+        assert server.stop() == 0
 
 
 def test_print_config_merges_and_reads_back(spindle_bin, tmp_path):

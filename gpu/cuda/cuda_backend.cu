@@ -1,0 +1,321 @@
+/* cuda_backend.cu: the CUDA backend object: device selection, memory (weights uploaded
+ * once, activation arenas, F16 KV pools), the step's upload, the copy of results to
+ * the host, error bookkeeping, and the function table that routes the device ops to
+ * the kernels of this folder. See cuda_internal.cuh for the memory and error rules. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <vector>
+
+#include "gpu/cuda/cuda_internal.cuh"
+
+extern "C" {
+#include "common/log.h"
+}
+
+/* ---- errors ---- */
+
+bool cuda__ok(cuda_backend *cb, cudaError_t err, const char *call) {
+    if (err == cudaSuccess) return true;
+    if (!cb->faulted) {
+        cb->faulted = true;
+        snprintf(cb->fault, sizeof cb->fault, "%s: %s", call, cudaGetErrorString(err));
+        sp_log_error("cuda: %s", cb->fault);
+    }
+    return false;
+}
+
+bool cuda__blas_ok(cuda_backend *cb, cublasStatus_t st, const char *call) {
+    if (st == CUBLAS_STATUS_SUCCESS) return true;
+    if (!cb->faulted) {
+        cb->faulted = true;
+        snprintf(cb->fault, sizeof cb->fault, "%s: %s", call, cublasGetStatusString(st));
+        sp_log_error("cuda: %s", cb->fault);
+    }
+    return false;
+}
+
+bool cuda__launched(cuda_backend *cb, const char *kernel) {
+    return cuda__ok(cb, cudaGetLastError(), kernel);
+}
+
+sp_status cuda__fault_status(const cuda_backend *cb) {
+    return sp_fail(SP_ERR_DEVICE, "cuda: %s", cb->fault);
+}
+
+quant_type cuda__storage_type(quant_type source, int64_t rows) {
+    if (rows == 1 && source == QUANT_F32) return QUANT_F32; /* norms, biases, RoPE factors */
+    return source == QUANT_BF16 ? QUANT_BF16 : QUANT_F16;
+}
+
+/* ---- memory ---- */
+
+/* cudaMalloc that the backend frees at destroy. */
+static sp_status cuda_alloc(cuda_backend *cb, size_t nbytes, const char *what, void **out) {
+    if (cb->faulted) return cuda__fault_status(cb);
+    if (cb->n_allocations == cb->cap_allocations) {
+        int cap = cb->cap_allocations ? 2 * cb->cap_allocations : 64;
+        void **grown = (void **)realloc(cb->allocations, sizeof *grown * (size_t)cap);
+        if (!grown) return sp_fail(SP_ERR_NOMEM, "cuda backend: out of host memory");
+        cb->allocations = grown;
+        cb->cap_allocations = cap;
+    }
+    void *p = NULL;
+    cudaError_t err = cudaMalloc(&p, nbytes ? nbytes : 1);
+    if (err != cudaSuccess) {
+        (void)cudaGetLastError(); /* an allocation failure is not a fault: the caller decides */
+        size_t free_b = 0, total_b = 0;
+        cudaMemGetInfo(&free_b, &total_b);
+        return sp_fail(SP_ERR_NOMEM, "cuda: cannot allocate %zu MiB for %s (%zu MiB free of %zu): %s", nbytes >> 20,
+                       what, free_b >> 20, total_b >> 20, cudaGetErrorString(err));
+    }
+    cb->allocations[cb->n_allocations++] = p;
+    *out = p;
+    return SP_OK;
+}
+
+/* Dequantizes a weight on the host, row block by row block, into its storage type
+ * and uploads it. */
+static sp_status cuda_weight_init(dev_backend *dev, dev_tensor *out, const void *host_data, size_t nbytes) {
+    cuda_backend *cb = (cuda_backend *)dev;
+    const quant_type source = out->type;
+    const int64_t k = out->ne0, rows = out->ne1;
+    const quant_type stored = cuda__storage_type(source, rows);
+    const size_t elem = stored == QUANT_F32 ? 4 : 2;
+    const size_t bytes = (size_t)k * (size_t)rows * elem;
+    void *device = NULL;
+    sp_status st = cuda_alloc(cb, bytes, "weights", &device);
+    if (st != SP_OK) return st;
+    if (source == stored) {
+        if (!cuda__ok(cb, cudaMemcpy(device, host_data, nbytes, cudaMemcpyHostToDevice), "cudaMemcpy(weights)"))
+            return cuda__fault_status(cb);
+    } else {
+        /* a few MiB at a time through a host buffer */
+        const size_t src_row = quant_row_bytes(source, k);
+        const int64_t chunk = (int64_t)(((size_t)8 << 20) / ((size_t)k * elem)) + 1;
+        std::vector<float> row((size_t)k);
+        std::vector<uint16_t> half((size_t)(chunk < rows ? chunk : rows) * (size_t)k);
+        for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
+            const int64_t n = rows - r0 < chunk ? rows - r0 : chunk;
+            for (int64_t r = 0; r < n; r++) {
+                quant_dequantize_row(source, row.data(), (const char *)host_data + (size_t)(r0 + r) * src_row, k);
+                for (int64_t i = 0; i < k; i++)
+                    half[(size_t)r * (size_t)k + (size_t)i] =
+                        stored == QUANT_BF16 ? quant_f32_to_bf16(row[(size_t)i]) : quant_f32_to_f16(row[(size_t)i]);
+            }
+            if (!cuda__ok(cb,
+                          cudaMemcpy((char *)device + (size_t)r0 * (size_t)k * elem, half.data(),
+                                     (size_t)n * (size_t)k * elem, cudaMemcpyHostToDevice),
+                          "cudaMemcpy(weights)"))
+                return cuda__fault_status(cb);
+        }
+    }
+    out->type = stored; /* the ops read the device copy in this type */
+    out->nbytes = bytes;
+    out->data = device;
+    cb->weight_bytes += bytes;
+    cb->weight_source_bytes += nbytes;
+    return SP_OK;
+}
+
+static sp_status cuda_arena_alloc(dev_backend *dev, size_t nbytes, void **out) {
+    cuda_backend *cb = (cuda_backend *)dev;
+    void *p = NULL;
+    sp_status st = cuda_alloc(cb, nbytes, "activations", &p);
+    if (st != SP_OK) return st;
+    if (!cuda__ok(cb, cudaMemset(p, 0, nbytes), "cudaMemset(activations)")) return cuda__fault_status(cb);
+    *out = p;
+    return SP_OK;
+}
+
+static sp_status cuda_reserve(dev_backend *dev, int64_t max_tokens, int64_t max_width) {
+    cuda_backend *cb = (cuda_backend *)dev;
+    size_t bytes = (size_t)max_tokens * (size_t)max_width * sizeof(__half);
+    if (bytes <= cb->act_half_bytes) return SP_OK;
+    void *p = NULL;
+    sp_status st = cuda_alloc(cb, bytes, "matmul inputs", &p);
+    if (st != SP_OK) return st;
+    cb->act_half = p; /* the smaller one stays in allocations until destroy */
+    cb->act_half_bytes = bytes;
+    return SP_OK;
+}
+
+static sp_status cuda_kv_create(dev_backend *dev, const dev_kv_shape *shape, dev_kv **out) {
+    cuda_backend *cb = (cuda_backend *)dev;
+    if (cb->faulted) return cuda__fault_status(cb);
+    cuda_kv *kv = (cuda_kv *)calloc(1, sizeof *kv);
+    if (!kv) return sp_fail(SP_ERR_NOMEM, "kv cache: out of memory");
+    kv->common.shape = *shape;
+    kv->pool_stride =
+        (size_t)shape->n_blocks * (size_t)shape->block_size * (size_t)shape->n_kv_heads * (size_t)shape->head_dim;
+    size_t bytes = dev_kv_bytes(shape);
+    cudaError_t err = cudaMalloc((void **)&kv->data, bytes);
+    if (err != cudaSuccess) {
+        (void)cudaGetLastError();
+        free(kv);
+        size_t free_b = 0, total_b = 0;
+        cudaMemGetInfo(&free_b, &total_b);
+        return sp_fail(SP_ERR_NOMEM, "kv cache: cannot allocate %zu MiB on the GPU (%zu MiB free of %zu)", bytes >> 20,
+                       free_b >> 20, total_b >> 20);
+    }
+    /* not cleared: attention reads only positions a step has written */
+    *out = (dev_kv *)kv;
+    return SP_OK;
+}
+
+static void cuda_kv_destroy(dev_backend *dev, dev_kv *kv) {
+    (void)dev;
+    cuda_kv *ck = (cuda_kv *)kv;
+    cudaFree(ck->data);
+    free(ck);
+}
+
+/* ---- the step ---- */
+
+static sp_status cuda_step_upload(dev_backend *dev, const dev_step *host, const dev_step **device_step) {
+    cuda_backend *cb = (cuda_backend *)dev;
+    if (cb->faulted) return cuda__fault_status(cb);
+    cuda_step_buffers *sb = &cb->steps;
+    const size_t t = (size_t)host->n_tokens, s = (size_t)host->n_seqs;
+    const size_t need = 3 * t + s + s * (size_t)host->max_blocks + (size_t)host->n_logits;
+    if (need > sb->cap) {
+        /* the previous step's copy may still be in flight from the staging buffer */
+        if (!cuda__ok(cb, cudaStreamSynchronize(cb->stream), "cudaStreamSynchronize")) return cuda__fault_status(cb);
+        cudaFreeHost(sb->host);
+        cudaFree(sb->device);
+        sb->host = NULL;
+        sb->device = NULL;
+        sb->cap = 0;
+        size_t cap = need * 2;
+        if (!cuda__ok(cb, cudaMallocHost((void **)&sb->host, cap * sizeof(int32_t)), "cudaMallocHost(step)") ||
+            !cuda__ok(cb, cudaMalloc((void **)&sb->device, cap * sizeof(int32_t)), "cudaMalloc(step)"))
+            return cuda__fault_status(cb);
+        sb->cap = cap;
+    } else if (!cuda__ok(cb, cudaStreamSynchronize(cb->stream), "cudaStreamSynchronize")) {
+        return cuda__fault_status(cb); /* the staging buffer is reused: the last copy must be done */
+    }
+    int32_t *h = sb->host;
+    size_t off = 0;
+    dev_step *d = &sb->step;
+    *d = *host;
+#define STAGE(field, count)                                      \
+    do {                                                         \
+        memcpy(h + off, host->field, sizeof(int32_t) * (count)); \
+        d->field = sb->device + off;                             \
+        off += (count);                                          \
+    } while (0)
+    STAGE(tokens, t);
+    STAGE(pos, t);
+    STAGE(seq, t);
+    STAGE(seq_len, s);
+    STAGE(block_table, s * (size_t)host->max_blocks);
+    if (host->n_logits > 0) STAGE(logit_rows, (size_t)host->n_logits);
+#undef STAGE
+    if (!cuda__ok(cb, cudaMemcpyAsync(sb->device, h, off * sizeof(int32_t), cudaMemcpyHostToDevice, cb->stream),
+                  "cudaMemcpyAsync(step)"))
+        return cuda__fault_status(cb);
+    *device_step = d;
+    return SP_OK;
+}
+
+static sp_status cuda_copy_to_host(dev_backend *dev, void *host, const void *device, size_t nbytes) {
+    cuda_backend *cb = (cuda_backend *)dev;
+    if (cb->faulted) return cuda__fault_status(cb);
+    if (!cuda__ok(cb, cudaMemcpyAsync(host, device, nbytes, cudaMemcpyDeviceToHost, cb->stream), "cudaMemcpyAsync") ||
+        !cuda__ok(cb, cudaStreamSynchronize(cb->stream), "cudaStreamSynchronize"))
+        return cuda__fault_status(cb);
+    return SP_OK;
+}
+
+/* ---- lifecycle ---- */
+
+static const char *cuda_name(const dev_backend *dev) {
+    cuda_backend *cb = (cuda_backend *)dev;
+    snprintf(cb->name, sizeof cb->name, "cuda (%s, sm_%d; weights %.1f MiB on the GPU from %.1f MiB in the file)",
+             cb->gpu_name, cb->sm, (double)cb->weight_bytes / (1 << 20), (double)cb->weight_source_bytes / (1 << 20));
+    return cb->name;
+}
+
+static void cuda_destroy(dev_backend *dev) {
+    cuda_backend *cb = (cuda_backend *)dev;
+    if (cb->stream) cudaStreamSynchronize(cb->stream);
+    for (int i = 0; i < cb->n_allocations; i++) cudaFree(cb->allocations[i]);
+    free(cb->allocations);
+    cudaFreeHost(cb->steps.host);
+    cudaFree(cb->steps.device);
+    if (cb->cublas) cublasDestroy(cb->cublas);
+    if (cb->stream) cudaStreamDestroy(cb->stream);
+    free(cb);
+}
+
+static const dev_backend_ops cuda_ops = {
+    .name = cuda_name,
+    .destroy = cuda_destroy,
+    .weight_init = cuda_weight_init,
+    .arena_alloc = cuda_arena_alloc,
+    .reserve = cuda_reserve,
+    .kv_create = cuda_kv_create,
+    .kv_destroy = cuda_kv_destroy,
+    .step_upload = cuda_step_upload,
+    .embed = cuda__embed,
+    .rmsnorm = cuda__rmsnorm,
+    .matmul_group = cuda__matmul_group,
+    .rope_apply = cuda__rope_apply,
+    .kv_write = cuda__kv_write,
+    .attention = cuda__attention,
+    .swiglu = cuda__swiglu,
+    .add = cuda__add,
+    .gather_rows = cuda__gather_rows,
+    .copy_to_host = cuda_copy_to_host,
+};
+
+extern "C" bool cuda_backend_probe(char *why, size_t cap) {
+    int count = 0;
+    cudaError_t err = cudaGetDeviceCount(&count);
+    if (err != cudaSuccess) {
+        (void)cudaGetLastError();
+        snprintf(why, cap, "%s", cudaGetErrorString(err));
+        return false;
+    }
+    if (count == 0) {
+        snprintf(why, cap, "no CUDA device");
+        return false;
+    }
+    cudaDeviceProp prop;
+    if ((err = cudaGetDeviceProperties(&prop, 0)) != cudaSuccess) {
+        snprintf(why, cap, "%s", cudaGetErrorString(err));
+        return false;
+    }
+    if (prop.major < 8) {
+        snprintf(why, cap, "%s has compute capability %d.%d; spindle needs 8.0 or newer", prop.name, prop.major,
+                 prop.minor);
+        return false;
+    }
+    return true;
+}
+
+extern "C" sp_status cuda_backend_create(const dev_options *opts, dev_backend **out) {
+    (void)opts;
+    char why[256];
+    if (!cuda_backend_probe(why, sizeof why)) return sp_fail(SP_ERR_UNSUPPORTED, "device cuda: no usable GPU: %s", why);
+    cuda_backend *cb = (cuda_backend *)calloc(1, sizeof *cb);
+    if (!cb) return sp_fail(SP_ERR_NOMEM, "cuda backend: out of memory");
+    cb->base.ops = &cuda_ops;
+    cb->base.n_threads = 1;
+    cb->device = 0;
+    cudaDeviceProp prop;
+    if (!cuda__ok(cb, cudaSetDevice(cb->device), "cudaSetDevice") ||
+        !cuda__ok(cb, cudaGetDeviceProperties(&prop, cb->device), "cudaGetDeviceProperties") ||
+        !cuda__ok(cb, cudaStreamCreateWithFlags(&cb->stream, cudaStreamNonBlocking), "cudaStreamCreate") ||
+        !cuda__blas_ok(cb, cublasCreate(&cb->cublas), "cublasCreate") ||
+        !cuda__blas_ok(cb, cublasSetStream(cb->cublas, cb->stream), "cublasSetStream")) {
+        sp_status st = cuda__fault_status(cb);
+        cuda_destroy(&cb->base);
+        return st;
+    }
+    snprintf(cb->gpu_name, sizeof cb->gpu_name, "%s", prop.name);
+    cb->sm = prop.major * 10 + prop.minor;
+    *out = &cb->base;
+    return SP_OK;
+}

@@ -1,0 +1,184 @@
+/* cuda_ops.cu: the CUDA backend's row and elementwise ops: embedding gather, RMSNorm,
+ * RoPE, SwiGLU, add, row gather, and the write of K and V into the paged pools.
+ *
+ * Legend: T = tokens in the step, D = row width, H = heads, Dh = head width,
+ * B = tokens per KV block, Hk = KV heads.
+ *
+ * The arithmetic follows the CPU backend's (gpu/host/host_ops.c), which follows
+ * ggml's; the GPU tests compare the two within float tolerance, not bit for bit (sums
+ * run in another order here).
+ */
+#include "gpu/cuda/cuda_internal.cuh"
+
+enum { BLOCK = 256 };
+
+/* A weight element as float, whatever its storage type. */
+__device__ static inline float load_weight(const void *w, quant_type type, size_t i) {
+    if (type == QUANT_F32) return ((const float *)w)[i];
+    if (type == QUANT_BF16) return __bfloat162float(((const __nv_bfloat16 *)w)[i]);
+    return __half2float(((const __half *)w)[i]);
+}
+
+/* ---- embedding: x[t] = emb[tokens[t]] ---- */
+
+__global__ static void embed_kernel(float *x, const void *emb, quant_type type, const int32_t *tokens, int64_t t_count,
+                                    int64_t dim) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < t_count * dim;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t t = i / dim, d = i % dim;
+        x[i] = load_weight(emb, type, (size_t)tokens[t] * (size_t)dim + (size_t)d);
+    }
+}
+
+void cuda__embed(dev_backend *dev, float *x, const dev_tensor *emb, const dev_step *step) {
+    cuda_backend *cb = (cuda_backend *)dev;
+    if (cb->faulted) return;
+    const int64_t n = (int64_t)step->n_tokens * emb->ne0;
+    embed_kernel<<<cuda__grid(n, BLOCK), BLOCK, 0, cb->stream>>>(x, emb->data, emb->type, step->tokens, step->n_tokens,
+                                                                 emb->ne0);
+    cuda__launched(cb, "embed_kernel");
+}
+
+/* ---- RMSNorm: one block per row; y = x / sqrt(mean(x^2) + eps) * w ---- */
+
+__device__ static inline float block_sum(float v, float *shared) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    if (lane == 0) shared[warp] = v;
+    __syncthreads();
+    v = threadIdx.x < blockDim.x / 32 ? shared[threadIdx.x] : 0.0f;
+    if (warp == 0)
+        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    if (threadIdx.x == 0) shared[0] = v;
+    __syncthreads();
+    return shared[0];
+}
+
+__global__ static void rmsnorm_kernel(float *out, const float *in, const float *w, float eps, int64_t dim) {
+    __shared__ float shared[32];
+    const float *x = in + blockIdx.x * dim;
+    float *y = out + blockIdx.x * dim;
+    float sum = 0.0f;
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) sum += x[i] * x[i];
+    sum = block_sum(sum, shared);
+    const float scale = rsqrtf(sum / (float)dim + eps);
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) y[i] = (x[i] * scale) * w[i];
+}
+
+void cuda__rmsnorm(dev_backend *dev, float *out, const float *in, const dev_tensor *w, float eps, int64_t rows,
+                   int64_t dim) {
+    cuda_backend *cb = (cuda_backend *)dev;
+    if (cb->faulted) return;
+    /* rows can exceed the 65535 limit of grid.y but not grid.x's 2^31 - 1 */
+    rmsnorm_kernel<<<(unsigned)rows, BLOCK, 0, cb->stream>>>(out, in, (const float *)w->data, eps, dim);
+    cuda__launched(cb, "rmsnorm_kernel");
+}
+
+/* ---- RoPE: one thread per rotated pair ---- */
+
+__global__ static void rope_kernel(float *x, const int32_t *pos, int64_t t_count, int64_t heads, int64_t head_dim,
+                                   int n_rot, bool neox, float freq_base, float freq_scale, const float *freq_factors) {
+    const int64_t pairs = n_rot / 2;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < t_count * heads * pairs;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t p = i % pairs, th = i / pairs; /* th = token * heads + head */
+        const int64_t t = th / heads;
+        const float ff = freq_factors ? freq_factors[p] : 1.0f;
+        const float theta = (float)pos[t] * powf(freq_base, -2.0f * (float)p / (float)n_rot);
+        const float angle = freq_scale * (theta / ff);
+        float s, c;
+        sincosf(angle, &s, &c);
+        float *v = x + th * head_dim;
+        const int64_t a = neox ? p : 2 * p, b = neox ? p + pairs : 2 * p + 1;
+        const float x0 = v[a], x1 = v[b];
+        v[a] = fmaf(c, x0, -(s * x1));
+        v[b] = fmaf(s, x0, c * x1);
+    }
+}
+
+void cuda__rope_apply(dev_backend *dev, float *x, const dev_step *step, const dev_rope *rope, int64_t heads,
+                      int64_t head_dim) {
+    cuda_backend *cb = (cuda_backend *)dev;
+    if (cb->faulted) return;
+    const int64_t n = (int64_t)step->n_tokens * heads * (rope->n_rot / 2);
+    const float *ff = rope->freq_factors ? (const float *)rope->freq_factors->data : NULL;
+    rope_kernel<<<cuda__grid(n, BLOCK), BLOCK, 0, cb->stream>>>(x, step->pos, step->n_tokens, heads, head_dim,
+                                                                rope->n_rot, rope->style == DEV_ROPE_NEOX,
+                                                                rope->freq_base, rope->freq_scale, ff);
+    cuda__launched(cb, "rope_kernel");
+}
+
+/* ---- elementwise ---- */
+
+__global__ static void swiglu_kernel(float *out, const float *gate, const float *up, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        const float g = gate[i];
+        out[i] = g / (1.0f + expf(-g)) * up[i];
+    }
+}
+
+void cuda__swiglu(dev_backend *dev, float *out, const float *gate, const float *up, int64_t n) {
+    cuda_backend *cb = (cuda_backend *)dev;
+    if (cb->faulted) return;
+    swiglu_kernel<<<cuda__grid(n, BLOCK), BLOCK, 0, cb->stream>>>(out, gate, up, n);
+    cuda__launched(cb, "swiglu_kernel");
+}
+
+__global__ static void add_kernel(float *out, const float *a, const float *b, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        out[i] = a[i] + b[i];
+}
+
+void cuda__add(dev_backend *dev, float *out, const float *a, const float *b, int64_t n) {
+    cuda_backend *cb = (cuda_backend *)dev;
+    if (cb->faulted) return;
+    add_kernel<<<cuda__grid(n, BLOCK), BLOCK, 0, cb->stream>>>(out, a, b, n);
+    cuda__launched(cb, "add_kernel");
+}
+
+/* out[r] = in[rows[r]]; rows is a device array (the step's logit rows). */
+__global__ static void gather_kernel(float *out, const float *in, const int32_t *rows, int64_t n_rows, int64_t dim) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n_rows * dim;
+         i += (int64_t)gridDim.x * blockDim.x)
+        out[i] = in[(int64_t)rows[i / dim] * dim + i % dim];
+}
+
+void cuda__gather_rows(dev_backend *dev, float *out, const float *in, const int32_t *rows, int64_t n_rows,
+                       int64_t dim) {
+    cuda_backend *cb = (cuda_backend *)dev;
+    if (cb->faulted) return;
+    gather_kernel<<<cuda__grid(n_rows * dim, BLOCK), BLOCK, 0, cb->stream>>>(out, in, rows, n_rows, dim);
+    cuda__launched(cb, "gather_kernel");
+}
+
+/* ---- KV write: token t's K and V rows (Hk*Dh) into its block slot, as F16 ---- */
+
+__global__ static void kv_write_kernel(__half *k_pool, __half *v_pool, const float *k, const float *v,
+                                       const int32_t *pos, const int32_t *seq, const int32_t *block_table,
+                                       int32_t max_blocks, int32_t block_size, int64_t t_count, int64_t width) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < t_count * width;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t t = i / width, e = i % width;
+        const int32_t p = pos[t];
+        const int32_t block = block_table[(int64_t)seq[t] * max_blocks + p / block_size];
+        const size_t slot = ((size_t)block * (size_t)block_size + (size_t)(p % block_size)) * (size_t)width + e;
+        k_pool[slot] = __float2half_rn(k[i]);
+        v_pool[slot] = __float2half_rn(v[i]);
+    }
+}
+
+void cuda__kv_write(dev_backend *dev, dev_kv *kv_base, int layer, const float *k, const float *v,
+                    const dev_step *step) {
+    cuda_backend *cb = (cuda_backend *)dev;
+    if (cb->faulted) return;
+    cuda_kv *kv = (cuda_kv *)kv_base;
+    const dev_kv_shape *s = &kv->common.shape;
+    const int64_t width = (int64_t)s->n_kv_heads * s->head_dim;
+    __half *k_pool = kv->data + (size_t)layer * 2 * kv->pool_stride;
+    __half *v_pool = k_pool + kv->pool_stride;
+    const int64_t n = (int64_t)step->n_tokens * width;
+    kv_write_kernel<<<cuda__grid(n, BLOCK), BLOCK, 0, cb->stream>>>(k_pool, v_pool, k, v, step->pos, step->seq,
+                                                                    step->block_table, step->max_blocks, s->block_size,
+                                                                    step->n_tokens, width);
+    cuda__launched(cb, "kv_write_kernel");
+}

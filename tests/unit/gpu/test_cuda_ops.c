@@ -1,0 +1,282 @@
+/* test_cuda_ops.c: the CUDA backend against the CPU backend, op by op on fresh random
+ * inputs and end to end on stories260K. Built always; where no usable GPU is present
+ * (or the build has no CUDA backend) every test says so in one line and passes.
+ *
+ * Inputs reach a backend the only way the device interface offers: as weights
+ * (dev_weight_init) gathered into activations by dev_embed. They are rounded to F16
+ * first, since the CUDA backend stores float matrices as F16. Each comparison is the
+ * relative error ||gpu - cpu|| / ||cpu|| against a bound fit to the precision involved
+ * (the CPU quantizes activations to 8 bits for quantized weights, the GPU rounds them
+ * to F16), plus no NaN.
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu/device.h"
+#include "model/model.h"
+#include "tests/unit/testdata.h"
+
+enum { T = 24, DH = 64, HK = 2, H = 6, BLOCK = 16, N_BLOCKS = 16, MAX_WIDTH = 1024 };
+
+static bool have_gpu(void) {
+    char why[256];
+    if (dev_cuda_available(why, sizeof why)) return true;
+    cr_log_info("no usable CUDA GPU (%s): the CUDA backend's tests do not run here", why);
+    return false;
+}
+
+static uint64_t rng = 0x5eed;
+static float uniform(void) { /* [-1, 1) */
+    rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (float)(rng >> 40) / (float)(1u << 23) - 1.0f;
+}
+
+/* n values in [-scale, scale), rounded to F16 (what both backends then hold exactly). */
+static float *random_f16(int64_t n, float scale) {
+    float *x = malloc(sizeof *x * (size_t)n);
+    cr_assert_not_null(x);
+    for (int64_t i = 0; i < n; i++) x[i] = quant_f16_to_f32(quant_f32_to_f16(scale * uniform()));
+    return x;
+}
+
+static double rel_error(const float *got, const float *ref, int64_t n) {
+    double diff = 0, norm = 0;
+    for (int64_t i = 0; i < n; i++) {
+        cr_assert(isfinite(got[i]), "element %lld is %f", (long long)i, (double)got[i]);
+        diff += ((double)got[i] - ref[i]) * ((double)got[i] - ref[i]);
+        norm += (double)ref[i] * ref[i];
+    }
+    return sqrt(diff / (norm > 0 ? norm : 1));
+}
+
+/* One backend with a small KV pool and the step every op test uses: two sequences,
+ * tokens 0..T-1 (the first 10 in sequence 0 at positions 0..9, the rest in sequence 1
+ * at positions 3..16, after 3 positions an earlier step wrote). */
+typedef struct side {
+    dev_backend *dev;
+    dev_kv *kv;
+    dev_step host_step;   /* the CPU backend's "device" step is this very struct */
+    const dev_step *step; /* as the backend reads it */
+} side;
+
+static int32_t step_tokens[T], step_pos[T], step_seq[T], step_seq_len[2] = {10, 17};
+static int32_t step_table[2 * 4] = {3, 0, 0, 0, 7, 1, 12, 0};
+static int32_t step_logit_rows[2] = {9, T - 1};
+
+static dev_step the_step(void) {
+    for (int t = 0; t < T; t++) {
+        step_tokens[t] = t;
+        step_seq[t] = t < 10 ? 0 : 1;
+        step_pos[t] = t < 10 ? t : t - 10 + 3;
+    }
+    return (dev_step){T, step_tokens, step_pos, step_seq, 2, step_seq_len, step_table, 4, 2, step_logit_rows};
+}
+
+static void side_open(side *s, dev_kind kind) {
+    dev_options o = {.kind = kind, .n_threads = 2};
+    cr_assert_eq(dev_create(&o, &s->dev), SP_OK, "%s", sp_last_error());
+    cr_assert_eq(dev_reserve(s->dev, T, MAX_WIDTH), SP_OK, "%s", sp_last_error());
+    dev_kv_shape shape = {.n_layers = 1, .n_blocks = N_BLOCKS, .block_size = BLOCK, .n_kv_heads = HK, .head_dim = DH};
+    cr_assert_eq(dev_kv_create(s->dev, &shape, &s->kv), SP_OK, "%s", sp_last_error());
+    s->host_step = the_step();
+    cr_assert_eq(dev_step_begin(s->dev, &s->host_step, T, s->kv, &s->step), SP_OK, "%s", sp_last_error());
+}
+
+static void side_close(side *s) {
+    dev_kv_destroy(s->dev, s->kv);
+    dev_destroy(s->dev);
+}
+
+/* Device activations (T, dim) holding host rows x (T, dim) of F16-exact values. */
+static float *side_input(side *s, dev_tensor *table, const float *x, int64_t dim) {
+    cr_assert_eq(dev_weight_init(s->dev, table, QUANT_F32, dim, T, x, sizeof(float) * (size_t)(T * dim)), SP_OK, "%s",
+                 sp_last_error());
+    void *act;
+    cr_assert_eq(dev_arena_alloc(s->dev, sizeof(float) * (size_t)(T * dim), &act), SP_OK);
+    dev_embed(s->dev, act, table, s->step);
+    return act;
+}
+
+static float *side_buffer(side *s, int64_t n) {
+    void *p;
+    cr_assert_eq(dev_arena_alloc(s->dev, sizeof(float) * (size_t)n, &p), SP_OK);
+    return p;
+}
+
+static void side_read(side *s, float *host, const float *device, int64_t n) {
+    cr_assert_eq(dev_copy_to_host(s->dev, host, device, sizeof(float) * (size_t)n), SP_OK, "%s", sp_last_error());
+}
+
+/* ---- matmul, every weight type ---- */
+
+static void check_matmul(quant_type type, int64_t k, int64_t n, double bound) {
+    side cpu, gpu;
+    side_open(&cpu, DEV_KIND_CPU);
+    side_open(&gpu, DEV_KIND_CUDA);
+    float *x = random_f16(T * k, 1.0f), *wf = random_f16(n * k, 0.5f);
+    size_t row = quant_row_bytes(type, k);
+    char *w = malloc(row * (size_t)n);
+    for (int64_t r = 0; r < n; r++) quant_quantize_row(type, w + (size_t)r * row, wf + r * k, k);
+    float *bias = random_f16(n, 0.1f);
+    float *ref = malloc(sizeof(float) * (size_t)(T * n)), *got = malloc(sizeof(float) * (size_t)(T * n));
+    side *sides[2] = {&cpu, &gpu};
+    float *outs[2] = {ref, got};
+    for (int i = 0; i < 2; i++) {
+        side *s = sides[i];
+        dev_tensor table, wt, bt;
+        float *in = side_input(s, &table, x, k);
+        cr_assert_eq(dev_weight_init(s->dev, &wt, type, k, n, w, row * (size_t)n), SP_OK, "%s", sp_last_error());
+        cr_assert_eq(dev_weight_init(s->dev, &bt, QUANT_F32, n, 1, bias, sizeof(float) * (size_t)n), SP_OK);
+        float *out = side_buffer(s, T * n);
+        dev_matmul(s->dev, out, in, &wt, &bt, T);
+        side_read(s, outs[i], out, T * n);
+    }
+    double e = rel_error(got, ref, T * n);
+    cr_expect(e < bound, "matmul %s K=%lld N=%lld: relative error %.2e (bound %.0e)", quant_type_name(type),
+              (long long)k, (long long)n, e, bound);
+    free(x), free(wf), free(w), free(bias), free(ref), free(got);
+    side_close(&cpu);
+    side_close(&gpu);
+}
+
+Test(cuda_ops, matmul_matches_the_cpu_for_every_weight_type) {
+    if (!have_gpu()) return;
+    check_matmul(QUANT_F16, 512, 96, 2e-3);
+    check_matmul(QUANT_BF16, 512, 96, 1e-2);
+    check_matmul(QUANT_F32, 256, 64, 2e-3);
+    check_matmul(QUANT_Q8_0, 512, 96, 1e-2);
+    check_matmul(QUANT_Q4_0, 512, 96, 2e-2);
+    check_matmul(QUANT_Q4_1, 1024, 80, 2e-2);
+}
+
+/* ---- row ops: RMSNorm, RoPE (both styles, with factors), SwiGLU, add, gather ---- */
+
+Test(cuda_ops, row_ops_match_the_cpu) {
+    if (!have_gpu()) return;
+    side cpu, gpu;
+    side_open(&cpu, DEV_KIND_CPU);
+    side_open(&gpu, DEV_KIND_CUDA);
+    const int64_t d = H * DH;
+    float *x = random_f16(T * d, 2.0f), *y = random_f16(T * d, 2.0f), *w = random_f16(d, 1.0f);
+    float *factors = malloc(sizeof(float) * DH / 2);
+    for (int i = 0; i < DH / 2; i++) factors[i] = 1.0f + (float)i / 4.0f;
+    enum { OPS = 6 };
+    float *res[2][OPS];
+    side *sides[2] = {&cpu, &gpu};
+    for (int i = 0; i < 2; i++) {
+        side *s = sides[i];
+        dev_tensor tx, ty, tw, tf;
+        float *ax = side_input(s, &tx, x, d), *ay = side_input(s, &ty, y, d);
+        cr_assert_eq(dev_weight_init(s->dev, &tw, QUANT_F32, d, 1, w, sizeof(float) * (size_t)d), SP_OK);
+        cr_assert_eq(dev_weight_init(s->dev, &tf, QUANT_F32, DH / 2, 1, factors, sizeof(float) * DH / 2), SP_OK);
+        float *outs[OPS];
+        for (int o = 0; o < OPS; o++) outs[o] = side_buffer(s, T * d);
+        dev_rmsnorm(s->dev, outs[0], ax, &tw, 1e-5f, T, d);
+        dev_add(s->dev, outs[1], ax, ay, T * d);
+        dev_swiglu(s->dev, outs[2], ax, ay, T * d);
+        dev_rope normal = {DEV_ROPE_NORMAL, DH, 10000.0f, 1.0f, NULL};
+        dev_rope neox = {DEV_ROPE_NEOX, DH, 500000.0f, 0.5f, &tf};
+        dev_add(s->dev, outs[3], ax, outs[3], T * d); /* outs[3] = x (the arena starts zeroed) */
+        dev_rope_apply(s->dev, outs[3], s->step, &normal, H, DH);
+        dev_add(s->dev, outs[4], ay, outs[4], T * d);
+        dev_rope_apply(s->dev, outs[4], s->step, &neox, H, DH);
+        dev_gather_rows(s->dev, outs[5], ax, s->step->logit_rows, 2, d);
+        for (int o = 0; o < OPS; o++) {
+            res[i][o] = malloc(sizeof(float) * (size_t)(T * d));
+            side_read(s, res[i][o], outs[o], o == 5 ? 2 * d : T * d);
+        }
+    }
+    static const char *NAMES[OPS] = {"rmsnorm", "add", "swiglu", "rope normal", "rope neox", "gather"};
+    for (int o = 0; o < OPS; o++) {
+        double e = rel_error(res[1][o], res[0][o], o == 5 ? 2 * d : T * d);
+        cr_expect(e < 1e-5 || (o >= 3 && o <= 4 && e < 1e-4), "%s: relative error %.2e", NAMES[o], e);
+        free(res[0][o]);
+        free(res[1][o]);
+    }
+    free(x), free(y), free(w), free(factors);
+    side_close(&cpu);
+    side_close(&gpu);
+}
+
+/* ---- KV write and attention: two sequences, one with earlier positions ---- */
+
+Test(cuda_ops, attention_over_the_paged_pool_matches_the_cpu) {
+    if (!have_gpu()) return;
+    side cpu, gpu;
+    side_open(&cpu, DEV_KIND_CPU);
+    side_open(&gpu, DEV_KIND_CUDA);
+    float *q = random_f16(T * H * DH, 1.0f), *k = random_f16(T * HK * DH, 1.0f), *v = random_f16(T * HK * DH, 1.0f);
+    float *res[2];
+    side *sides[2] = {&cpu, &gpu};
+    for (int i = 0; i < 2; i++) {
+        side *s = sides[i];
+        dev_tensor tq, tk, tv;
+        float *aq = side_input(s, &tq, q, H * DH), *ak = side_input(s, &tk, k, HK * DH),
+              *av = side_input(s, &tv, v, HK * DH);
+        /* sequence 1's positions 0..2 come from an earlier step: write them first */
+        int32_t tokens[3] = {0, 1, 2}, pos[3] = {0, 1, 2}, seq[3] = {1, 1, 1};
+        dev_step early = {3, tokens, pos, seq, 2, step_seq_len, step_table, 4, 0, NULL};
+        const dev_step *early_dev;
+        cr_assert_eq(dev_step_begin(s->dev, &early, T, s->kv, &early_dev), SP_OK, "%s", sp_last_error());
+        dev_kv_write(s->dev, s->kv, 0, ak, av, early_dev);
+        cr_assert_eq(dev_step_begin(s->dev, &s->host_step, T, s->kv, &s->step), SP_OK); /* the main step again */
+        dev_kv_write(s->dev, s->kv, 0, ak, av, s->step);
+        float *out = side_buffer(s, T * H * DH);
+        dev_attention(s->dev, out, aq, s->kv, 0, s->step, H, 0.125f);
+        res[i] = malloc(sizeof(float) * T * H * DH);
+        side_read(s, res[i], out, T * H * DH);
+    }
+    double e = rel_error(res[1], res[0], T * H * DH);
+    cr_expect(e < 2e-3, "attention: relative error %.2e", e); /* the CPU rounds probabilities to F16 */
+    free(res[0]), free(res[1]), free(q), free(k), free(v);
+    side_close(&cpu);
+    side_close(&gpu);
+}
+
+/* ---- end to end: stories260K, greedy ---- */
+
+Test(cuda_ops, stories260k_greedy_tokens_and_logits_match_the_cpu) {
+    if (!have_gpu()) return;
+    char path[512];
+    TESTDATA_REQUIRE(testdata_path(path, sizeof path, "models/stories260K.gguf"));
+    enum { STEPS = 24, V_MAX = 512 };
+    int32_t tokens[2][STEPS], n_vocab = 0;
+    float *logits[2];
+    dev_kind kinds[2] = {DEV_KIND_CPU, DEV_KIND_CUDA};
+    for (int i = 0; i < 2; i++) {
+        dev_backend *dev;
+        dev_options o = {.kind = kinds[i], .n_threads = 2};
+        cr_assert_eq(dev_create(&o, &dev), SP_OK, "%s", sp_last_error());
+        model *m;
+        model_options mo = {.max_batch_tokens = 16};
+        cr_assert_eq(model_load(path, dev, &mo, &m), SP_OK, "%s", sp_last_error());
+        n_vocab = model_get_hparams(m)->n_vocab;
+        cr_assert(n_vocab <= V_MAX);
+        dev_kv *kv;
+        cr_assert_eq(model_kv_create(m, 4, 16, &kv), SP_OK, "%s", sp_last_error());
+        logits[i] = malloc(sizeof(float) * STEPS * V_MAX);
+        int32_t table[4] = {2, 0, 3, 1}, token = 1;
+        for (int t = 0; t < STEPS; t++) {
+            int32_t pos = t, seq = 0, len = t + 1, row = 0;
+            dev_step step = {1, &token, &pos, &seq, 1, &len, table, 4, 1, &row};
+            float *l = logits[i] + (size_t)t * V_MAX;
+            cr_assert_eq(model_forward(m, kv, &step, l), SP_OK, "%s", sp_last_error());
+            int32_t best = 0;
+            for (int32_t j = 1; j < n_vocab; j++)
+                if (l[j] > l[best]) best = j;
+            tokens[i][t] = token = best;
+        }
+        dev_kv_destroy(dev, kv);
+        model_destroy(m);
+        dev_destroy(dev);
+    }
+    cr_expect(memcmp(tokens[0], tokens[1], sizeof tokens[0]) == 0, "greedy tokens differ");
+    for (int t = 0; t < STEPS; t++) {
+        double e = rel_error(logits[1] + (size_t)t * V_MAX, logits[0] + (size_t)t * V_MAX, n_vocab);
+        cr_expect(e < 2e-2, "step %d: logits relative error %.2e", t, e);
+    }
+    free(logits[0]);
+    free(logits[1]);
+}
