@@ -313,7 +313,8 @@ set logscale x 2
 set xtics ({', '.join(str(c) for c in concs)})
 set xrange [{concs[0] / 1.3}:{concs[-1] * 1.3}]
 set grid
-set key top left
+set key below horizontal maxrows 2
+set bmargin 7
 set xlabel 'concurrency'
 set ylabel 'output tokens/s'
 set yrange [0:*]
