@@ -59,7 +59,7 @@ queue_max_requests: 1
         assert status == 200
         assert [m["id"] for m in models["data"]] == ["from-the-file"]
         # one running and one waiting fill the batch of 1 and the queue of 1: of four
-        # long streams sent at once, two are refused with 429
+        # long streams sent at once, at least two are refused with 429
         body = b'{"prompt": "Lily", "max_tokens": 2000, "ignore_eos": true, "stream": true}'
         socks = []
         for _ in range(4):
@@ -72,8 +72,9 @@ queue_max_requests: 1
             s.settimeout(30)
             statuses.append(s.recv(64).split(b" ")[1])
             s.close()
-        # the HTTP threads may take the four in any order: two fit (running, waiting), two do not
-        assert sorted(statuses) == [b"200", b"200", b"429", b"429"], statuses
+        # the HTTP threads may take the four in any order, and the first may still be waiting
+        # (not yet admitted) when the second comes: one or two fit, the rest are refused
+        assert statuses.count(b"200") in (1, 2) and statuses.count(b"429") == 4 - statuses.count(b"200"), statuses
         server.wait_metric("spindle_requests_waiting", lambda v: v == 0)
         log = server.log_text()
         assert "batch 1 sequences" in log and "queue 1 requests" in log, log
