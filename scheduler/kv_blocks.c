@@ -13,6 +13,10 @@
  * Only full blocks are shared and a sequence always computes at least its last token,
  * so it writes only into blocks of its own.
  *
+ * A block computed by two sequences at once (both admitted before either registered
+ * it) is registered once: the second switches to the cached block and frees its own
+ * copy, so every registered block's parent is the registered block before it.
+ *
  * When no sequence holds a registered block any more it stays findable, on an LRU
  * list; new blocks come from the free stack first, then from the LRU list's oldest
  * end (evicted: unregistered). A sequence releases its last block first, so a chain's
@@ -63,13 +67,6 @@ static int32_t map_find(const kv_blocks *kb, uint64_t h, const int32_t *tokens, 
             memcmp(kb->tokens + (size_t)id * (size_t)kb->block_size, tokens,
                    sizeof(int32_t) * (size_t)kb->block_size) == 0)
             return id;
-    }
-}
-
-static bool map_has_hash(const kv_blocks *kb, uint64_t h) {
-    for (uint32_t i = map_slot(kb, h);; i = (i + 1) & kb->map_mask) {
-        if (kb->map[i] < 0) return false;
-        if (kb->hash[kb->map[i]] == h) return true;
     }
 }
 
@@ -280,21 +277,32 @@ void kv__prefix_register(kv_blocks *kb, kv_seq *seq, const int32_t *tokens, int3
     for (int32_t b = seq->n_hashed; b < full; b++) {
         const int32_t *block_tokens = tokens + (size_t)b * (size_t)kb->block_size;
         uint64_t h = chain_hash(b == 0 ? CHAIN_ROOT : seq->last_hash, block_tokens, kb->block_size);
-        int32_t id = seq->ids[b];
-        /* a block with this hash already cached (another sequence computed the same
-         * tokens): keep that one; this block goes back to the free stack when released */
-        if (!kb->registered[id] && !map_has_hash(kb, h)) {
-            kb->registered[id] = true;
-            kb->hash[id] = h;
-            kb->parent[id] = b == 0 ? -1 : seq->ids[b - 1];
-            memcpy(kb->tokens + (size_t)id * (size_t)kb->block_size, block_tokens,
-                   sizeof(int32_t) * (size_t)kb->block_size);
-            map_insert(kb, id);
-            atomic_fetch_add_explicit(&kb->n_cached, 1, memory_order_relaxed);
+        int32_t id = seq->ids[b], parent = b == 0 ? -1 : seq->ids[b - 1];
+        if (!kb->registered[id]) {
+            int32_t found = map_find(kb, h, block_tokens, parent);
+            if (found >= 0) {
+                /* another sequence computed the same block at the same time: share the
+                 * cached one and free this copy, so the chain stays one chain (a later
+                 * block's parent is always the registered block before it) */
+                if (kb->ref[found]++ == 0) lru_unlink(kb, found);
+                SP_ASSERT(kb->ref[id] == 1);
+                kb->ref[id] = 0;
+                kb->free_ids[kb->n_free++] = id;
+                seq->ids[b] = found; /* wholly computed: no step writes into it again */
+            } else {
+                kb->registered[id] = true;
+                kb->hash[id] = h;
+                kb->parent[id] = parent;
+                memcpy(kb->tokens + (size_t)id * (size_t)kb->block_size, block_tokens,
+                       sizeof(int32_t) * (size_t)kb->block_size);
+                map_insert(kb, id);
+                atomic_fetch_add_explicit(&kb->n_cached, 1, memory_order_relaxed);
+            }
         }
         seq->last_hash = h;
         seq->n_hashed = b + 1;
     }
+    update_stats(kb);
 }
 
 sp_status kv__seq_init(kv_seq *seq, int32_t cap) {

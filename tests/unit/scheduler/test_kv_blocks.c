@@ -257,3 +257,32 @@ Test(kv_prefix, random_churn_keeps_matches_exact) {
     cr_assert_eq(kv__blocks_used(&kb), 0);
     kv__blocks_free(&kb);
 }
+
+/* Two sequences compute the same prefix in one step: the second shares the first's
+ * cached blocks from then on, and its own later blocks are found through them. */
+Test(kv_prefix, a_prefix_computed_twice_at_once_stays_one_chain) {
+    kv_blocks kb;
+    kv_seq a, b;
+    cr_assert_eq(kv__blocks_init(&kb, 16, PB, true), SP_OK);
+    cr_assert_eq(kv__seq_init(&a, 8), SP_OK);
+    cr_assert_eq(kv__seq_init(&b, 8), SP_OK);
+    int32_t ta[13] = {1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3, 9};
+    int32_t tb[13] = {1, 1, 1, 1, 2, 2, 2, 2, 4, 4, 4, 4, 9};
+    cr_assert(kv__blocks_grow(&kb, &a, 4));
+    cr_assert(kv__blocks_grow(&kb, &b, 4));
+    kv__prefix_register(&kb, &a, ta, 13);
+    kv__prefix_register(&kb, &b, tb, 13);
+    cr_assert_eq(b.ids[0], a.ids[0]);
+    cr_assert_eq(b.ids[1], a.ids[1]);
+    cr_assert_eq(kv__blocks_cached(&kb), 4, "a's three and b's third");
+    cr_assert_eq(kv__blocks_used(&kb), 6, "two shared, two each of their own");
+    kv__blocks_release(&kb, &a);
+    kv__blocks_release(&kb, &b);
+    int32_t ids[8], unheld;
+    cr_assert_eq(match(&kb, tb, 13, ids, &unheld), 3, "b's third block is reachable");
+    cr_assert_eq(match(&kb, ta, 13, ids, &unheld), 3);
+    cr_assert_eq(kv__blocks_available(&kb), 16);
+    kv__seq_free(&a);
+    kv__seq_free(&b);
+    kv__blocks_free(&kb);
+}
