@@ -16,12 +16,14 @@ import datetime
 import glob
 import json
 import os
-import platform
 import re
 import statistics
 import subprocess
 import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from report_section import cpu_model, write_section  # noqa: E402
 
 
 def env(name):
@@ -136,17 +138,6 @@ def parse_llama(path):
     return out, info
 
 
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
 def physical_cores():
     try:
         with open("/proc/cpuinfo") as f:
@@ -224,9 +215,6 @@ def do_report(raw):
     lines.append("")
     out = os.environ.get("OUT", "docs/benchmarks.md")
     os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from report_section import write_section
-
     write_section(out, "kernels", "\n".join(lines))
     log(f"wrote {out} (raw outputs in {raw})")
     print("\n".join(lines[lines.index("| test | threads | spindle t/s | llama.cpp t/s | ratio |"):]))

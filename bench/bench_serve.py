@@ -20,7 +20,6 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import shlex
 import signal
 import socket
@@ -31,7 +30,7 @@ import urllib.error
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from report_section import write_section  # noqa: E402
+from report_section import cpu_model, write_section  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SERVERS = ("spindle", "llama.cpp")
@@ -143,17 +142,6 @@ def git_commit():
                               text=True, check=True, cwd=ROOT).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
-
-
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 # ---- the run -------------------------------------------------------------------------------

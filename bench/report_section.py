@@ -9,6 +9,7 @@ missing section is appended, a missing file is created with the page's title.
 """
 import datetime
 import os
+import platform
 import re
 import subprocess
 import sys
@@ -25,6 +26,18 @@ def write_section(path, name, text):
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     with open(path, "w", encoding="utf-8") as f:
         f.write(new)
+
+
+def cpu_model():
+    """The CPU's model name from /proc/cpuinfo, for the reports' machine line."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
 
 
 def provenance(command):
