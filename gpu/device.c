@@ -36,7 +36,8 @@ sp_status dev_create(const dev_options *opts, dev_backend **out) {
     case DEV_KIND_AUTO:
         if (dev_cuda_available(why, sizeof why)) {
 #ifdef SP_HAVE_CUDA
-            return cuda_backend_create(opts, out);
+            if (cuda_backend_create(opts, out) == SP_OK) return SP_OK;
+            snprintf(why, sizeof why, "%s", sp_last_error());
 #endif
         }
         sp_log_info("device auto: no usable CUDA GPU (%s); running on the CPU", why);

@@ -15,7 +15,7 @@
 
 #include "gpu/cuda/cuda_internal.cuh"
 
-enum { ATTN_WARPS = 4, ATTN_MAX_DH = 256, ATTN_PER_LANE = ATTN_MAX_DH / 32 };
+enum { ATTN_WARPS = 4, ATTN_MAX_DH = CUDA_ATTN_MAX_DH, ATTN_PER_LANE = ATTN_MAX_DH / 32 };
 
 __global__ static void attention_kernel(float *out, const float *q, const __half *k_pool, const __half *v_pool,
                                         const int32_t *pos, const int32_t *seq, const int32_t *block_table,
@@ -95,9 +95,10 @@ void cuda__attention(dev_backend *dev, float *out, const float *q, const dev_kv 
     const cuda_kv *kv = (const cuda_kv *)kv_base;
     const dev_kv_shape *s = &kv->common.shape;
     if (s->head_dim > ATTN_MAX_DH || n_heads % s->n_kv_heads != 0) {
-        cb->faulted = true;
-        snprintf(cb->fault, sizeof cb->fault, "attention: head width %d (max %d) or %lld heads over %d KV heads",
-                 s->head_dim, ATTN_MAX_DH, (long long)n_heads, s->n_kv_heads);
+        char what[160];
+        snprintf(what, sizeof what, "attention: head width %d (max %d) or %lld heads over %d KV heads", s->head_dim,
+                 ATTN_MAX_DH, (long long)n_heads, s->n_kv_heads);
+        cuda__fault(cb, what);
         return;
     }
     const __half *k_pool = kv->data + (size_t)layer * 2 * kv->pool_stride;

@@ -40,6 +40,13 @@ bool cuda__launched(cuda_backend *cb, const char *kernel) {
     return cuda__ok(cb, cudaGetLastError(), kernel);
 }
 
+void cuda__fault(cuda_backend *cb, const char *what) {
+    if (cb->faulted) return;
+    cb->faulted = true;
+    snprintf(cb->fault, sizeof cb->fault, "%s", what);
+    sp_log_error("cuda: %s", cb->fault);
+}
+
 sp_status cuda__fault_status(const cuda_backend *cb) {
     return sp_fail(SP_ERR_DEVICE, "cuda: %s", cb->fault);
 }
@@ -88,7 +95,8 @@ static sp_status cuda_weight_init(dev_backend *dev, dev_tensor *out, const void 
     sp_status st = cuda_alloc(cb, bytes, "weights", &device);
     if (st != SP_OK) return st;
     if (source == stored) {
-        if (!cuda__ok(cb, cudaMemcpy(device, host_data, nbytes, cudaMemcpyHostToDevice), "cudaMemcpy(weights)"))
+        if (!cuda__ok(cb, cudaMemcpyAsync(device, host_data, nbytes, cudaMemcpyHostToDevice, cb->stream),
+                      "cudaMemcpyAsync(weights)"))
             return cuda__fault_status(cb);
     } else {
         /* a few MiB at a time through a host buffer */
@@ -104,13 +112,16 @@ static sp_status cuda_weight_init(dev_backend *dev, dev_tensor *out, const void 
                     half[(size_t)r * (size_t)k + (size_t)i] =
                         stored == QUANT_BF16 ? quant_f32_to_bf16(row[(size_t)i]) : quant_f32_to_f16(row[(size_t)i]);
             }
+            /* pageable source: the copy is staged before the call returns, so half is reusable */
             if (!cuda__ok(cb,
-                          cudaMemcpy((char *)device + (size_t)r0 * (size_t)k * elem, half.data(),
-                                     (size_t)n * (size_t)k * elem, cudaMemcpyHostToDevice),
-                          "cudaMemcpy(weights)"))
+                          cudaMemcpyAsync((char *)device + (size_t)r0 * (size_t)k * elem, half.data(),
+                                          (size_t)n * (size_t)k * elem, cudaMemcpyHostToDevice, cb->stream),
+                          "cudaMemcpyAsync(weights)"))
                 return cuda__fault_status(cb);
         }
     }
+    /* ordered with the ops on the stream; waiting here also keeps host_data's lifetime simple */
+    if (!cuda__ok(cb, cudaStreamSynchronize(cb->stream), "cudaStreamSynchronize")) return cuda__fault_status(cb);
     out->type = stored; /* the ops read the device copy in this type */
     out->nbytes = bytes;
     out->data = device;
@@ -124,7 +135,9 @@ static sp_status cuda_arena_alloc(dev_backend *dev, size_t nbytes, void **out) {
     void *p = NULL;
     sp_status st = cuda_alloc(cb, nbytes, "activations", &p);
     if (st != SP_OK) return st;
-    if (!cuda__ok(cb, cudaMemset(p, 0, nbytes), "cudaMemset(activations)")) return cuda__fault_status(cb);
+    /* on the ops' stream (it does not wait for the legacy default stream) */
+    if (!cuda__ok(cb, cudaMemsetAsync(p, 0, nbytes, cb->stream), "cudaMemsetAsync(activations)"))
+        return cuda__fault_status(cb);
     *out = p;
     return SP_OK;
 }
@@ -144,6 +157,9 @@ static sp_status cuda_reserve(dev_backend *dev, int64_t max_tokens, int64_t max_
 static sp_status cuda_kv_create(dev_backend *dev, const dev_kv_shape *shape, dev_kv **out) {
     cuda_backend *cb = (cuda_backend *)dev;
     if (cb->faulted) return cuda__fault_status(cb);
+    if (shape->head_dim > CUDA_ATTN_MAX_DH)
+        return sp_fail(SP_ERR_UNSUPPORTED, "cuda backend: head width %d is more than the %d its attention handles",
+                       shape->head_dim, CUDA_ATTN_MAX_DH);
     cuda_kv *kv = (cuda_kv *)calloc(1, sizeof *kv);
     if (!kv) return sp_fail(SP_ERR_NOMEM, "kv cache: out of memory");
     kv->common.shape = *shape;

@@ -66,8 +66,13 @@ bool cuda__ok(cuda_backend *cb, cudaError_t err, const char *call);
 bool cuda__blas_ok(cuda_backend *cb, cublasStatus_t st, const char *call);
 /* After a kernel launch: the launch's own error (bad configuration), if any. */
 bool cuda__launched(cuda_backend *cb, const char *kernel);
+/* Records a fault that is not a CUDA status (a shape a kernel cannot take). */
+void cuda__fault(cuda_backend *cb, const char *what);
 /* The fault as a status for the caller (SP_ERR_DEVICE with the message). */
 sp_status cuda__fault_status(const cuda_backend *cb);
+
+/* The widest head the attention kernel takes (checked at KV pool creation). */
+enum { CUDA_ATTN_MAX_DH = 256 };
 
 /* Device storage type of a weight: F32 for vectors, BF16 for BF16 matrices, F16 for the
  * rest (dequantized at upload). */

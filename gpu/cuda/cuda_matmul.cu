@@ -17,7 +17,7 @@ enum { BLOCK = 256 };
 
 __global__ static void to_half_kernel(__half *dst, const float *src, int64_t n) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-        dst[i] = __float2half_rn(src[i]);
+        dst[i] = __float2half_rn(fminf(fmaxf(src[i], -65504.0f), 65504.0f)); /* saturate: F16 tops out at 65504 */
 }
 
 __global__ static void to_bf16_kernel(__nv_bfloat16 *dst, const float *src, int64_t n) {
@@ -37,15 +37,20 @@ void cuda__matmul_group(dev_backend *dev, const dev_matmul_part *parts, int n_pa
     const int64_t k = parts[0].w->ne0;
     const size_t need = (size_t)rows * (size_t)k * sizeof(__half);
     if (need > cb->act_half_bytes) { /* dev_reserve sized it for max_tokens x the widest input */
-        cb->faulted = true;
-        snprintf(cb->fault, sizeof cb->fault, "matmul: input of %lld x %lld exceeds what dev_reserve set aside",
-                 (long long)rows, (long long)k);
+        char what[160];
+        snprintf(what, sizeof what, "matmul: input of %lld x %lld exceeds what dev_reserve set aside", (long long)rows,
+                 (long long)k);
+        cuda__fault(cb, what);
         return;
     }
     quant_type converted = QUANT_F32; /* the storage type the buffer holds now */
     const float alpha = 1.0f, beta = 0.0f;
     for (int p = 0; p < n_parts; p++) {
         const dev_tensor *w = parts[p].w;
+        if (w->type != QUANT_F16 && w->type != QUANT_BF16) { /* a one-row F32 "matrix" stays F32 */
+            cuda__fault(cb, "matmul: a weight of one row is stored as F32; matmuls need F16/BF16 storage");
+            return;
+        }
         const bool bf16 = w->type == QUANT_BF16;
         if (converted != w->type) {
             if (bf16)

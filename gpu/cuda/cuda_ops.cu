@@ -68,7 +68,7 @@ __global__ static void rmsnorm_kernel(float *out, const float *in, const float *
 void cuda__rmsnorm(dev_backend *dev, float *out, const float *in, const dev_tensor *w, float eps, int64_t rows,
                    int64_t dim) {
     cuda_backend *cb = (cuda_backend *)dev;
-    if (cb->faulted) return;
+    if (cb->faulted || rows <= 0) return;
     /* rows can exceed the 65535 limit of grid.y but not grid.x's 2^31 - 1 */
     rmsnorm_kernel<<<(unsigned)rows, BLOCK, 0, cb->stream>>>(out, in, (const float *)w->data, eps, dim);
     cuda__launched(cb, "rmsnorm_kernel");

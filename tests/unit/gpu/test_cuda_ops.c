@@ -235,7 +235,7 @@ Test(cuda_ops, attention_over_the_paged_pool_matches_the_cpu) {
     side_close(&gpu);
 }
 
-/* ---- end to end: stories260K, greedy ---- */
+/* ---- end to end: stories260K, greedy, the GPU fed the CPU's tokens ---- */
 
 Test(cuda_ops, stories260k_greedy_tokens_and_logits_match_the_cpu) {
     if (!have_gpu()) return;
@@ -257,8 +257,11 @@ Test(cuda_ops, stories260k_greedy_tokens_and_logits_match_the_cpu) {
         dev_kv *kv;
         cr_assert_eq(model_kv_create(m, 4, 16, &kv), SP_OK, "%s", sp_last_error());
         logits[i] = malloc(sizeof(float) * STEPS * V_MAX);
-        int32_t table[4] = {2, 0, 3, 1}, token = 1;
+        int32_t table[4] = {2, 0, 3, 1};
         for (int t = 0; t < STEPS; t++) {
+            /* teacher forcing: both backends see the CPU's greedy tokens, so a near-tie
+             * the GPU breaks the other way does not change every later step */
+            int32_t token = t == 0 ? 1 : tokens[0][t - 1];
             int32_t pos = t, seq = 0, len = t + 1, row = 0;
             dev_step step = {1, &token, &pos, &seq, 1, &len, table, 4, 1, &row};
             float *l = logits[i] + (size_t)t * V_MAX;
@@ -266,16 +269,23 @@ Test(cuda_ops, stories260k_greedy_tokens_and_logits_match_the_cpu) {
             int32_t best = 0;
             for (int32_t j = 1; j < n_vocab; j++)
                 if (l[j] > l[best]) best = j;
-            tokens[i][t] = token = best;
+            tokens[i][t] = best;
         }
         dev_kv_destroy(dev, kv);
         model_destroy(m);
         dev_destroy(dev);
     }
-    cr_expect(memcmp(tokens[0], tokens[1], sizeof tokens[0]) == 0, "greedy tokens differ");
     for (int t = 0; t < STEPS; t++) {
-        double e = rel_error(logits[1] + (size_t)t * V_MAX, logits[0] + (size_t)t * V_MAX, n_vocab);
+        const float *ref = logits[0] + (size_t)t * V_MAX;
+        double e = rel_error(logits[1] + (size_t)t * V_MAX, ref, n_vocab);
         cr_expect(e < 2e-2, "step %d: logits relative error %.2e", t, e);
+        /* the same greedy token wherever the CPU's choice is not a near-tie */
+        float second = -INFINITY;
+        for (int32_t j = 0; j < n_vocab; j++)
+            if (j != tokens[0][t] && ref[j] > second) second = ref[j];
+        if (ref[tokens[0][t]] - second > 0.1f)
+            cr_expect_eq(tokens[1][t], tokens[0][t], "step %d: greedy token %d on the GPU, %d on the CPU", t,
+                         tokens[1][t], tokens[0][t]);
     }
     free(logits[0]);
     free(logits[1]);
