@@ -308,6 +308,12 @@ const sched_config *sched_get_config(const sched *s) {
     return &s->cfg;
 }
 
+bool sched_device_fault(const sched *s, char *why, size_t cap) {
+    if (!atomic_load_explicit(&s->device_fault, memory_order_acquire)) return false;
+    snprintf(why, cap, "%s", s->device_fault_msg);
+    return true;
+}
+
 double sched_seconds_since_heartbeat(const sched *s) {
     int64_t ns = atomic_load_explicit(&s->heartbeat_ns, memory_order_relaxed);
     return sched_now() - (double)ns * 1e-9;

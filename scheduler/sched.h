@@ -200,6 +200,11 @@ const sched_config *sched_get_config(const sched *s);
 /* Seconds since the scheduler thread last began a tick or woke up idle (liveness). */
 double sched_seconds_since_heartbeat(const sched *s);
 
+/* Whether a step failed with a device fault (SP_ERR_DEVICE: the GPU's context is
+ * unusable; every later step fails too). When so, the reason goes into why. Any
+ * thread; never waits. */
+bool sched_device_fault(const sched *s, char *why, size_t cap);
+
 /* CLOCK_MONOTONIC in seconds: the clock of sched_timings. */
 double sched_now(void);
 

@@ -253,6 +253,10 @@ struct sched {
     sched_counters stats;
     sched_metrics metrics; /* histograms, observed lock-free (sched_metrics.c) */
     _Atomic int64_t heartbeat_ns;
+    /* a step failed with SP_ERR_DEVICE: the message is written once, before the flag
+     * (release), by the scheduler thread; readers check the flag (acquire) first */
+    char device_fault_msg[256];
+    _Atomic bool device_fault;
 };
 
 /* Wakes the scheduler thread (sched_submit, sched_request_cancel). Takes s->lock. */

@@ -219,6 +219,11 @@ static void step_fail(sched *s, const step_build *b, sp_status st) {
     char msg[256];
     snprintf(msg, sizeof msg, "the forward pass failed: %s", sp_last_error());
     sp_log_error("sched: %s", msg);
+    if (st == SP_ERR_DEVICE && !atomic_load_explicit(&s->device_fault, memory_order_relaxed)) {
+        /* a device fault does not heal: /health and the watchdog report it from now on */
+        snprintf(s->device_fault_msg, sizeof s->device_fault_msg, "%s", sp_last_error());
+        atomic_store_explicit(&s->device_fault, true, memory_order_release);
+    }
     for (int32_t q = 0; q < b->n_seqs; q++) {
         sched_request *r = s->step_reqs[q];
         for (int i = 0; i < s->n_running; i++)

@@ -485,9 +485,14 @@ static enum MHD_Result handle_health(srv_conn *conn) {
     srv_phase phase = (srv_phase)atomic_load(&app->phase);
     bool live = phase == SRV_PHASE_READY || phase == SRV_PHASE_DRAINING;
     double age = live && app->sched ? sched_seconds_since_heartbeat(app->sched) : 0.0;
+    char fault[256];
+    bool faulted = live && app->sched && sched_device_fault(app->sched, fault, sizeof fault);
     pthread_rwlock_unlock(&app->lifecycle);
-    if (live && age < SRV_HEARTBEAT_STALE_S) return send_json(conn, 200, json_pack("{s:s}", "status", "ok"));
-    if (live)
+    if (faulted)
+        srv_error_make(&err, SRV_ERROR_UNAVAILABLE, NULL, "the device faulted: %s", fault);
+    else if (live && age < SRV_HEARTBEAT_STALE_S)
+        return send_json(conn, 200, json_pack("{s:s}", "status", "ok"));
+    else if (live)
         srv_error_make(&err, SRV_ERROR_UNAVAILABLE, NULL, "the scheduler has not ticked for %.0f s (stuck)", age);
     else
         srv_error_make(&err, SRV_ERROR_UNAVAILABLE, NULL, "%s", phase_refusal(phase, app));
@@ -504,11 +509,18 @@ static enum MHD_Result handle_ready(srv_conn *conn) {
     srv_phase phase = (srv_phase)atomic_load(&app->phase);
     sched_stats st = {0};
     const sched_config *cfg = NULL;
+    char fault[256];
+    bool faulted = false;
     if (phase == SRV_PHASE_READY && app->sched) {
         sched_get_stats(app->sched, &st);
         cfg = sched_get_config(app->sched);
+        faulted = sched_device_fault(app->sched, fault, sizeof fault);
     }
     pthread_rwlock_unlock(&app->lifecycle);
+    if (faulted) {
+        srv_error_make(&err, SRV_ERROR_UNAVAILABLE, NULL, "the device faulted: %s", fault);
+        return send_error(conn, &err);
+    }
     if (!cfg) {
         srv_error_make(&err, SRV_ERROR_UNAVAILABLE, NULL, "%s", phase_refusal(phase, app));
         return send_error(conn, &err);

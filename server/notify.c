@@ -12,7 +12,8 @@
  * A stuck scheduler stops petting the watchdog: WATCHDOG=1 goes out only while the
  * scheduler's heartbeat is younger than SRV_HEARTBEAT_STALE_S, the same line /health
  * draws, so /health turns 503 and the pets stop at the same moment and systemd
- * restarts the service WatchdogSec later.
+ * restarts the service WatchdogSec later. A device fault (sched_device_fault) stops them
+ * too: a faulted GPU context does not heal in-process.
  *
  * DESIGN (threads): the main thread sends READY=1 and STOPPING=1 and owns srv_notify.
  * Its thread ("sd-watchdog", SIGINT/SIGTERM/SIGHUP blocked like every worker) wakes
@@ -59,6 +60,7 @@ typedef struct notify_snapshot {
     srv_phase phase;
     bool has_sched;         /* app->sched was set (READY or DRAINING) */
     double heartbeat_age_s; /* seconds since the scheduler's last heartbeat */
+    bool device_fault;      /* the device faulted: no more WATCHDOG=1 (systemd restarts us) */
     int32_t running;        /* admitted sequences */
     int32_t waiting;        /* queued, not yet admitted */
 } notify_snapshot;
@@ -122,7 +124,7 @@ static void notify_status_text(char *buf, size_t cap, const char *model, const n
 /* The periodic message: WATCHDOG=1 (when the watchdog is on and the scheduler's
  * heartbeat is fresh) and the STATUS= line. */
 static void notify_compose(char *buf, size_t cap, const char *model, const notify_snapshot *s, bool watchdog) {
-    bool fresh = s->has_sched && s->heartbeat_age_s < SRV_HEARTBEAT_STALE_S;
+    bool fresh = s->has_sched && s->heartbeat_age_s < SRV_HEARTBEAT_STALE_S && !s->device_fault;
     int n = watchdog && fresh ? snprintf(buf, cap, "WATCHDOG=1\n") : 0;
     notify_status_text(buf + n, cap - (size_t)n, model, s);
 }
@@ -136,6 +138,8 @@ static notify_snapshot notify_snapshot_take(srv_app *app) {
         sched_get_stats(app->sched, &st);
         s.has_sched = true;
         s.heartbeat_age_s = sched_seconds_since_heartbeat(app->sched);
+        char why[256];
+        s.device_fault = sched_device_fault(app->sched, why, sizeof why);
         s.running = st.running;
         s.waiting = st.queued;
     }

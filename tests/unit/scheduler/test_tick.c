@@ -157,6 +157,8 @@ static void run_all(tick_env *e, const sched_config *c, const sched_request_para
         usleep(200);
     }
     sched_get_stats(s, st);
+    char why[64];
+    cr_assert(!sched_device_fault(s, why, sizeof why), "the CPU backend never faults");
     sched_destroy(s);
     for (int i = 0; i < n; i++) sched_request_release(reqs[i]);
     free(reqs);
