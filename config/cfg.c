@@ -45,7 +45,9 @@ const cfg_key cfg__keys[] = {
     INT("max_header_bytes", "max-header-bytes", max_header_bytes, 4096, 1 << 24, false,
         "request line and headers per connection (larger: 431)", NULL),
     /* the scheduler */
-    INT("kv_cache_mb", "kv-cache-mb", kv_cache_mb, 1, 1 << 24, false, "KV cache budget in MiB", NULL),
+    INT("kv_cache_mb", "kv-cache-mb", kv_cache_mb, 1, 1 << 24, false, "KV cache budget in MiB (CPU)", NULL),
+    FLT("gpu_memory_fraction", "gpu-memory-fraction", gpu_memory_fraction, 0.01, 1, "F",
+        "on a GPU: the KV cache takes this fraction of the memory free after loading"),
     INT("block_size", "block-size", block_size, 1, 1024, false, "tokens per KV block", NULL),
     INT("max_batch_size", "max-batch-size", max_batch_size, 1, 4096, false, "sequences running at once", NULL),
     INT("max_batch_tokens", "max-batch-tokens", max_batch_tokens, 1, 1 << 16, false, "tokens in one step", NULL),
@@ -100,6 +102,7 @@ void cfg_settings_init(cfg_settings *s) {
         .max_header_bytes = 32768,
         /* the scheduler's: sched_config_default() (a unit test compares them) */
         .kv_cache_mb = 512,
+        .gpu_memory_fraction = 0.9,
         .block_size = 16,
         .max_batch_size = 64,
         .max_batch_tokens = 512,

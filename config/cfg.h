@@ -27,7 +27,7 @@
 /* The file read when --config is not given, if it exists. */
 #define CFG_DEFAULT_PATH "/etc/spindle/spindle.yaml"
 /* How many settings there are (the rows of cfg.c's key table). */
-#define CFG_KEY_COUNT 36
+#define CFG_KEY_COUNT 37
 
 typedef enum cfg_device {
     CFG_DEVICE_AUTO, /* CUDA when built and present, else the CPU */
@@ -66,6 +66,7 @@ typedef struct cfg_settings {
     int64_t max_header_bytes;
     /* the scheduler */
     int64_t kv_cache_mb;
+    double gpu_memory_fraction; /* on a GPU, instead of kv_cache_mb */
     int64_t block_size;
     int64_t max_batch_size;
     int64_t max_batch_tokens;

@@ -191,6 +191,11 @@ void dev_gather_rows(dev_backend *dev, float *out, const float *in, const int32_
     dev->ops->gather_rows(dev, out, in, rows, n_rows, dim);
 }
 
+sp_status dev_memory_info(dev_backend *dev, size_t *free_bytes, size_t *total_bytes) {
+    if (!dev->ops->memory_info) return sp_fail(SP_ERR_UNSUPPORTED, "%s has no device memory of its own", dev_name(dev));
+    return dev->ops->memory_info(dev, free_bytes, total_bytes);
+}
+
 sp_status dev_copy_to_host(dev_backend *dev, void *host, const void *device, size_t nbytes) {
     return dev->ops->copy_to_host(dev, host, device, nbytes);
 }

@@ -91,6 +91,10 @@ typedef struct dev_step {
  * reason goes into why (cap bytes). */
 bool dev_cuda_available(char *why, size_t cap);
 
+/* Free and total memory of a device with its own (a GPU); SP_ERR_UNSUPPORTED for the
+ * CPU, whose memory the budget flags size instead. */
+sp_status dev_memory_info(dev_backend *dev, size_t *free_bytes, size_t *total_bytes);
+
 /* Creates a backend. DEV_KIND_CUDA without a usable GPU: SP_ERR_UNSUPPORTED with the
  * reason. Caller owns *out; free with dev_destroy. */
 sp_status dev_create(const dev_options *opts, dev_backend **out);

@@ -28,6 +28,8 @@ typedef struct dev_backend_ops {
     void (*gather_rows)(dev_backend *dev, float *out, const float *in, const int32_t *rows, int64_t n_rows,
                         int64_t dim);
     sp_status (*copy_to_host)(dev_backend *dev, void *host, const void *device, size_t nbytes);
+    /* free and total device memory; NULL for backends without their own (the CPU) */
+    sp_status (*memory_info)(dev_backend *dev, size_t *free_bytes, size_t *total_bytes);
 } dev_backend_ops;
 
 /* Every backend struct starts with this. */

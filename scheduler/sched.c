@@ -36,6 +36,7 @@ sched_config sched_config_default(void) {
         .max_seq_len = 0, /* the model's training context */
         .kv_watermark = 0.01,
         .prefix_cache = true,
+        .gpu_memory_fraction = 0.9,
     };
 }
 
@@ -68,6 +69,8 @@ sp_status sched_config_validate(const sched_config *c) {
                        c->max_seq_len);
     if (!(c->kv_watermark >= 0 && c->kv_watermark < 1))
         return sp_fail(SP_ERR_INVALID_ARG, "kv_watermark %g must be in [0, 1)", c->kv_watermark);
+    if (!(c->gpu_memory_fraction > 0 && c->gpu_memory_fraction <= 1))
+        return sp_fail(SP_ERR_INVALID_ARG, "gpu_memory_fraction %g must be in (0, 1]", c->gpu_memory_fraction);
     return SP_OK;
 }
 
@@ -142,6 +145,20 @@ static sp_status sched_pool_blocks(const sched *s, int32_t *out) {
     dev_kv_shape one = {hp->n_layers, 1, s->cfg.block_size, hp->n_kv_heads, hp->head_dim};
     size_t block_bytes = dev_kv_bytes(&one);
     int64_t n = s->cfg.kv_cache_mb * ((int64_t)1 << 20) / (int64_t)block_bytes;
+    size_t free_b = 0, total_b = 0;
+    if (dev_memory_info(model_device(s->m), &free_b, &total_b) == SP_OK) {
+        /* a GPU: the weights and activations are in place; the pool takes its share of the rest */
+        n = (int64_t)(s->cfg.gpu_memory_fraction * (double)free_b) / (int64_t)block_bytes;
+        sp_log_info(
+            "KV cache on the GPU: %lld blocks, %.0f MiB (gpu_memory_fraction %.2f of %zu MiB free, %zu MiB in all)",
+            (long long)n, (double)n * (double)block_bytes / (1 << 20), s->cfg.gpu_memory_fraction, free_b >> 20,
+            total_b >> 20);
+        if (n < 1)
+            return sp_fail(SP_ERR_NOMEM, "the GPU has %zu MiB free after loading the model: no room for a KV block",
+                           free_b >> 20);
+    } else {
+        sp_error_clear(); /* the CPU: kv_cache_mb decides */
+    }
     if (n < 1)
         return sp_fail(SP_ERR_INVALID_ARG, "kv_cache_mb %lld holds no KV block (a block of %d tokens is %zu bytes)",
                        (long long)s->cfg.kv_cache_mb, s->cfg.block_size, block_bytes);

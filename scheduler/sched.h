@@ -40,18 +40,19 @@ typedef enum sched_policy_kind {
 /* Every knob of the scheduler; sched_config_default() suits the default model on a
  * small CPU machine. */
 typedef struct sched_config {
-    int64_t kv_cache_mb;      /* KV pool budget in MiB */
-    int block_size;           /* tokens per KV block */
-    int max_batch_size;       /* sequences running at once (rows of a decode step) */
-    int max_batch_tokens;     /* tokens in one device step */
-    int max_prefill_tokens;   /* prompt tokens prefilled per tick, shared by prefilling sequences */
-    int queue_max_requests;   /* requests accepted but not yet running */
-    int64_t queue_max_tokens; /* their prompt tokens */
-    sched_policy_kind policy; /* admission and preemption order */
-    double request_timeout_s; /* default deadline from arrival; 0 = none */
-    int32_t max_seq_len;      /* context limit of one sequence (prompt + generated) */
-    double kv_watermark;      /* fraction of blocks kept free at admission for growth */
-    bool prefix_cache;        /* share computed full KV blocks between requests with the same prefix */
+    int64_t kv_cache_mb;        /* KV pool budget in MiB (devices without memory of their own: the CPU) */
+    double gpu_memory_fraction; /* on a GPU: the KV pool takes this fraction of the memory free after load */
+    int block_size;             /* tokens per KV block */
+    int max_batch_size;         /* sequences running at once (rows of a decode step) */
+    int max_batch_tokens;       /* tokens in one device step */
+    int max_prefill_tokens;     /* prompt tokens prefilled per tick, shared by prefilling sequences */
+    int queue_max_requests;     /* requests accepted but not yet running */
+    int64_t queue_max_tokens;   /* their prompt tokens */
+    sched_policy_kind policy;   /* admission and preemption order */
+    double request_timeout_s;   /* default deadline from arrival; 0 = none */
+    int32_t max_seq_len;        /* context limit of one sequence (prompt + generated) */
+    double kv_watermark;        /* fraction of blocks kept free at admission for growth */
+    bool prefix_cache;          /* share computed full KV blocks between requests with the same prefix */
 } sched_config;
 
 sched_config sched_config_default(void);
@@ -169,7 +170,8 @@ typedef struct sched_stats {
     int64_t prefix_hit_tokens;   /* of those, served from the cache */
 } sched_stats;
 
-/* Creates the scheduler for m with its KV pool (sized from config->kv_cache_mb).
+/* Creates the scheduler for m with its KV pool (sized from config->kv_cache_mb, or on a
+ * GPU from config->gpu_memory_fraction of the memory free once the model is loaded).
  * m is borrowed until sched_destroy and from sched_start on belongs to the scheduler
  * thread. Caller owns *out; free with sched_destroy. */
 sp_status sched_create(const sched_config *config, model *m, sched **out);

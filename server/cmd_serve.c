@@ -86,6 +86,7 @@ static void serve_args_fill(serve_args *a) {
     };
     a->sched = sched_config_default();
     a->sched.kv_cache_mb = c->kv_cache_mb;
+    a->sched.gpu_memory_fraction = c->gpu_memory_fraction;
     a->sched.prefix_cache = c->prefix_cache;
     a->sched.block_size = (int)c->block_size;
     a->sched.max_batch_size = (int)c->max_batch_size;

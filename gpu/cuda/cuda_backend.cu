@@ -244,6 +244,12 @@ static sp_status cuda_copy_to_host(dev_backend *dev, void *host, const void *dev
     return SP_OK;
 }
 
+static sp_status cuda_memory_info(dev_backend *dev, size_t *free_bytes, size_t *total_bytes) {
+    cuda_backend *cb = (cuda_backend *)dev;
+    if (!cuda__ok(cb, cudaMemGetInfo(free_bytes, total_bytes), "cudaMemGetInfo")) return cuda__fault_status(cb);
+    return SP_OK;
+}
+
 /* ---- lifecycle ---- */
 
 static const char *cuda_name(const dev_backend *dev) {
@@ -284,6 +290,7 @@ static const dev_backend_ops cuda_ops = {
     .add = cuda__add,
     .gather_rows = cuda__gather_rows,
     .copy_to_host = cuda_copy_to_host,
+    .memory_info = cuda_memory_info,
 };
 
 extern "C" bool cuda_backend_probe(char *why, size_t cap) {

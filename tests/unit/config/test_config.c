@@ -148,6 +148,8 @@ Test(cfg_settings, defaults_are_those_of_serve_and_the_scheduler) {
     cr_expect_eq(s.keepalive, 5);
     cr_expect_eq(s.max_header_bytes, 32768);
     cr_expect_eq(s.kv_cache_mb, d.kv_cache_mb);
+    cr_expect_eq(s.gpu_memory_fraction, d.gpu_memory_fraction);
+    cr_expect_eq(s.prefix_cache, d.prefix_cache);
     cr_expect_eq(s.block_size, d.block_size);
     cr_expect_eq(s.max_batch_size, d.max_batch_size);
     cr_expect_eq(s.max_batch_tokens, d.max_batch_tokens);
