@@ -74,3 +74,18 @@ def test_metrics_count_queries_and_hits(cached):
     # once nothing runs (the answer can come just before the blocks go back), cached
     # blocks are kept but not in use
     cached.wait_metric("spindle_kv_blocks_used", lambda v: v == 0)
+
+
+def test_the_same_prefix_computed_at_once_gives_the_tokens_of_a_server_without_the_cache(cached, uncached):
+    # n choices of one prompt are admitted together and compute the same blocks at once:
+    # the cache keeps one copy, and every choice's tokens are still those without it
+    prompt = "Far away, " + STORY + "One morning"
+    body = {"prompt": prompt, "max_tokens": 20, "n": 4, "temperature": 0.8, "seed": 3}
+    status, _, with_cache = cached.request("POST", "/v1/completions", body)
+    assert status == 200, with_cache
+    status, _, without = uncached.request("POST", "/v1/completions", body)
+    assert status == 200, without
+    assert [c["text"] for c in with_cache["choices"]] == [c["text"] for c in without["choices"]]
+    # and a later request finds the whole shared part
+    _, usage = complete(cached, prompt + " the sun")
+    assert usage["prompt_tokens_details"]["cached_tokens"] >= (with_cache["usage"]["prompt_tokens"] - 1) // 16 * 16
