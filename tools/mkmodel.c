@@ -26,6 +26,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "model/quant.h"
 #include "tools/gguf_builder.h"
@@ -251,6 +253,13 @@ static int write_data(FILE *f, const plan *p) {
     return rc;
 }
 
+/* mkstemp makes the file 0600; a model is as readable as any file the user writes. */
+static int fchmod_path(const char *path) {
+    mode_t mask = umask(0);
+    umask(mask);
+    return chmod(path, 0666 & ~mask);
+}
+
 static quant_type parse_type(const char *s) {
     static const quant_type TYPES[] = {QUANT_F32, QUANT_F16, QUANT_BF16, QUANT_Q8_0, QUANT_Q4_0, QUANT_Q4_1};
     for (size_t i = 0; i < sizeof TYPES / sizeof TYPES[0]; i++)
@@ -263,7 +272,7 @@ static uint64_t parse_u64(const char *flag, const char *s, uint64_t lo, uint64_t
     char *end;
     errno = 0;
     unsigned long long v = strtoull(s, &end, 10);
-    if (errno || end == s || *end || s[0] == '-' || v < lo || v > hi) {
+    if (errno || end == s || *end || s[0] < '0' || s[0] > '9' || v < lo || v > hi) {
         fprintf(stderr, "mkmodel: %s %s: expected an integer %llu..%llu\n", flag, s, (unsigned long long)lo,
                 (unsigned long long)hi);
         exit(2);
@@ -311,16 +320,30 @@ int main(int argc, char **argv) {
     gguf_builder b;
     gb_init(&b);
     header(&b, p);
-    FILE *f = fopen(out, "wb");
-    if (!f) die("cannot write %s", out);
-    int rc = fwrite(b.buf, 1, b.len, f) == b.len ? write_data(f, p) : -1;
-    gb_free(&b);
-    if (fclose(f) != 0) rc = -1;
-    if (rc != 0) {
-        fprintf(stderr, "mkmodel: writing %s failed: %s\n", out, strerror(errno));
-        remove(out);
+    /* into a temporary file beside it, renamed over `out` only when complete: a failed
+     * or interrupted run never leaves a truncated model or removes what `out` was */
+    char *tmp = malloc(strlen(out) + 16);
+    if (!tmp) return 1;
+    sprintf(tmp, "%s.tmp-XXXXXX", out);
+    int fd = mkstemp(tmp);
+    FILE *f = fd >= 0 ? fdopen(fd, "wb") : NULL;
+    if (!f) {
+        fprintf(stderr, "mkmodel: cannot write %s: %s\n", out, strerror(errno));
+        if (fd >= 0) close(fd), unlink(tmp);
         return 1;
     }
+    int rc = fwrite(b.buf, 1, b.len, f) == b.len ? write_data(f, p) : -1;
+    gb_free(&b);
+    if (fflush(f) != 0 || fsync(fileno(f)) != 0) rc = -1;
+    if (fclose(f) != 0) rc = -1;
+    if (rc == 0 && (fchmod_path(tmp) != 0 || rename(tmp, out) != 0)) rc = -1;
+    if (rc != 0) {
+        fprintf(stderr, "mkmodel: writing %s failed: %s\n", out, strerror(errno));
+        unlink(tmp);
+        free(tmp);
+        return 1;
+    }
+    free(tmp);
     printf("mkmodel: wrote %s (%s, %s, %d tensors, seed %llu)\n", out, p->shape->name, quant_type_name(p->type), p->n,
            (unsigned long long)p->seed);
     free(p);

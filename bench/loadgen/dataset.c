@@ -86,9 +86,13 @@ static int words_add_random(dataset_words_buf *b, lg_rng *rng, size_t k, bool sh
     return 0;
 }
 
-/* prefix followed by the words, separated by single spaces. Caller owns (free). */
-static char *words_render(const char *prefix, const dataset_words_buf *b) {
-    size_t len = strlen(prefix);
+enum { FIT_TAIL_MAX = 8 };
+
+/* prefix followed by the words, separated by single spaces, then `tail` letters glued
+ * to the last word (the fine adjustment: a letter is one token where whole words cost
+ * several, as in byte-fallback vocabularies). Caller owns (free). */
+static char *words_render(const char *prefix, const dataset_words_buf *b, int tail) {
+    size_t len = strlen(prefix) + (size_t)tail;
     for (size_t i = 0; i < b->n; i++) len += strlen(b->w[i]) + 1;
     char *s = malloc(len + 1), *p = s;
     if (!s) return NULL;
@@ -97,6 +101,8 @@ static char *words_render(const char *prefix, const dataset_words_buf *b) {
         if (p != s) *p++ = ' ';
         p = stpcpy(p, b->w[i]);
     }
+    for (int i = 0; i < tail; i++) *p++ = 'e';
+    *p = '\0';
     return s;
 }
 
@@ -106,12 +112,12 @@ static int dataset_fit(lg_api *api, lg_rng *rng, const char *prefix, int prefix_
                        int *count, lg_err *e) {
     dataset_words_buf words = {0};
     char *best = NULL;
-    int best_count = -1, rc = -1;
+    int best_count = -1, rc = -1, tail = 0;
     /* English runs about 1.3 tokens a word: start a little short and grow */
     int missing = target - prefix_tokens;
     if (words_add_random(&words, rng, (size_t)(missing > 1 ? missing * 3 / 4 : 1), false) != 0) goto oom;
     for (int step = 0; step < FIT_MAX_STEPS; step++) {
-        char *t = words_render(prefix, &words);
+        char *t = words_render(prefix, &words, tail);
         int c;
         if (!t) goto oom;
         if (lg_api_count_tokens(api, t, &c, e) != 0) {
@@ -127,10 +133,20 @@ static int dataset_fit(lg_api *api, lg_rng *rng, const char *prefix, int prefix_
         }
         int d = target - c;
         if (d == 0) break;
-        if (d > 0) { /* add about two thirds of the missing tokens' worth of words */
-            if (words_add_random(&words, rng, d > 3 ? (size_t)(d * 2 / 3) : 1, d <= 2) != 0) goto oom;
-        } else { /* a word is rarely more than 3 tokens: this removes at most the excess */
-            size_t k = (size_t)(-d / 3 > 1 ? -d / 3 : 1);
+        /* tokens per word as this tokenizer counts these words (English: about 1.3; a
+         * byte-level vocabulary: several), so the steps fit any tokenizer */
+        double per_word = words.n > 0 ? (double)(c - prefix_tokens) / (double)words.n : 1.3;
+        if (per_word < 0.5) per_word = 0.5;
+        if (d > 0 && d <= 3 && per_word > 2.5 && tail + d <= FIT_TAIL_MAX) {
+            tail += d; /* words are too coarse here: letters */
+        } else if (d < 0 && tail > 0) {
+            tail = tail + d > 0 ? tail + d : 0;
+        } else if (d > 0) { /* most of the missing tokens' worth of words, then single short ones */
+            size_t k = d > 3 ? (size_t)(0.8 * d / per_word) : 1;
+            if (words_add_random(&words, rng, k > 0 ? k : 1, d <= 2) != 0) goto oom;
+        } else { /* at most the excess */
+            size_t k = (size_t)(-d / per_word);
+            if (k < 1) k = 1;
             if (words.n <= 1) break; /* the prefix alone is too long */
             words.n -= k < words.n ? k : words.n - 1;
         }
@@ -230,7 +246,12 @@ static json_t *dataset_chat_messages(json_t *entry) {
             if (!role || strcmp(role, "assistant") != 0) break;
             n--;
         }
-        if (n == 0) return NULL;
+        bool has_user = false; /* a conversation to answer needs a user turn */
+        for (size_t i = 0; i < n; i++) {
+            const char *role = json_string_value(json_object_get(json_array_get(messages, i), "role"));
+            has_user |= role && strcmp(role, "user") == 0;
+        }
+        if (n == 0 || !has_user) return NULL;
         json_t *out = json_array();
         for (size_t i = 0; out && i < n; i++) json_array_append(out, json_array_get(messages, i));
         return out;

@@ -148,6 +148,7 @@ typedef struct lg_stream {
     double t_first; /* time of the first content chunk; 0: none yet */
     double t_last;  /* time of the latest content chunk */
     double t_done;  /* time of [DONE]; 0: not seen */
+    double t_end;   /* time of the latest JSON event (vLLM's end of a request: E2E ends here) */
     double *itl;    /* gaps between consecutive content chunks, seconds */
     size_t n_itl, itl_cap;
     int content_chunks;

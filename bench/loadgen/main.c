@@ -202,7 +202,11 @@ static int parse_flags(int argc, char **argv, lg_options *o, char *base_url, siz
             rc = flag_int(flag, v, 0, &seed);
             o->seed = (uint64_t)seed;
             break;
-        case OPT_TIMEOUT: rc = flag_double(flag, v, 0, &o->timeout_s); break;
+        case OPT_TIMEOUT:
+            rc = flag_double(flag, v, 0, &o->timeout_s);
+            if (rc == 0 && o->timeout_s > 1e6) rc = usage_error("%s: at most 1000000 seconds, got '%s'", flag, v);
+            if (rc == 0 && o->timeout_s > 0 && o->timeout_s < 0.001) o->timeout_s = 0.001; /* curl counts ms */
+            break;
         case OPT_REQUEST_RATE:
             if (strcmp(v, "inf") == 0)
                 o->request_rate = INFINITY;

@@ -129,7 +129,7 @@ static void run_finish(run_state *st, run_request *rq, CURLcode code) {
     *r = (lg_result){.ok = !s->error, .input_tokens = prompt_tokens >= 0 ? prompt_tokens : s->prompt_tokens};
     if (r->ok) {
         r->ttft = s->t_first - rq->t_send;
-        r->e2e = s->t_done - rq->t_send;
+        r->e2e = (s->t_end > 0 ? s->t_end : s->t_done) - rq->t_send; /* [DONE] only confirms success */
         r->usage_missing = s->completion_tokens < 0;
         r->usage_input_tokens = s->prompt_tokens;
         r->output_tokens = r->usage_missing ? s->content_chunks : s->completion_tokens;

@@ -85,6 +85,7 @@ void lg_stream_on_data(lg_stream *s, const char *data, size_t len, double now) {
         lg_stream_set_error(s, "stream event is not JSON (%s): %.80s", jerr.text, data);
         return;
     }
+    s->t_end = now; /* as vLLM: the last chunk (the usage chunk included) ends the request */
     const char *err = stream_error_message(root);
     if (err) {
         lg_stream_set_error(s, "error event in the stream: %s", err);
