@@ -26,7 +26,7 @@
 
 #include "gpu/host/host_avx2.h"
 
-#if HOST_HAVE_AVX2_PATH
+#if HOST_SIMD_AVX2
 #include <cpuid.h>
 #endif
 
@@ -73,7 +73,7 @@ static const host_quantize_fn quantize_generic[QUANT_TYPE_LIMIT] = {
     [QUANT_Q8_0] = quantize_generic_q8_0, [QUANT_Q8_1] = quantize_generic_q8_1, [QUANT_Q8_K] = quantize_generic_q8_k,
 };
 
-#if HOST_HAVE_AVX2_PATH
+#if HOST_SIMD_AVX2
 
 /* ---- AVX2 dot products: 32-element formats ------------------------------------------- */
 
@@ -87,7 +87,7 @@ static const host_quantize_fn quantize_generic[QUANT_TYPE_LIMIT] = {
  * each gives both. Lane 0 of their product is d_w*d_a; lane 1 of
  * fma(pair_w, pair_a, summs) is ggml's compiled `summs += m * s` (one rounding), so
  * the sum of the min terms lives in lane 1 of a vector (lane 0 is ignored). */
-static HOST_AVX2 float dot_avx2_q4_1(const void *w, const void *a, int64_t n) {
+static HOST_AVX2_TARGET float dot_avx2_q4_1(const void *w, const void *a, int64_t n) {
     const quant_block_q4_1 *wb = w; /* (nb) */
     const quant_block_q8_1 *ab = a; /* (nb) */
     const int64_t nb = n / QUANT_QK;
@@ -103,10 +103,10 @@ static HOST_AVX2 float dot_avx2_q4_1(const void *w, const void *a, int64_t n) {
         const __m256 isum = _mm256_cvtepi32_ps(avx2_dot_u8s8(qw, qa));
         acc = _mm256_fmadd_ps(dd, isum, acc);
     }
-    return avx2_hsum(acc) + _mm_cvtss_f32(_mm_movehdup_ps(summs));
+    return host__avx2_hsum(acc) + _mm_cvtss_f32(_mm_movehdup_ps(summs));
 }
 
-static HOST_AVX2 float dot_avx2_q8_0(const void *w, const void *a, int64_t n) {
+static HOST_AVX2_TARGET float dot_avx2_q8_0(const void *w, const void *a, int64_t n) {
     const quant_block_q8_0 *wb = w; /* (nb) */
     const quant_block_q8_0 *ab = a; /* (nb) */
     const int64_t nb = n / QUANT_QK;
@@ -117,11 +117,11 @@ static HOST_AVX2 float dot_avx2_q8_0(const void *w, const void *a, int64_t n) {
         const __m256 isum = _mm256_cvtepi32_ps(avx2_dot_s8s8(qw, qa));
         acc = _mm256_fmadd_ps(avx2_scale_product(&wb[ib].d, &ab[ib].d), isum, acc);
     }
-    return avx2_hsum(acc);
+    return host__avx2_hsum(acc);
 }
 
 /* Q4_0: q - 8 as signed bytes, then a signed dot with Q8_0. */
-static HOST_AVX2 float dot_avx2_q4_0(const void *w, const void *a, int64_t n) {
+static HOST_AVX2_TARGET float dot_avx2_q4_0(const void *w, const void *a, int64_t n) {
     const quant_block_q4_0 *wb = w; /* (nb) */
     const quant_block_q8_0 *ab = a; /* (nb) */
     const int64_t nb = n / QUANT_QK;
@@ -132,12 +132,12 @@ static HOST_AVX2 float dot_avx2_q4_0(const void *w, const void *a, int64_t n) {
         const __m256 isum = _mm256_cvtepi32_ps(avx2_dot_s8s8(qw, qa));
         acc = _mm256_fmadd_ps(avx2_scale_product(&wb[ib].d, &ab[ib].d), isum, acc);
     }
-    return avx2_hsum(acc);
+    return host__avx2_hsum(acc);
 }
 
 /* Q5_0: q - 16 = nibble when the fifth bit is set, nibble - 16 (= nibble | 0xF0 as a
  * signed byte) when it is clear. */
-static HOST_AVX2 float dot_avx2_q5_0(const void *w, const void *a, int64_t n) {
+static HOST_AVX2_TARGET float dot_avx2_q5_0(const void *w, const void *a, int64_t n) {
     const quant_block_q5_0 *wb = w; /* (nb) */
     const quant_block_q8_0 *ab = a; /* (nb) */
     const int64_t nb = n / QUANT_QK;
@@ -150,10 +150,10 @@ static HOST_AVX2 float dot_avx2_q5_0(const void *w, const void *a, int64_t n) {
         const __m256 isum = _mm256_cvtepi32_ps(avx2_dot_s8s8(qw, qa));
         acc = _mm256_fmadd_ps(avx2_scale_product(&wb[ib].d, &ab[ib].d), isum, acc);
     }
-    return avx2_hsum(acc);
+    return host__avx2_hsum(acc);
 }
 
-static HOST_AVX2 float dot_avx2_q5_1(const void *w, const void *a, int64_t n) {
+static HOST_AVX2_TARGET float dot_avx2_q5_1(const void *w, const void *a, int64_t n) {
     const quant_block_q5_1 *wb = w; /* (nb) */
     const quant_block_q8_1 *ab = a; /* (nb) */
     const int64_t nb = n / QUANT_QK;
@@ -170,14 +170,14 @@ static HOST_AVX2 float dot_avx2_q5_1(const void *w, const void *a, int64_t n) {
         const __m256 isum = _mm256_cvtepi32_ps(avx2_dot_u8s8(qw, qa));
         acc = _mm256_fmadd_ps(isum, dd, acc);
     }
-    return avx2_hsum(acc) + _mm_cvtss_f32(_mm_movehdup_ps(summs));
+    return host__avx2_hsum(acc) + _mm_cvtss_f32(_mm_movehdup_ps(summs));
 }
 
 /* ---- AVX2 dot products: K-quants ------------------------------------------------------ */
 
 /* The 8 six-bit scales (bytes 0..7) and mins (bytes 8..15) of a Q4_K/Q5_K block, the
  * same values quant_k4_scale_min() reads one at a time. */
-static HOST_AVX2 inline __m128i avx2_k4_scales_mins(const uint8_t packed[QUANT_K_SCALE_BYTES]) {
+static HOST_AVX2_TARGET inline __m128i avx2_k4_scales_mins(const uint8_t packed[QUANT_K_SCALE_BYTES]) {
     uint32_t word[3];
     memcpy(word, packed, sizeof word);
     const uint32_t low6 = 0x3F3F3F3F, low4 = 0x0F0F0F0F, low2 = 0x03030303;
@@ -189,13 +189,13 @@ static HOST_AVX2 inline __m128i avx2_k4_scales_mins(const uint8_t packed[QUANT_K
 }
 
 /* Broadcasts int16 lane sb (0..7) of each 128-bit half of v to the whole half. */
-static HOST_AVX2 inline __m256i avx2_broadcast_i16(__m256i v, int sb) {
+static HOST_AVX2_TARGET inline __m256i avx2_broadcast_i16(__m256i v, int sb) {
     const short pick = (short)(0x0100 + 0x0202 * sb);
     return _mm256_shuffle_epi8(v, _mm256_set1_epi16(pick));
 }
 
 /* sum over sb of mn[sb] * (bsums[2sb] + bsums[2sb+1]), as 8 int32 lanes. */
-static HOST_AVX2 inline __m256i avx2_k4_min_sums(__m128i scales_mins, const int16_t *bsums) {
+static HOST_AVX2_TARGET inline __m256i avx2_k4_min_sums(__m128i scales_mins, const int16_t *bsums) {
     const __m128i dup = _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
     const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(scales_mins, dup));
     const __m256i sums16 = _mm256_loadu_si256((const __m256i *)bsums);
@@ -204,9 +204,9 @@ static HOST_AVX2 inline __m256i avx2_k4_min_sums(__m128i scales_mins, const int1
 
 /* Q4_K/Q5_K x Q8_K share the loop; qh is NULL for Q4_K. In chunk c (64 elements) the
  * low nibbles are sub-block 2c and the high nibbles sub-block 2c+1. */
-static HOST_AVX2 inline void avx2_k4_superblock(__m256 *acc, __m256 *min_acc, const quant_block_q8_k *a, uint16_t d_w,
-                                                uint16_t dmin_w, const uint8_t *scales, const uint8_t *qs,
-                                                const uint8_t *qh) {
+static HOST_AVX2_TARGET inline void avx2_k4_superblock(__m256 *acc, __m256 *min_acc, const quant_block_q8_k *a,
+                                                       uint16_t d_w, uint16_t dmin_w, const uint8_t *scales,
+                                                       const uint8_t *qs, const uint8_t *qh) {
     const __m128i scales_mins = avx2_k4_scales_mins(scales);
     const __m256i scales16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(scales_mins));
     const __m256i low_mask = _mm256_set1_epi8(0x0F);
@@ -240,7 +240,7 @@ static HOST_AVX2 inline void avx2_k4_superblock(__m256 *acc, __m256 *min_acc, co
     *min_acc = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(msum), *min_acc);
 }
 
-static HOST_AVX2 float dot_avx2_q4_k(const void *w, const void *a, int64_t n) {
+static HOST_AVX2_TARGET float dot_avx2_q4_k(const void *w, const void *a, int64_t n) {
     const quant_block_q4_k *wb = w; /* (nb) */
     const quant_block_q8_k *ab = a; /* (nb) */
     const int64_t nb = n / QUANT_QK_K;
@@ -249,10 +249,10 @@ static HOST_AVX2 float dot_avx2_q4_k(const void *w, const void *a, int64_t n) {
         const quant_block_q4_k *b = &wb[ib];
         avx2_k4_superblock(&acc, &min_acc, &ab[ib], b->d, b->dmin, b->scales, b->qs, NULL);
     }
-    return avx2_hsum(acc) - avx2_hsum(min_acc);
+    return host__avx2_hsum(acc) - host__avx2_hsum(min_acc);
 }
 
-static HOST_AVX2 float dot_avx2_q5_k(const void *w, const void *a, int64_t n) {
+static HOST_AVX2_TARGET float dot_avx2_q5_k(const void *w, const void *a, int64_t n) {
     const quant_block_q5_k *wb = w; /* (nb) */
     const quant_block_q8_k *ab = a; /* (nb) */
     const int64_t nb = n / QUANT_QK_K;
@@ -261,7 +261,7 @@ static HOST_AVX2 float dot_avx2_q5_k(const void *w, const void *a, int64_t n) {
         const quant_block_q5_k *b = &wb[ib];
         avx2_k4_superblock(&acc, &min_acc, &ab[ib], b->d, b->dmin, b->scales, b->qs, b->qh);
     }
-    return avx2_hsum(acc) - avx2_hsum(min_acc);
+    return host__avx2_hsum(acc) - host__avx2_hsum(min_acc);
 }
 
 /* Q6_K x Q8_K: q in 0..63 (unsigned) times q_a, scaled per 16 elements by madd with
@@ -270,13 +270,13 @@ static HOST_AVX2 float dot_avx2_q5_k(const void *w, const void *a, int64_t n) {
  * 8h + 2k (bytes 0..15) and 8h + 2k + 1 (bytes 16..31). */
 /* A Q6_K value 0..63 from its low nibble (bits 0-3 of low) and top two bits (bits 4-5
  * of high, already shifted into place). */
-static HOST_AVX2 inline __m256i avx2_q6_join(__m256i low, __m256i high) {
+static HOST_AVX2_TARGET inline __m256i avx2_q6_join(__m256i low, __m256i high) {
     const __m256i low_part = _mm256_and_si256(low, _mm256_set1_epi8(0x0F));
     const __m256i high_part = _mm256_and_si256(high, _mm256_set1_epi8(0x30));
     return _mm256_or_si256(low_part, high_part);
 }
 
-static HOST_AVX2 float dot_avx2_q6_k(const void *w, const void *a, int64_t n) {
+static HOST_AVX2_TARGET float dot_avx2_q6_k(const void *w, const void *a, int64_t n) {
     const quant_block_q6_k *wb = w; /* (nb) */
     const quant_block_q8_k *ab = a; /* (nb) */
     const int64_t nb = n / QUANT_QK_K;
@@ -316,12 +316,12 @@ static HOST_AVX2 float dot_avx2_q6_k(const void *w, const void *a, int64_t n) {
         const float d = _cvtsh_ss(b->d) * ab[ib].d;
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(isum), acc);
     }
-    return avx2_hsum(acc);
+    return host__avx2_hsum(acc);
 }
 
 /* ---- AVX2 dot products: float formats ------------------------------------------------- */
 
-static HOST_AVX2 float dot_avx2_f32(const void *w, const void *a, int64_t n) {
+static HOST_AVX2_TARGET float dot_avx2_f32(const void *w, const void *a, int64_t n) {
     const float *x = w; /* (n) */
     const float *y = a; /* (n) */
     __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
@@ -336,16 +336,16 @@ static HOST_AVX2 float dot_avx2_f32(const void *w, const void *a, int64_t n) {
     for (; i + 8 <= n; i += 8) {
         acc[0] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), acc[0]);
     }
-    float sum = avx2_hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+    float sum = host__avx2_hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
     for (; i < n; i++) sum += x[i] * y[i];
     return sum;
 }
 
-static HOST_AVX2 inline __m256 avx2_load_f16(const uint16_t *p) {
+static HOST_AVX2_TARGET inline __m256 avx2_load_f16(const uint16_t *p) {
     return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
 }
 
-static HOST_AVX2 float dot_avx2_f16(const void *w, const void *a, int64_t n) {
+static HOST_AVX2_TARGET float dot_avx2_f16(const void *w, const void *a, int64_t n) {
     const uint16_t *x = w; /* (n) */
     const uint16_t *y = a; /* (n) */
     __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
@@ -360,17 +360,17 @@ static HOST_AVX2 float dot_avx2_f16(const void *w, const void *a, int64_t n) {
     for (; i + 8 <= n; i += 8) {
         acc[0] = _mm256_fmadd_ps(avx2_load_f16(x + i), avx2_load_f16(y + i), acc[0]);
     }
-    float sum = avx2_hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+    float sum = host__avx2_hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
     for (; i < n; i++) sum += _cvtsh_ss(x[i]) * _cvtsh_ss(y[i]);
     return sum;
 }
 
-static HOST_AVX2 inline __m256 avx2_load_bf16(const uint16_t *p) {
+static HOST_AVX2_TARGET inline __m256 avx2_load_bf16(const uint16_t *p) {
     const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
     return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
 }
 
-static HOST_AVX2 float dot_avx2_bf16(const void *w, const void *a, int64_t n) {
+static HOST_AVX2_TARGET float dot_avx2_bf16(const void *w, const void *a, int64_t n) {
     const uint16_t *x = w; /* (n) */
     const uint16_t *y = a; /* (n) */
     __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
@@ -385,14 +385,14 @@ static HOST_AVX2 float dot_avx2_bf16(const void *w, const void *a, int64_t n) {
     for (; i + 8 <= n; i += 8) {
         acc[0] = _mm256_fmadd_ps(avx2_load_bf16(x + i), avx2_load_bf16(y + i), acc[0]);
     }
-    float sum = avx2_hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+    float sum = host__avx2_hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
     for (; i < n; i++) sum += quant_bf16_to_f32(x[i]) * quant_bf16_to_f32(y[i]);
     return sum;
 }
 
 /* ---- AVX2 activation quantizers -------------------------------------------------------- */
 
-static HOST_AVX2 inline float avx2_hmax(__m256 v) {
+static HOST_AVX2_TARGET inline float avx2_hmax(__m256 v) {
     __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     m = _mm_max_ps(m, _mm_movehl_ps(m, m));
     m = _mm_max_ss(m, _mm_movehdup_ps(m));
@@ -400,7 +400,7 @@ static HOST_AVX2 inline float avx2_hmax(__m256 v) {
 }
 
 /* Packs 4 x 8 int32 (each in -128..127) into 32 int8 in element order. */
-static HOST_AVX2 inline __m256i avx2_pack_i8(__m256i i0, __m256i i1, __m256i i2, __m256i i3) {
+static HOST_AVX2_TARGET inline __m256i avx2_pack_i8(__m256i i0, __m256i i1, __m256i i2, __m256i i3) {
     const __m256i p01 = _mm256_packs_epi32(i0, i1); /* 0-3 8-11 | 4-7 12-15 */
     const __m256i p23 = _mm256_packs_epi32(i2, i3);
     const __m256i bytes = _mm256_packs_epi16(p01, p23);
@@ -410,8 +410,8 @@ static HOST_AVX2 inline __m256i avx2_pack_i8(__m256i i0, __m256i i1, __m256i i2,
 /* One block of 32 floats -> scale d = amax / 127 and 32 int8 in qs, as ggml's AVX2
  * quantize_row_q8_0/q8_1: multiplier 127 / amax, round half to even; returns the
  * 8-lane int32 values for sums. */
-static HOST_AVX2 inline __attribute__((always_inline)) __m256i avx2_q8_block(const float *x, uint16_t *d_out,
-                                                                             int8_t *qs, float *d_value) {
+static HOST_AVX2_TARGET inline __attribute__((always_inline)) __m256i avx2_q8_block(const float *x, uint16_t *d_out,
+                                                                                    int8_t *qs, float *d_value) {
     const __m256 sign_bit = _mm256_set1_ps(-0.0f);
     __m256 v[4];
     __m256 amax = _mm256_setzero_ps();
@@ -437,7 +437,7 @@ static HOST_AVX2 inline __attribute__((always_inline)) __m256i avx2_q8_block(con
     return _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
 }
 
-static HOST_AVX2 void quantize_avx2_q8_0(void *dst, const float *src, int64_t n) {
+static HOST_AVX2_TARGET void quantize_avx2_q8_0(void *dst, const float *src, int64_t n) {
     quant_block_q8_0 *y = dst; /* (nb) */
     const int64_t nb = n / QUANT_QK;
     for (int64_t ib = 0; ib < nb; ib++) {
@@ -446,7 +446,7 @@ static HOST_AVX2 void quantize_avx2_q8_0(void *dst, const float *src, int64_t n)
     }
 }
 
-static HOST_AVX2 void quantize_avx2_q8_1(void *dst, const float *src, int64_t n) {
+static HOST_AVX2_TARGET void quantize_avx2_q8_1(void *dst, const float *src, int64_t n) {
     quant_block_q8_1 *y = dst; /* (nb) */
     const int64_t nb = n / QUANT_QK;
     for (int64_t ib = 0; ib < nb; ib++) {
@@ -458,7 +458,7 @@ static HOST_AVX2 void quantize_avx2_q8_1(void *dst, const float *src, int64_t n)
 
 /* Q8_K: d = max / -127 with max the first element of largest magnitude, q rounded
  * half to even and clamped at 127, bsums over 16 elements. */
-static HOST_AVX2 void quantize_avx2_q8_k(void *dst, const float *src, int64_t n) {
+static HOST_AVX2_TARGET void quantize_avx2_q8_k(void *dst, const float *src, int64_t n) {
     quant_block_q8_k *y = dst; /* (nb) */
     const int64_t nb = n / QUANT_QK_K;
     const __m256 sign_bit = _mm256_set1_ps(-0.0f);
@@ -500,7 +500,7 @@ static HOST_AVX2 void quantize_avx2_q8_k(void *dst, const float *src, int64_t n)
     }
 }
 
-static HOST_AVX2 void quantize_avx2_f16(void *dst, const float *src, int64_t n) {
+static HOST_AVX2_TARGET void quantize_avx2_f16(void *dst, const float *src, int64_t n) {
     uint16_t *y = dst; /* (n) */
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) {
@@ -510,7 +510,7 @@ static HOST_AVX2 void quantize_avx2_f16(void *dst, const float *src, int64_t n) 
     for (; i < n; i++) y[i] = quant_f32_to_f16(src[i]);
 }
 
-static HOST_AVX2 void quantize_avx2_bf16(void *dst, const float *src, int64_t n) {
+static HOST_AVX2_TARGET void quantize_avx2_bf16(void *dst, const float *src, int64_t n) {
     uint16_t *y = dst; /* (n) */
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
@@ -532,7 +532,7 @@ static HOST_AVX2 void quantize_avx2_bf16(void *dst, const float *src, int64_t n)
     for (; i < n; i++) y[i] = quant_f32_to_bf16(src[i]);
 }
 
-static HOST_AVX2 void quantize_avx2_f32(void *dst, const float *src, int64_t n) {
+static HOST_AVX2_TARGET void quantize_avx2_f32(void *dst, const float *src, int64_t n) {
     memcpy(dst, src, (size_t)n * sizeof(float));
 }
 
@@ -570,7 +570,7 @@ static bool cpu_has_avx2(void) {
     return state == 2;
 }
 
-#else /* !HOST_HAVE_AVX2_PATH */
+#else /* !HOST_SIMD_AVX2 */
 
 static const host_vec_dot_fn dot_avx2[QUANT_TYPE_LIMIT] = {0};
 static const host_quantize_fn quantize_avx2[QUANT_TYPE_LIMIT] = {0};

@@ -16,7 +16,7 @@
 #include "gpu/host/host_internal.h"
 #include "model/quant_blocks.h"
 
-#if HOST_HAVE_AVX2_PATH
+#if HOST_SIMD_AVX2
 
 /* a_r: the r-th activation row. */
 /* Every loop over the rows is unrolled, so the accumulators live in registers (a
@@ -26,8 +26,8 @@
 #define ACT_ROW(type, a, stride, r) ((const type *)((const char *)(a) + (size_t)(r) * (stride)))
 
 /* dot_avx2_q4_1 of host_quant_dot.c for four rows (see there for the summation order). */
-static HOST_AVX2 void dot_rows_avx2_q4_1(const void *w, const void *a, size_t a_stride, int64_t n, float *out,
-                                         size_t out_stride) {
+static HOST_AVX2_TARGET void dot_rows_avx2_q4_1(const void *w, const void *a, size_t a_stride, int64_t n, float *out,
+                                                size_t out_stride) {
     const quant_block_q4_1 *wb = w; /* (nb) */
     const quant_block_q8_1 *ab[HOST_DOT_ROWS];
     UNROLL_ROWS
@@ -55,14 +55,14 @@ static HOST_AVX2 void dot_rows_avx2_q4_1(const void *w, const void *a, size_t a_
     }
     UNROLL_ROWS
     for (int r = 0; r < HOST_DOT_ROWS; r++)
-        out[(size_t)r * out_stride] = avx2_hsum(acc[r]) + _mm_cvtss_f32(_mm_movehdup_ps(summs[r]));
+        out[(size_t)r * out_stride] = host__avx2_hsum(acc[r]) + _mm_cvtss_f32(_mm_movehdup_ps(summs[r]));
 }
 
 /* The Q8_0 activation side of dot_avx2_q8_0 / dot_avx2_q4_0 for one block of four
  * rows, given the block's signed weight bytes qw: |qw| once, its sign moved onto each
  * activation (avx2_dot_s8s8 split in its two halves). */
-static HOST_AVX2 inline void rows_block_q8_0(const uint16_t *d_w, __m256i qw, const quant_block_q8_0 *const *ab,
-                                             int64_t ib, __m256 *acc) {
+static HOST_AVX2_TARGET inline void rows_block_q8_0(const uint16_t *d_w, __m256i qw, const quant_block_q8_0 *const *ab,
+                                                    int64_t ib, __m256 *acc) {
     const __m256i qw_abs = _mm256_sign_epi8(qw, qw);
     UNROLL_ROWS
     for (int r = 0; r < HOST_DOT_ROWS; r++) {
@@ -73,8 +73,8 @@ static HOST_AVX2 inline void rows_block_q8_0(const uint16_t *d_w, __m256i qw, co
 }
 
 /* Q8_0 and Q4_0 weights (both paired with Q8_0 activations); q4 unpacks q - 8. */
-static HOST_AVX2 inline void dot_rows_avx2_q8_0_like(bool q4, const void *w, const void *a, size_t a_stride, int64_t n,
-                                                     float *out, size_t out_stride) {
+static HOST_AVX2_TARGET inline void dot_rows_avx2_q8_0_like(bool q4, const void *w, const void *a, size_t a_stride,
+                                                            int64_t n, float *out, size_t out_stride) {
     const quant_block_q8_0 *ab[HOST_DOT_ROWS];
     UNROLL_ROWS
     for (int r = 0; r < HOST_DOT_ROWS; r++) ab[r] = ACT_ROW(quant_block_q8_0, a, a_stride, r);
@@ -92,16 +92,16 @@ static HOST_AVX2 inline void dot_rows_avx2_q8_0_like(bool q4, const void *w, con
         }
     }
     UNROLL_ROWS
-    for (int r = 0; r < HOST_DOT_ROWS; r++) out[(size_t)r * out_stride] = avx2_hsum(acc[r]);
+    for (int r = 0; r < HOST_DOT_ROWS; r++) out[(size_t)r * out_stride] = host__avx2_hsum(acc[r]);
 }
 
-static HOST_AVX2 void dot_rows_avx2_q8_0(const void *w, const void *a, size_t a_stride, int64_t n, float *out,
-                                         size_t out_stride) {
+static HOST_AVX2_TARGET void dot_rows_avx2_q8_0(const void *w, const void *a, size_t a_stride, int64_t n, float *out,
+                                                size_t out_stride) {
     dot_rows_avx2_q8_0_like(false, w, a, a_stride, n, out, out_stride);
 }
 
-static HOST_AVX2 void dot_rows_avx2_q4_0(const void *w, const void *a, size_t a_stride, int64_t n, float *out,
-                                         size_t out_stride) {
+static HOST_AVX2_TARGET void dot_rows_avx2_q4_0(const void *w, const void *a, size_t a_stride, int64_t n, float *out,
+                                                size_t out_stride) {
     dot_rows_avx2_q8_0_like(true, w, a, a_stride, n, out, out_stride);
 }
 
@@ -116,7 +116,7 @@ host_vec_dot_rows_fn host__vec_dot_rows_for(quant_type t) {
     return dot_rows_avx2[t];
 }
 
-#else /* !HOST_HAVE_AVX2_PATH */
+#else /* !HOST_SIMD_AVX2 */
 
 host_vec_dot_rows_fn host__vec_dot_rows_for(quant_type t) {
     (void)t;
