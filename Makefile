@@ -28,7 +28,8 @@ MODEL_SRC  := model/gguf.c model/gguf_access.c model/quant.c model/quant_kquants
               model/template_eval.c model/template_ops.c model/template_format.c model/template_strings.c \
               model/template_str_methods.c model/template_filters.c model/template_builtins.c model/template_gguf.c
 GPU_SRC    := gpu/device.c gpu/host/host_backend.c gpu/host/host_ops.c gpu/host/host_matmul.c \
-              gpu/host/host_attention.c gpu/host/host_quant_dot.c gpu/host/host_quant_dot_rows.c gpu/host/threadpool.c
+              gpu/host/host_attention.c gpu/host/host_quant_dot.c gpu/host/host_quant_dot_rows.c gpu/host/host_sample.c \
+              gpu/host/threadpool.c
 SCHED_SRC  := scheduler/sched.c scheduler/queue.c scheduler/request.c scheduler/kv_blocks.c scheduler/policy.c \
               scheduler/tick.c scheduler/end_tick.c scheduler/stop_match.c scheduler/sched_metrics.c
 CONFIG_SRC := config/cfg.c config/cfg_yaml.c config/cfg_args.c
@@ -48,7 +49,7 @@ LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 NVCC ?= $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
 ifneq ($(NVCC),)
 CUDA_HOME  ?= $(patsubst %/bin/nvcc,%,$(NVCC))
-CUDA_SRC   := gpu/cuda/cuda_backend.cu gpu/cuda/cuda_ops.cu gpu/cuda/cuda_attention.cu gpu/cuda/cuda_matmul.cu
+CUDA_SRC   := $(wildcard gpu/cuda/*.cu)
 CUDA_OBJ   := $(CUDA_SRC:%.cu=$(BUILD)/obj/%.o)
 CUDA_ARCH  := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_89,code=sm_89 \
               -gencode arch=compute_90,code=[sm_90,compute_90]
@@ -59,6 +60,19 @@ LIB_OBJ    += $(CUDA_OBJ)
 else
 $(info spindle: nvcc not found: building without the CUDA backend (--device cuda will say so))
 endif
+
+# ---- build/gpu_rates (bench/gpu_rates.cu), built by `make all` when nvcc is found --
+# The GPU's device-to-device copy bandwidth and cuBLAS BF16 GEMM rates: the ceilings
+# bench/gpu_check.sh compares spindle's decode and prefill with. Compiled by the .cu
+# rule below, linked like the spindle binary (cuBLAS through the rpath, the CUDA runtime
+# statically: CUDA_LIBS). Without a GPU it says so and exits 2.
+ifneq ($(NVCC),)
+all: $(BUILD)/gpu_rates
+$(BUILD)/gpu_rates: $(BUILD)/obj/bench/gpu_rates.o
+	$(CC) $(CFLAGS) -o $@ $< $(CUDA_LIBS) -lm
+-include $(BUILD)/obj/bench/gpu_rates.d
+endif
+
 BIN_OBJ := $(BUILD)/obj/server/main.o
 LIB     := $(BUILD)/libspindle.a
 

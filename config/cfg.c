@@ -14,6 +14,7 @@
 #define OFF(field) offsetof(cfg_settings, field)
 
 static const char *const DEVICES[] = {"auto", "cpu", "cuda", NULL};
+static const char *const GEMV_MODES[] = {"auto", "always", "never", NULL};
 static const char *const POLICIES[] = {"fcfs", "priority", NULL};
 static const char *const LOG_FORMATS[] = {"text", "json", NULL};
 
@@ -33,6 +34,9 @@ const cfg_key cfg__keys[] = {
         "(default: the model's)"),
     ENUM("device", "device", device, DEVICES, "where the model runs (auto: the GPU when a usable one is present, else the CPU)"),
     INT("threads", "threads", threads, 1, 256, true, "CPU threads for the model", "(default: all cores)"),
+    BOOL("cuda_graphs", "cuda-graphs", cuda_graphs, "on a GPU: replay decode steps as captured CUDA graphs"),
+    ENUM("cuda_gemv", "cuda-gemv", cuda_gemv, GEMV_MODES,
+         "on a GPU: small matmuls read Q8_0/Q4_0/Q4_1 blocks directly (auto: where measured faster at load)"),
     INT("ctx_size", "ctx-size", ctx_size, 16, 1 << 24, true, "context limit per sequence",
         "(default: the model's training context)"),
     /* HTTP */
@@ -87,13 +91,15 @@ const cfg_key cfg__keys[] = {
 
 /* cfg.h's CFG_KEY_COUNT must match the rows (a mismatch is a conflicting declaration);
  * enum fields are written as int. */
-_Static_assert(sizeof(cfg_device) == sizeof(int) && sizeof(cfg_policy) == sizeof(int) &&
-                   sizeof(cfg_log_format) == sizeof(int),
+_Static_assert(sizeof(cfg_device) == sizeof(int) && sizeof(cfg_cuda_gemv) == sizeof(int) &&
+                   sizeof(cfg_policy) == sizeof(int) && sizeof(cfg_log_format) == sizeof(int),
                "enum settings are set through an int");
 
 void cfg_settings_init(cfg_settings *s) {
     *s = (cfg_settings){
         .device = CFG_DEVICE_AUTO,
+        .cuda_graphs = true,
+        .cuda_gemv = CFG_GEMV_AUTO,
         .port = 8080,
         .http_threads = 2,
         .max_body_bytes = 1 << 20,

@@ -27,13 +27,15 @@
 /* The file read when --config is not given, if it exists. */
 #define CFG_DEFAULT_PATH "/etc/spindle/spindle.yaml"
 /* How many settings there are (the rows of cfg.c's key table). */
-#define CFG_KEY_COUNT 37
+#define CFG_KEY_COUNT 39
 
 typedef enum cfg_device {
     CFG_DEVICE_AUTO, /* CUDA when built and present, else the CPU */
     CFG_DEVICE_CPU,
     CFG_DEVICE_CUDA
 } cfg_device;
+
+typedef enum cfg_cuda_gemv { CFG_GEMV_AUTO, CFG_GEMV_ALWAYS, CFG_GEMV_NEVER } cfg_cuda_gemv;
 
 typedef enum cfg_policy { CFG_POLICY_FCFS, CFG_POLICY_PRIORITY } cfg_policy;
 
@@ -54,8 +56,10 @@ typedef struct cfg_settings {
     char *served_model_name; /* NULL: the file name without .gguf */
     char *chat_template;     /* Jinja file; NULL: the model's own template */
     cfg_device device;
-    int64_t threads;  /* CPU threads; 0: all cores */
-    int64_t ctx_size; /* context limit per sequence; 0: the model's training context */
+    bool cuda_graphs;        /* on a GPU: decode steps replayed as captured graphs */
+    cfg_cuda_gemv cuda_gemv; /* on a GPU: when small matmuls read quantized blocks directly */
+    int64_t threads;         /* CPU threads; 0: all cores */
+    int64_t ctx_size;        /* context limit per sequence; 0: the model's training context */
     /* HTTP */
     char *host;
     int64_t port; /* 0: any free port */

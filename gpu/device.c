@@ -141,7 +141,7 @@ sp_status dev_step_begin(dev_backend *dev, const dev_step *s, int32_t n_vocab, c
             return sp_fail(SP_ERR_INVALID_ARG, "step: logit_rows[%d] = %d not ascending within 0..%d", i,
                            s->logit_rows[i], s->n_tokens - 1);
     }
-    return dev->ops->step_upload(dev, s, device_step);
+    return dev->ops->step_upload(dev, s, kv, device_step);
 }
 
 void dev_embed(dev_backend *dev, float *x, const dev_tensor *emb, const dev_step *step) {
@@ -151,6 +151,12 @@ void dev_embed(dev_backend *dev, float *x, const dev_tensor *emb, const dev_step
 void dev_rmsnorm(dev_backend *dev, float *out, const float *in, const dev_tensor *w, float eps, int64_t rows,
                  int64_t dim) {
     dev->ops->rmsnorm(dev, out, in, w, eps, rows, dim);
+}
+
+void dev_add_rmsnorm(dev_backend *dev, float *out, float *x, const float *delta, const dev_tensor *w, float eps,
+                     int64_t rows, int64_t dim) {
+    SP_ASSERT(out != x && out != delta);
+    dev->ops->add_rmsnorm(dev, out, x, delta, w, eps, rows, dim);
 }
 
 void dev_matmul_group(dev_backend *dev, const dev_matmul_part *parts, int n_parts, const float *in, int64_t rows) {
@@ -194,6 +200,20 @@ void dev_gather_rows(dev_backend *dev, float *out, const float *in, const int32_
 sp_status dev_memory_info(dev_backend *dev, size_t *free_bytes, size_t *total_bytes) {
     if (!dev->ops->memory_info) return sp_fail(SP_ERR_UNSUPPORTED, "%s has no device memory of its own", dev_name(dev));
     return dev->ops->memory_info(dev, free_bytes, total_bytes);
+}
+
+sp_status dev_sample(dev_backend *dev, float *logits, int32_t n_rows, const dev_sample_vocab *vocab,
+                     const dev_sample_row *rows, dev_sample_result *results) {
+    for (int32_t i = 0; i < n_rows; i++)
+        if (rows[i].top_logprobs < -1 || rows[i].top_logprobs > DEV_SAMPLE_MAX_TOP)
+            return sp_fail(SP_ERR_INVALID_ARG, "sample: top_logprobs %d outside -1..%d", rows[i].top_logprobs,
+                           DEV_SAMPLE_MAX_TOP);
+    return dev->ops->sample(dev, logits, n_rows, vocab, rows, results);
+}
+
+sp_status dev_record(dev_backend *dev, const dev_step *step, dev_record_fn fn, const void *ctx, size_t ctx_bytes) {
+    SP_ASSERT(ctx_bytes <= DEV_RECORD_CTX_MAX);
+    return dev->ops->record(dev, step, fn, ctx, ctx_bytes);
 }
 
 sp_status dev_copy_to_host(dev_backend *dev, void *host, const void *device, size_t nbytes) {

@@ -28,15 +28,26 @@
 
 #include "common/status.h"
 #include "model/quant.h"
+#include "model/sample.h"
 
 typedef struct dev_backend dev_backend;
 
 /* DEV_KIND_AUTO: CUDA when a usable GPU is present, else the CPU (with a log line). */
 typedef enum dev_kind { DEV_KIND_CPU, DEV_KIND_CUDA, DEV_KIND_AUTO } dev_kind;
 
+/* When a GPU matmul of few rows reads Q8_0/Q4_0/Q4_1 blocks directly (a fused
+ * dequantize-GEMV) instead of the F16 copy through cuBLAS. */
+typedef enum dev_quant_gemv {
+    DEV_GEMV_AUTO,   /* for the row counts where it measured faster at load (dev_reserve) */
+    DEV_GEMV_ALWAYS, /* for every row count it takes (tests) */
+    DEV_GEMV_NEVER   /* never; the blocks are then not uploaded at all */
+} dev_quant_gemv;
+
 typedef struct dev_options {
     dev_kind kind;
-    int n_threads; /* CPU worker threads including the caller; <= 0: one per core */
+    int n_threads;             /* CPU worker threads including the caller; <= 0: one per core */
+    bool no_graphs;            /* GPU: run decode steps op by op instead of replaying captured graphs */
+    dev_quant_gemv quant_gemv; /* GPU only */
 } dev_options;
 
 /* A weight tensor on the device: rows of ne[0] elements in `type`, ne[1] rows. */
@@ -46,6 +57,10 @@ typedef struct dev_tensor {
     int64_t ne1; /* rows (N for a matmul weight, V for embeddings) */
     size_t nbytes;
     const void *data; /* device address; owned by the backend (or the model's mapping) */
+    /* A GPU backend's second copy in the file's block format (packed_type), read by its
+     * fused dequantize-GEMV for small batches; NULL where there is none. */
+    const void *packed;
+    quant_type packed_type;
 } dev_tensor;
 
 /* Rotary embedding settings of one model. */
@@ -136,6 +151,12 @@ void dev_embed(dev_backend *dev, float *x, const dev_tensor *emb, const dev_step
 void dev_rmsnorm(dev_backend *dev, float *out, const float *in, const dev_tensor *w, float eps, int64_t rows,
                  int64_t dim);
 
+/* The residual add and the next norm in one pass: x (R, D) += delta (R, D), then
+ * out (R, D) = rmsnorm(x) * w. Equal to dev_add then dev_rmsnorm. out must not alias
+ * x or delta. */
+void dev_add_rmsnorm(dev_backend *dev, float *out, float *x, const float *delta, const dev_tensor *w, float eps,
+                     int64_t rows, int64_t dim);
+
 /* One of several products of the same input (dev_matmul_group). */
 typedef struct dev_matmul_part {
     float *out;             /* (T, N of w) */
@@ -172,6 +193,58 @@ void dev_add(dev_backend *dev, float *out, const float *a, const float *b, int64
 
 /* out (R, D) = in rows listed in rows (R). */
 void dev_gather_rows(dev_backend *dev, float *out, const float *in, const int32_t *rows, int64_t n_rows, int64_t dim);
+
+/* ---- sampling: the next token of each logit row, chosen where the logits are ---- */
+
+/* The most alternatives dev_sample reports per row (OpenAI's top_logprobs limit). */
+enum { DEV_SAMPLE_MAX_TOP = 20 };
+
+/* One row's draw, everything model/sample.h's functions take for it. */
+typedef struct dev_sample_row {
+    const sample_params *params; /* temperature, top-k/top-p/min-p, penalties, logit bias */
+    const int32_t *prompt;       /* (n_prompt): the repetition penalty's prompt tokens */
+    int32_t n_prompt;
+    const int32_t *generated; /* (n_generated): what the penalties count */
+    int32_t n_generated;
+    bool mask_eog;    /* the end-of-generation ids get -inf first (min_tokens not reached) */
+    int top_logprobs; /* -1: no log-probabilities; 0: the chosen token's; k: and the k best (<= DEV_SAMPLE_MAX_TOP) */
+    uint64_t rng;     /* the sequence's generator state before this draw */
+} dev_sample_row;
+
+typedef struct dev_sample_result {
+    int32_t token;
+    float logprob;                                /* of token under the raw logits, when top_logprobs >= 0 */
+    uint64_t rng;                                 /* the generator state after the draw */
+    sample_logprob_entry top[DEV_SAMPLE_MAX_TOP]; /* the top_logprobs best under the raw logits */
+} dev_sample_result;
+
+/* The end-of-generation ids dev_sample masks, set once per backend (borrowed). */
+typedef struct dev_sample_vocab {
+    int32_t n_vocab;
+    const int32_t *eog_ids;
+    int32_t n_eog;
+} dev_sample_vocab;
+
+/* For each of n_rows rows of logits (device, (n_rows, V), changed in place): exactly
+ * what end_tick's host sampling did per row: log-probabilities from the raw logits
+ * (sample_logsumexp, sample_top_logprobs), the end-of-generation mask, the penalties
+ * (sample_apply_penalties), then the draw (sample_token) with the row's generator.
+ * Only results[0..n_rows) come back to the host. The CPU backend runs model/sample.c
+ * itself, so its tokens are those functions' bit for bit; a GPU backend draws with
+ * the same generator and rules in its own arithmetic order. */
+sp_status dev_sample(dev_backend *dev, float *logits, int32_t n_rows, const dev_sample_vocab *vocab,
+                     const dev_sample_row *rows, dev_sample_result *results);
+
+/* Queues the ops that fn issues for step (the view dev_step_begin returned). A GPU
+ * backend may capture them once per step shape (a decode batch-size bucket) and replay
+ * that capture for later steps of the same shape (CUDA graphs), so fn must issue the
+ * same ops on the same buffers for the same shape, must not copy results to the host,
+ * and must take everything it varies on from ctx: ctx_bytes (at most DEV_RECORD_CTX_MAX)
+ * are compared to tell captures apart. The CPU backend calls fn once. A device fault
+ * is SP_ERR_DEVICE. */
+enum { DEV_RECORD_CTX_MAX = 64 };
+typedef void (*dev_record_fn)(const void *ctx, const dev_step *step);
+sp_status dev_record(dev_backend *dev, const dev_step *step, dev_record_fn fn, const void *ctx, size_t ctx_bytes);
 
 /* Copies device memory to the host after all queued ops complete. */
 sp_status dev_copy_to_host(dev_backend *dev, void *host, const void *device, size_t nbytes);

@@ -13,10 +13,13 @@ typedef struct dev_backend_ops {
     sp_status (*reserve)(dev_backend *dev, int64_t max_tokens, int64_t max_width);
     sp_status (*kv_create)(dev_backend *dev, const dev_kv_shape *shape, dev_kv **out);
     void (*kv_destroy)(dev_backend *dev, dev_kv *kv);
-    sp_status (*step_upload)(dev_backend *dev, const dev_step *host, const dev_step **device_step);
+    /* kv: the pool the step's block ids index */
+    sp_status (*step_upload)(dev_backend *dev, const dev_step *host, const dev_kv *kv, const dev_step **device_step);
     void (*embed)(dev_backend *dev, float *x, const dev_tensor *emb, const dev_step *step);
     void (*rmsnorm)(dev_backend *dev, float *out, const float *in, const dev_tensor *w, float eps, int64_t rows,
                     int64_t dim);
+    void (*add_rmsnorm)(dev_backend *dev, float *out, float *x, const float *delta, const dev_tensor *w, float eps,
+                        int64_t rows, int64_t dim);
     void (*matmul_group)(dev_backend *dev, const dev_matmul_part *parts, int n_parts, const float *in, int64_t rows);
     void (*rope_apply)(dev_backend *dev, float *x, const dev_step *step, const dev_rope *rope, int64_t heads,
                        int64_t head_dim);
@@ -27,6 +30,9 @@ typedef struct dev_backend_ops {
     void (*add)(dev_backend *dev, float *out, const float *a, const float *b, int64_t n);
     void (*gather_rows)(dev_backend *dev, float *out, const float *in, const int32_t *rows, int64_t n_rows,
                         int64_t dim);
+    sp_status (*record)(dev_backend *dev, const dev_step *step, dev_record_fn fn, const void *ctx, size_t ctx_bytes);
+    sp_status (*sample)(dev_backend *dev, float *logits, int32_t n_rows, const dev_sample_vocab *vocab,
+                        const dev_sample_row *rows, dev_sample_result *results);
     sp_status (*copy_to_host)(dev_backend *dev, void *host, const void *device, size_t nbytes);
     /* free and total device memory; NULL for backends without their own (the CPU) */
     sp_status (*memory_info)(dev_backend *dev, size_t *free_bytes, size_t *total_bytes);

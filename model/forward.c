@@ -3,6 +3,9 @@
  * Legend: T = tokens in the step, D = model width, H = query heads, Hk = KV heads,
  * Dh = head width, F = feed-forward width, V = vocabulary, L = logit rows.
  *
+ * The embedding and the layers go through dev_record (a GPU backend replays them as a
+ * captured graph for decode batches); the residual add and the next norm are one op.
+ *
  * Per layer: x += Wo . attention(rope(norm_q(Wq . n(x) + bq)), rope(norm_k(Wk . n(x) + bk)), Wv . n(x) + bv)
  *            x += Wdown . (silu(Wgate . n(x)) * Wup . n(x))
  * then logits = Wout . n(x) for the rows the step asks for, L rows per pass.
@@ -12,26 +15,30 @@
 
 #include "model/model_internal.h"
 
-sp_status model_forward(model *m, dev_kv *kv, const dev_step *step, float *logits) {
+/* What the recorded part of a step needs; compared by value (dev_record), so no padding. */
+typedef struct forward_record {
+    model *m;
+    dev_kv *kv;
+} forward_record;
+
+/* Embedding and every layer, for the step's tokens (ds->n_tokens rows: a GPU backend
+ * may pad a decode batch to its graph bucket). Leaves x, the last layer's output. */
+static void forward_layers(const void *ctx, const dev_step *ds) {
+    const forward_record *rec = ctx;
+    model *m = rec->m;
+    dev_kv *kv = rec->kv;
     const model_hparams *hp = &m->hp;
     const model_activations *a = &m->act;
     dev_backend *dev = m->dev;
-    if (step->n_tokens > m->max_batch_tokens)
-        return sp_fail(SP_ERR_INVALID_ARG, "step of %d tokens exceeds max_batch_tokens %d", step->n_tokens,
-                       m->max_batch_tokens);
-    const dev_step *ds;
-    sp_status st = dev_step_begin(dev, step, hp->n_vocab, kv, &ds);
-    if (st != SP_OK) return st;
-
-    int64_t t = step->n_tokens;
+    int64_t t = ds->n_tokens;
     int64_t d = hp->n_embd;
     float attn_scale = 1.0f / sqrtf((float)hp->head_dim);
 
     dev_embed(dev, a->x, &m->token_embd, ds);
+    dev_rmsnorm(dev, a->xn, a->x, &m->layers[0].attn_norm, hp->rms_eps, t, d);
     for (int il = 0; il < hp->n_layers; il++) {
         const model_layer *l = &m->layers[il];
-        /* attention block */
-        dev_rmsnorm(dev, a->xn, a->x, &l->attn_norm, hp->rms_eps, t, d);
+        /* attention block (xn holds this layer's attention norm of x) */
         const dev_matmul_part qkv[3] = {
             {a->q, &l->wq, l->bq.data ? &l->bq : NULL},
             {a->k, &l->wk, l->bk.data ? &l->bk : NULL},
@@ -47,24 +54,69 @@ sp_status model_forward(model *m, dev_kv *kv, const dev_step *step, float *logit
         dev_kv_write(dev, kv, il, a->k, a->v, ds);
         dev_attention(dev, a->attn, a->q, kv, il, ds, hp->n_heads, attn_scale);
         dev_matmul(dev, a->proj, a->attn, &l->wo, NULL, t);
-        dev_add(dev, a->x, a->x, a->proj, t * d);
+        dev_add_rmsnorm(dev, a->xn, a->x, a->proj, &l->ffn_norm, hp->rms_eps, t, d);
         /* feed-forward block */
-        dev_rmsnorm(dev, a->xn, a->x, &l->ffn_norm, hp->rms_eps, t, d);
         const dev_matmul_part gate_up[2] = {{a->gate, &l->w_gate, NULL}, {a->up, &l->w_up, NULL}};
         dev_matmul_group(dev, gate_up, 2, a->xn, t);
         dev_swiglu(dev, a->gate, a->gate, a->up, t * hp->n_ff);
         dev_matmul(dev, a->proj, a->gate, &l->w_down, NULL, t);
-        dev_add(dev, a->x, a->x, a->proj, t * d);
+        if (il + 1 < hp->n_layers) /* the residual add with the next layer's attention norm */
+            dev_add_rmsnorm(dev, a->xn, a->x, a->proj, &m->layers[il + 1].attn_norm, hp->rms_eps, t, d);
+        else
+            dev_add(dev, a->x, a->x, a->proj, t * d);
     }
+}
 
-    /* logits, L rows at a time */
+/* The step's layers, recorded: what both entry points start with. */
+static sp_status forward_begin(model *m, dev_kv *kv, const dev_step *step, const dev_step **ds) {
+    if (step->n_tokens > m->max_batch_tokens)
+        return sp_fail(SP_ERR_INVALID_ARG, "step of %d tokens exceeds max_batch_tokens %d", step->n_tokens,
+                       m->max_batch_tokens);
+    sp_status st = dev_step_begin(m->dev, step, m->hp.n_vocab, kv, ds);
+    if (st != SP_OK) return st;
+    const forward_record rec = {m, kv};
+    return dev_record(m->dev, *ds, forward_layers, &rec, sizeof rec);
+}
+
+/* Logits (rows, V) in the activations for logit rows first..first+rows of the step. */
+static void forward_logits(model *m, const dev_step *ds, int32_t first, int32_t rows) {
+    const model_hparams *hp = &m->hp;
+    const model_activations *a = &m->act;
+    dev_gather_rows(m->dev, a->xn, a->x, ds->logit_rows + first, rows, hp->n_embd);
+    dev_rmsnorm(m->dev, a->xn, a->xn, &m->output_norm, hp->rms_eps, rows, hp->n_embd);
+    dev_matmul(m->dev, a->logits, a->xn, &m->output, NULL, rows);
+}
+
+static int32_t logit_chunk(const dev_step *step, int32_t first) {
+    return step->n_logits - first < MODEL_LOGIT_ROWS ? step->n_logits - first : MODEL_LOGIT_ROWS;
+}
+
+sp_status model_forward(model *m, dev_kv *kv, const dev_step *step, float *logits) {
+    const dev_step *ds;
+    sp_status st = forward_begin(m, kv, step, &ds);
+    if (st != SP_OK) return st;
+    const size_t n_vocab = (size_t)m->hp.n_vocab;
+    for (int32_t first = 0; first < step->n_logits; first += MODEL_LOGIT_ROWS) { /* L rows at a time */
+        int32_t rows = logit_chunk(step, first);
+        forward_logits(m, ds, first, rows);
+        st = dev_copy_to_host(m->dev, logits + (size_t)first * n_vocab, m->act.logits,
+                              (size_t)rows * n_vocab * sizeof(float));
+        if (st != SP_OK) return st;
+    }
+    return SP_OK;
+}
+
+sp_status model_forward_sample(model *m, dev_kv *kv, const dev_step *step, const dev_sample_vocab *vocab,
+                               const dev_sample_row *rows, dev_sample_result *results) {
+    if (vocab->n_vocab != m->hp.n_vocab)
+        return sp_fail(SP_ERR_INVALID_ARG, "sample: vocabulary of %d for a model of %d", vocab->n_vocab, m->hp.n_vocab);
+    const dev_step *ds;
+    sp_status st = forward_begin(m, kv, step, &ds);
+    if (st != SP_OK) return st;
     for (int32_t first = 0; first < step->n_logits; first += MODEL_LOGIT_ROWS) {
-        int32_t rows = step->n_logits - first < MODEL_LOGIT_ROWS ? step->n_logits - first : MODEL_LOGIT_ROWS;
-        dev_gather_rows(dev, a->xn, a->x, ds->logit_rows + first, rows, d);
-        dev_rmsnorm(dev, a->xn, a->xn, &m->output_norm, hp->rms_eps, rows, d);
-        dev_matmul(dev, a->logits, a->xn, &m->output, NULL, rows);
-        st = dev_copy_to_host(dev, logits + (size_t)first * (size_t)hp->n_vocab, a->logits,
-                              (size_t)rows * (size_t)hp->n_vocab * sizeof(float));
+        int32_t n = logit_chunk(step, first);
+        forward_logits(m, ds, first, n);
+        st = dev_sample(m->dev, m->act.logits, n, vocab, rows + first, results + first);
         if (st != SP_OK) return st;
     }
     return SP_OK;

@@ -72,4 +72,10 @@ sp_status model_kv_create(model *m, int n_blocks, int block_size, dev_kv **out);
  * step asks for in logits (n_logits, V), host memory owned by the caller. */
 sp_status model_forward(model *m, dev_kv *kv, const dev_step *step, float *logits);
 
+/* Runs one step like model_forward, then draws the next token of every logit row
+ * where the logits are (dev_sample): rows and results are (n_logits), host memory;
+ * only the results cross to the host. */
+sp_status model_forward_sample(model *m, dev_kv *kv, const dev_step *step, const dev_sample_vocab *vocab,
+                               const dev_sample_row *rows, dev_sample_result *results);
+
 #endif

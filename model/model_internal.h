@@ -69,7 +69,7 @@ typedef struct model_layer {
 } model_layer;
 
 /* Rows of logits computed per pass of the output matmul (bounds the logits buffer). */
-enum { MODEL_LOGIT_ROWS = 32 };
+enum { MODEL_LOGIT_ROWS = 64 };
 
 /* Activations for the largest step, carved from one device allocation (model.c
  * model_activations_size is the one place that sizes them). T = max_batch_tokens. */

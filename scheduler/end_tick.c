@@ -1,9 +1,9 @@
-/* end_tick.c: what happens to a sequence once the step gave it logits: sample the
- * next token, append it, detokenize incrementally, match stop strings, decide whether
- * it finished, and publish all of it to the request's output in one locked section;
- * and the common end of every request (finished, cancelled, timed out, shut down).
+/* end_tick.c: what happens to a sequence once the step gave it logits: describe its
+ * draw for dev_sample (which runs where the logits are), append the token it chose, detokenize incrementally, match
+ * stop strings, decide whether it finished, and publish all of it to the request's output in one locked section; and
+ * the common end of every request (finished, cancelled, timed out, shut down).
  *
- * Per sampled token, in this order:
+ * Per sampled token, in this order (1-3 inside dev_sample, from the row built here):
  *   1. logprobs from the raw logits when asked (top_logprobs >= 0): log-sum-exp, the
  *      alternatives, and later the chosen token's log-probability;
  *   2. end-of-generation ids masked while fewer than min_tokens were generated (unless
@@ -71,33 +71,27 @@ void sched__request_end(sched *s, sched_request *r, sched_finish f, sp_status er
     request_retire(s, r, f, err);
 }
 
-/* Draws the next token from logits (V, changed in place); *logprob gets its
- * log-probability under the raw logits when asked, and s->top_entries the alternatives. */
-static int32_t sample_next(sched *s, sched_request *r, float *logits, float *logprob) {
+void sched__sample_row(const sched *s, const sched_request *r, dev_sample_row *row) {
     const sched_request_params *p = &r->params;
-    int32_t n_vocab = s->n_vocab;
     int32_t n_generated = r->n_tokens - p->n_prompt;
-    double lse = 0;
-    if (p->top_logprobs >= 0) {
-        lse = sample_logsumexp(logits, n_vocab);
-        if (p->top_logprobs > 0) sample_top_logprobs(logits, n_vocab, lse, p->top_logprobs, s->top_entries);
-        memcpy(s->raw_logits, logits, sizeof *logits * (size_t)n_vocab);
-    }
-    if (n_generated < p->min_tokens && !p->ignore_eos)
-        for (int i = 0; i < s->n_eog; i++) logits[s->eog_ids[i]] = -INFINITY;
-    sample_apply_penalties(&p->sampling, &s->sampler, p->prompt, p->n_prompt, r->tokens + p->n_prompt, n_generated,
-                           logits);
-    s->sampler.rng = r->rng;
-    int32_t tok = sample_token(&p->sampling, &s->sampler, logits);
-    r->rng = s->sampler.rng;
-    *logprob = p->top_logprobs >= 0 ? (float)((double)s->raw_logits[tok] - lse) : 0.0f;
-    return tok;
+    (void)s;
+    *row = (dev_sample_row){
+        .params = &p->sampling,
+        .prompt = p->prompt,
+        .n_prompt = p->n_prompt,
+        .generated = r->tokens + p->n_prompt,
+        .n_generated = n_generated,
+        .mask_eog = n_generated < p->min_tokens && !p->ignore_eos,
+        .top_logprobs = p->top_logprobs,
+        .rng = r->rng,
+    };
 }
 
-void sched__sample_and_emit(sched *s, sched_request *r, float *logits, double now) {
+void sched__emit(sched *s, sched_request *r, const dev_sample_result *drawn, double now) {
     const sched_request_params *p = &r->params;
-    float logprob;
-    int32_t tok = sample_next(s, r, logits, &logprob);
+    const int32_t tok = drawn->token;
+    const float logprob = drawn->logprob;
+    r->rng = drawn->rng;
     SP_ASSERT(r->n_tokens < p->n_prompt + p->max_tokens);
     r->tokens[r->n_tokens++] = tok;
     int32_t n_generated = r->n_tokens - p->n_prompt;
@@ -126,7 +120,7 @@ void sched__sample_and_emit(sched *s, sched_request *r, float *logits, double no
         o->tokens[o->n_tokens] = (sched_token){tok, logprob};
         for (int k = 0; k < o->top_logprobs; k++)
             o->top[(size_t)o->n_tokens * (size_t)o->top_logprobs + (size_t)k] =
-                (sched_token){s->top_entries[k].id, s->top_entries[k].logprob};
+                (sched_token){drawn->top[k].id, drawn->top[k].logprob};
         o->n_tokens++;
     }
     if (n_commit > 0) {

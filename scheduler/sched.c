@@ -86,7 +86,7 @@ static void heartbeat(sched *s) {
 
 /* Every per-step array and scratch buffer, sized from the configuration. */
 static sp_status sched_alloc_arrays(sched *s) {
-    size_t t = (size_t)s->cfg.max_batch_tokens, b = (size_t)s->cfg.max_batch_size, v = (size_t)s->n_vocab;
+    size_t t = (size_t)s->cfg.max_batch_tokens, b = (size_t)s->cfg.max_batch_size;
     s->step_tokens = malloc(sizeof(int32_t) * t);
     s->step_pos = malloc(sizeof(int32_t) * t);
     s->step_seq = malloc(sizeof(int32_t) * t);
@@ -99,9 +99,8 @@ static sp_status sched_alloc_arrays(sched *s) {
     s->step_prefill = malloc(sizeof(bool) * b);
     s->step_logit_of = malloc(sizeof(int32_t) * b);
     s->running = malloc(sizeof(sched_request *) * b);
-    s->logits = malloc(sizeof(float) * b * v);
-    s->raw_logits = malloc(sizeof(float) * v);
-    s->top_entries = malloc(sizeof(sample_logprob_entry) * SCHED_MAX_TOP_LOGPROBS);
+    s->sample_rows = malloc(sizeof(dev_sample_row) * b);
+    s->sample_results = malloc(sizeof(dev_sample_result) * b);
     s->piece_cap = tok_max_token_bytes(s->vocab) + 64;
     s->piece = malloc(2 * s->piece_cap);
     s->text_work = malloc(SCHED_MAX_STOP_BYTES + 2 * s->piece_cap);
@@ -110,11 +109,11 @@ static sp_status sched_alloc_arrays(sched *s) {
     s->eog_ids = malloc(sizeof(int32_t) * (size_t)(n_eog > 0 ? n_eog : 1));
     if (!s->step_tokens || !s->step_pos || !s->step_seq || !s->step_seq_len || !s->step_block_table || !s->match_ids ||
         !s->step_logit_rows || !s->step_reqs || !s->step_chunk || !s->step_prefill || !s->step_logit_of ||
-        !s->running || !s->logits || !s->raw_logits || !s->top_entries || !s->piece || !s->text_work || !s->eog_ids)
+        !s->running || !s->sample_rows || !s->sample_results || !s->piece || !s->text_work || !s->eog_ids)
         return sp_fail(SP_ERR_NOMEM, "scheduler: out of memory for its step arrays");
     for (int32_t id = 0; id < s->n_vocab; id++)
         if (tok_is_eog(s->vocab, id)) s->eog_ids[s->n_eog++] = id;
-    return sample_state_init(&s->sampler, s->n_vocab, 0);
+    return SP_OK;
 }
 
 static void sched_free_arrays(sched *s) {
@@ -130,13 +129,11 @@ static void sched_free_arrays(sched *s) {
     free(s->step_prefill);
     free(s->step_logit_of);
     free(s->running);
-    free(s->logits);
-    free(s->raw_logits);
-    free(s->top_entries);
+    free(s->sample_rows);
+    free(s->sample_results);
     free(s->piece);
     free(s->text_work);
     free(s->eog_ids);
-    sample_state_free(&s->sampler);
 }
 
 /* The pool's size in blocks: kv_cache_mb MiB over the bytes of one block. */

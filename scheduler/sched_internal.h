@@ -243,10 +243,8 @@ struct sched {
     int32_t *step_chunk;                                        /* (S) tokens fed per sequence */
     bool *step_prefill;                                         /* (S) chunk is prompt/recompute */
     int32_t *step_logit_of;                                     /* (S) logits row, or -1 */
-    float *logits;                                              /* (S, V) S = max_batch_size */
-    float *raw_logits;                                          /* (V) copy kept for logprobs */
-    sample_logprob_entry *top_entries;                          /* (SCHED_MAX_TOP_LOGPROBS) */
-    sample_state sampler;                                       /* shared scratch; each sequence's rng is swapped in */
+    dev_sample_row *sample_rows;                                /* (S) each logit row's draw, for dev_sample */
+    dev_sample_result *sample_results;                          /* (S) the tokens it chose */
     char *piece;     /* (2 * piece_cap) decoded text of one token (push, then flush) */
     char *text_work; /* (SCHED_MAX_STOP_BYTES + 2 * piece_cap) held text + piece, for stop matching */
 
@@ -283,9 +281,15 @@ void sched__request_end(sched *s, sched_request *r, sched_finish f, sp_status er
  * when there was nothing to run (idle). Scheduler thread. */
 bool sched__tick(sched *s);
 
-/* Samples one token for r from its logits row (V, modified in place) and appends it
- * to the output (end_tick.c); ends r when it finished. Scheduler thread. */
-void sched__sample_and_emit(sched *s, sched_request *r, float *logits, double now);
+/* The draw of r's next token as dev_sample takes it (end_tick.c): its sampling
+ * parameters, prompt and generated tokens for the penalties, the end-of-generation
+ * mask while under min_tokens, logprobs, and its generator state. Borrows r's arrays
+ * until the step ends. Scheduler thread. */
+void sched__sample_row(const sched *s, const sched_request *r, dev_sample_row *row);
+
+/* Appends the token dev_sample chose for r (and its generator state) to the output
+ * (end_tick.c); ends r when it finished. Scheduler thread. */
+void sched__emit(sched *s, sched_request *r, const dev_sample_result *drawn, double now);
 
 /* Removes running[i] from the running set (keeps the order). */
 void sched__running_remove(sched *s, int i);

@@ -15,7 +15,8 @@
  *            shares them and starts computing after them.
  *            Prefill chunks share max_prefill_tokens; the step holds at most
  *            max_batch_tokens tokens, decode rows first.
- *   step     one model_forward; logits only for rows that complete a sequence's feed;
+ *   step     one model_forward_sample; logits only for rows that complete a sequence's feed,
+ *            each drawn from where it was computed (dev_sample: only tokens come back);
  *            the full blocks it completed are registered in the prefix cache.
  *   end_tick sample, append, detokenize, stop (end_tick.c).
  *
@@ -263,8 +264,11 @@ bool sched__tick(sched *s) {
         .n_logits = b.n_logits,
         .logit_rows = s->step_logit_rows,
     };
+    for (int32_t q = 0; q < b.n_seqs; q++)
+        if (s->step_logit_of[q] >= 0) sched__sample_row(s, s->step_reqs[q], &s->sample_rows[s->step_logit_of[q]]);
+    const dev_sample_vocab vocab = {s->n_vocab, s->eog_ids, s->n_eog};
     double t0 = sched_now();
-    sp_status st = model_forward(s->m, s->kv, &step, s->logits);
+    sp_status st = model_forward_sample(s->m, s->kv, &step, &vocab, s->sample_rows, s->sample_results);
     double t1 = sched_now();
     stat_add(&s->stats.ticks, 1);
     if (st != SP_OK) {
@@ -287,8 +291,7 @@ bool sched__tick(sched *s) {
             r->out.timings.decode_s += t1 - t0;
         if (prompt_done > r->out.prefilled) r->out.prefilled = prompt_done;
         pthread_mutex_unlock(&r->lock);
-        if (s->step_logit_of[q] >= 0)
-            sched__sample_and_emit(s, r, s->logits + (size_t)s->step_logit_of[q] * (size_t)s->n_vocab, t1);
+        if (s->step_logit_of[q] >= 0) sched__emit(s, r, &s->sample_results[s->step_logit_of[q]], t1);
     }
     stat_add(&s->stats.prompt_tokens, prefilled);
     tick_observe(s, now, &b);

@@ -37,15 +37,23 @@ bool cli_parse_float(const char *name, const char *text, double min, double max,
 }
 
 sp_status cli_session_open(cli_session *s, const char *model_path, dev_kind kind, int n_threads) {
+    return cli_session_open_sized(s, model_path, kind, n_threads, CLI_MAX_BATCH);
+}
+
+sp_status cli_session_open_sized(cli_session *s, const char *model_path, dev_kind kind, int n_threads, int max_batch) {
     *s = (cli_session){0};
+    s->block_size = CLI_BLOCK_SIZE;
+    s->max_batch = max_batch > CLI_MAX_BATCH ? max_batch : CLI_MAX_BATCH;
     dev_options opts = {.kind = kind, .n_threads = n_threads};
     sp_status st = dev_create(&opts, &s->dev);
     if (st != SP_OK) return st;
-    model_options mopts = {.max_batch_tokens = CLI_MAX_BATCH};
+    model_options mopts = {.max_batch_tokens = s->max_batch};
     if ((st = model_load(model_path, s->dev, &mopts, &s->model)) != SP_OK) goto fail;
     const model_hparams *hp = model_get_hparams(s->model);
     s->logits = malloc(sizeof *s->logits * (size_t)hp->n_vocab);
-    if (!s->logits) {
+    s->step_pos = malloc(sizeof *s->step_pos * (size_t)s->max_batch);
+    s->step_seq = malloc(sizeof *s->step_seq * (size_t)s->max_batch);
+    if (!s->logits || !s->step_pos || !s->step_seq) {
         st = sp_fail(SP_ERR_NOMEM, "out of memory");
         goto fail;
     }
@@ -80,9 +88,9 @@ sp_status cli_session_eval(cli_session *s, const int32_t *tokens, int n) {
     SP_ASSERT(s->kv != NULL); /* cli_session_reserve first */
     if (s->n_past + n > s->n_ctx)
         return sp_fail(SP_ERR_RANGE, "sequence of %d tokens exceeds the context of %d tokens", s->n_past + n, s->n_ctx);
-    int32_t pos[CLI_MAX_BATCH], seq[CLI_MAX_BATCH];
+    int32_t *pos = s->step_pos, *seq = s->step_seq;
     for (int done = 0; done < n;) {
-        int chunk = n - done < CLI_MAX_BATCH ? n - done : CLI_MAX_BATCH;
+        int chunk = n - done < s->max_batch ? n - done : s->max_batch;
         for (int i = 0; i < chunk; i++) {
             pos[i] = s->n_past + i;
             seq[i] = 0;
@@ -119,5 +127,7 @@ void cli_session_close(cli_session *s) {
     dev_destroy(s->dev);
     free(s->block_table);
     free(s->logits);
+    free(s->step_pos);
+    free(s->step_seq);
     *s = (cli_session){0};
 }

@@ -169,7 +169,14 @@ static sp_status serve_load(const serve_args *a, srv_app *app, serve_state *s) {
     dev_kind kind = a->cfg.device == CFG_DEVICE_CUDA  ? DEV_KIND_CUDA
                     : a->cfg.device == CFG_DEVICE_CPU ? DEV_KIND_CPU
                                                       : DEV_KIND_AUTO;
-    dev_options dopts = {.kind = kind, .n_threads = (int)a->threads};
+    dev_options dopts = {
+        .kind = kind,
+        .n_threads = (int)a->threads,
+        .no_graphs = !a->cfg.cuda_graphs,
+        .quant_gemv = a->cfg.cuda_gemv == CFG_GEMV_ALWAYS  ? DEV_GEMV_ALWAYS
+                      : a->cfg.cuda_gemv == CFG_GEMV_NEVER ? DEV_GEMV_NEVER
+                                                           : DEV_GEMV_AUTO,
+    };
     sp_status st = dev_create(&dopts, &s->dev);
     if (st != SP_OK) return st;
     model_options mopts = {.max_batch_tokens = a->sched.max_batch_tokens};

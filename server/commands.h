@@ -39,15 +39,21 @@ typedef struct cli_session {
     dev_backend *dev;
     model *model;
     dev_kv *kv;
-    int block_size;
+    int block_size;       /* tokens per KV block; set by cli_session_open */
+    int max_batch;        /* largest forward step in tokens (the model's max_batch_tokens) */
     int n_ctx;            /* tokens the KV cache holds */
     int32_t *block_table; /* (n_ctx / block_size) */
     int32_t n_past;       /* tokens already in the cache */
     float *logits;        /* (V) logits after the last eval */
+    int32_t *step_pos;    /* (max_batch) positions of one step */
+    int32_t *step_seq;    /* (max_batch) sequence index of one step's tokens (all 0) */
 } cli_session;
 
-/* Loads model_path on a CPU backend with n_threads (<= 0: all cores). */
+/* Loads model_path on a CPU backend with n_threads (<= 0: all cores), for forward
+ * steps of up to 512 tokens. */
 sp_status cli_session_open(cli_session *s, const char *model_path, dev_kind kind, int n_threads);
+/* The same, for forward steps of up to max_batch tokens (<= 512: 512). */
+sp_status cli_session_open_sized(cli_session *s, const char *model_path, dev_kind kind, int n_threads, int max_batch);
 /* Creates the KV cache for n_ctx tokens (<= 0: the model's training context). */
 sp_status cli_session_reserve(cli_session *s, int n_ctx);
 /* Appends n tokens at the end of the sequence, in chunks of at most max_batch_tokens,

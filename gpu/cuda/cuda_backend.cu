@@ -120,6 +120,19 @@ static sp_status cuda_weight_init(dev_backend *dev, dev_tensor *out, const void 
                 return cuda__fault_status(cb);
         }
     }
+    /* the blocks as they are, for the fused GEMV of small batches */
+    const bool gemv_type = source == QUANT_Q8_0 || source == QUANT_Q4_0 || source == QUANT_Q4_1;
+    if (gemv_type && rows > 1 && cb->quant_gemv != DEV_GEMV_NEVER) {
+        void *packed = NULL;
+        if ((st = cuda_alloc(cb, nbytes, "weight blocks", &packed)) != SP_OK) return st;
+        if (!cuda__ok(cb, cudaMemcpyAsync(packed, host_data, nbytes, cudaMemcpyHostToDevice, cb->stream),
+                      "cudaMemcpyAsync(weight blocks)"))
+            return cuda__fault_status(cb);
+        out->packed = packed;
+        out->packed_type = source;
+        cb->packed_bytes += nbytes;
+        cb->weight_bytes += nbytes;
+    }
     /* ordered with the ops on the stream; waiting here also keeps host_data's lifetime simple */
     if (!cuda__ok(cb, cudaStreamSynchronize(cb->stream), "cudaStreamSynchronize")) return cuda__fault_status(cb);
     out->type = stored; /* the ops read the device copy in this type */
@@ -127,6 +140,7 @@ static sp_status cuda_weight_init(dev_backend *dev, dev_tensor *out, const void 
     out->data = device;
     cb->weight_bytes += bytes;
     cb->weight_source_bytes += nbytes;
+    if (out->packed) cuda__gemv_note_weight(cb, out);
     return SP_OK;
 }
 
@@ -144,14 +158,21 @@ static sp_status cuda_arena_alloc(dev_backend *dev, size_t nbytes, void **out) {
 
 static sp_status cuda_reserve(dev_backend *dev, int64_t max_tokens, int64_t max_width) {
     cuda_backend *cb = (cuda_backend *)dev;
+    if (!cb->attn_partial) {
+        sp_status st = cuda_alloc(cb, CUDA_ATTN_PARTIAL_BYTES, "attention partials", (void **)&cb->attn_partial);
+        if (st != SP_OK) return st;
+    }
+    cuda__graphs_clear(cb); /* captures hold the buffers of the model they were made for */
+    if (max_tokens > cb->max_tokens) cb->max_tokens = max_tokens;
     size_t bytes = (size_t)max_tokens * (size_t)max_width * sizeof(__half);
-    if (bytes <= cb->act_half_bytes) return SP_OK;
-    void *p = NULL;
-    sp_status st = cuda_alloc(cb, bytes, "matmul inputs", &p);
-    if (st != SP_OK) return st;
-    cb->act_half = p; /* the smaller one stays in allocations until destroy */
-    cb->act_half_bytes = bytes;
-    return SP_OK;
+    if (bytes > cb->act_half_bytes) {
+        void *p = NULL;
+        sp_status st = cuda_alloc(cb, bytes, "matmul inputs", &p);
+        if (st != SP_OK) return st;
+        cb->act_half = p; /* the smaller one stays in allocations until destroy */
+        cb->act_half_bytes = bytes;
+    }
+    return cuda__gemv_measure(cb); /* once the weights are in: the GEMV's row counts */
 }
 
 static sp_status cuda_kv_create(dev_backend *dev, const dev_kv_shape *shape, dev_kv **out) {
@@ -163,9 +184,12 @@ static sp_status cuda_kv_create(dev_backend *dev, const dev_kv_shape *shape, dev
     cuda_kv *kv = (cuda_kv *)calloc(1, sizeof *kv);
     if (!kv) return sp_fail(SP_ERR_NOMEM, "kv cache: out of memory");
     kv->common.shape = *shape;
+    kv->scratch_block = shape->n_blocks; /* one block more than asked for: decode padding's */
     kv->pool_stride =
-        (size_t)shape->n_blocks * (size_t)shape->block_size * (size_t)shape->n_kv_heads * (size_t)shape->head_dim;
-    size_t bytes = dev_kv_bytes(shape);
+        (size_t)(shape->n_blocks + 1) * (size_t)shape->block_size * (size_t)shape->n_kv_heads * (size_t)shape->head_dim;
+    dev_kv_shape with_scratch = *shape;
+    with_scratch.n_blocks += 1;
+    size_t bytes = dev_kv_bytes(&with_scratch);
     cudaError_t err = cudaMalloc((void **)&kv->data, bytes);
     if (err != cudaSuccess) {
         (void)cudaGetLastError();
@@ -181,58 +205,12 @@ static sp_status cuda_kv_create(dev_backend *dev, const dev_kv_shape *shape, dev
 }
 
 static void cuda_kv_destroy(dev_backend *dev, dev_kv *kv) {
-    (void)dev;
+    cuda_backend *cb = (cuda_backend *)dev;
+    cuda__graphs_clear(cb);            /* a later pool may get this one's address: no capture may outlive it */
+    cudaStreamSynchronize(cb->stream); /* the pool may still be in use by queued work */
     cuda_kv *ck = (cuda_kv *)kv;
     cudaFree(ck->data);
     free(ck);
-}
-
-/* ---- the step ---- */
-
-static sp_status cuda_step_upload(dev_backend *dev, const dev_step *host, const dev_step **device_step) {
-    cuda_backend *cb = (cuda_backend *)dev;
-    if (cb->faulted) return cuda__fault_status(cb);
-    cuda_step_buffers *sb = &cb->steps;
-    const size_t t = (size_t)host->n_tokens, s = (size_t)host->n_seqs;
-    const size_t need = 3 * t + s + s * (size_t)host->max_blocks + (size_t)host->n_logits;
-    if (need > sb->cap) {
-        /* the previous step's copy may still be in flight from the staging buffer */
-        if (!cuda__ok(cb, cudaStreamSynchronize(cb->stream), "cudaStreamSynchronize")) return cuda__fault_status(cb);
-        cudaFreeHost(sb->host);
-        cudaFree(sb->device);
-        sb->host = NULL;
-        sb->device = NULL;
-        sb->cap = 0;
-        size_t cap = need * 2;
-        if (!cuda__ok(cb, cudaMallocHost((void **)&sb->host, cap * sizeof(int32_t)), "cudaMallocHost(step)") ||
-            !cuda__ok(cb, cudaMalloc((void **)&sb->device, cap * sizeof(int32_t)), "cudaMalloc(step)"))
-            return cuda__fault_status(cb);
-        sb->cap = cap;
-    } else if (!cuda__ok(cb, cudaStreamSynchronize(cb->stream), "cudaStreamSynchronize")) {
-        return cuda__fault_status(cb); /* the staging buffer is reused: the last copy must be done */
-    }
-    int32_t *h = sb->host;
-    size_t off = 0;
-    dev_step *d = &sb->step;
-    *d = *host;
-#define STAGE(field, count)                                      \
-    do {                                                         \
-        memcpy(h + off, host->field, sizeof(int32_t) * (count)); \
-        d->field = sb->device + off;                             \
-        off += (count);                                          \
-    } while (0)
-    STAGE(tokens, t);
-    STAGE(pos, t);
-    STAGE(seq, t);
-    STAGE(seq_len, s);
-    STAGE(block_table, s * (size_t)host->max_blocks);
-    if (host->n_logits > 0) STAGE(logit_rows, (size_t)host->n_logits);
-#undef STAGE
-    if (!cuda__ok(cb, cudaMemcpyAsync(sb->device, h, off * sizeof(int32_t), cudaMemcpyHostToDevice, cb->stream),
-                  "cudaMemcpyAsync(step)"))
-        return cuda__fault_status(cb);
-    *device_step = d;
-    return SP_OK;
 }
 
 static sp_status cuda_copy_to_host(dev_backend *dev, void *host, const void *device, size_t nbytes) {
@@ -252,16 +230,24 @@ static sp_status cuda_memory_info(dev_backend *dev, size_t *free_bytes, size_t *
 
 /* ---- lifecycle ---- */
 
+/* cuBLAS's own workspace, given to it so that it never allocates during a graph
+ * capture (32 MiB: what NVIDIA suggests for Hopper). */
+#define CUBLAS_WORKSPACE_BYTES ((size_t)32 << 20)
+
 static const char *cuda_name(const dev_backend *dev) {
     cuda_backend *cb = (cuda_backend *)dev;
-    snprintf(cb->name, sizeof cb->name, "cuda (%s, sm_%d; weights %.1f MiB on the GPU from %.1f MiB in the file)",
-             cb->gpu_name, cb->sm, (double)cb->weight_bytes / (1 << 20), (double)cb->weight_source_bytes / (1 << 20));
+    snprintf(cb->name, sizeof cb->name,
+             "cuda (%s, sm_%d; weights %.1f MiB on the GPU, %.1f MiB of them block copies for the GEMV, from %.1f MiB "
+             "in the file; graphs %s)",
+             cb->gpu_name, cb->sm, (double)cb->weight_bytes / (1 << 20), (double)cb->packed_bytes / (1 << 20),
+             (double)cb->weight_source_bytes / (1 << 20), cb->use_graphs ? "on" : "off");
     return cb->name;
 }
 
 static void cuda_destroy(dev_backend *dev) {
     cuda_backend *cb = (cuda_backend *)dev;
     if (cb->stream) cudaStreamSynchronize(cb->stream);
+    cuda__graphs_clear(cb);
     for (int i = 0; i < cb->n_allocations; i++) cudaFree(cb->allocations[i]);
     free(cb->allocations);
     cudaFreeHost(cb->steps.host);
@@ -279,9 +265,10 @@ static const dev_backend_ops cuda_ops = {
     .reserve = cuda_reserve,
     .kv_create = cuda_kv_create,
     .kv_destroy = cuda_kv_destroy,
-    .step_upload = cuda_step_upload,
+    .step_upload = cuda__step_upload,
     .embed = cuda__embed,
     .rmsnorm = cuda__rmsnorm,
+    .add_rmsnorm = cuda__add_rmsnorm,
     .matmul_group = cuda__matmul_group,
     .rope_apply = cuda__rope_apply,
     .kv_write = cuda__kv_write,
@@ -289,6 +276,8 @@ static const dev_backend_ops cuda_ops = {
     .swiglu = cuda__swiglu,
     .add = cuda__add,
     .gather_rows = cuda__gather_rows,
+    .record = cuda__record,
+    .sample = cuda__sample,
     .copy_to_host = cuda_copy_to_host,
     .memory_info = cuda_memory_info,
 };
@@ -319,7 +308,6 @@ extern "C" bool cuda_backend_probe(char *why, size_t cap) {
 }
 
 extern "C" sp_status cuda_backend_create(const dev_options *opts, dev_backend **out) {
-    (void)opts;
     char why[256];
     if (!cuda_backend_probe(why, sizeof why)) return sp_fail(SP_ERR_UNSUPPORTED, "device cuda: no usable GPU: %s", why);
     cuda_backend *cb = (cuda_backend *)calloc(1, sizeof *cb);
@@ -327,6 +315,8 @@ extern "C" sp_status cuda_backend_create(const dev_options *opts, dev_backend **
     cb->base.ops = &cuda_ops;
     cb->base.n_threads = 1;
     cb->device = 0;
+    cb->use_graphs = !opts->no_graphs;
+    cb->quant_gemv = opts->quant_gemv;
     cudaDeviceProp prop;
     if (!cuda__ok(cb, cudaSetDevice(cb->device), "cudaSetDevice") ||
         !cuda__ok(cb, cudaGetDeviceProperties(&prop, cb->device), "cudaGetDeviceProperties") ||
@@ -337,8 +327,17 @@ extern "C" sp_status cuda_backend_create(const dev_options *opts, dev_backend **
         cuda_destroy(&cb->base);
         return st;
     }
+    sp_status st = cuda_alloc(cb, CUBLAS_WORKSPACE_BYTES, "cuBLAS workspace", &cb->cublas_workspace);
+    if (st == SP_OK && !cuda__blas_ok(cb, cublasSetWorkspace(cb->cublas, cb->cublas_workspace, CUBLAS_WORKSPACE_BYTES),
+                                      "cublasSetWorkspace"))
+        st = cuda__fault_status(cb);
+    if (st != SP_OK) {
+        cuda_destroy(&cb->base);
+        return st;
+    }
     snprintf(cb->gpu_name, sizeof cb->gpu_name, "%s", prop.name);
     cb->sm = prop.major * 10 + prop.minor;
+    cb->n_sms = prop.multiProcessorCount;
     *out = &cb->base;
     return SP_OK;
 }

@@ -26,20 +26,58 @@
 
 #include "gpu/cuda/cuda_backend.h"
 
+/* The widest head the attention kernel takes (checked at KV pool creation), and the
+ * scratch split-context decode attention keeps its per-split results in (allocated by
+ * dev_reserve, so nothing allocates during a step or a graph capture). */
+enum { CUDA_ATTN_MAX_DH = 256 };
+#define CUDA_ATTN_PARTIAL_BYTES ((size_t)32 << 20)
+
+/* Activation rows up to which a matmul on a Q8_0/Q4_0/Q4_1 weight may read the blocks
+ * directly (cuda_gemv.cu) instead of the F16 copy through cuBLAS. */
+enum { CUDA_GEMV_MAX_ROWS = 8 };
+
 typedef struct cuda_kv {
-    dev_kv_common common; /* first: the shape */
-    __half *data;         /* (layers, 2, blocks, B, Hk, Dh) */
-    size_t pool_stride;   /* elements of one K or V pool of one layer */
+    dev_kv_common common;  /* first: the shape */
+    __half *data;          /* (layers, 2, blocks + 1, B, Hk, Dh) */
+    size_t pool_stride;    /* elements of one K or V pool of one layer */
+    int32_t scratch_block; /* = shape.n_blocks: the extra block padding tokens write to */
 } cuda_kv;
 
 /* The step as the device reads it: the caller's dev_step with its arrays copied to
- * one device buffer (dev_step's pointers then point into it). */
+ * one device buffer (dev_step's pointers then point into it). A decode batch (one
+ * token per sequence, sequence t for token t) is padded to its graph bucket: see
+ * cuda_step.cu. */
 typedef struct cuda_step_buffers {
     int32_t *host;   /* pinned staging, cap int32s */
     int32_t *device; /* cap int32s */
     size_t cap;
     dev_step step;
+    bool padded; /* this step is a padded decode batch: its ops may be captured as a graph */
 } cuda_step_buffers;
+
+/* Decode batches of up to this many tokens are padded to a bucket and may run as graphs. */
+enum { CUDA_GRAPH_MAX_TOKENS = 256, CUDA_GRAPH_CACHE = 64 };
+
+/* One captured decode step: the ops dev_record's fn issued for one (bucket, block-table
+ * width, fn, ctx), instantiated for replay. */
+typedef struct cuda_graph_entry {
+    int32_t n_tokens, max_blocks;
+    dev_record_fn fn;
+    unsigned char ctx[DEV_RECORD_CTX_MAX];
+    size_t ctx_bytes;
+    cudaGraphExec_t exec;
+    uint64_t last_used;
+} cuda_graph_entry;
+
+/* A weight shape whose matmuls may take the fused GEMV, and up to how many rows it does
+ * (measured at dev_reserve, or CUDA_GEMV_MAX_ROWS with DEV_GEMV_ALWAYS). */
+typedef struct cuda_gemv_shape {
+    quant_type type;
+    int64_t n, k;
+    dev_tensor example; /* a weight of this shape, to time both paths on */
+    int max_rows;       /* 0: cuBLAS always */
+    float gemv_us[CUDA_GEMV_MAX_ROWS], cublas_us[CUDA_GEMV_MAX_ROWS];
+} cuda_gemv_shape;
 
 typedef struct cuda_backend {
     dev_backend base; /* first: the ops table */
@@ -56,6 +94,19 @@ typedef struct cuda_backend {
     void *act_half;             /* F16/BF16 copy of a matmul input, act_half_bytes */
     size_t act_half_bytes;
     cuda_step_buffers steps;
+    int64_t max_tokens;     /* the largest dev_reserve: activation rows a (padded) step may use */
+    void *cublas_workspace; /* set once, so cuBLAS never allocates inside a graph capture */
+    bool use_graphs;
+    cuda_graph_entry graphs[CUDA_GRAPH_CACHE];
+    int n_graphs;
+    uint64_t graph_clock;
+    dev_quant_gemv quant_gemv;
+    cuda_gemv_shape gemv_shapes[16];
+    int n_gemv_shapes;
+    bool gemv_measured;
+    size_t packed_bytes; /* block copies kept for the GEMV, included in weight_bytes */
+    int n_sms;           /* streaming multiprocessors: how many blocks fill the GPU */
+    float *attn_partial; /* split-context attention's partial results, CUDA_ATTN_PARTIAL_BYTES */
     bool faulted;
     char fault[320]; /* "cudaMemcpyAsync: an illegal memory access was encountered" */
 } cuda_backend;
@@ -71,9 +122,6 @@ void cuda__fault(cuda_backend *cb, const char *what);
 /* The fault as a status for the caller (SP_ERR_DEVICE with the message). */
 sp_status cuda__fault_status(const cuda_backend *cb);
 
-/* The widest head the attention kernel takes (checked at KV pool creation). */
-enum { CUDA_ATTN_MAX_DH = 256 };
-
 /* Device storage type of a weight: F32 for vectors, BF16 for BF16 matrices, F16 for the
  * rest (dequantized at upload). */
 quant_type cuda__storage_type(quant_type source, int64_t rows);
@@ -83,6 +131,8 @@ quant_type cuda__storage_type(quant_type source, int64_t rows);
 void cuda__embed(dev_backend *dev, float *x, const dev_tensor *emb, const dev_step *step);
 void cuda__rmsnorm(dev_backend *dev, float *out, const float *in, const dev_tensor *w, float eps, int64_t rows,
                    int64_t dim);
+void cuda__add_rmsnorm(dev_backend *dev, float *out, float *x, const float *delta, const dev_tensor *w, float eps,
+                       int64_t rows, int64_t dim);
 void cuda__rope_apply(dev_backend *dev, float *x, const dev_step *step, const dev_rope *rope, int64_t heads,
                       int64_t head_dim);
 void cuda__swiglu(dev_backend *dev, float *out, const float *gate, const float *up, int64_t n);
@@ -92,6 +142,26 @@ void cuda__kv_write(dev_backend *dev, dev_kv *kv, int layer, const float *k, con
 void cuda__attention(dev_backend *dev, float *out, const float *q, const dev_kv *kv, int layer, const dev_step *step,
                      int64_t n_heads, float scale);
 void cuda__matmul_group(dev_backend *dev, const dev_matmul_part *parts, int n_parts, const float *in, int64_t rows);
+
+/* out (rows, n) = in (rows, k) . W (n, k)^T [+ bias (n)], W in GGUF blocks of type
+ * (Q8_0, Q4_0 or Q4_1) on the device, rows <= CUDA_GEMV_MAX_ROWS; F32 arithmetic.
+ * Faults (cuda__fault) on a type or row count it does not take. */
+void cuda__gemv_quant(cuda_backend *cb, float *out, const float *in, const void *w, quant_type type, int64_t n,
+                      int64_t k, int64_t rows, const float *bias);
+
+/* cuda_sample.cu: dev_sample on the GPU. */
+sp_status cuda__sample(dev_backend *dev, float *logits, int32_t n_rows, const dev_sample_vocab *vocab,
+                       const dev_sample_row *rows, dev_sample_result *results);
+
+/* cuda_step.cu: the step's upload (with decode padding); cuda_graph.cu: dev_record. */
+sp_status cuda__step_upload(dev_backend *dev, const dev_step *host, const dev_kv *kv, const dev_step **device_step);
+sp_status cuda__record(dev_backend *dev, const dev_step *step, dev_record_fn fn, const void *ctx, size_t ctx_bytes);
+void cuda__graphs_clear(cuda_backend *cb);
+
+/* cuda_matmul.cu: notes a block-format weight the GEMV may read, and measures at
+ * dev_reserve up to how many rows the GEMV beats cuBLAS for each such shape. */
+void cuda__gemv_note_weight(cuda_backend *cb, const dev_tensor *w);
+sp_status cuda__gemv_measure(cuda_backend *cb);
 
 /* Grid size for n elements at `block` threads each, capped (kernels loop with a stride). */
 static inline unsigned cuda__grid(int64_t n, int block) {

@@ -8,10 +8,25 @@
  * output. In cuBLAS's column-major terms: C (N x T, ld N) = W^T-as-stored (op T on the
  * K x N matrix the row-major W is) times in (K x T, ld K); C in column-major is `out`
  * in row-major (T, N).
+ *
+ * Small batches on Q8_0/Q4_0/Q4_1 weights may instead read the file's blocks directly
+ * (cuda__gemv_quant, cuda_gemv.cu): decode is bound by reading the weights, and the
+ * blocks are 1.9x (Q8_0) to 3.6x (Q4_0) smaller than F16. Whether that is faster
+ * depends on the GPU and the shape, so dev_reserve measures both paths for every such
+ * weight shape at 1..CUDA_GEMV_MAX_ROWS rows and keeps, per shape, the row count up to
+ * which the GEMV won (cuda__gemv_measure; logged). The two paths round differently (F32
+ * against F16 inputs), so a token's result can depend on which one its batch took.
  */
+#include <math.h>
 #include <stdio.h>
 
+#include <algorithm>
+
 #include "gpu/cuda/cuda_internal.cuh"
+
+extern "C" {
+#include "common/log.h"
+}
 
 enum { BLOCK = 256 };
 
@@ -31,10 +46,57 @@ __global__ static void bias_kernel(float *out, const float *bias, int64_t rows, 
         out[i] += bias[i % n];
 }
 
+static cuda_gemv_shape *gemv_shape_of(cuda_backend *cb, const dev_tensor *w) {
+    for (int i = 0; i < cb->n_gemv_shapes; i++) {
+        cuda_gemv_shape *g = &cb->gemv_shapes[i];
+        if (g->type == w->packed_type && g->n == w->ne1 && g->k == w->ne0) return g;
+    }
+    return NULL;
+}
+
+void cuda__gemv_note_weight(cuda_backend *cb, const dev_tensor *w) {
+    if (gemv_shape_of(cb, w)) return;
+    const int cap = (int)(sizeof cb->gemv_shapes / sizeof cb->gemv_shapes[0]);
+    if (cb->n_gemv_shapes == cap) return; /* more shapes than any llama-family model has: cuBLAS for the rest */
+    cuda_gemv_shape *g = &cb->gemv_shapes[cb->n_gemv_shapes++];
+    *g = cuda_gemv_shape{};
+    g->type = w->packed_type;
+    g->n = w->ne1;
+    g->k = w->ne0;
+    g->example = *w;
+    g->max_rows = cb->quant_gemv == DEV_GEMV_ALWAYS ? CUDA_GEMV_MAX_ROWS : 0;
+    cb->gemv_measured = false;
+}
+
+/* Whether this product of rows rows goes through the GEMV. */
+static bool use_gemv(cuda_backend *cb, const dev_tensor *w, int64_t rows) {
+    if (!w->packed || rows > CUDA_GEMV_MAX_ROWS || cb->quant_gemv == DEV_GEMV_NEVER) return false;
+    const cuda_gemv_shape *g = gemv_shape_of(cb, w);
+    return g && rows <= g->max_rows;
+}
+
+static void cublas_product(cuda_backend *cb, const dev_matmul_part *part, const float *in, int64_t rows,
+                           quant_type *converted);
+
 void cuda__matmul_group(dev_backend *dev, const dev_matmul_part *parts, int n_parts, const float *in, int64_t rows) {
     cuda_backend *cb = (cuda_backend *)dev;
     if (cb->faulted) return;
-    const int64_t k = parts[0].w->ne0;
+    quant_type converted = QUANT_F32; /* the storage type act_half holds now */
+    for (int p = 0; p < n_parts && !cb->faulted; p++) {
+        const dev_tensor *w = parts[p].w;
+        if (use_gemv(cb, w, rows))
+            cuda__gemv_quant(cb, parts[p].out, in, w->packed, w->packed_type, w->ne1, w->ne0, rows,
+                             parts[p].bias ? (const float *)parts[p].bias->data : NULL);
+        else
+            cublas_product(cb, &parts[p], in, rows, &converted);
+    }
+}
+
+/* One product through cuBLAS; the input is converted into act_half unless *converted
+ * says it already holds it in the weight's type. */
+static void cublas_product(cuda_backend *cb, const dev_matmul_part *part, const float *in, int64_t rows,
+                           quant_type *converted) {
+    const int64_t k = part->w->ne0;
     const size_t need = (size_t)rows * (size_t)k * sizeof(__half);
     if (need > cb->act_half_bytes) { /* dev_reserve sized it for max_tokens x the widest input */
         char what[160];
@@ -43,36 +105,114 @@ void cuda__matmul_group(dev_backend *dev, const dev_matmul_part *parts, int n_pa
         cuda__fault(cb, what);
         return;
     }
-    quant_type converted = QUANT_F32; /* the storage type the buffer holds now */
-    const float alpha = 1.0f, beta = 0.0f;
-    for (int p = 0; p < n_parts; p++) {
-        const dev_tensor *w = parts[p].w;
-        if (w->type != QUANT_F16 && w->type != QUANT_BF16) { /* a one-row F32 "matrix" stays F32 */
-            cuda__fault(cb, "matmul: a weight of one row is stored as F32; matmuls need F16/BF16 storage");
-            return;
-        }
-        const bool bf16 = w->type == QUANT_BF16;
-        if (converted != w->type) {
-            if (bf16)
-                to_bf16_kernel<<<cuda__grid(rows * k, BLOCK), BLOCK, 0, cb->stream>>>((__nv_bfloat16 *)cb->act_half, in,
-                                                                                      rows * k);
-            else
-                to_half_kernel<<<cuda__grid(rows * k, BLOCK), BLOCK, 0, cb->stream>>>((__half *)cb->act_half, in,
-                                                                                      rows * k);
-            if (!cuda__launched(cb, "to_half_kernel")) return;
-            converted = w->type;
-        }
-        const cudaDataType_t type = bf16 ? CUDA_R_16BF : CUDA_R_16F;
-        if (!cuda__blas_ok(cb,
-                           cublasGemmEx(cb->cublas, CUBLAS_OP_T, CUBLAS_OP_N, (int)w->ne1, (int)rows, (int)k, &alpha,
-                                        w->data, type, (int)k, cb->act_half, type, (int)k, &beta, parts[p].out,
-                                        CUDA_R_32F, (int)w->ne1, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-                           "cublasGemmEx"))
-            return;
-        if (parts[p].bias) {
-            bias_kernel<<<cuda__grid(rows * w->ne1, BLOCK), BLOCK, 0, cb->stream>>>(
-                parts[p].out, (const float *)parts[p].bias->data, rows, w->ne1);
-            if (!cuda__launched(cb, "bias_kernel")) return;
-        }
+    const dev_tensor *w = part->w;
+    if (w->type != QUANT_F16 && w->type != QUANT_BF16) { /* a one-row F32 "matrix" stays F32 */
+        cuda__fault(cb, "matmul: a weight of one row is stored as F32; matmuls need F16/BF16 storage");
+        return;
     }
+    const bool bf16 = w->type == QUANT_BF16;
+    if (*converted != w->type) {
+        if (bf16)
+            to_bf16_kernel<<<cuda__grid(rows * k, BLOCK), BLOCK, 0, cb->stream>>>((__nv_bfloat16 *)cb->act_half, in,
+                                                                                  rows * k);
+        else
+            to_half_kernel<<<cuda__grid(rows * k, BLOCK), BLOCK, 0, cb->stream>>>((__half *)cb->act_half, in, rows * k);
+        if (!cuda__launched(cb, "to_half_kernel")) return;
+        *converted = w->type;
+    }
+    const float alpha = 1.0f, beta = 0.0f;
+    const cudaDataType_t type = bf16 ? CUDA_R_16BF : CUDA_R_16F;
+    if (!cuda__blas_ok(cb,
+                       cublasGemmEx(cb->cublas, CUBLAS_OP_T, CUBLAS_OP_N, (int)w->ne1, (int)rows, (int)k, &alpha,
+                                    w->data, type, (int)k, cb->act_half, type, (int)k, &beta, part->out, CUDA_R_32F,
+                                    (int)w->ne1, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                       "cublasGemmEx"))
+        return;
+    if (part->bias) {
+        bias_kernel<<<cuda__grid(rows * w->ne1, BLOCK), BLOCK, 0, cb->stream>>>(
+            part->out, (const float *)part->bias->data, rows, w->ne1);
+        cuda__launched(cb, "bias_kernel");
+    }
+}
+
+/* ---- which path for small batches: measured once the weights are in ---- */
+
+enum { MEASURE_REPS = 15 };
+
+/* Median microseconds of MEASURE_REPS runs of launch on cb->stream; < 0 on a fault. */
+template <class Launch> static float median_us(cuda_backend *cb, Launch launch) {
+    cudaEvent_t start = NULL, stop = NULL;
+    float times[MEASURE_REPS];
+    float result = -1.0f;
+    if (!cuda__ok(cb, cudaEventCreate(&start), "cudaEventCreate") ||
+        !cuda__ok(cb, cudaEventCreate(&stop), "cudaEventCreate"))
+        goto done;
+    launch(); /* warm-up: first-launch costs, cuBLAS's heuristics */
+    for (int r = 0; r < MEASURE_REPS; r++) {
+        if (!cuda__ok(cb, cudaEventRecord(start, cb->stream), "cudaEventRecord")) goto done;
+        launch();
+        if (!cuda__ok(cb, cudaEventRecord(stop, cb->stream), "cudaEventRecord") ||
+            !cuda__ok(cb, cudaEventSynchronize(stop), "cudaEventSynchronize") ||
+            !cuda__ok(cb, cudaEventElapsedTime(&times[r], start, stop), "cudaEventElapsedTime"))
+            goto done;
+    }
+    if (cb->faulted) goto done;
+    std::sort(times, times + MEASURE_REPS);
+    result = times[MEASURE_REPS / 2] * 1000.0f;
+done:
+    if (start) cudaEventDestroy(start);
+    if (stop) cudaEventDestroy(stop);
+    return result;
+}
+
+sp_status cuda__gemv_measure(cuda_backend *cb) {
+    if (cb->faulted) return cuda__fault_status(cb);
+    if (cb->gemv_measured || cb->quant_gemv != DEV_GEMV_AUTO || cb->n_gemv_shapes == 0) return SP_OK;
+    if (cb->act_half_bytes == 0) return SP_OK; /* measured at the reserve that sizes act_half */
+    int64_t widest_n = 0, widest_k = 0;
+    for (int i = 0; i < cb->n_gemv_shapes; i++) {
+        widest_n = std::max(widest_n, cb->gemv_shapes[i].n);
+        widest_k = std::max(widest_k, cb->gemv_shapes[i].k);
+    }
+    float *in = NULL, *out = NULL; /* scratch for the measurement only */
+    if (!cuda__ok(cb, cudaMalloc((void **)&in, sizeof(float) * CUDA_GEMV_MAX_ROWS * (size_t)widest_k), "cudaMalloc") ||
+        !cuda__ok(cb, cudaMalloc((void **)&out, sizeof(float) * CUDA_GEMV_MAX_ROWS * (size_t)widest_n), "cudaMalloc") ||
+        !cuda__ok(cb, cudaMemsetAsync(in, 0, sizeof(float) * CUDA_GEMV_MAX_ROWS * (size_t)widest_k, cb->stream),
+                  "cudaMemsetAsync")) {
+        cudaFree(in);
+        cudaFree(out);
+        return cuda__fault_status(cb);
+    }
+    for (int i = 0; i < cb->n_gemv_shapes && !cb->faulted; i++) {
+        cuda_gemv_shape *g = &cb->gemv_shapes[i];
+        const dev_tensor *w = &g->example;
+        g->max_rows = 0;
+        bool winning = true;
+        for (int rows = 1; rows <= CUDA_GEMV_MAX_ROWS && (size_t)rows * (size_t)g->k * 2 <= cb->act_half_bytes;
+             rows++) {
+            g->gemv_us[rows - 1] = median_us(
+                cb, [&] { cuda__gemv_quant(cb, out, in, w->packed, w->packed_type, g->n, g->k, rows, NULL); });
+            const dev_matmul_part part = {out, w, NULL};
+            g->cublas_us[rows - 1] = median_us(cb, [&] {
+                quant_type converted = QUANT_F32;
+                cublas_product(cb, &part, in, rows, &converted);
+            });
+            if (g->gemv_us[rows - 1] < 0 || g->cublas_us[rows - 1] < 0) break;
+            if (winning && g->gemv_us[rows - 1] <= g->cublas_us[rows - 1])
+                g->max_rows = rows;
+            else
+                winning = false; /* the first row count where cuBLAS wins ends the GEMV's range */
+        }
+        sp_log_info("cuda: %s [%lld x %lld]: fused GEMV for up to %d rows (1 row: GEMV %.1f us, cuBLAS %.1f us; "
+                    "%d rows: %.1f us, %.1f us)",
+                    quant_type_name(g->type), (long long)g->n, (long long)g->k, g->max_rows, (double)g->gemv_us[0],
+                    (double)g->cublas_us[0], CUDA_GEMV_MAX_ROWS, (double)g->gemv_us[CUDA_GEMV_MAX_ROWS - 1],
+                    (double)g->cublas_us[CUDA_GEMV_MAX_ROWS - 1]);
+    }
+    cudaStreamSynchronize(cb->stream);
+    cudaFree(in);
+    cudaFree(out);
+    if (cb->faulted) return cuda__fault_status(cb);
+    cb->gemv_measured = true;
+    return SP_OK;
 }

@@ -1,6 +1,8 @@
 /* cuda_ops.cu: the CUDA backend's row and elementwise ops: embedding gather, RMSNorm,
  * RoPE, SwiGLU, add, row gather, and the write of K and V into the paged pools.
  *
+ * The residual add and the next RMSNorm are one kernel (add_rmsnorm).
+ *
  * Legend: T = tokens in the step, D = row width, H = heads, Dh = head width,
  * B = tokens per KV block, Hk = KV heads.
  *
@@ -72,6 +74,32 @@ void cuda__rmsnorm(dev_backend *dev, float *out, const float *in, const dev_tens
     /* rows can exceed the 65535 limit of grid.y but not grid.x's 2^31 - 1 */
     rmsnorm_kernel<<<(unsigned)rows, BLOCK, 0, cb->stream>>>(out, in, (const float *)w->data, eps, dim);
     cuda__launched(cb, "rmsnorm_kernel");
+}
+
+/* x += delta, then y = x / sqrt(mean(x^2) + eps) * w: one block per row, x read once */
+__global__ static void add_rmsnorm_kernel(float *out, float *x_rows, const float *delta, const float *w, float eps,
+                                          int64_t dim) {
+    __shared__ float shared[32];
+    float *x = x_rows + blockIdx.x * dim;
+    const float *d = delta + blockIdx.x * dim;
+    float *y = out + blockIdx.x * dim;
+    float sum = 0.0f;
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
+        const float v = x[i] + d[i];
+        x[i] = v; /* each thread rereads only its own elements below */
+        sum += v * v;
+    }
+    sum = block_sum(sum, shared);
+    const float scale = rsqrtf(sum / (float)dim + eps);
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) y[i] = (x[i] * scale) * w[i];
+}
+
+void cuda__add_rmsnorm(dev_backend *dev, float *out, float *x, const float *delta, const dev_tensor *w, float eps,
+                       int64_t rows, int64_t dim) {
+    cuda_backend *cb = (cuda_backend *)dev;
+    if (cb->faulted || rows <= 0) return;
+    add_rmsnorm_kernel<<<(unsigned)rows, BLOCK, 0, cb->stream>>>(out, x, delta, (const float *)w->data, eps, dim);
+    cuda__launched(cb, "add_rmsnorm_kernel");
 }
 
 /* ---- RoPE: one thread per rotated pair ---- */

@@ -24,6 +24,8 @@ static void host_destroy(dev_backend *dev) {
     free(hb->arenas);
     free(hb->scratch);
     free(hb->attn_scratch);
+    sample_state_free(&hb->sampler);
+    free(hb->raw_logits);
     free(hb);
 }
 
@@ -115,9 +117,19 @@ static void host_kv_destroy(dev_backend *dev, dev_kv *kv) {
     free(hk);
 }
 
-static sp_status host_step_upload(dev_backend *dev, const dev_step *host, const dev_step **device_step) {
+static sp_status host_step_upload(dev_backend *dev, const dev_step *host, const dev_kv *kv,
+                                  const dev_step **device_step) {
     (void)dev;
+    (void)kv;
     *device_step = host; /* host memory is device memory here */
+    return SP_OK;
+}
+
+static sp_status host_record(dev_backend *dev, const dev_step *step, dev_record_fn fn, const void *ctx,
+                             size_t ctx_bytes) {
+    (void)dev;
+    (void)ctx_bytes;
+    fn(ctx, step); /* nothing to capture: the ops run as they are issued */
     return SP_OK;
 }
 
@@ -138,6 +150,7 @@ static const dev_backend_ops host_ops = {
     .step_upload = host_step_upload,
     .embed = host__embed,
     .rmsnorm = host__rmsnorm,
+    .add_rmsnorm = host__add_rmsnorm,
     .matmul_group = host__matmul_group,
     .rope_apply = host__rope_apply,
     .kv_write = host__kv_write,
@@ -145,6 +158,8 @@ static const dev_backend_ops host_ops = {
     .swiglu = host__swiglu,
     .add = host__add,
     .gather_rows = host__gather_rows,
+    .record = host_record,
+    .sample = host__sample,
     .copy_to_host = host_copy_to_host,
 };
 

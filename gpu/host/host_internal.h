@@ -85,6 +85,10 @@ typedef struct host_backend {
      * grown only when a KV cache is created: host__attention_scratch_bytes per thread. */
     void *attn_scratch;
     size_t attn_scratch_bytes;
+    /* dev_sample's scratch (host_sample.c), sized for sampler_vocab entries on first use. */
+    sample_state sampler;
+    float *raw_logits;
+    int32_t sampler_vocab;
 } host_backend;
 
 typedef struct host_kv {
@@ -101,6 +105,10 @@ sp_status host__scratch_reserve(host_backend *hb, size_t nbytes);
 void host__embed(dev_backend *dev, float *x, const dev_tensor *emb, const dev_step *step);
 void host__rmsnorm(dev_backend *dev, float *out, const float *in, const dev_tensor *w, float eps, int64_t rows,
                    int64_t dim);
+sp_status host__sample(dev_backend *dev, float *logits, int32_t n_rows, const dev_sample_vocab *vocab,
+                       const dev_sample_row *rows, dev_sample_result *results);
+void host__add_rmsnorm(dev_backend *dev, float *out, float *x, const float *delta, const dev_tensor *w, float eps,
+                       int64_t rows, int64_t dim);
 void host__rope_apply(dev_backend *dev, float *x, const dev_step *step, const dev_rope *rope, int64_t heads,
                       int64_t head_dim);
 void host__swiglu(dev_backend *dev, float *out, const float *gate, const float *up, int64_t n);

@@ -52,7 +52,9 @@ void host__embed(dev_backend *dev, float *x, const dev_tensor *emb, const dev_st
 typedef struct rmsnorm_task {
     float *out;
     const float *in;
-    const float *w; /* (D) */
+    float *residual;    /* add_rmsnorm: the x that delta is added to (in == residual); else NULL */
+    const float *delta; /* add_rmsnorm only */
+    const float *w;     /* (D) */
     float eps;
     int64_t rows, dim;
 } rmsnorm_task;
@@ -62,6 +64,11 @@ static void rmsnorm_rows(void *ctx, int ith, int nth) {
     int64_t begin, end;
     host__split(t->rows, ith, nth, &begin, &end);
     for (int64_t r = begin; r < end; r++) {
+        if (t->residual) { /* the same float adds dev_add makes, before the row is read */
+            float *x = t->residual + r * t->dim;
+            const float *d = t->delta + r * t->dim;
+            for (int64_t i = 0; i < t->dim; i++) x[i] = x[i] + d[i];
+        }
         const float *x = t->in + r * t->dim;
         float *y = t->out + r * t->dim;
         double sum = 0.0;
@@ -72,14 +79,23 @@ static void rmsnorm_rows(void *ctx, int ith, int nth) {
     }
 }
 
+static void rmsnorm_run(host_backend *hb, rmsnorm_task *task) {
+    if (task->rows * task->dim < HOST_INLINE_ELEMENTS)
+        rmsnorm_rows(task, 0, 1);
+    else
+        host__pool_run(hb->pool, rmsnorm_rows, task);
+}
+
 void host__rmsnorm(dev_backend *dev, float *out, const float *in, const dev_tensor *w, float eps, int64_t rows,
                    int64_t dim) {
-    host_backend *hb = (host_backend *)dev;
-    rmsnorm_task task = {out, in, (const float *)w->data, eps, rows, dim};
-    if (rows * dim < HOST_INLINE_ELEMENTS)
-        rmsnorm_rows(&task, 0, 1);
-    else
-        host__pool_run(hb->pool, rmsnorm_rows, &task);
+    rmsnorm_task task = {out, in, NULL, NULL, (const float *)w->data, eps, rows, dim};
+    rmsnorm_run((host_backend *)dev, &task);
+}
+
+void host__add_rmsnorm(dev_backend *dev, float *out, float *x, const float *delta, const dev_tensor *w, float eps,
+                       int64_t rows, int64_t dim) {
+    rmsnorm_task task = {out, x, x, delta, (const float *)w->data, eps, rows, dim};
+    rmsnorm_run((host_backend *)dev, &task);
 }
 
 /* ---- RoPE ---- */

@@ -101,3 +101,44 @@ def test_bench_reports_json(spindle_bin, stories_model):
     lines = [json.loads(line) for line in r.stdout.splitlines()]
     assert [l["test"] for l in lines] == ["pp64", "tg16"]
     assert all(l["tokens_per_s_median"] > 0 for l in lines)
+
+
+def test_bench_batch_decodes_sequences_together(spindle_bin, stories_model):
+    r = run([spindle_bin, "bench", "--model", stories_model, "--device", "cpu", "--pp", "0", "--tg", "8",
+             "--batch", "4", "--reps", "2"])
+    assert r.returncode == 0, r.stderr
+    lines = [json.loads(line) for line in r.stdout.splitlines()]
+    assert len(lines) == 1
+    tg = lines[0]
+    assert set(tg) >= {"test", "threads", "n_tokens", "batch", "reps", "tokens_per_s_median", "step_ms_median",
+                       "tokens_per_s"}
+    assert tg["test"] == "tg8_b4"
+    assert (tg["n_tokens"], tg["batch"], tg["reps"]) == (8, 4, 2)
+    assert tg["threads"] >= 1
+    assert len(tg["tokens_per_s"]) == 2 and all(x > 0 for x in tg["tokens_per_s"])
+    assert min(tg["tokens_per_s"]) <= tg["tokens_per_s_median"] <= max(tg["tokens_per_s"])
+    # tokens/s counts all 4 sequences: each rep took 4 * 8 / tokens_per_s seconds for its 8 steps, and
+    # the median of nonnegative step times is at most twice their mean
+    mean_step_ms = sum(1e3 * 4 * 8 / x for x in tg["tokens_per_s"]) / (2 * 8)
+    assert 0 < tg["step_ms_median"] <= 2 * mean_step_ms
+
+
+def test_bench_prompt_beyond_512_is_one_step(spindle_bin, stories_model):
+    r = run([spindle_bin, "bench", "--model", stories_model, "--pp", "1024", "--tg", "4", "--reps", "1"])
+    assert r.returncode == 0, r.stderr
+    lines = [json.loads(line) for line in r.stdout.splitlines()]
+    assert [l["test"] for l in lines] == ["pp1024", "tg4"]
+    assert lines[1]["batch"] == 1 and lines[1]["step_ms_median"] > 0
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--batch", "0"], "--batch"),
+    (["--batch", "999"], "--batch"),
+    (["--batch", "x"], "--batch"),
+    (["--pp", "8193"], "--pp"),
+])
+def test_bench_bad_values_exit_2_naming_the_flag(spindle_bin, stories_model, args, needle):
+    r = run([spindle_bin, "bench", "--model", stories_model, *args])
+    assert r.returncode == 2
+    assert needle in r.stderr
+    assert r.stdout == ""

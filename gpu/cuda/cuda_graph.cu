@@ -1,0 +1,95 @@
+/* cuda_graph.cu: dev_record on the GPU: decode steps captured as CUDA graphs, one per
+ * (token bucket, block-table width, fn, ctx), and replayed.
+ *
+ * A small model's decode step is a few hundred short kernels; launched one by one,
+ * the CPU's launch cost is most of the step. A captured graph launches them all at
+ * once. cuda_step.cu pads every decode batch to its bucket, so one bucket's steps
+ * launch the same kernels on the same addresses and differ only in the step's device
+ * arrays, which the kernels read when they run: a graph captured for the first step of
+ * a bucket is valid for all later ones. Steps that are not padded decode batches
+ * (prefill chunks, mixed steps) run op by op.
+ *
+ * Captures are kept in a fixed table (CUDA_GRAPH_CACHE); when it is full the least
+ * recently used one goes. Growing the step buffer moves the arrays every graph reads,
+ * so it drops them all (cuda__graphs_clear).
+ *
+ * What fn may do during a capture: launch kernels and cuBLAS calls on cb->stream (cuBLAS
+ * has its own workspace, so it does not allocate); no synchronisation, allocation or
+ * copy to the host (dev_record's contract). A fault inside a capture ends the capture
+ * and is reported like any other.
+ */
+#include <string.h>
+
+#include "gpu/cuda/cuda_internal.cuh"
+
+void cuda__graphs_clear(cuda_backend *cb) {
+    if (cb->n_graphs == 0) return;
+    if (cb->stream) cudaStreamSynchronize(cb->stream); /* none may still be running */
+    for (int i = 0; i < cb->n_graphs; i++) cudaGraphExecDestroy(cb->graphs[i].exec);
+    cb->n_graphs = 0;
+}
+
+static cuda_graph_entry *graph_find(cuda_backend *cb, const dev_step *step, dev_record_fn fn, const void *ctx,
+                                    size_t ctx_bytes) {
+    for (int i = 0; i < cb->n_graphs; i++) {
+        cuda_graph_entry *g = &cb->graphs[i];
+        if (g->n_tokens == step->n_tokens && g->max_blocks == step->max_blocks && g->fn == fn &&
+            g->ctx_bytes == ctx_bytes && memcmp(g->ctx, ctx, ctx_bytes) == 0)
+            return g;
+    }
+    return NULL;
+}
+
+/* A free slot: a new one, or the least recently used one, destroyed. */
+static cuda_graph_entry *graph_slot(cuda_backend *cb) {
+    if (cb->n_graphs < CUDA_GRAPH_CACHE) return &cb->graphs[cb->n_graphs++];
+    cuda_graph_entry *oldest = &cb->graphs[0];
+    for (int i = 1; i < cb->n_graphs; i++)
+        if (cb->graphs[i].last_used < oldest->last_used) oldest = &cb->graphs[i];
+    cudaStreamSynchronize(cb->stream); /* it may be the one still running */
+    cudaGraphExecDestroy(oldest->exec);
+    return oldest;
+}
+
+/* Captures what fn issues into an instantiated graph; NULL on a fault (recorded). */
+static cudaGraphExec_t graph_capture(cuda_backend *cb, const dev_step *step, dev_record_fn fn, const void *ctx) {
+    if (!cuda__ok(cb, cudaStreamBeginCapture(cb->stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture"))
+        return NULL;
+    fn(ctx, step);
+    cudaGraph_t graph = NULL;
+    /* always end the capture, so the stream works again whatever happened inside */
+    cudaError_t end = cudaStreamEndCapture(cb->stream, &graph);
+    if (cb->faulted || !cuda__ok(cb, end, "cudaStreamEndCapture")) {
+        if (graph) cudaGraphDestroy(graph);
+        return NULL;
+    }
+    cudaGraphExec_t exec = NULL;
+    cudaError_t err = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    if (!cuda__ok(cb, err, "cudaGraphInstantiate")) return NULL;
+    return exec;
+}
+
+sp_status cuda__record(dev_backend *dev, const dev_step *step, dev_record_fn fn, const void *ctx, size_t ctx_bytes) {
+    cuda_backend *cb = (cuda_backend *)dev;
+    if (cb->faulted) return cuda__fault_status(cb);
+    if (!cb->use_graphs || !cb->steps.padded || step != &cb->steps.step) {
+        fn(ctx, step);
+        return cb->faulted ? cuda__fault_status(cb) : SP_OK;
+    }
+    cuda_graph_entry *g = graph_find(cb, step, fn, ctx, ctx_bytes);
+    if (!g) {
+        cudaGraphExec_t exec = graph_capture(cb, step, fn, ctx);
+        if (!exec) return cuda__fault_status(cb);
+        g = graph_slot(cb);
+        g->n_tokens = step->n_tokens;
+        g->max_blocks = step->max_blocks;
+        g->fn = fn;
+        memcpy(g->ctx, ctx, ctx_bytes);
+        g->ctx_bytes = ctx_bytes;
+        g->exec = exec;
+    }
+    g->last_used = ++cb->graph_clock;
+    if (!cuda__ok(cb, cudaGraphLaunch(g->exec, cb->stream), "cudaGraphLaunch")) return cuda__fault_status(cb);
+    return SP_OK;
+}

@@ -1,0 +1,124 @@
+/* cuda_step.cu: the step's arrays, copied to the device through a pinned staging
+ * buffer, and the padding of decode batches to graph buckets.
+ *
+ * Legend: T = tokens in the step, S = sequences, M = block-table width (max_blocks),
+ * Tb and Mb = T and M rounded up to their buckets.
+ *
+ * A decode batch (one token per sequence, token t in sequence t, as the scheduler
+ * builds them) of up to CUDA_GRAPH_MAX_TOKENS is padded to Tb tokens and an Mb-wide
+ * block table, so that every step of one bucket launches the same kernels with the
+ * same shapes and buffer addresses: cuda_graph.cu captures that once and replays it.
+ * Padding is applied with and without graphs, so both run the very same kernels and
+ * give identical results. A padding token is token 0 at position 0 of a sequence of
+ * its own whose every block is the pool's scratch block (cuda_kv.scratch_block, one
+ * block past the caller's pool): it writes and reads only that block, so it needs no
+ * special case in any kernel and never touches a real sequence. Logit rows are the
+ * caller's; padding rows are never read back.
+ *
+ * Layout of the device buffer (int32s): tokens, pos, seq (Tb each), seq_len (Tb),
+ * block table (Tb x Mb), logit rows. Offsets depend only on (Tb, Mb), so a graph's
+ * captured pointers stay valid for every later step of its bucket; growing the buffer
+ * moves it, so that drops every graph.
+ */
+#include <string.h>
+
+#include "gpu/cuda/cuda_internal.cuh"
+
+/* 1, 2, 4, 8, then multiples of 8: little padding, few buckets. */
+static int32_t token_bucket(int32_t t) {
+    if (t > 8) return (t + 7) / 8 * 8;
+    int32_t b = 1;
+    while (b < t) b *= 2;
+    return b;
+}
+
+static int32_t blocks_bucket(int32_t m) {
+    int32_t b = 1;
+    while (b < m) b *= 2;
+    return b;
+}
+
+static bool is_decode_batch(const dev_step *s) {
+    if (s->n_tokens != s->n_seqs || s->n_tokens > CUDA_GRAPH_MAX_TOKENS) return false;
+    for (int32_t t = 0; t < s->n_tokens; t++)
+        if (s->seq[t] != t) return false;
+    return true;
+}
+
+/* Makes room for need int32s (the previous step's copy from the staging buffer done). */
+static sp_status step_buffers_fit(cuda_backend *cb, size_t need) {
+    cuda_step_buffers *sb = &cb->steps;
+    /* the previous step's copy may still be in flight from the staging buffer */
+    if (!cuda__ok(cb, cudaStreamSynchronize(cb->stream), "cudaStreamSynchronize")) return cuda__fault_status(cb);
+    if (need <= sb->cap) return SP_OK;
+    cuda__graphs_clear(cb); /* they point into the old buffer */
+    cudaFreeHost(sb->host);
+    cudaFree(sb->device);
+    sb->host = NULL;
+    sb->device = NULL;
+    sb->cap = 0;
+    size_t cap = need * 2;
+    if (!cuda__ok(cb, cudaMallocHost((void **)&sb->host, cap * sizeof(int32_t)), "cudaMallocHost(step)") ||
+        !cuda__ok(cb, cudaMalloc((void **)&sb->device, cap * sizeof(int32_t)), "cudaMalloc(step)"))
+        return cuda__fault_status(cb);
+    sb->cap = cap;
+    return SP_OK;
+}
+
+sp_status cuda__step_upload(dev_backend *dev, const dev_step *host, const dev_kv *kv_base,
+                            const dev_step **device_step) {
+    cuda_backend *cb = (cuda_backend *)dev;
+    if (cb->faulted) return cuda__fault_status(cb);
+    const cuda_kv *kv = (const cuda_kv *)kv_base;
+    cuda_step_buffers *sb = &cb->steps;
+    const int32_t t = host->n_tokens, s = host->n_seqs, m = host->max_blocks;
+    int32_t tb = t, sbk = s, mb = m;
+    sb->padded = is_decode_batch(host);
+    if (sb->padded) {
+        tb = token_bucket(t);
+        if (tb > cb->max_tokens) tb = cb->max_tokens > t ? (int32_t)cb->max_tokens : t; /* the activations' rows */
+        sbk = tb;
+        mb = blocks_bucket(m);
+    }
+    const size_t need = 3 * (size_t)tb + (size_t)sbk + (size_t)sbk * (size_t)mb + (size_t)host->n_logits;
+    sp_status st = step_buffers_fit(cb, need);
+    if (st != SP_OK) return st;
+
+    int32_t *h = sb->host;
+    int32_t *tokens = h, *pos = h + tb, *seq = h + 2 * (size_t)tb, *seq_len = h + 3 * (size_t)tb;
+    int32_t *table = seq_len + sbk, *logit_rows = table + (size_t)sbk * (size_t)mb;
+    memcpy(tokens, host->tokens, sizeof(int32_t) * (size_t)t);
+    memcpy(pos, host->pos, sizeof(int32_t) * (size_t)t);
+    memcpy(seq, host->seq, sizeof(int32_t) * (size_t)t);
+    memcpy(seq_len, host->seq_len, sizeof(int32_t) * (size_t)s);
+    for (int32_t q = 0; q < s; q++) {
+        memcpy(table + (size_t)q * mb, host->block_table + (size_t)q * m, sizeof(int32_t) * (size_t)m);
+        for (int32_t b = m; b < mb; b++) table[(size_t)q * mb + b] = kv->scratch_block;
+    }
+    for (int32_t i = t; i < tb; i++) { /* padding: token 0 at position 0 of its own scratch sequence */
+        tokens[i] = 0;
+        pos[i] = 0;
+        seq[i] = i;
+        seq_len[i] = 1;
+        for (int32_t b = 0; b < mb; b++) table[(size_t)i * mb + b] = kv->scratch_block;
+    }
+    memcpy(logit_rows, host->logit_rows, sizeof(int32_t) * (size_t)host->n_logits);
+
+    const size_t used = (size_t)(logit_rows - h) + (size_t)host->n_logits;
+    if (!cuda__ok(cb, cudaMemcpyAsync(sb->device, h, used * sizeof(int32_t), cudaMemcpyHostToDevice, cb->stream),
+                  "cudaMemcpyAsync(step)"))
+        return cuda__fault_status(cb);
+    dev_step *d = &sb->step;
+    *d = *host;
+    d->n_tokens = tb;
+    d->n_seqs = sbk;
+    d->max_blocks = mb;
+    d->tokens = sb->device;
+    d->pos = sb->device + (pos - h);
+    d->seq = sb->device + (seq - h);
+    d->seq_len = sb->device + (seq_len - h);
+    d->block_table = sb->device + (table - h);
+    d->logit_rows = sb->device + (logit_rows - h);
+    *device_step = d;
+    return SP_OK;
+}
