@@ -34,10 +34,16 @@
 # model still being written 90 s before it is stopped and its benches skipped, so the
 # tables come out within 8 minutes even when something hangs.
 #
-# Carry: build/ (the binaries link cuBLAS from the toolkit through an rpath; where the
-# device image lacks it, carry libcublas*.so* too and set LD_LIBRARY_PATH).
+# Carry: run tools/gpu_bundle.sh here first and carry what it names (the binaries, and
+# build/gpu_bundle/lib with the libraries the device image lacks: this script puts it on
+# LD_LIBRARY_PATH). cuBLAS comes from the device's own toolkit (the binaries' rpath is
+# /usr/local/cuda/lib64). Building on the device needs those libraries' headers, which
+# its image does not have.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
+if [ -d build/gpu_bundle/lib ]; then
+    export LD_LIBRARY_PATH=$PWD/build/gpu_bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+fi
 
 # ---- the figures: an awk program over bench.jsonl, reading gpu_rates.json first ----
 report_awk() {
@@ -251,7 +257,8 @@ for bin in build/spindle build/mkmodel build/gpu_rates "${gpu_tests[@]}"; do
 done
 if [ $missing = 1 ]; then
     say "building (make -j$(nproc) all ${gpu_tests[*]})"
-    make -j"$(nproc)" all "${gpu_tests[@]}" >>"$LOG" 2>&1 || { say "build failed (see $LOG)"; exit 1; }
+    make -j"$(nproc)" all "${gpu_tests[@]}" >>"$LOG" 2>&1 ||
+        { say "build failed (see $LOG); carry a build made by tools/gpu_bundle.sh instead"; exit 1; }
 fi
 
 # 2. the models, written in the background (mkmodel is one thread; the 8B one takes longest)

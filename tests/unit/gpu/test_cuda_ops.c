@@ -74,14 +74,17 @@ static dev_step the_step(void) {
     return (dev_step){T, step_tokens, step_pos, step_seq, 2, step_seq_len, step_table, 4, 2, step_logit_rows};
 }
 
-static void side_open(side *s, dev_kind kind) {
-    dev_options o = {.kind = kind, .n_threads = 2};
+static void side_open_with(side *s, dev_options o) {
     cr_assert_eq(dev_create(&o, &s->dev), SP_OK, "%s", sp_last_error());
     cr_assert_eq(dev_reserve(s->dev, T, MAX_WIDTH), SP_OK, "%s", sp_last_error());
     dev_kv_shape shape = {.n_layers = 1, .n_blocks = N_BLOCKS, .block_size = BLOCK, .n_kv_heads = HK, .head_dim = DH};
     cr_assert_eq(dev_kv_create(s->dev, &shape, &s->kv), SP_OK, "%s", sp_last_error());
     s->host_step = the_step();
     cr_assert_eq(dev_step_begin(s->dev, &s->host_step, T, s->kv, &s->step), SP_OK, "%s", sp_last_error());
+}
+
+static void side_open(side *s, dev_kind kind) {
+    side_open_with(s, (dev_options){.kind = kind, .n_threads = 2});
 }
 
 static void side_close(side *s) {
@@ -111,10 +114,11 @@ static void side_read(side *s, float *host, const float *device, int64_t n) {
 
 /* ---- matmul, every weight type ---- */
 
-static void check_matmul(quant_type type, int64_t k, int64_t n, double bound) {
+/* rows (<= T) activation rows; gemv: how the GPU side may read block weights */
+static void check_matmul_rows(quant_type type, int64_t k, int64_t n, int64_t rows, dev_quant_gemv gemv, double bound) {
     side cpu, gpu;
     side_open(&cpu, DEV_KIND_CPU);
-    side_open(&gpu, DEV_KIND_CUDA);
+    side_open_with(&gpu, (dev_options){.kind = DEV_KIND_CUDA, .quant_gemv = gemv});
     float *x = random_f16(T * k, 1.0f), *wf = random_f16(n * k, 0.5f);
     size_t row = quant_row_bytes(type, k);
     char *w = malloc(row * (size_t)n);
@@ -130,15 +134,19 @@ static void check_matmul(quant_type type, int64_t k, int64_t n, double bound) {
         cr_assert_eq(dev_weight_init(s->dev, &wt, type, k, n, w, row * (size_t)n), SP_OK, "%s", sp_last_error());
         cr_assert_eq(dev_weight_init(s->dev, &bt, QUANT_F32, n, 1, bias, sizeof(float) * (size_t)n), SP_OK);
         float *out = side_buffer(s, T * n);
-        dev_matmul(s->dev, out, in, &wt, &bt, T);
-        side_read(s, outs[i], out, T * n);
+        dev_matmul(s->dev, out, in, &wt, &bt, rows);
+        side_read(s, outs[i], out, rows * n);
     }
-    double e = rel_error(got, ref, T * n);
-    cr_expect(e < bound, "matmul %s K=%lld N=%lld: relative error %.2e (bound %.0e)", quant_type_name(type),
-              (long long)k, (long long)n, e, bound);
+    double e = rel_error(got, ref, rows * n);
+    cr_expect(e < bound, "matmul %s K=%lld N=%lld rows %lld gemv mode %d: relative error %.2e (bound %.0e)",
+              quant_type_name(type), (long long)k, (long long)n, (long long)rows, (int)gemv, e, bound);
     free(x), free(wf), free(w), free(bias), free(ref), free(got);
     side_close(&cpu);
     side_close(&gpu);
+}
+
+static void check_matmul(quant_type type, int64_t k, int64_t n, double bound) {
+    check_matmul_rows(type, k, n, T, DEV_GEMV_AUTO, bound);
 }
 
 Test(cuda_ops, matmul_matches_the_cpu_for_every_weight_type) {
@@ -149,6 +157,20 @@ Test(cuda_ops, matmul_matches_the_cpu_for_every_weight_type) {
     check_matmul(QUANT_Q8_0, 512, 96, 1e-2);
     check_matmul(QUANT_Q4_0, 512, 96, 2e-2);
     check_matmul(QUANT_Q4_1, 1024, 80, 2e-2);
+}
+
+/* The fused dequantize-GEMV (forced on) and cuBLAS (forced) at every row count it
+ * takes, on row lengths that exercise each copy width (K = 32 x odd blocks too). */
+Test(cuda_ops, small_batch_matmul_on_blocks_matches_the_cpu_on_both_paths) {
+    if (!have_gpu()) return;
+    static const quant_type TYPES[] = {QUANT_Q8_0, QUANT_Q4_0, QUANT_Q4_1};
+    static const int64_t KS[] = {32, 96, 256, 1024};
+    for (size_t ti = 0; ti < 3; ti++)
+        for (size_t ki = 0; ki < 4; ki++)
+            for (int64_t rows = 1; rows <= 8; rows++) {
+                check_matmul_rows(TYPES[ti], KS[ki], 77, rows, DEV_GEMV_ALWAYS, 2e-2);
+                if (rows == 1 || rows == 8) check_matmul_rows(TYPES[ti], KS[ki], 77, rows, DEV_GEMV_NEVER, 2e-2);
+            }
 }
 
 /* ---- row ops: RMSNorm, RoPE (both styles, with factors), SwiGLU, add, gather ---- */
