@@ -15,12 +15,18 @@
  *
  * What fn may do during a capture: launch kernels and cuBLAS calls on cb->stream (cuBLAS
  * has its own workspace, so it does not allocate); no synchronisation, allocation or
- * copy to the host (dev_record's contract). A fault inside a capture ends the capture
- * and is reported like any other.
+ * copy to the host (dev_record's contract). A failure inside a capture ends the capture;
+ * when the stream still works afterwards it was the capture's, not the device's: graphs
+ * are turned off (logged) and the step runs op by op. Otherwise it is a device fault.
  */
+#include <stdio.h>
 #include <string.h>
 
 #include "gpu/cuda/cuda_internal.cuh"
+
+extern "C" {
+#include "common/log.h"
+}
 
 void cuda__graphs_clear(cuda_backend *cb) {
     if (cb->n_graphs == 0) return;
@@ -51,7 +57,10 @@ static cuda_graph_entry *graph_slot(cuda_backend *cb) {
     return oldest;
 }
 
-/* Captures what fn issues into an instantiated graph; NULL on a fault (recorded). */
+/* Captures what fn issues into an instantiated graph. NULL with cb->faulted on a device
+ * fault; NULL without it when the capture itself failed (fn issued something a capture
+ * cannot hold) and the device is fine: then graphs are turned off, and the caller runs
+ * fn op by op (the captured ops never ran). */
 static cudaGraphExec_t graph_capture(cuda_backend *cb, const dev_step *step, dev_record_fn fn, const void *ctx) {
     if (!cuda__ok(cb, cudaStreamBeginCapture(cb->stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture"))
         return NULL;
@@ -59,15 +68,26 @@ static cudaGraphExec_t graph_capture(cuda_backend *cb, const dev_step *step, dev
     cudaGraph_t graph = NULL;
     /* always end the capture, so the stream works again whatever happened inside */
     cudaError_t end = cudaStreamEndCapture(cb->stream, &graph);
-    if (cb->faulted || !cuda__ok(cb, end, "cudaStreamEndCapture")) {
-        if (graph) cudaGraphDestroy(graph);
+    cudaGraphExec_t exec = NULL;
+    cudaError_t err = end;
+    if (end == cudaSuccess && !cb->faulted) err = cudaGraphInstantiate(&exec, graph, 0);
+    if (graph) cudaGraphDestroy(graph);
+    if (err == cudaSuccess && !cb->faulted) return exec;
+    /* A failure inside a capture is usually the capture's (an op it cannot record), not
+     * the device's: if the stream still works, keep the device and stop capturing. */
+    char why[sizeof cb->fault];
+    snprintf(why, sizeof why, "%s", cb->faulted ? cb->fault : cudaGetErrorString(err));
+    (void)cudaGetLastError();
+    if (cudaStreamSynchronize(cb->stream) != cudaSuccess) {
+        cuda__ok(cb, cudaGetLastError(), "cudaStreamSynchronize after a failed graph capture");
+        cuda__fault(cb, why);
         return NULL;
     }
-    cudaGraphExec_t exec = NULL;
-    cudaError_t err = cudaGraphInstantiate(&exec, graph, 0);
-    cudaGraphDestroy(graph);
-    if (!cuda__ok(cb, err, "cudaGraphInstantiate")) return NULL;
-    return exec;
+    cb->faulted = false;
+    cb->fault[0] = '\0';
+    cb->use_graphs = false;
+    sp_log_warn("cuda: capturing a decode step as a graph failed (%s); running steps op by op from now on", why);
+    return NULL;
 }
 
 sp_status cuda__record(dev_backend *dev, const dev_step *step, dev_record_fn fn, const void *ctx, size_t ctx_bytes) {
@@ -80,7 +100,11 @@ sp_status cuda__record(dev_backend *dev, const dev_step *step, dev_record_fn fn,
     cuda_graph_entry *g = graph_find(cb, step, fn, ctx, ctx_bytes);
     if (!g) {
         cudaGraphExec_t exec = graph_capture(cb, step, fn, ctx);
-        if (!exec) return cuda__fault_status(cb);
+        if (!exec) {
+            if (cb->faulted) return cuda__fault_status(cb);
+            fn(ctx, step); /* the capture failed, the device is fine: op by op */
+            return cb->faulted ? cuda__fault_status(cb) : SP_OK;
+        }
         g = graph_slot(cb);
         g->n_tokens = step->n_tokens;
         g->max_blocks = step->max_blocks;

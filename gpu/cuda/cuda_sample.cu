@@ -1,75 +1,65 @@
-/* cuda_sample.cu: dev_sample on the GPU. For each logit row, what model/sample.c does on
- * the host (see dev_sample in gpu/device.h and host_sample.c): log-probabilities from the
- * raw logits, the end-of-generation mask, logit bias and penalties, then the draw; only
- * the results (token, log-probability, alternatives) come back to the host.
+/* cuda_sample.cu: dev_sample on the GPU: for each logit row, what model/sample.c does
+ * on the host (gpu/device.h, host_sample.c): log-probabilities of the raw logits, the
+ * end-of-generation mask, logit bias and penalties, the draw. Only results come back.
  *
- * Legend: R = rows in the call, V = vocabulary, S = ceil(V / 1024) (one thread's slice),
- * k = top-k or top_logprobs, G = tokens a row's mask, bias and penalties touch (groups),
- * E = the float operations on them (edits).
+ * Legend: R = rows, V = vocabulary, S = ceil(V / 1024) (a thread's slice), k = top-k or
+ * top_logprobs, G = tokens a row's mask, bias and penalties touch, E = their edits.
  *
- * DESIGN. The host turns each row into a job (sample_job): the mode of the draw, the
- * uniform u taken from the row's splitmix64 state exactly as sample.c's rng_uniform (so
- * results[].rng is computed on the host; greedy rows draw nothing), and the row's edits:
- * every float operation the EOG mask and sample_apply_penalties perform, in their order,
- * grouped by token (mask, the bias entries in order, the repetition penalty once per
- * distinct prompt or generated token, then minus frequency * count and minus presence once
- * per distinct generated token). One thread replays each group with the same IEEE
- * operations (__fadd_rn & co: nothing is contracted), so the edited logits are the CPU's
- * bit for bit. Rows whose top_k is above SORT_MAX (and below V) are sampled on the host by
- * model/sample.c itself: their raw row is copied back, and the result is the CPU
- * backend's bit for bit.
+ * DESIGN. The host makes each row a job: the draw's mode; u, drawn from the row's
+ * splitmix64 state as sample.c's rng_uniform (so results[].rng is the host's; greedy
+ * rows draw nothing); and the edits: every float operation of the EOG mask and
+ * sample_apply_penalties, grouped by token in their order (mask, bias entries, the
+ * repetition penalty once per distinct prompt or generated token, then - frequency *
+ * count and - presence once per distinct generated token). One thread replays a token's
+ * edits with the same IEEE operations (__fadd_rn & co, nothing contracted): the edited
+ * logits are the CPU's bit for bit. Rows with SORT_MAX < top_k < V go to model/sample.c
+ * on the host (their raw row copied back): the CPU backend's results, bit for bit.
  *
- * One thread block of 1024 threads per job; thread t owns the contiguous slice
- * [t*S, min((t+1)*S, V)) of the row, so "in id order" is one block-wide exclusive scan of
- * per-thread totals. A job, in the order of sample_next:
- *   1. top_logprobs >= 0: max over non-NaN logits, sum of exp(l - max) in double:
- *      log-sum-exp (sample_logsumexp); top_logprobs > 0: the k best raw logits by
- *      select_top_k (sample_top_logprobs' order), logprob = logit - lse.
- *   2. the edits; each group keeps its raw logit for the chosen token's logprob.
- *   3. max over non-NaN logits. Greedy, or a max that is not finite: the argmax (lowest id
- *      among equals; 0 when all are NaN). Else, with floor = min(max + logf(min_p), max)
- *      (logf on the host) or -inf:
- *      - top-k (k <= SORT_MAX): select_top_k puts the k best in rank order in shared
- *        memory; thread 0 walks them as cut_top_k does (top-p mass over the k in double
- *        exp, keep while logit >= floor) and draws among the n kept, in rank order;
- *      - top-p: radix_select on fixed-point mass finds the cut key K*: the largest key
- *        whose tokens at or above it weigh at least target = top_p * total. Kept: the keys
- *        above K*, then the tokens of key K* in id order while the mass before them is
- *        below target (all have one weight, so their number is a division), and only
- *        those with logit >= floor: the shortest rank-order prefix that reaches target,
- *        as candidates_cut_by_mass finds it;
- *      - min-p alone: the tokens with logit >= floor; no cut: every token;
- *      the last three draw in id order with weights exp((l - max) / T): per-thread sums,
- *      a scan, the thread whose range holds u * total walks its slice.
- *   4. token, and logprob = raw logit of the token - lse.
+ * One block of 1024 threads per job; thread t owns the slice [t*S, min((t+1)*S, V)), so
+ * "in id order" is one block-wide exclusive scan of per-thread totals. In sample_next's
+ * order:
+ *   1. top_logprobs >= 0: log-sum-exp (max over non-NaN, then expf(l - max) summed in
+ *      double); the k best raw logits by select_top_k; logprob = logit - lse.
+ *   2. the edits, each token's raw logit kept for the chosen token's logprob.
+ *   3. max. Greedy, or max not finite: the argmax (lowest id among equals, 0 if all NaN).
+ *      Else, with floor = min(max + logf(min_p), max) (logf on the host) or -inf:
+ *      - top-k <= SORT_MAX: select_top_k sorts the k best in shared memory; thread 0 walks
+ *        them as cut_top_k (top-p over the k in double, logit >= floor) and draws among
+ *        the kept in rank order, as candidates_draw;
+ *      - top-p: radix_select on fixed-point mass finds K*, the largest key whose tokens at
+ *        or above it weigh at least target = top_p * total. Kept: the keys above K*, then
+ *        K*'s tokens in id order while the mass before them is below target (they weigh
+ *        the same: a division), if logit >= floor. That is the shortest rank-order prefix
+ *        reaching target, which candidates_cut_by_mass finds;
+ *      - min-p alone: logit >= floor; no cut: every token;
+ *      the last three draw in id order, weights exp((l - max) / T): per-thread sums, a
+ *      scan, and the thread whose range holds u * total walks its slice.
+ *   4. token; logprob = its raw logit - lse.
  *
- * Ranking: a token's rank key is the order-preserving 32-bit image of its logit, with -0
- * as +0 (they tie on the CPU too) and every NaN as 0, below -inf; tokens rank by key
- * descending, then id ascending: sample.c's ranks_before. radix_select fixes the key 8
- * bits at a time, high bits first (4 passes of a 256-bin histogram of the next digit
- * among the tokens that match the digits fixed so far), keeping the weight of the tokens
- * above: counts for top-k, fixed-point mass for top-p.
+ * Ranking: a token's key is the order-preserving 32-bit image of its logit (-0 as +0,
+ * which tie on the CPU too; NaN as 0, below -inf); rank order is key descending, then id
+ * ascending (sample.c's ranks_before). radix_select fixes a key 8 bits at a time, high
+ * first: 4 passes of a 256-bin histogram of the next digit over the tokens matching the
+ * digits fixed so far, weighing tokens by count (top-k) or fixed-point mass (top-p).
  *
- * Determinism: the token depends only on the row, its job and V, never on the other rows
- * or on timing. No float atomics: histograms are integer (counts, or weights as multiples
- * of 2^-40 in 64 bits: exact, so their sums do not depend on the order of the atomics),
- * aggregated per warp (__match_any_sync, __reduce_add_sync) before one shared atomic per
- * digit; float and double sums run in fixed trees (shuffle butterflies, then one warp)
- * over fixed slices.
+ * Determinism: a row's token depends on its logits, job and V only, not on other rows or
+ * timing. No float atomics: histograms are integer (counts, or masses in units of 2^-40
+ * in 64 bits: exact sums, whatever the order of the atomics), summed per warp
+ * (__match_any_sync, __reduce_add_sync) before one shared atomic per digit; float and
+ * double sums are fixed trees (shuffle butterflies, then one warp) over fixed slices.
  *
- * Numerics, where they differ from model/sample.c: CUDA's expf and exp (within 2 ulp)
- * for sample.c's polynomial exp4 and libm's exp; sums in another order (log-sum-exp, the
- * draw's totals); top-p masses in 2^-40 fixed point (each weight truncated by < 1e-12).
- * So a token can differ from the CPU's only where u or a cumulative mass lands within
- * about 1e-7 (relative) of a boundary. And for top-p alone the draw walks the kept tokens
- * in id order where sample.c walks its candidate list (the bins above the cut in id
- * order, then the cut's bin in partition order): the same distribution, but not the same
- * token for the same u. Greedy tokens, the edits, the top-k cut and draw, the min-p and
- * no-cut draws, and the top-p keep set are the CPU's up to those roundings.
+ * Numerics, where they differ from sample.c: CUDA's expf (2 ulp) for exp4, and for
+ * libm's double exp in the log-sum-exp (~1e-7 relative); sums in another order
+ * (log-sum-exp, draw totals); top-p masses in 2^-40 fixed point (each weight truncated
+ * by < 1e-12). A token differs from the CPU's only where u or a running mass is within
+ * ~1e-7 (relative) of a boundary. And top-p walks its kept tokens in id order where
+ * sample.c walks its candidate list (bins above the cut in id order, then the cut's bin
+ * in partition order): the same distribution, not the same token for the same u.
+ * Everything else follows the CPU's order.
  *
- * Memory: one stream-ordered allocation per call (cudaMallocAsync on the backend's
- * stream) holds the jobs, groups and edits (one upload), the raw values of the edited
- * logits, and the results (one download); sampling is never captured in a graph.
+ * Memory: one cudaMallocAsync on the backend's stream per call (sampling is never in a
+ * graph capture) holds jobs, groups and edits (one upload), the edited tokens' raw
+ * logits, and the results (one download).
  */
 #include <limits.h>
 #include <math.h>
@@ -89,6 +79,9 @@ enum {
     RADIX_BINS = 1 << RADIX_BITS,
     BINS_PER_LANE = RADIX_BINS / 32,
 };
+
+static_assert(WARPS == 32, "block_reduce and block_exclusive_scan finish in one warp of 32 lanes");
+static_assert(SORT_MAX <= 2 * THREADS, "bitonic_sort_desc takes one pair per thread");
 
 #define FULL_MASK 0xffffffffu
 /* A top-p weight (in [0, 1]) as a multiple of 2^-40: V < 2^24 of them sum below 2^64. */
@@ -215,27 +208,6 @@ __device__ static inline float edit_apply(float v, sample_edit e) {
     }
 }
 
-struct op_sum {
-    template <typename T> __device__ T operator()(T a, T b) const {
-        return a + b;
-    }
-};
-struct op_fmax {
-    __device__ float operator()(float a, float b) const {
-        return fmaxf(a, b);
-    }
-};
-struct op_imin {
-    __device__ int operator()(int a, int b) const {
-        return a < b ? a : b;
-    }
-};
-struct op_imax {
-    __device__ int operator()(int a, int b) const {
-        return a > b ? a : b;
-    }
-};
-
 /* The block's reduction of v, in a fixed tree (butterflies within warps, then warp 0):
  * every thread gets the same value on every run. Called by all threads. */
 template <typename T, typename Op> __device__ static T block_reduce(T v, T *scratch, Op op) {
@@ -289,7 +261,7 @@ template <typename T> __device__ static T block_exclusive_scan(T v, T *scratch, 
 __device__ static float row_max(sample_shared &sh, const float *row, row_slice s) {
     float m = -INFINITY;
     for (int32_t i = s.begin; i < s.end; i++) m = fmaxf(m, row[i]);
-    return block_reduce(m, sh.red_f, op_fmax());
+    return block_reduce(m, sh.red_f, [](float a, float b) { return fmaxf(a, b); });
 }
 
 /* sample_argmax: the lowest id whose logit equals max; 0 when all are NaN. */
@@ -300,7 +272,7 @@ __device__ static int32_t row_argmax(sample_shared &sh, const float *row, row_sl
             first = i;
             break;
         }
-    first = block_reduce(first, sh.red_i, op_imin());
+    first = block_reduce(first, sh.red_i, [](int a, int b) { return a < b ? a : b; });
     return first == INT_MAX ? 0 : first;
 }
 
@@ -473,8 +445,10 @@ __device__ static int32_t draw_in_id_order(sample_shared &sh, const float *row, 
     const double target = u * total;
     /* the first thread whose range holds target; the last with weight when rounding
      * leaves target past every range */
-    int chosen = block_reduce(own > 0.0 && target < before + own ? (int)threadIdx.x : THREADS, sh.red_i, op_imin());
-    if (chosen == THREADS) chosen = block_reduce(own > 0.0 ? (int)threadIdx.x : -1, sh.red_i, op_imax());
+    int chosen = block_reduce(own > 0.0 && target < before + own ? (int)threadIdx.x : THREADS, sh.red_i,
+                              [](int a, int b) { return a < b ? a : b; });
+    if (chosen == THREADS)
+        chosen = block_reduce(own > 0.0 ? (int)threadIdx.x : -1, sh.red_i, [](int a, int b) { return a > b ? a : b; });
     if (threadIdx.x == 0) sh.token = -1;
     __syncthreads();
     if ((int)threadIdx.x == chosen) {
@@ -598,9 +572,9 @@ __global__ static void __launch_bounds__(THREADS, 1)
             double sum = 0.0;
             for (int32_t i = s.begin; i < s.end; i++) {
                 const float l = row[i];
-                if (!isnan(l)) sum += exp((double)l - (double)m);
+                if (!isnan(l)) sum += (double)expf(__fsub_rn(l, m)); /* float exp: FP64 is slow on sm_89 */
             }
-            lse = (double)m + log(block_reduce(sum, sh.red_d, op_sum()));
+            lse = (double)m + log(block_reduce(sum, sh.red_d, [](double a, double b) { return a + b; }));
         }
         if (job.top_logprobs > 0) {
             select_top_k(sh, row, s, job.top_logprobs);
@@ -702,6 +676,9 @@ static sp_status row_check(const dev_sample_row *r, int32_t i, int32_t n_vocab) 
     if ((st = ids_check(r->generated, r->n_generated, n_vocab, i, "generated")) != SP_OK) return st;
     for (int32_t b = 0; b < p->n_logit_bias; b++)
         if ((st = ids_check(&p->logit_bias[b].id, 1, n_vocab, i, "logit_bias")) != SP_OK) return st;
+    if (r->top_logprobs > DEV_SAMPLE_MAX_TOP)
+        return sp_fail(SP_ERR_INVALID_ARG, "sample: row %d: top_logprobs %d is more than %d", i, r->top_logprobs,
+                       DEV_SAMPLE_MAX_TOP);
     if (r->top_logprobs > n_vocab)
         return sp_fail(SP_ERR_INVALID_ARG, "sample: row %d: top_logprobs %d is more than the vocabulary (%d tokens)", i,
                        r->top_logprobs, n_vocab);
@@ -799,8 +776,8 @@ static sp_status plan_build(sample_plan *plan, int32_t n_rows, const dev_sample_
     return SP_OK;
 }
 
-/* A row sampled by model/sample.c, as the CPU backend's host_sample.c does it: raw is the
- * row as the step left it (n_vocab), consumed. */
+/* A row sampled by model/sample.c as the CPU backend's host_sample.c does it; raw (V)
+ * is the row as the step left it. */
 static sp_status sample_on_host(float *raw, int32_t n_vocab, const dev_sample_vocab *vocab, const dev_sample_row *r,
                                 dev_sample_result *res) {
     std::vector<float> logits(raw, raw + n_vocab);
