@@ -25,40 +25,10 @@
 #include <string.h>
 
 #include "gpu/device.h"
+#include "tests/unit/gpu/gpu_test.h"
 #include "model/quant.h"
 
 enum { TABLE_ROWS = 2048, FILL_TOKENS = 512, MAX_SEQS = 64 };
-
-static bool have_gpu(void) {
-    char why[256];
-    if (dev_cuda_available(why, sizeof why)) return true;
-    cr_log_info("no usable CUDA GPU (%s): the CUDA backend's tests do not run here", why);
-    return false;
-}
-
-static uint64_t rng = 0x5eed;
-static float uniform(void) { /* [-1, 1) */
-    rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
-    return (float)(rng >> 40) / (float)(1u << 23) - 1.0f;
-}
-
-/* n values in [-scale, scale), rounded to F16 (what both backends then hold exactly). */
-static float *random_f16(int64_t n, float scale) {
-    float *x = malloc(sizeof *x * (size_t)n);
-    cr_assert_not_null(x);
-    for (int64_t i = 0; i < n; i++) x[i] = quant_f16_to_f32(quant_f32_to_f16(scale * uniform()));
-    return x;
-}
-
-static double rel_error(const float *got, const float *ref, int64_t n) {
-    double diff = 0, norm = 0;
-    for (int64_t i = 0; i < n; i++) {
-        cr_assert(isfinite(got[i]), "element %lld is %f", (long long)i, (double)got[i]);
-        diff += ((double)got[i] - ref[i]) * ((double)got[i] - ref[i]);
-        norm += (double)ref[i] * ref[i];
-    }
-    return sqrt(diff / (norm > 0 ? norm : 1));
-}
 
 /* One attention step over sequences of given lengths. A sequence's tokens in the step
  * are its last positions; the positions before its first one in the step are written
@@ -101,8 +71,7 @@ static attn_layout layout_make(const attn_case *c) {
     cr_assert(order && lay.table);
     for (int32_t b = 0; b < lay.n_blocks; b++) order[b] = b;
     for (int32_t b = lay.n_blocks - 1; b > 0; b--) { /* Fisher-Yates */
-        rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
-        const int32_t other = (int32_t)((rng >> 33) % (uint64_t)(b + 1));
+        const int32_t other = (int32_t)((gpu_test_next() >> 33) % (uint64_t)(b + 1));
         const int32_t tmp = order[b];
         order[b] = order[other];
         order[other] = tmp;

@@ -15,41 +15,11 @@
 #include <string.h>
 
 #include "gpu/device.h"
+#include "tests/unit/gpu/gpu_test.h"
 #include "model/model.h"
 #include "tests/unit/testdata.h"
 
 enum { T = 24, DH = 64, HK = 2, H = 6, BLOCK = 16, N_BLOCKS = 16, MAX_WIDTH = 1024 };
-
-static bool have_gpu(void) {
-    char why[256];
-    if (dev_cuda_available(why, sizeof why)) return true;
-    cr_log_info("no usable CUDA GPU (%s): the CUDA backend's tests do not run here", why);
-    return false;
-}
-
-static uint64_t rng = 0x5eed;
-static float uniform(void) { /* [-1, 1) */
-    rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
-    return (float)(rng >> 40) / (float)(1u << 23) - 1.0f;
-}
-
-/* n values in [-scale, scale), rounded to F16 (what both backends then hold exactly). */
-static float *random_f16(int64_t n, float scale) {
-    float *x = malloc(sizeof *x * (size_t)n);
-    cr_assert_not_null(x);
-    for (int64_t i = 0; i < n; i++) x[i] = quant_f16_to_f32(quant_f32_to_f16(scale * uniform()));
-    return x;
-}
-
-static double rel_error(const float *got, const float *ref, int64_t n) {
-    double diff = 0, norm = 0;
-    for (int64_t i = 0; i < n; i++) {
-        cr_assert(isfinite(got[i]), "element %lld is %f", (long long)i, (double)got[i]);
-        diff += ((double)got[i] - ref[i]) * ((double)got[i] - ref[i]);
-        norm += (double)ref[i] * ref[i];
-    }
-    return sqrt(diff / (norm > 0 ? norm : 1));
-}
 
 /* One backend with a small KV pool and the step every op test uses: two sequences,
  * tokens 0..T-1 (the first 10 in sequence 0 at positions 0..9, the rest in sequence 1

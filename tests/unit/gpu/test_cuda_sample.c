@@ -18,18 +18,10 @@
 #include <string.h>
 
 #include "gpu/device.h"
+#include "tests/unit/gpu/gpu_test.h"
 
-static bool have_gpu(void) {
-    char why[256];
-    if (dev_cuda_available(why, sizeof why)) return true;
-    cr_log_info("no usable CUDA GPU (%s): the CUDA sampler's tests do not run here", why);
-    return false;
-}
-
-static uint64_t rng = 0x5eed;
-static double uniform(void) { /* [0, 1) */
-    rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
-    return (double)(rng >> 11) / 9007199254740992.0;
+static double uniform01(void) { /* [0, 1) */
+    return (double)(gpu_test_next() >> 11) / 9007199254740992.0;
 }
 
 /* A backend and the one-block KV pool a step needs. */
@@ -102,8 +94,8 @@ Test(cuda_sample, greedy_matches_the_cpu_with_ties_nan_and_infinities) {
         float *l = malloc(sizeof *l * (size_t)R * (size_t)n_vocab);
         for (int r = 0; r < R; r++)
             for (int32_t i = 0; i < n_vocab; i++) {
-                float x = (float)(uniform() * 10 - 5);
-                if (r == 1) x = (float)(int)(uniform() * 4); /* thousands of ties at the max */
+                float x = (float)(uniform01() * 10 - 5);
+                if (r == 1) x = (float)(int)(uniform01() * 4); /* thousands of ties at the max */
                 if (r == 2) x = NAN;
                 if (r == 3) x = -INFINITY;
                 if (r == 4 && i % 3 == 0) x = NAN;
@@ -138,8 +130,8 @@ Test(cuda_sample, top_logprobs_match_the_cpu) {
     float *l = malloc(sizeof *l * R * V);
     for (int r = 0; r < R; r++)
         for (int i = 0; i < V; i++) {
-            float x = (float)(uniform() * 20 - 10);
-            if (r == 1) x = (float)(int)(uniform() * 8) - 4; /* ties across the 20 best */
+            float x = (float)(uniform01() * 20 - 10);
+            if (r == 1) x = (float)(int)(uniform01() * 8) - 4; /* ties across the 20 best */
             if (r == 2 && i % 7 == 0) x = NAN;
             if (r == 3 && i % 2) x = -INFINITY;
             if (r == 4) x = i < V / 2 ? NAN : -INFINITY;
@@ -174,7 +166,7 @@ Test(cuda_sample, penalties_bias_and_eog_mask_match_the_cpu) {
     if (!have_gpu()) return;
     enum { R = 6, V = 2000 };
     float *l = malloc(sizeof *l * R * V);
-    for (int i = 0; i < R * V; i++) l[i] = (float)(uniform() * 6 - 3);
+    for (int i = 0; i < R * V; i++) l[i] = (float)(uniform01() * 6 - 3);
     for (int r = 0; r < R; r++) { /* 5 leads, then 17: the mask and penalties decide */
         l[r * V + 5] = 9.0f;
         l[r * V + 17] = 8.5f;
@@ -222,7 +214,7 @@ Test(cuda_sample, penalties_bias_and_eog_mask_match_the_cpu) {
 static void check_draws(const char *what, const sample_params *p, int32_t n_vocab, bool exact) {
     enum { R = 40 };
     float *l = malloc(sizeof *l * (size_t)R * (size_t)n_vocab);
-    for (int32_t i = 0; i < n_vocab; i++) l[i] = (float)(uniform() * uniform() * 16 - 4);
+    for (int32_t i = 0; i < n_vocab; i++) l[i] = (float)(uniform01() * uniform01() * 16 - 4);
     for (int r = 1; r < R; r++) memcpy(l + (size_t)r * (size_t)n_vocab, l, sizeof *l * (size_t)n_vocab);
     dev_sample_row rows[R];
     for (int r = 0; r < R; r++) rows[r] = row_of(p, -1, 0x1234567ull * (uint64_t)(r + 1));
@@ -380,7 +372,7 @@ Test(cuda_sample, a_row_draws_the_same_alone_or_in_a_batch) {
     if (!have_gpu()) return;
     enum { R = 20, AT = 6, V = 8000, STATES = 24 };
     float *l = malloc(sizeof *l * R * V);
-    for (int i = 0; i < R * V; i++) l[i] = (float)(uniform() * uniform() * 14 - 4);
+    for (int i = 0; i < R * V; i++) l[i] = (float)(uniform01() * uniform01() * 14 - 4);
     sample_params target = sample_params_default();
     target.temperature = 0.7f;
     target.top_p = 0.9f;
