@@ -1,6 +1,6 @@
 /* gpu_test.h: what the CUDA backend's tests share: the skip where no GPU is usable, a
  * seeded generator, F16-exact random inputs and the relative error they are judged by.
- * Header-only (static functions): each test binary is one translation unit. */
+ * Header-only (static inline functions, so a test need not use them all): each test binary is one translation unit. */
 #ifndef SP_TESTS_GPU_TEST_H
 #define SP_TESTS_GPU_TEST_H
 
@@ -14,7 +14,7 @@
 #include "model/quant.h"
 
 /* Whether the CUDA backend can run here; says why not in one line when it cannot. */
-static bool have_gpu(void) {
+static inline bool have_gpu(void) {
     char why[256];
     if (dev_cuda_available(why, sizeof why)) return true;
     cr_log_info("no usable CUDA GPU (%s): the CUDA backend's tests do not run here", why);
@@ -22,17 +22,17 @@ static bool have_gpu(void) {
 }
 
 static uint64_t gpu_test_rng = 0x5eed;
-static uint64_t gpu_test_next(void) { /* a 64-bit LCG: the same inputs on every run */
+static inline uint64_t gpu_test_next(void) { /* a 64-bit LCG: the same inputs on every run */
     gpu_test_rng = gpu_test_rng * 6364136223846793005ULL + 1442695040888963407ULL;
     return gpu_test_rng;
 }
 
-static float uniform(void) { /* [-1, 1) */
+static inline float uniform(void) { /* [-1, 1) */
     return (float)(gpu_test_next() >> 40) / (float)(1u << 23) - 1.0f;
 }
 
 /* n values in [-scale, scale), rounded to F16 (what both backends then hold exactly). */
-static float *random_f16(int64_t n, float scale) {
+static inline float *random_f16(int64_t n, float scale) {
     float *x = malloc(sizeof *x * (size_t)n);
     cr_assert_not_null(x);
     for (int64_t i = 0; i < n; i++) x[i] = quant_f16_to_f32(quant_f32_to_f16(scale * uniform()));
@@ -40,7 +40,7 @@ static float *random_f16(int64_t n, float scale) {
 }
 
 /* ||got - ref|| / ||ref||; every element of got must be finite. */
-static double rel_error(const float *got, const float *ref, int64_t n) {
+static inline double rel_error(const float *got, const float *ref, int64_t n) {
     double diff = 0, norm = 0;
     for (int64_t i = 0; i < n; i++) {
         cr_assert(isfinite(got[i]), "element %lld is %f", (long long)i, (double)got[i]);
