@@ -219,3 +219,7 @@ sp_status dev_record(dev_backend *dev, const dev_step *step, dev_record_fn fn, c
 sp_status dev_copy_to_host(dev_backend *dev, void *host, const void *device, size_t nbytes) {
     return dev->ops->copy_to_host(dev, host, device, nbytes);
 }
+
+sp_status dev_synchronize(dev_backend *dev) {
+    return dev->ops->synchronize ? dev->ops->synchronize(dev) : SP_OK;
+}

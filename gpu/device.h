@@ -5,14 +5,16 @@
  * V = vocabulary, B = tokens per KV block.
  *
  * The forward pass is written once over these ops; a backend (gpu/host/ for the CPU,
- * gpu/cuda/ later) implements them and owns device memory: weights, one activation
+ * gpu/cuda/ for NVIDIA GPUs) implements them and owns device memory: weights, one activation
  * arena, and the KV pools. Pointers passed to ops (float *, dev_tensor data) are device
  * addresses of that backend; for the CPU backend they are plain host pointers.
  *
  * A step is a ragged batch (dev_step): the tokens of several sequences, each token with
  * its position and sequence, each sequence with its paged KV block table. Prefill
- * chunks and decode rows mix freely. Results for a token never depend on what else is
- * in the step.
+ * chunks and decode rows mix freely. On the CPU backend, results for a token never
+ * depend on what else is in the step, bit for bit. A GPU backend's matrix products may
+ * take other kernels (and so another summation order) for another number of rows, so
+ * there they agree within the precision of its arithmetic; its sampling is per row.
  *
  * Thread rules: a dev_backend and everything allocated from it belong to one thread
  * (the scheduler thread, or the CLI's main thread); the backend may use its own worker
@@ -129,7 +131,9 @@ sp_status dev_arena_alloc(dev_backend *dev, size_t nbytes, void **out);
 
 /* Prepares the backend's scratch for steps of up to max_tokens rows whose widest row
  * (any matmul input or output) has max_width elements, so no op allocates during a step.
- * A step larger than reserved is a programmer error. */
+ * A step larger than reserved is a programmer error. A GPU backend may pad a decode step
+ * with rows up to the largest max_tokens reserved, so the activation buffers its ops get
+ * must hold that many rows: a backend serves one model. */
 sp_status dev_reserve(dev_backend *dev, int64_t max_tokens, int64_t max_width);
 
 sp_status dev_kv_create(dev_backend *dev, const dev_kv_shape *shape, dev_kv **out);
@@ -248,5 +252,10 @@ sp_status dev_record(dev_backend *dev, const dev_step *step, dev_record_fn fn, c
 
 /* Copies device memory to the host after all queued ops complete. */
 sp_status dev_copy_to_host(dev_backend *dev, void *host, const void *device, size_t nbytes);
+
+/* Waits for every queued op; a device fault is SP_ERR_DEVICE. A step that brings nothing
+ * back (a prefill chunk without logits) ends with it, so a fault in it is reported with
+ * the requests it carried. */
+sp_status dev_synchronize(dev_backend *dev);
 
 #endif

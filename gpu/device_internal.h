@@ -34,6 +34,8 @@ typedef struct dev_backend_ops {
     sp_status (*sample)(dev_backend *dev, float *logits, int32_t n_rows, const dev_sample_vocab *vocab,
                         const dev_sample_row *rows, dev_sample_result *results);
     sp_status (*copy_to_host)(dev_backend *dev, void *host, const void *device, size_t nbytes);
+    /* waits for queued ops; NULL for backends whose ops complete before they return (the CPU) */
+    sp_status (*synchronize)(dev_backend *dev);
     /* free and total device memory; NULL for backends without their own (the CPU) */
     sp_status (*memory_info)(dev_backend *dev, size_t *free_bytes, size_t *total_bytes);
 } dev_backend_ops;

@@ -103,7 +103,7 @@ sp_status model_forward(model *m, dev_kv *kv, const dev_step *step, float *logit
                               (size_t)rows * n_vocab * sizeof(float));
         if (st != SP_OK) return st;
     }
-    return SP_OK;
+    return step->n_logits == 0 ? dev_synchronize(m->dev) : SP_OK;
 }
 
 sp_status model_forward_sample(model *m, dev_kv *kv, const dev_step *step, const dev_sample_vocab *vocab,
@@ -119,5 +119,5 @@ sp_status model_forward_sample(model *m, dev_kv *kv, const dev_step *step, const
         st = dev_sample(m->dev, m->act.logits, n, vocab, rows + first, results + first);
         if (st != SP_OK) return st;
     }
-    return SP_OK;
+    return step->n_logits == 0 ? dev_synchronize(m->dev) : SP_OK;
 }

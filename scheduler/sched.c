@@ -136,6 +136,11 @@ static void sched_free_arrays(sched *s) {
     free(s->eog_ids);
 }
 
+/* What a GPU backend still allocates after the pool: decode padding's scratch KV block
+ * (dev_kv_create adds it), sampling's per-call buffers and the captured graphs. Kept
+ * out of the pool's share, so gpu_memory_fraction 1.0 still leaves room for them. */
+#define SCHED_GPU_HEADROOM_BYTES ((size_t)256 << 20)
+
 /* The pool's size in blocks: kv_cache_mb MiB over the bytes of one block. */
 static sp_status sched_pool_blocks(const sched *s, int32_t *out) {
     const model_hparams *hp = model_get_hparams(s->m);
@@ -144,12 +149,15 @@ static sp_status sched_pool_blocks(const sched *s, int32_t *out) {
     int64_t n = s->cfg.kv_cache_mb * ((int64_t)1 << 20) / (int64_t)block_bytes;
     size_t free_b = 0, total_b = 0;
     if (dev_memory_info(model_device(s->m), &free_b, &total_b) == SP_OK) {
-        /* a GPU: the weights and activations are in place; the pool takes its share of the rest */
-        n = (int64_t)(s->cfg.gpu_memory_fraction * (double)free_b) / (int64_t)block_bytes;
-        sp_log_info(
-            "KV cache on the GPU: %lld blocks, %.0f MiB (gpu_memory_fraction %.2f of %zu MiB free, %zu MiB in all)",
-            (long long)n, (double)n * (double)block_bytes / (1 << 20), s->cfg.gpu_memory_fraction, free_b >> 20,
-            total_b >> 20);
+        /* a GPU: the weights and activations are in place; the pool takes its share of
+         * the rest, less the headroom and the scratch block */
+        size_t headroom = SCHED_GPU_HEADROOM_BYTES + block_bytes;
+        size_t usable = free_b > headroom ? free_b - headroom : 0;
+        n = (int64_t)(s->cfg.gpu_memory_fraction * (double)usable) / (int64_t)block_bytes;
+        sp_log_info("KV cache on the GPU: %lld blocks, %.0f MiB (gpu_memory_fraction %.2f of %zu MiB free less %zu MiB "
+                    "headroom; %zu MiB in all)",
+                    (long long)n, (double)n * (double)block_bytes / (1 << 20), s->cfg.gpu_memory_fraction, free_b >> 20,
+                    headroom >> 20, total_b >> 20);
         if (n < 1)
             return sp_fail(SP_ERR_NOMEM, "the GPU has %zu MiB free after loading the model: no room for a KV block",
                            free_b >> 20);

@@ -163,7 +163,6 @@ static sp_status cuda_reserve(dev_backend *dev, int64_t max_tokens, int64_t max_
         if (st != SP_OK) return st;
     }
     cuda__graphs_clear(cb); /* captures hold the buffers of the model they were made for */
-    if (max_tokens > cb->max_tokens) cb->max_tokens = max_tokens;
     size_t bytes = (size_t)max_tokens * (size_t)max_width * sizeof(__half);
     if (bytes > cb->act_half_bytes) {
         void *p = NULL;
@@ -172,7 +171,8 @@ static sp_status cuda_reserve(dev_backend *dev, int64_t max_tokens, int64_t max_
         cb->act_half = p; /* the smaller one stays in allocations until destroy */
         cb->act_half_bytes = bytes;
     }
-    return cuda__gemv_measure(cb); /* once the weights are in: the GEMV's row counts */
+    if (max_tokens > cb->max_tokens) cb->max_tokens = max_tokens; /* only once its scratch exists */
+    return cuda__gemv_measure(cb);                                /* once the weights are in: the GEMV's row counts */
 }
 
 static sp_status cuda_kv_create(dev_backend *dev, const dev_kv_shape *shape, dev_kv **out) {
@@ -219,6 +219,13 @@ static sp_status cuda_copy_to_host(dev_backend *dev, void *host, const void *dev
     if (!cuda__ok(cb, cudaMemcpyAsync(host, device, nbytes, cudaMemcpyDeviceToHost, cb->stream), "cudaMemcpyAsync") ||
         !cuda__ok(cb, cudaStreamSynchronize(cb->stream), "cudaStreamSynchronize"))
         return cuda__fault_status(cb);
+    return SP_OK;
+}
+
+static sp_status cuda_synchronize(dev_backend *dev) {
+    cuda_backend *cb = (cuda_backend *)dev;
+    if (cb->faulted) return cuda__fault_status(cb);
+    if (!cuda__ok(cb, cudaStreamSynchronize(cb->stream), "cudaStreamSynchronize")) return cuda__fault_status(cb);
     return SP_OK;
 }
 
@@ -279,6 +286,7 @@ static const dev_backend_ops cuda_ops = {
     .record = cuda__record,
     .sample = cuda__sample,
     .copy_to_host = cuda_copy_to_host,
+    .synchronize = cuda_synchronize,
     .memory_info = cuda_memory_info,
 };
 

@@ -187,6 +187,7 @@ sp_status cuda__gemv_measure(cuda_backend *cb) {
         cuda_gemv_shape *g = &cb->gemv_shapes[i];
         const dev_tensor *w = &g->example;
         g->max_rows = 0;
+        int measured = 0; /* row counts timed (the scratch may hold fewer than CUDA_GEMV_MAX_ROWS) */
         bool winning = true;
         for (int rows = 1; rows <= CUDA_GEMV_MAX_ROWS && (size_t)rows * (size_t)g->k * 2 <= cb->act_half_bytes;
              rows++) {
@@ -198,20 +199,22 @@ sp_status cuda__gemv_measure(cuda_backend *cb) {
                 cublas_product(cb, &part, in, rows, &converted);
             });
             if (g->gemv_us[rows - 1] < 0 || g->cublas_us[rows - 1] < 0) break;
+            measured = rows;
             if (winning && g->gemv_us[rows - 1] <= g->cublas_us[rows - 1])
                 g->max_rows = rows;
             else
                 winning = false; /* the first row count where cuBLAS wins ends the GEMV's range */
         }
+        if (measured == 0) break; /* a fault: reported below */
         sp_log_info("cuda: %s [%lld x %lld]: fused GEMV for up to %d rows (1 row: GEMV %.1f us, cuBLAS %.1f us; "
                     "%d rows: %.1f us, %.1f us)",
                     quant_type_name(g->type), (long long)g->n, (long long)g->k, g->max_rows, (double)g->gemv_us[0],
-                    (double)g->cublas_us[0], CUDA_GEMV_MAX_ROWS, (double)g->gemv_us[CUDA_GEMV_MAX_ROWS - 1],
-                    (double)g->cublas_us[CUDA_GEMV_MAX_ROWS - 1]);
+                    (double)g->cublas_us[0], measured, (double)g->gemv_us[measured - 1],
+                    (double)g->cublas_us[measured - 1]);
     }
-    cudaStreamSynchronize(cb->stream);
-    cudaFree(in);
-    cudaFree(out);
+    cuda__ok(cb, cudaStreamSynchronize(cb->stream), "cudaStreamSynchronize(measure)");
+    cuda__ok(cb, cudaFree(in), "cudaFree(measure)");
+    cuda__ok(cb, cudaFree(out), "cudaFree(measure)");
     if (cb->faulted) return cuda__fault_status(cb);
     cb->gemv_measured = true;
     return SP_OK;

@@ -1,7 +1,9 @@
 /* test_forward.c: properties of the forward pass over ragged batches on the CPU
  * backend: a sequence's logits are bit-identical alone or mixed with others (prefill
- * chunks and decode rows in one step, scattered KV blocks), and with 1 or 2 threads. */
+ * chunks and decode rows in one step, scattered KV blocks), and with 1 or 2 threads;
+ * model_forward_sample is model_forward then model/sample.c, bit for bit. */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -148,5 +150,116 @@ Test(forward, rejects_a_step_with_bad_positions) {
     dev_step step2 = {1, &bad_tok, &pos, &seq, 1, &seq_len, block_tables[0], FWD_MAX_BLOCKS, 0, &row};
     cr_assert_eq(model_forward(e.model, e.kv, &step2, NULL), SP_ERR_INVALID_ARG);
     cr_assert(strstr(sp_last_error(), "tokens[0]") != NULL, "%s", sp_last_error());
+    env_close(&e);
+}
+
+/* What dev_sample promises for one row, written out with model/sample.c: the raw
+ * logits' log-probabilities, the EOG mask, the penalties, then the draw. */
+static void expected_draw(const float *raw, int32_t n_vocab, const dev_sample_vocab *vocab, const dev_sample_row *row,
+                          dev_sample_result *out) {
+    float *edited = malloc(sizeof(float) * (size_t)n_vocab);
+    memcpy(edited, raw, sizeof(float) * (size_t)n_vocab);
+    double lse = sample_logsumexp(raw, n_vocab);
+    if (row->top_logprobs > 0) sample_top_logprobs(raw, n_vocab, lse, row->top_logprobs, out->top);
+    if (row->mask_eog)
+        for (int32_t i = 0; i < vocab->n_eog; i++) edited[vocab->eog_ids[i]] = -INFINITY;
+    sample_state st;
+    cr_assert_eq(sample_state_init(&st, n_vocab, row->rng), SP_OK);
+    sample_apply_penalties(row->params, &st, row->prompt, row->n_prompt, row->generated, row->n_generated, edited);
+    out->token = sample_token(row->params, &st, edited);
+    out->rng = st.rng;
+    out->logprob = row->top_logprobs >= 0 ? (float)((double)raw[out->token] - lse) : 0.0f;
+    sample_state_free(&st);
+    free(edited);
+}
+
+Test(forward, forward_sample_is_forward_then_sample_c) {
+    fwd_env e;
+    env_open(&e, 2);
+    make_block_tables();
+    /* one prefill step of all three sequences' first 8 tokens, a logit row at each end */
+    int32_t tokens[24], pos[24], seq[24], seq_len[FWD_SEQS] = {8, 8, 8}, rows[FWD_SEQS] = {7, 15, 23};
+    int32_t tables[FWD_SEQS * FWD_MAX_BLOCKS];
+    for (int s = 0; s < FWD_SEQS; s++) {
+        memcpy(tables + s * FWD_MAX_BLOCKS, block_tables[s], sizeof block_tables[s]);
+        for (int i = 0; i < 8; i++) {
+            tokens[s * 8 + i] = seq_tokens[s][i];
+            pos[s * 8 + i] = i;
+            seq[s * 8 + i] = s;
+        }
+    }
+    dev_step step = {24, tokens, pos, seq, FWD_SEQS, seq_len, tables, FWD_MAX_BLOCKS, FWD_SEQS, rows};
+    float *logits = malloc(sizeof(float) * (size_t)e.n_vocab * FWD_SEQS);
+    cr_assert_eq(model_forward(e.model, e.kv, &step, logits), SP_OK, "%s", sp_last_error());
+
+    /* three draws that use every part: greedy with alternatives under the EOG mask;
+     * top-k and top-p with every penalty and a bias; min-p at a high temperature */
+    const int32_t eog[2] = {2, 0};
+    const dev_sample_vocab vocab = {e.n_vocab, eog, 2};
+    const sample_logit_bias bias[2] = {{7, 5.0f}, {301, -3.0f}};
+    const int32_t generated[4] = {300, 301, 300, 7};
+    sample_params greedy = sample_params_default(), mixed = sample_params_default(), min_p = sample_params_default();
+    greedy.temperature = 0.0f;
+    mixed.temperature = 0.8f;
+    mixed.top_k = 40;
+    mixed.top_p = 0.9f;
+    mixed.repetition_penalty = 1.3f;
+    mixed.presence_penalty = 0.5f;
+    mixed.frequency_penalty = 0.2f;
+    mixed.logit_bias = bias;
+    mixed.n_logit_bias = 2;
+    min_p.temperature = 1.7f;
+    min_p.min_p = 0.05f;
+    const dev_sample_row draw[FWD_SEQS] = {
+        {&greedy, seq_tokens[0], 8, NULL, 0, true, 5, 11},
+        {&mixed, seq_tokens[1], 8, generated, 4, false, 0, 42},
+        {&min_p, seq_tokens[2], 8, generated, 2, true, 3, 0x9E3779B97F4A7C15ull},
+    };
+    dev_sample_result got[FWD_SEQS], want[FWD_SEQS];
+    memset(got, 0, sizeof got);
+    memset(want, 0, sizeof want);
+    /* the same step again writes the same K/V: the logits are the ones above */
+    cr_assert_eq(model_forward_sample(e.model, e.kv, &step, &vocab, draw, got), SP_OK, "%s", sp_last_error());
+    for (int r = 0; r < FWD_SEQS; r++) {
+        expected_draw(logits + (size_t)r * (size_t)e.n_vocab, e.n_vocab, &vocab, &draw[r], &want[r]);
+        cr_assert_eq(got[r].token, want[r].token, "row %d: token %d, sample.c %d", r, got[r].token, want[r].token);
+        cr_assert_eq(got[r].rng, want[r].rng, "row %d: generator state", r);
+        cr_assert(memcmp(&got[r].logprob, &want[r].logprob, sizeof(float)) == 0, "row %d: logprob %g vs %g", r,
+                  (double)got[r].logprob, (double)want[r].logprob);
+        for (int k = 0; k < draw[r].top_logprobs; k++) {
+            cr_assert_eq(got[r].top[k].id, want[r].top[k].id, "row %d: alternative %d", r, k);
+            cr_assert(memcmp(&got[r].top[k].logprob, &want[r].top[k].logprob, sizeof(float)) == 0,
+                      "row %d: alternative %d's logprob", r, k);
+        }
+    }
+    cr_assert_neq(got[0].token, 2, "the EOG mask applies");
+    cr_assert_neq(got[0].token, 0, "the EOG mask applies");
+    cr_assert_neq(got[1].rng, draw[1].rng, "a draw advances the generator");
+    cr_assert_eq(got[0].rng, draw[0].rng, "greedy draws nothing");
+    free(logits);
+    env_close(&e);
+}
+
+/* A step of prefill chunks only brings nothing back, and still completes (it ends with
+ * dev_synchronize); the next decode continues from its K/V. */
+Test(forward, a_step_without_logit_rows_completes) {
+    fwd_env e;
+    env_open(&e, 1);
+    make_block_tables();
+    float *alone = malloc(sizeof(float) * (size_t)e.n_vocab * 4);
+    run_alone(&e, 0, alone);
+    int32_t pos[8], seq[8] = {0}, seq_len = 8, row = 0;
+    for (int i = 0; i < 8; i++) pos[i] = i;
+    dev_step prefill = {8, seq_tokens[0], pos, seq, 1, &seq_len, block_tables[0], FWD_MAX_BLOCKS, 0, &row};
+    const dev_sample_vocab vocab = {e.n_vocab, NULL, 0};
+    cr_assert_eq(model_forward_sample(e.model, e.kv, &prefill, &vocab, NULL, NULL), SP_OK, "%s", sp_last_error());
+    int32_t p = 8;
+    seq_len = 9;
+    float *logits = malloc(sizeof(float) * (size_t)e.n_vocab);
+    dev_step one = {1, &seq_tokens[0][8], &p, seq, 1, &seq_len, block_tables[0], FWD_MAX_BLOCKS, 1, &row};
+    cr_assert_eq(model_forward(e.model, e.kv, &one, logits), SP_OK);
+    cr_assert(memcmp(logits, alone, sizeof(float) * (size_t)e.n_vocab) == 0, "the decode after it differs");
+    free(logits);
+    free(alone);
     env_close(&e);
 }
