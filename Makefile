@@ -24,9 +24,10 @@ COMMON_SRC := common/status.c common/log.c common/strbuf.c
 MODEL_SRC  := model/gguf.c model/gguf_access.c model/quant.c model/quant_kquants.c \
               model/tokenizer.c model/tokenizer_spm.c model/tokenizer_bpe.c model/unicode.c \
               model/arch.c model/model.c model/forward.c model/sample.c \
-              model/template_lexer.c model/template_parser.c model/template_value.c model/template_json.c \
-              model/template_eval.c model/template_ops.c model/template_format.c model/template_strings.c \
-              model/template_str_methods.c model/template_filters.c model/template_builtins.c model/template_gguf.c
+              model/template_lexer.c model/template_parser.c model/template_parse_expr.c model/template_value.c \
+              model/template_json.c model/template_eval.c model/template_ops.c model/template_format.c \
+              model/template_strings.c model/template_str_methods.c model/template_filters.c \
+              model/template_builtins.c model/template_gguf.c
 GPU_SRC    := gpu/device.c gpu/host/host_backend.c gpu/host/host_ops.c gpu/host/host_matmul.c \
               gpu/host/host_attention.c gpu/host/host_quant_dot.c gpu/host/host_quant_dot_rows.c gpu/host/host_sample.c \
               gpu/host/threadpool.c
@@ -35,7 +36,8 @@ SCHED_SRC  := scheduler/sched.c scheduler/queue.c scheduler/request.c scheduler/
 CONFIG_SRC := config/cfg.c config/cfg_yaml.c config/cfg_args.c
 # server/: everything but main.c goes into the library, so unit tests link it too
 SERVER_SRC := server/cli_session.c server/cmd_generate.c server/cmd_inspect.c server/cmd_bench.c \
-              server/cmd_template.c server/cmd_serve.c server/http.c server/http_security.c server/watch.c server/metrics.c \
+              server/cmd_template.c server/cmd_serve.c server/http.c server/http_generation.c server/http_security.c \
+              server/watch.c server/metrics.c \
               server/errors.c server/openai_fields.c server/openai_request.c server/openai_response.c \
               server/chat.c server/tokenize.c server/auth.c server/notify.c server/access_log.c
 

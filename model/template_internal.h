@@ -1,7 +1,8 @@
 /* template_internal.h: what the files of the Jinja engine share (model/template_*.c).
  *
  *   template_lexer.c     source -> tokens, with Jinja's whitespace control
- *   template_parser.c    tokens -> syntax tree (tnode)
+ *   template_parser.c    tokens -> syntax tree (tnode): statements, the token cursor
+ *   template_parse_expr.c  the parser's expressions, in jinja2's precedence
  *   template_value.c     the arena, values (tv), Python's str()/repr()/truthiness/equality
  *   template_json.c      JSON <-> values, and the tojson filter (Python's json.dumps)
  *   template_eval.c      runs the tree: statements, expressions, scopes, macros, output
@@ -206,6 +207,56 @@ struct tmpl {
 
 /* Builds the tree from tokens. A syntax error fills err and returns NULL. */
 tnode *tmpl__parse_tokens(tmpl_arena *a, const ttok *toks, char *err, size_t err_cap);
+
+/* ---- parser internals (template_parser.c, template_parse_expr.c) ---------------- */
+
+/* The state of one parse, in the parse's arena. A syntax error longjmps to fail. */
+typedef struct tmpl_parser {
+    tmpl_arena *arena;
+    const ttok *toks;
+    size_t i;
+    char *err;
+    size_t err_cap;
+    jmp_buf fail;
+    int depth;                    /* expression nesting, bounded so a hostile template cannot overflow the stack */
+    int loop_depth;               /* for loops around the statement being parsed (0 in a macro body) */
+    bool saw_varargs, saw_kwargs; /* the names varargs / kwargs appeared (macro bodies) */
+} tmpl_parser;
+
+/* A growable array of node pointers in the arena. */
+typedef struct tmpl_node_vec {
+    tnode **items;
+    size_t n, cap;
+} tmpl_node_vec;
+
+/* The token cursor (template_parser.c). Writes "line L, column C: ..." to err and jumps. */
+_Noreturn void tmpl__parser_error(tmpl_parser *p, const ttok *at, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+const ttok *tmpl__parser_cur(tmpl_parser *p);
+const ttok *tmpl__parser_peek(tmpl_parser *p, size_t k); /* k tokens on, stopping at TT_EOF */
+const ttok *tmpl__parser_advance(tmpl_parser *p);        /* the token passed over */
+bool tmpl__tok_is_op(const ttok *t, const char *op);
+bool tmpl__tok_is_name(const ttok *t, const char *name);
+/* Consume the operator / name when it is next. */
+bool tmpl__parser_accept_op(tmpl_parser *p, const char *op);
+bool tmpl__parser_accept_name(tmpl_parser *p, const char *name);
+const char *tmpl__tok_describe(const ttok *t); /* the token's kind for messages ("name", "'%}'") */
+/* Consume what must come next, or fail naming what was found. */
+void tmpl__parser_expect_op(tmpl_parser *p, const char *op);
+const ttok *tmpl__parser_expect_name(tmpl_parser *p, const char *what);
+tnode *tmpl__parser_node_new(tmpl_parser *p, tnode_kind kind, const ttok *at);
+void tmpl__parser_vec_push(tmpl_parser *p, tmpl_node_vec *v, tnode *n);
+/* One level deeper / back: nesting is bounded so a hostile template cannot overflow the stack. */
+void tmpl__parser_enter(tmpl_parser *p);
+void tmpl__parser_leave(tmpl_parser *p);
+
+/* Expressions (template_parse_expr.c). */
+tnode *tmpl__parse_expr(tmpl_parser *p); /* the whole grammar, x if c else y down */
+tnode *tmpl__parse_or(tmpl_parser *p);   /* without the inline if: conditions of if, for */
+/* An expression or a tuple without parentheses; names_only: a tuple of plain names. */
+tnode *tmpl__parse_tuple(tmpl_parser *p, bool names_only);
+/* name(args) | name ... after a '|'; n is what they filter (NULL in filter blocks). */
+tnode *tmpl__parse_filter(tmpl_parser *p, tnode *n);
 
 /* ---- values: construction and Python's semantics (template_value.c) -------------- */
 

@@ -1,18 +1,10 @@
-/* http.c: the HTTP transport on libmicrohttpd: routing, request bodies, and the life
- * of a generation's connection (submit, suspend, resume on the scheduler's notify,
- * stream SSE chunks or send one JSON body, cancel when the client leaves).
+/* http.c: the HTTP transport on libmicrohttpd: the daemon, routing, request bodies,
+ * the responses every answer goes through (CORS), API keys and CORS preflights, the
+ * endpoints that are not generations (/health, /ready, /metrics, /v1/models,
+ * /tokenize, /detokenize), and a request's end (metrics, access log, freeing).
+ * Generations are handed to http_generation.c.
  *
- * DESIGN: see server/http.h. One srv_conn per HTTP request, created on the first
- * handler call and freed in on_completed, which libmicrohttpd calls once the request
- * is over (answered, failed, or the client gone). A generation's srv_conn is also
- * reachable from the scheduler thread (notify) and the watcher thread (hang-up,
- * keep-alive) until on_completed detaches it from both; its `lock` orders the
- * suspend/resume handshake:
- *   handler/reader: lock; woken = false; unlock; look at the outputs; nothing new ->
- *                   lock; if woken: look again; else suspended = true, suspend; unlock
- *   notify:         lock; woken = true; if suspended: suspended = false, resume; unlock
- * so a token that lands between the look and the suspend is never missed.
- * Lock order: a request's lock (held by the scheduler during notify) before srv_conn's.
+ * DESIGN: see server/http.h (threads) and server/http_internal.h (srv_conn's lifetime).
  */
 #include "server/http.h"
 
@@ -26,70 +18,16 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
-#include <time.h>
 
 #include "common/log.h"
+#include "server/http_internal.h"
 #include "server/http_security.h"
-
-enum { STREAM_BLOCK_BYTES = 16 * 1024 };
 
 struct srv_http {
     struct MHD_Daemon *daemon;
     srv_app *app;
     int port;
     srv_http_security security; /* TLS and the header limit (http_security.c) */
-};
-
-typedef struct srv_conn srv_conn;
-
-/* One choice of a generation: the HTTP side's cursor into its request's output. */
-typedef struct srv_choice {
-    srv_conn *conn;
-    int index;
-    size_t text_sent;
-    int32_t tokens_sent;
-    bool role_sent;
-    bool finish_sent;
-} srv_choice;
-
-struct srv_conn {
-    srv_app *app;
-    struct MHD_Connection *connection;
-    /* the body, accumulated across handler calls (HTTP threads only) */
-    char *body;
-    size_t body_len, body_cap;
-    bool body_too_large;
-    /* the generation, once submitted */
-    bool dispatched;
-    bool have_request;
-    srv_request request;
-    sched_request **reqs; /* (n_reqs), one reference each */
-    srv_choice *choices;  /* (n_reqs) */
-    int n_reqs;
-    char id[48];
-    int64_t created;
-    srv_watched watched;
-    bool watching;
-    _Atomic bool keepalive_wanted;
-    /* the suspend/resume handshake (see DESIGN) */
-    pthread_mutex_t lock;
-    bool suspended;
-    bool woken;
-    /* SSE bytes not yet handed to libmicrohttpd (reader only) */
-    char *out;
-    size_t out_len, out_off, out_cap;
-    bool stream_errored;
-    bool stream_done;
-    /* copies of new output taken under a request's lock (reader only) */
-    char *copy_text;
-    size_t copy_text_cap;
-    sched_token *copy_tokens, *copy_top;
-    size_t copy_tokens_cap, copy_top_cap;
-    /* metrics and access log (HTTP threads) */
-    double started; /* sched_now() at the first handler call */
-    int status;     /* the status queue_response answered; 0: none (yet) */
-    char method[16];
-    char path[256]; /* the URL's path, truncated */
 };
 
 /* ---- security: CORS (off unless app->http.n_cors_origins > 0) ---- */
@@ -113,7 +51,7 @@ static const char *cors_allow_origin(const srv_conn *conn) {
 
 /* Every response (a body or a stream) is queued here: the one place for what all
  * answers share (headers every response carries, what the access log records). */
-static enum MHD_Result queue_response(srv_conn *conn, int status, struct MHD_Response *resp) {
+enum MHD_Result srv__queue_response(srv_conn *conn, int status, struct MHD_Response *resp) {
     /* security (CORS): an allowed origin may read every answer; with CORS on, answers
      * depend on the Origin, so caches must key on it */
     if (conn->app->http.n_cors_origins > 0) {
@@ -137,16 +75,16 @@ static enum MHD_Result send_body(srv_conn *conn, int status, char *body, const c
     }
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
     if (header) MHD_add_response_header(resp, header, header_value);
-    return queue_response(conn, status, resp);
+    return srv__queue_response(conn, status, resp);
 }
 
-static enum MHD_Result send_json(srv_conn *conn, int status, json_t *body) {
+enum MHD_Result srv__send_json(srv_conn *conn, int status, json_t *body) {
     char *text = body ? json_dumps(body, SRV_JSON_FLAGS) : NULL;
     json_decref(body);
     return send_body(conn, status, text, "application/json", NULL, NULL);
 }
 
-static enum MHD_Result send_error(srv_conn *conn, const srv_error *err) {
+enum MHD_Result srv__send_error(srv_conn *conn, const srv_error *err) {
     const char *header = NULL, *value = NULL;
     if (err->http_status == 429 || err->http_status == 503) {
         header = MHD_HTTP_HEADER_RETRY_AFTER;
@@ -164,251 +102,16 @@ static enum MHD_Result send_error(srv_conn *conn, const srv_error *err) {
     return send_body(conn, err->http_status, srv_error_json(err), "application/json", header, value);
 }
 
-static enum MHD_Result send_status_error(srv_conn *conn, sp_status st, const char *message) {
+enum MHD_Result srv__send_status_error(srv_conn *conn, sp_status st, const char *message) {
     srv_error err;
     srv_error_from_status(&err, st, message);
-    return send_error(conn, &err);
+    return srv__send_error(conn, &err);
 }
 
-/* ---- the suspend/resume handshake ---- */
-
-static void conn_wake(srv_conn *conn) {
-    pthread_mutex_lock(&conn->lock);
-    conn->woken = true;
-    if (conn->suspended) {
-        conn->suspended = false;
-        MHD_resume_connection(conn->connection);
-    }
-    pthread_mutex_unlock(&conn->lock);
-}
-
-static void conn_clear_woken(srv_conn *conn) {
-    pthread_mutex_lock(&conn->lock);
-    conn->woken = false;
-    pthread_mutex_unlock(&conn->lock);
-}
-
-/* Suspends unless a wake arrived since conn_clear_woken; true when suspended. */
-static bool conn_try_suspend(srv_conn *conn) {
-    pthread_mutex_lock(&conn->lock);
-    bool suspend = !conn->woken;
-    if (suspend) {
-        conn->suspended = true;
-        MHD_suspend_connection(conn->connection);
-    }
-    pthread_mutex_unlock(&conn->lock);
-    return suspend;
-}
-
-/* The scheduler's notify, under the request's lock. A non-streaming request only
- * needs waking once its choice is done. */
-static void choice_notify(void *arg) {
-    srv_choice *choice = arg;
-    srv_conn *conn = choice->conn;
-    if (!conn->request.stream && !sched_request_output(conn->reqs[choice->index])->done) return;
-    conn_wake(conn);
-}
-
-static void conn_on_hangup(void *arg) {
-    srv_conn *conn = arg;
-    for (int i = 0; i < conn->n_reqs; i++) sched_request_cancel(conn->reqs[i]);
-}
-
-static void conn_on_quiet(void *arg) {
-    srv_conn *conn = arg;
-    atomic_store(&conn->keepalive_wanted, true);
-    conn_wake(conn);
-}
-
-/* ---- streaming ---- */
-
-static bool out_append(srv_conn *conn, const char *text, size_t len) {
-    if (conn->out_len + len > conn->out_cap) {
-        size_t cap = conn->out_cap ? conn->out_cap : 4096;
-        while (cap < conn->out_len + len) cap *= 2;
-        char *p = realloc(conn->out, cap);
-        if (!p) return false;
-        conn->out = p;
-        conn->out_cap = cap;
-    }
-    memcpy(conn->out + conn->out_len, text, len);
-    conn->out_len += len;
-    return true;
-}
-
-/* Appends an event the API layer built (takes ownership of it). */
-static bool out_append_owned(srv_conn *conn, char *event) {
-    if (!event) return false;
-    bool ok = out_append(conn, event, strlen(event));
-    free(event);
-    return ok;
-}
-
-static bool grow(void **p, size_t *cap, size_t need, size_t elem) {
-    if (need <= *cap) return true;
-    size_t n = *cap ? *cap : 64;
-    while (n < need) n *= 2;
-    void *q = realloc(*p, n * elem);
-    if (!q) return false;
-    *p = q;
-    *cap = n;
-    return true;
-}
-
-/* What one choice produced since the last look, copied out under its lock. */
-typedef struct choice_news {
-    size_t text_len;
-    int32_t n_tokens;
-    int top_logprobs;
-    bool done;
-    sched_finish finish;
-    sp_status error;
-    char error_message[256];
-} choice_news;
-
-static bool choice_take_news(srv_conn *conn, srv_choice *choice, choice_news *news) {
-    sched_request *r = conn->reqs[choice->index];
-    bool ok = true;
-    sched_request_lock(r);
-    const sched_output *out = sched_request_output(r);
-    *news = (choice_news){.done = out->done, .finish = out->finish, .top_logprobs = out->top_logprobs};
-    news->text_len = out->text_len - choice->text_sent;
-    news->n_tokens = conn->request.logprobs ? out->n_tokens - choice->tokens_sent : 0;
-    size_t n_top = (size_t)news->n_tokens * (size_t)out->top_logprobs;
-    if (!grow((void **)&conn->copy_text, &conn->copy_text_cap, news->text_len + 1, 1) ||
-        !grow((void **)&conn->copy_tokens, &conn->copy_tokens_cap, (size_t)news->n_tokens + 1, sizeof(sched_token)) ||
-        !grow((void **)&conn->copy_top, &conn->copy_top_cap, n_top + 1, sizeof(sched_token))) {
-        ok = false;
-    } else {
-        /* (the output's arrays may be NULL when empty: copy only what there is) */
-        if (news->text_len) memcpy(conn->copy_text, out->text + choice->text_sent, news->text_len);
-        if (news->n_tokens)
-            memcpy(conn->copy_tokens, out->tokens + choice->tokens_sent, sizeof(sched_token) * (size_t)news->n_tokens);
-        if (n_top)
-            memcpy(conn->copy_top, out->top + (size_t)choice->tokens_sent * (size_t)out->top_logprobs,
-                   sizeof(sched_token) * n_top);
-        if (out->done && out->finish == SCHED_FINISH_ERROR) {
-            news->error = out->error;
-            snprintf(news->error_message, sizeof news->error_message, "%s", out->error_message);
-        }
-        choice->text_sent = out->text_len;
-        if (conn->request.logprobs) choice->tokens_sent = out->n_tokens;
-    }
-    sched_request_unlock(r);
-    return ok;
-}
-
-/* Turns whatever the choices produced into SSE events in conn->out. */
-static bool stream_collect(srv_conn *conn) {
-    const srv_request *rq = &conn->request;
-    const srv_model_info *mi = &conn->app->model;
-    bool all_finished = true;
-    for (int i = 0; i < conn->n_reqs; i++) {
-        srv_choice *choice = &conn->choices[i];
-        if (choice->finish_sent) continue;
-        if (rq->endpoint == SRV_ENDPOINT_CHAT && !choice->role_sent) {
-            if (!out_append_owned(conn, srv_sse_role_chunk(rq, mi, conn->id, conn->created, i))) return false;
-            choice->role_sent = true;
-        }
-        choice_news news;
-        if (!choice_take_news(conn, choice, &news)) return false;
-        bool failed = news.done && (news.finish == SCHED_FINISH_ERROR || news.finish == SCHED_FINISH_CANCELLED);
-        const char *finish = news.done && !failed ? srv_finish_reason(news.finish) : NULL;
-        if (news.text_len > 0 || news.n_tokens > 0 || finish) {
-            char *chunk =
-                srv_sse_delta_chunk(rq, mi, conn->id, conn->created, i, conn->copy_text, news.text_len,
-                                    conn->copy_tokens, news.n_tokens, conn->copy_top, news.top_logprobs, finish);
-            if (!out_append_owned(conn, chunk)) return false;
-        }
-        if (failed) {
-            srv_error err;
-            if (news.finish == SCHED_FINISH_CANCELLED)
-                srv_error_from_status(&err, SP_ERR_CANCELLED, "the request was cancelled");
-            else
-                srv_error_from_status(&err, news.error, news.error_message);
-            if (!out_append_owned(conn, srv_sse_error_event(&err))) return false;
-            conn->stream_errored = true;
-        }
-        if (news.done)
-            choice->finish_sent = true;
-        else
-            all_finished = false;
-    }
-    if (!all_finished) return true;
-    if (rq->include_usage && !conn->stream_errored) {
-        const sched_output *outs[SRV_MAX_N * SRV_MAX_PROMPTS];
-        for (int i = 0; i < conn->n_reqs; i++) outs[i] = sched_request_output(conn->reqs[i]); /* done: immutable */
-        if (!out_append_owned(conn, srv_sse_usage_chunk(rq, mi, conn->id, conn->created, outs, conn->n_reqs)))
-            return false;
-    }
-    if (!out_append(conn, SRV_SSE_DONE, strlen(SRV_SSE_DONE))) return false;
-    conn->stream_done = true;
-    return true;
-}
-
-static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
-    (void)pos;
-    srv_conn *conn = cls;
-    for (;;) {
-        if (conn->out_off < conn->out_len) {
-            size_t n = conn->out_len - conn->out_off;
-            if (n > max) n = max;
-            memcpy(buf, conn->out + conn->out_off, n);
-            conn->out_off += n;
-            atomic_store(&conn->watched.last_write, sched_now());
-            return (ssize_t)n;
-        }
-        conn->out_len = conn->out_off = 0;
-        if (conn->stream_done) return MHD_CONTENT_READER_END_OF_STREAM;
-        conn_clear_woken(conn);
-        if (!stream_collect(conn)) return MHD_CONTENT_READER_END_WITH_ERROR; /* out of memory */
-        if (conn->out_len > 0) continue;
-        if (atomic_exchange(&conn->keepalive_wanted, false)) {
-            /* an SSE comment: clients ignore it, proxies see a live connection */
-            static const char comment[] = ": keep-alive\n\n";
-            if (!out_append(conn, comment, sizeof comment - 1)) return MHD_CONTENT_READER_END_WITH_ERROR;
-            continue;
-        }
-        if (conn_try_suspend(conn)) return 0;
-    }
-}
-
-/* ---- non-streaming ---- */
-
-static bool all_done(srv_conn *conn) {
-    for (int i = 0; i < conn->n_reqs; i++) {
-        sched_request_lock(conn->reqs[i]);
-        bool done = sched_request_output(conn->reqs[i])->done;
-        sched_request_unlock(conn->reqs[i]);
-        if (!done) return false;
-    }
-    return true;
-}
-
-static enum MHD_Result send_completion(srv_conn *conn) {
-    const sched_output *outs[SRV_MAX_N * SRV_MAX_PROMPTS];
-    for (int i = 0; i < conn->n_reqs; i++) {
-        outs[i] = sched_request_output(conn->reqs[i]); /* done: immutable from now on */
-        if (outs[i]->finish == SCHED_FINISH_ERROR)
-            return send_status_error(conn, outs[i]->error, outs[i]->error_message);
-        if (outs[i]->finish == SCHED_FINISH_CANCELLED)
-            return send_status_error(conn, SP_ERR_CANCELLED, "the request was cancelled");
-    }
-    return send_json(
-        conn, 200, srv_render_response(&conn->request, &conn->app->model, conn->id, conn->created, outs, conn->n_reqs));
-}
-
-/* Called again after every resume until the answer is queued. */
-static enum MHD_Result continue_completion(srv_conn *conn) {
-    for (;;) {
-        conn_clear_woken(conn);
-        if (all_done(conn)) return send_completion(conn);
-        if (conn_try_suspend(conn)) return MHD_YES;
-    }
-}
+/* ---- the server's phase ---- */
 
 /* Why the server does not take new work in this phase. */
-static const char *phase_refusal(srv_phase phase, const srv_app *app) {
+const char *srv__phase_refusal(srv_phase phase, const srv_app *app) {
     switch (phase) {
     case SRV_PHASE_LOADING: return "Loading model";
     case SRV_PHASE_DRAINING: return "the server is draining (shutting down): retry on another replica";
@@ -416,61 +119,6 @@ static const char *phase_refusal(srv_phase phase, const srv_app *app) {
     case SRV_PHASE_FAILED: return app->load_error;
     default: return "unavailable";
     }
-}
-
-/* ---- generation requests ---- */
-
-static enum MHD_Result start_generation(srv_conn *conn, srv_endpoint endpoint) {
-    srv_app *app = conn->app;
-    srv_error err;
-    if (srv_request_parse(endpoint, conn->body, conn->body_len, &app->model, &conn->request, &err) != SP_OK)
-        return send_error(conn, &err);
-    conn->have_request = true;
-    const srv_request *rq = &conn->request;
-    int n = rq->n_prompts * rq->n;
-    conn->reqs = calloc((size_t)n, sizeof *conn->reqs);
-    conn->choices = calloc((size_t)n, sizeof *conn->choices);
-    if (!conn->reqs || !conn->choices) return send_status_error(conn, SP_ERR_NOMEM, "out of memory");
-    for (int p = 0; p < rq->n_prompts; p++) {
-        for (int c = 0; c < rq->n; c++) {
-            int i = p * rq->n + c;
-            sched_request_params params = srv_request_choice_params(rq, p, c);
-            sp_status st = sched_request_create(&params, &conn->reqs[i]);
-            if (st != SP_OK) return send_status_error(conn, st, sp_last_error());
-            conn->n_reqs = i + 1;
-            conn->choices[i] = (srv_choice){.conn = conn, .index = i};
-            sched_request_set_notify(conn->reqs[i], choice_notify, &conn->choices[i]);
-        }
-    }
-    srv_response_id(endpoint, conn->id, sizeof conn->id);
-    conn->created = (int64_t)time(NULL);
-
-    pthread_rwlock_rdlock(&app->lifecycle);
-    sp_status st = atomic_load(&app->phase) == SRV_PHASE_READY
-                       ? sched_submit(app->sched, conn->reqs, n)
-                       : sp_fail(SP_ERR_UNAVAILABLE, "%s", phase_refusal((srv_phase)atomic_load(&app->phase), app));
-    pthread_rwlock_unlock(&app->lifecycle);
-    if (st != SP_OK) return send_status_error(conn, st, sp_last_error());
-    conn->dispatched = true;
-    atomic_fetch_add(&app->live_generations, 1);
-
-    const union MHD_ConnectionInfo *info = MHD_get_connection_info(conn->connection, MHD_CONNECTION_INFO_CONNECTION_FD);
-    conn->watched = (srv_watched){.fd = info ? info->connect_fd : -1,
-                                  .on_hangup = conn_on_hangup,
-                                  .on_quiet = conn_on_quiet,
-                                  .arg = conn,
-                                  .streaming = rq->stream,
-                                  ._slot = -1};
-    if (conn->watched.fd >= 0 && srv_watch_add(app->watch, &conn->watched) == SP_OK) conn->watching = true;
-
-    if (!rq->stream) return continue_completion(conn);
-    struct MHD_Response *resp =
-        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, STREAM_BLOCK_BYTES, stream_reader, conn, NULL);
-    if (!resp) return MHD_NO;
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
-    MHD_add_response_header(resp, "X-Accel-Buffering", "no"); /* nginx: do not buffer the stream */
-    return queue_response(conn, MHD_HTTP_OK, resp);
 }
 
 /* ---- the other endpoints ---- */
@@ -491,12 +139,12 @@ static enum MHD_Result handle_health(srv_conn *conn) {
     if (faulted)
         srv_error_make(&err, SRV_ERROR_UNAVAILABLE, NULL, "the device faulted: %s", fault);
     else if (live && age < SRV_HEARTBEAT_STALE_S)
-        return send_json(conn, 200, json_pack("{s:s}", "status", "ok"));
+        return srv__send_json(conn, 200, json_pack("{s:s}", "status", "ok"));
     else if (live)
         srv_error_make(&err, SRV_ERROR_UNAVAILABLE, NULL, "the scheduler has not ticked for %.0f s (stuck)", age);
     else
-        srv_error_make(&err, SRV_ERROR_UNAVAILABLE, NULL, "%s", phase_refusal(phase, app));
-    return send_error(conn, &err);
+        srv_error_make(&err, SRV_ERROR_UNAVAILABLE, NULL, "%s", srv__phase_refusal(phase, app));
+    return srv__send_error(conn, &err);
 }
 
 /* GET /ready: readiness for a load balancer. 200 when the model is loaded, the server
@@ -519,11 +167,11 @@ static enum MHD_Result handle_ready(srv_conn *conn) {
     pthread_rwlock_unlock(&app->lifecycle);
     if (faulted) {
         srv_error_make(&err, SRV_ERROR_UNAVAILABLE, NULL, "the device faulted: %s", fault);
-        return send_error(conn, &err);
+        return srv__send_error(conn, &err);
     }
     if (!cfg) {
-        srv_error_make(&err, SRV_ERROR_UNAVAILABLE, NULL, "%s", phase_refusal(phase, app));
-        return send_error(conn, &err);
+        srv_error_make(&err, SRV_ERROR_UNAVAILABLE, NULL, "%s", srv__phase_refusal(phase, app));
+        return srv__send_error(conn, &err);
     }
     double f = app->http.ready_queue_fraction > 0 ? app->http.ready_queue_fraction : 1.0;
     if (st.queued >= f * cfg->queue_max_requests || (double)st.queued_tokens >= f * (double)cfg->queue_max_tokens) {
@@ -532,9 +180,9 @@ static enum MHD_Result handle_ready(srv_conn *conn) {
                        "%d requests / %lld tokens)",
                        st.queued, (long long)st.queued_tokens, f * 100, cfg->queue_max_requests,
                        (long long)cfg->queue_max_tokens);
-        return send_error(conn, &err);
+        return srv__send_error(conn, &err);
     }
-    return send_json(conn, 200, json_pack("{s:s}", "status", "ready"));
+    return srv__send_json(conn, 200, json_pack("{s:s}", "status", "ready"));
 }
 
 static enum MHD_Result handle_metrics(srv_conn *conn) {
@@ -551,8 +199,8 @@ static enum MHD_Result handle_json_endpoint(srv_conn *conn,
                                             json_t *(*fn)(const char *, size_t, const srv_model_info *, srv_error *)) {
     srv_error err;
     json_t *body = fn(conn->body, conn->body_len, &conn->app->model, &err);
-    if (!body) return send_error(conn, &err);
-    return send_json(conn, 200, body);
+    if (!body) return srv__send_error(conn, &err);
+    return srv__send_json(conn, 200, body);
 }
 
 typedef enum route_kind {
@@ -599,7 +247,8 @@ static bool route_authorized(srv_conn *conn, srv_error *err) {
     if (!auth) {
         /* the keys are loaded with the model: until then keyed routes wait like the rest */
         if (app->http.n_api_keys == 0 && !app->http.api_key_file) return true;
-        srv_error_make(err, SRV_ERROR_UNAVAILABLE, NULL, "%s", phase_refusal((srv_phase)atomic_load(&app->phase), app));
+        srv_error_make(err, SRV_ERROR_UNAVAILABLE, NULL, "%s",
+                       srv__phase_refusal((srv_phase)atomic_load(&app->phase), app));
         return false;
     }
     const char *authorization =
@@ -608,7 +257,7 @@ static bool route_authorized(srv_conn *conn, srv_error *err) {
 }
 
 /* OPTIONS on a known path with CORS on: 204, and to an allowed origin what it may
- * send (queue_response adds Access-Control-Allow-Origin). Needs no key: browsers
+ * send (srv__queue_response adds Access-Control-Allow-Origin). Needs no key: browsers
  * send preflights without one. */
 static enum MHD_Result cors_preflight(srv_conn *conn, const struct route *found) {
     struct MHD_Response *resp = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
@@ -619,7 +268,7 @@ static enum MHD_Result cors_preflight(srv_conn *conn, const struct route *found)
         MHD_add_response_header(resp, "Access-Control-Allow-Headers", "Authorization, Content-Type");
         MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
     }
-    return queue_response(conn, MHD_HTTP_NO_CONTENT, resp);
+    return srv__queue_response(conn, MHD_HTTP_NO_CONTENT, resp);
 }
 
 static const struct route *find_route(const char *url) {
@@ -642,7 +291,7 @@ static bool admit_key(srv_conn *conn, const char *url, const char *method, enum 
     if (!found || is_preflight(conn, method) || !route_needs_key(conn->app, found->kind)) return true;
     srv_error err;
     if (route_authorized(conn, &err)) return true;
-    *result = send_error(conn, &err);
+    *result = srv__send_error(conn, &err);
     return false;
 }
 
@@ -651,7 +300,7 @@ static enum MHD_Result route(srv_conn *conn, const char *url, const char *method
     const struct route *found = find_route(url);
     if (!found) {
         srv_error_make(&err, SRV_ERROR_NOT_FOUND, NULL, "Invalid URL (%s %s)", method, url);
-        return send_error(conn, &err);
+        return srv__send_error(conn, &err);
     }
     /* security: CORS preflight (no key); the API key was checked by admit_key */
     if (is_preflight(conn, method)) return cors_preflight(conn, found);
@@ -669,17 +318,17 @@ static enum MHD_Result route(srv_conn *conn, const char *url, const char *method
     if (conn->body_too_large) {
         srv_error_make(&err, SRV_ERROR_TOO_LARGE, NULL, "the request body exceeds the limit of %zu bytes",
                        conn->app->http.max_body_bytes);
-        return send_error(conn, &err);
+        return srv__send_error(conn, &err);
     }
     srv_phase phase = (srv_phase)atomic_load(&conn->app->phase);
     if (phase != SRV_PHASE_READY) {
-        srv_error_make(&err, SRV_ERROR_UNAVAILABLE, NULL, "%s", phase_refusal(phase, conn->app));
-        return send_error(conn, &err);
+        srv_error_make(&err, SRV_ERROR_UNAVAILABLE, NULL, "%s", srv__phase_refusal(phase, conn->app));
+        return srv__send_error(conn, &err);
     }
     switch (found->kind) {
-    case ROUTE_MODELS: return send_json(conn, 200, srv_render_models(&conn->app->model));
-    case ROUTE_CHAT: return start_generation(conn, SRV_ENDPOINT_CHAT);
-    case ROUTE_COMPLETIONS: return start_generation(conn, SRV_ENDPOINT_COMPLETIONS);
+    case ROUTE_MODELS: return srv__send_json(conn, 200, srv_render_models(&conn->app->model));
+    case ROUTE_CHAT: return srv__generation_start(conn, SRV_ENDPOINT_CHAT);
+    case ROUTE_COMPLETIONS: return srv__generation_start(conn, SRV_ENDPOINT_COMPLETIONS);
     case ROUTE_TOKENIZE: return handle_json_endpoint(conn, srv_tokenize);
     case ROUTE_DETOKENIZE: return handle_json_endpoint(conn, srv_detokenize);
     default: return MHD_NO;
@@ -697,7 +346,7 @@ static bool body_append(srv_conn *conn, const char *data, size_t len) {
         conn->body_len = conn->body_cap = 0;
         return true;
     }
-    return grow((void **)&conn->body, &conn->body_cap, conn->body_len + len + 1, 1) &&
+    return srv__grow((void **)&conn->body, &conn->body_cap, conn->body_len + len + 1, 1) &&
            (memcpy(conn->body + conn->body_len, data, len), conn->body_len += len, true);
 }
 
@@ -725,7 +374,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *connection, 
             srv_error_make(&err, SRV_ERROR_TOO_LARGE, NULL,
                            "the request body of %s bytes exceeds the limit of %zu bytes", length,
                            app->http.max_body_bytes);
-            return send_error(conn, &err);
+            return srv__send_error(conn, &err);
         }
         enum MHD_Result refused;
         if (!admit_key(conn, url, method, &refused)) return refused; /* security: before the body */
@@ -736,7 +385,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *connection, 
         *upload_data_size = 0;
         return ok ? MHD_YES : MHD_NO;
     }
-    if (conn->dispatched) return continue_completion(conn); /* resumed: a non-streaming answer may be ready */
+    if (conn->dispatched) return srv__generation_continue(conn); /* resumed: a non-streaming answer may be ready */
     return route(conn, url, method);
 }
 

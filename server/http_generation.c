@@ -1,0 +1,326 @@
+/* http_generation.c: a generation's connection, from submit to the last byte: the
+ * scheduler requests of its choices, the suspend/resume handshake with the
+ * scheduler's notify and the watcher, SSE chunks read out of a suspended stream, or
+ * one JSON body once every choice is done. Cancels when the client leaves.
+ *
+ * DESIGN: see server/http_internal.h for srv_conn's threads and lifetime. Its `lock`
+ * orders the suspend/resume handshake:
+ *   handler/reader: lock; woken = false; unlock; look at the outputs; nothing new ->
+ *                   lock; if woken: look again; else suspended = true, suspend; unlock
+ *   notify:         lock; woken = true; if suspended: suspended = false, resume; unlock
+ * so a token that lands between the look and the suspend is never missed.
+ * Lock order: a request's lock (held by the scheduler during notify) before srv_conn's.
+ */
+#include <microhttpd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "server/http_internal.h"
+
+enum { STREAM_BLOCK_BYTES = 16 * 1024 };
+
+/* One choice of a generation: the HTTP side's cursor into its request's output. */
+struct srv_choice {
+    srv_conn *conn;
+    int index;
+    size_t text_sent;
+    int32_t tokens_sent;
+    bool role_sent;
+    bool finish_sent;
+};
+
+/* ---- the suspend/resume handshake ---- */
+
+static void conn_wake(srv_conn *conn) {
+    pthread_mutex_lock(&conn->lock);
+    conn->woken = true;
+    if (conn->suspended) {
+        conn->suspended = false;
+        MHD_resume_connection(conn->connection);
+    }
+    pthread_mutex_unlock(&conn->lock);
+}
+
+static void conn_clear_woken(srv_conn *conn) {
+    pthread_mutex_lock(&conn->lock);
+    conn->woken = false;
+    pthread_mutex_unlock(&conn->lock);
+}
+
+/* Suspends unless a wake arrived since conn_clear_woken; true when suspended. */
+static bool conn_try_suspend(srv_conn *conn) {
+    pthread_mutex_lock(&conn->lock);
+    bool suspend = !conn->woken;
+    if (suspend) {
+        conn->suspended = true;
+        MHD_suspend_connection(conn->connection);
+    }
+    pthread_mutex_unlock(&conn->lock);
+    return suspend;
+}
+
+/* The scheduler's notify, under the request's lock. A non-streaming request only
+ * needs waking once its choice is done. */
+static void choice_notify(void *arg) {
+    srv_choice *choice = arg;
+    srv_conn *conn = choice->conn;
+    if (!conn->request.stream && !sched_request_output(conn->reqs[choice->index])->done) return;
+    conn_wake(conn);
+}
+
+static void conn_on_hangup(void *arg) {
+    srv_conn *conn = arg;
+    for (int i = 0; i < conn->n_reqs; i++) sched_request_cancel(conn->reqs[i]);
+}
+
+static void conn_on_quiet(void *arg) {
+    srv_conn *conn = arg;
+    atomic_store(&conn->keepalive_wanted, true);
+    conn_wake(conn);
+}
+
+/* ---- streaming ---- */
+
+static bool out_append(srv_conn *conn, const char *text, size_t len) {
+    if (conn->out_len + len > conn->out_cap) {
+        size_t cap = conn->out_cap ? conn->out_cap : 4096;
+        while (cap < conn->out_len + len) cap *= 2;
+        char *p = realloc(conn->out, cap);
+        if (!p) return false;
+        conn->out = p;
+        conn->out_cap = cap;
+    }
+    memcpy(conn->out + conn->out_len, text, len);
+    conn->out_len += len;
+    return true;
+}
+
+/* Appends an event the API layer built (takes ownership of it). */
+static bool out_append_owned(srv_conn *conn, char *event) {
+    if (!event) return false;
+    bool ok = out_append(conn, event, strlen(event));
+    free(event);
+    return ok;
+}
+
+bool srv__grow(void **p, size_t *cap, size_t need, size_t elem) {
+    if (need <= *cap) return true;
+    size_t n = *cap ? *cap : 64;
+    while (n < need) n *= 2;
+    void *q = realloc(*p, n * elem);
+    if (!q) return false;
+    *p = q;
+    *cap = n;
+    return true;
+}
+
+/* What one choice produced since the last look, copied out under its lock. */
+typedef struct choice_news {
+    size_t text_len;
+    int32_t n_tokens;
+    int top_logprobs;
+    bool done;
+    sched_finish finish;
+    sp_status error;
+    char error_message[256];
+} choice_news;
+
+static bool choice_take_news(srv_conn *conn, srv_choice *choice, choice_news *news) {
+    sched_request *r = conn->reqs[choice->index];
+    bool ok = true;
+    sched_request_lock(r);
+    const sched_output *out = sched_request_output(r);
+    *news = (choice_news){.done = out->done, .finish = out->finish, .top_logprobs = out->top_logprobs};
+    news->text_len = out->text_len - choice->text_sent;
+    news->n_tokens = conn->request.logprobs ? out->n_tokens - choice->tokens_sent : 0;
+    size_t n_top = (size_t)news->n_tokens * (size_t)out->top_logprobs;
+    if (!srv__grow((void **)&conn->copy_text, &conn->copy_text_cap, news->text_len + 1, 1) ||
+        !srv__grow((void **)&conn->copy_tokens, &conn->copy_tokens_cap, (size_t)news->n_tokens + 1,
+                   sizeof(sched_token)) ||
+        !srv__grow((void **)&conn->copy_top, &conn->copy_top_cap, n_top + 1, sizeof(sched_token))) {
+        ok = false;
+    } else {
+        /* (the output's arrays may be NULL when empty: copy only what there is) */
+        if (news->text_len) memcpy(conn->copy_text, out->text + choice->text_sent, news->text_len);
+        if (news->n_tokens)
+            memcpy(conn->copy_tokens, out->tokens + choice->tokens_sent, sizeof(sched_token) * (size_t)news->n_tokens);
+        if (n_top)
+            memcpy(conn->copy_top, out->top + (size_t)choice->tokens_sent * (size_t)out->top_logprobs,
+                   sizeof(sched_token) * n_top);
+        if (out->done && out->finish == SCHED_FINISH_ERROR) {
+            news->error = out->error;
+            snprintf(news->error_message, sizeof news->error_message, "%s", out->error_message);
+        }
+        choice->text_sent = out->text_len;
+        if (conn->request.logprobs) choice->tokens_sent = out->n_tokens;
+    }
+    sched_request_unlock(r);
+    return ok;
+}
+
+/* Turns whatever the choices produced into SSE events in conn->out. */
+static bool stream_collect(srv_conn *conn) {
+    const srv_request *rq = &conn->request;
+    const srv_model_info *mi = &conn->app->model;
+    bool all_finished = true;
+    for (int i = 0; i < conn->n_reqs; i++) {
+        srv_choice *choice = &conn->choices[i];
+        if (choice->finish_sent) continue;
+        if (rq->endpoint == SRV_ENDPOINT_CHAT && !choice->role_sent) {
+            if (!out_append_owned(conn, srv_sse_role_chunk(rq, mi, conn->id, conn->created, i))) return false;
+            choice->role_sent = true;
+        }
+        choice_news news;
+        if (!choice_take_news(conn, choice, &news)) return false;
+        bool failed = news.done && (news.finish == SCHED_FINISH_ERROR || news.finish == SCHED_FINISH_CANCELLED);
+        const char *finish = news.done && !failed ? srv_finish_reason(news.finish) : NULL;
+        if (news.text_len > 0 || news.n_tokens > 0 || finish) {
+            char *chunk =
+                srv_sse_delta_chunk(rq, mi, conn->id, conn->created, i, conn->copy_text, news.text_len,
+                                    conn->copy_tokens, news.n_tokens, conn->copy_top, news.top_logprobs, finish);
+            if (!out_append_owned(conn, chunk)) return false;
+        }
+        if (failed) {
+            srv_error err;
+            if (news.finish == SCHED_FINISH_CANCELLED)
+                srv_error_from_status(&err, SP_ERR_CANCELLED, "the request was cancelled");
+            else
+                srv_error_from_status(&err, news.error, news.error_message);
+            if (!out_append_owned(conn, srv_sse_error_event(&err))) return false;
+            conn->stream_errored = true;
+        }
+        if (news.done)
+            choice->finish_sent = true;
+        else
+            all_finished = false;
+    }
+    if (!all_finished) return true;
+    if (rq->include_usage && !conn->stream_errored) {
+        const sched_output *outs[SRV_MAX_N * SRV_MAX_PROMPTS];
+        for (int i = 0; i < conn->n_reqs; i++) outs[i] = sched_request_output(conn->reqs[i]); /* done: immutable */
+        if (!out_append_owned(conn, srv_sse_usage_chunk(rq, mi, conn->id, conn->created, outs, conn->n_reqs)))
+            return false;
+    }
+    if (!out_append(conn, SRV_SSE_DONE, strlen(SRV_SSE_DONE))) return false;
+    conn->stream_done = true;
+    return true;
+}
+
+static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
+    (void)pos;
+    srv_conn *conn = cls;
+    for (;;) {
+        if (conn->out_off < conn->out_len) {
+            size_t n = conn->out_len - conn->out_off;
+            if (n > max) n = max;
+            memcpy(buf, conn->out + conn->out_off, n);
+            conn->out_off += n;
+            atomic_store(&conn->watched.last_write, sched_now());
+            return (ssize_t)n;
+        }
+        conn->out_len = conn->out_off = 0;
+        if (conn->stream_done) return MHD_CONTENT_READER_END_OF_STREAM;
+        conn_clear_woken(conn);
+        if (!stream_collect(conn)) return MHD_CONTENT_READER_END_WITH_ERROR; /* out of memory */
+        if (conn->out_len > 0) continue;
+        if (atomic_exchange(&conn->keepalive_wanted, false)) {
+            /* an SSE comment: clients ignore it, proxies see a live connection */
+            static const char comment[] = ": keep-alive\n\n";
+            if (!out_append(conn, comment, sizeof comment - 1)) return MHD_CONTENT_READER_END_WITH_ERROR;
+            continue;
+        }
+        if (conn_try_suspend(conn)) return 0;
+    }
+}
+
+/* ---- non-streaming ---- */
+
+static bool all_done(srv_conn *conn) {
+    for (int i = 0; i < conn->n_reqs; i++) {
+        sched_request_lock(conn->reqs[i]);
+        bool done = sched_request_output(conn->reqs[i])->done;
+        sched_request_unlock(conn->reqs[i]);
+        if (!done) return false;
+    }
+    return true;
+}
+
+static enum MHD_Result send_completion(srv_conn *conn) {
+    const sched_output *outs[SRV_MAX_N * SRV_MAX_PROMPTS];
+    for (int i = 0; i < conn->n_reqs; i++) {
+        outs[i] = sched_request_output(conn->reqs[i]); /* done: immutable from now on */
+        if (outs[i]->finish == SCHED_FINISH_ERROR)
+            return srv__send_status_error(conn, outs[i]->error, outs[i]->error_message);
+        if (outs[i]->finish == SCHED_FINISH_CANCELLED)
+            return srv__send_status_error(conn, SP_ERR_CANCELLED, "the request was cancelled");
+    }
+    return srv__send_json(
+        conn, 200, srv_render_response(&conn->request, &conn->app->model, conn->id, conn->created, outs, conn->n_reqs));
+}
+
+/* Called again after every resume until the answer is queued. */
+enum MHD_Result srv__generation_continue(srv_conn *conn) {
+    for (;;) {
+        conn_clear_woken(conn);
+        if (all_done(conn)) return send_completion(conn);
+        if (conn_try_suspend(conn)) return MHD_YES;
+    }
+}
+
+/* ---- generation requests ---- */
+
+enum MHD_Result srv__generation_start(srv_conn *conn, srv_endpoint endpoint) {
+    srv_app *app = conn->app;
+    srv_error err;
+    if (srv_request_parse(endpoint, conn->body, conn->body_len, &app->model, &conn->request, &err) != SP_OK)
+        return srv__send_error(conn, &err);
+    conn->have_request = true;
+    const srv_request *rq = &conn->request;
+    int n = rq->n_prompts * rq->n;
+    conn->reqs = calloc((size_t)n, sizeof *conn->reqs);
+    conn->choices = calloc((size_t)n, sizeof *conn->choices);
+    if (!conn->reqs || !conn->choices) return srv__send_status_error(conn, SP_ERR_NOMEM, "out of memory");
+    for (int p = 0; p < rq->n_prompts; p++) {
+        for (int c = 0; c < rq->n; c++) {
+            int i = p * rq->n + c;
+            sched_request_params params = srv_request_choice_params(rq, p, c);
+            sp_status st = sched_request_create(&params, &conn->reqs[i]);
+            if (st != SP_OK) return srv__send_status_error(conn, st, sp_last_error());
+            conn->n_reqs = i + 1;
+            conn->choices[i] = (srv_choice){.conn = conn, .index = i};
+            sched_request_set_notify(conn->reqs[i], choice_notify, &conn->choices[i]);
+        }
+    }
+    srv_response_id(endpoint, conn->id, sizeof conn->id);
+    conn->created = (int64_t)time(NULL);
+
+    pthread_rwlock_rdlock(&app->lifecycle);
+    sp_status st =
+        atomic_load(&app->phase) == SRV_PHASE_READY
+            ? sched_submit(app->sched, conn->reqs, n)
+            : sp_fail(SP_ERR_UNAVAILABLE, "%s", srv__phase_refusal((srv_phase)atomic_load(&app->phase), app));
+    pthread_rwlock_unlock(&app->lifecycle);
+    if (st != SP_OK) return srv__send_status_error(conn, st, sp_last_error());
+    conn->dispatched = true;
+    atomic_fetch_add(&app->live_generations, 1);
+
+    const union MHD_ConnectionInfo *info = MHD_get_connection_info(conn->connection, MHD_CONNECTION_INFO_CONNECTION_FD);
+    conn->watched = (srv_watched){.fd = info ? info->connect_fd : -1,
+                                  .on_hangup = conn_on_hangup,
+                                  .on_quiet = conn_on_quiet,
+                                  .arg = conn,
+                                  .streaming = rq->stream,
+                                  ._slot = -1};
+    if (conn->watched.fd >= 0 && srv_watch_add(app->watch, &conn->watched) == SP_OK) conn->watching = true;
+
+    if (!rq->stream) return srv__generation_continue(conn);
+    struct MHD_Response *resp =
+        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, STREAM_BLOCK_BYTES, stream_reader, conn, NULL);
+    if (!resp) return MHD_NO;
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    MHD_add_response_header(resp, "X-Accel-Buffering", "no"); /* nginx: do not buffer the stream */
+    return srv__queue_response(conn, MHD_HTTP_OK, resp);
+}
