@@ -288,8 +288,18 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
         [ "$limit" = 0 ] && { say "no time left for $bin"; tests_rc=1; continue; }
         say "GPU tests: $bin"
         echo "== $bin" >>"$OUT/gpu_tests.txt"
-        timeout "$limit" "$bin" --verbose >>"$OUT/gpu_tests.txt" 2>&1 || tests_rc=1
-        tail -n 2 "$OUT/gpu_tests.txt" | tee -a "$LOG"
+        timeout "$limit" "$bin" --verbose >"$SCRATCH/tests" 2>&1 || tests_rc=1
+        cat "$SCRATCH/tests" >>"$OUT/gpu_tests.txt"
+        tail -n 2 "$SCRATCH/tests" | tee -a "$LOG"
+        # a device fault inside a graph or a queue of kernels names only the call that
+        # noticed it: once more with a wait after every op, so it names the kernel
+        if grep -qE "illegal|misaligned|unspecified launch failure|Crashing: [1-9]" "$SCRATCH/tests"; then
+            limit=$(budget 90)
+            [ "$limit" = 0 ] && continue
+            say "GPU tests: $bin again with SP_CUDA_SYNC_OPS=1 (a device fault: which kernel)"
+            echo "== $bin (SP_CUDA_SYNC_OPS=1)" >>"$OUT/gpu_tests.txt"
+            SP_CUDA_SYNC_OPS=1 timeout "$limit" "$bin" --verbose >>"$OUT/gpu_tests.txt" 2>&1
+        fi
     done
 fi
 
@@ -346,9 +356,11 @@ elif [ $tests_rc = 0 ]; then
 else
     tests=FAILED
 fi
+graph_failures=$(cat "$LOG" "$OUT/gpu_tests.txt" | grep -c "as a graph failed")
 {
     report "$OUT"
     echo
     echo "GPU tests: $tests ($OUT/gpu_tests.txt)"
+    echo "Failed graph captures (steps run op by op instead): $graph_failures"
 } | tee "$OUT/summary.md"
 exit $tests_rc

@@ -6,6 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <algorithm>
+#include <system_error>
+#include <thread>
 #include <vector>
 
 #include "gpu/cuda/cuda_internal.cuh"
@@ -27,7 +30,8 @@ bool cuda__ok(cuda_backend *cb, cudaError_t err, const char *call) {
 }
 
 bool cuda__blas_ok(cuda_backend *cb, cublasStatus_t st, const char *call) {
-    if (st == CUBLAS_STATUS_SUCCESS) return true;
+    if (st == CUBLAS_STATUS_SUCCESS)
+        return !cb->sync_ops || cb->capturing || cuda__ok(cb, cudaStreamSynchronize(cb->stream), call);
     if (!cb->faulted) {
         cb->faulted = true;
         snprintf(cb->fault, sizeof cb->fault, "%s: %s", call, cublasGetStatusString(st));
@@ -37,7 +41,15 @@ bool cuda__blas_ok(cuda_backend *cb, cublasStatus_t st, const char *call) {
 }
 
 bool cuda__launched(cuda_backend *cb, const char *kernel) {
-    return cuda__ok(cb, cudaGetLastError(), kernel);
+    if (!cuda__ok(cb, cudaGetLastError(), kernel)) return false;
+    if (!cb->sync_ops || cb->capturing) return true;
+    char what[96];
+    snprintf(what, sizeof what, "%s (SP_CUDA_SYNC_OPS)", kernel);
+    return cuda__ok(cb, cudaStreamSynchronize(cb->stream), what);
+}
+
+void cuda__ignore(cudaError_t err) {
+    if (err != cudaSuccess) (void)cudaGetLastError();
 }
 
 void cuda__fault(cuda_backend *cb, const char *what) {
@@ -82,6 +94,33 @@ static sp_status cuda_alloc(cuda_backend *cb, size_t nbytes, const char *what, v
     return SP_OK;
 }
 
+/* Rows 0..n of a block-quantized weight (src, src_row bytes each) as stored (F16 or
+ * BF16) into dst (n, k), the rows split over the host's cores: an 8B model has 7e9
+ * weights, minutes on one core. */
+static void dequantize_rows(quant_type source, quant_type stored, const char *src, size_t src_row, int64_t k, int64_t n,
+                            uint16_t *dst) {
+    auto work = [=](int64_t begin, int64_t end) {
+        std::vector<float> row((size_t)k);
+        for (int64_t r = begin; r < end; r++) {
+            quant_dequantize_row(source, row.data(), src + (size_t)r * src_row, k);
+            uint16_t *out = dst + (size_t)r * (size_t)k;
+            for (int64_t i = 0; i < k; i++)
+                out[i] = stored == QUANT_BF16 ? quant_f32_to_bf16(row[(size_t)i]) : quant_f32_to_f16(row[(size_t)i]);
+        }
+    };
+    const int64_t threads = std::min<int64_t>(std::max(1u, std::thread::hardware_concurrency()), 32);
+    const int64_t per = (n + threads - 1) / threads;
+    std::vector<std::thread> pool;
+    int64_t begin = per; /* the calling thread takes [0, per) */
+    try {
+        for (; threads > 1 && begin < n; begin += per) pool.emplace_back(work, begin, std::min(n, begin + per));
+    } catch (const std::system_error &) { /* no more threads: the rest on this one */
+    }
+    work(0, std::min(n, per));
+    if (begin < n) work(begin, n);
+    for (std::thread &t : pool) t.join();
+}
+
 /* Dequantizes a weight on the host, row block by row block, into its storage type
  * and uploads it. */
 static sp_status cuda_weight_init(dev_backend *dev, dev_tensor *out, const void *host_data, size_t nbytes) {
@@ -99,19 +138,13 @@ static sp_status cuda_weight_init(dev_backend *dev, dev_tensor *out, const void 
                       "cudaMemcpyAsync(weights)"))
             return cuda__fault_status(cb);
     } else {
-        /* a few MiB at a time through a host buffer */
+        /* tens of MiB at a time through a host buffer, dequantized on every core */
         const size_t src_row = quant_row_bytes(source, k);
-        const int64_t chunk = (int64_t)(((size_t)8 << 20) / ((size_t)k * elem)) + 1;
-        std::vector<float> row((size_t)k);
+        const int64_t chunk = (int64_t)(((size_t)64 << 20) / ((size_t)k * elem)) + 1;
         std::vector<uint16_t> half((size_t)(chunk < rows ? chunk : rows) * (size_t)k);
         for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
             const int64_t n = rows - r0 < chunk ? rows - r0 : chunk;
-            for (int64_t r = 0; r < n; r++) {
-                quant_dequantize_row(source, row.data(), (const char *)host_data + (size_t)(r0 + r) * src_row, k);
-                for (int64_t i = 0; i < k; i++)
-                    half[(size_t)r * (size_t)k + (size_t)i] =
-                        stored == QUANT_BF16 ? quant_f32_to_bf16(row[(size_t)i]) : quant_f32_to_f16(row[(size_t)i]);
-            }
+            dequantize_rows(source, stored, (const char *)host_data + (size_t)r0 * src_row, src_row, k, n, half.data());
             /* pageable source: the copy is staged before the call returns, so half is reusable */
             if (!cuda__ok(cb,
                           cudaMemcpyAsync((char *)device + (size_t)r0 * (size_t)k * elem, half.data(),
@@ -162,7 +195,15 @@ static sp_status cuda_reserve(dev_backend *dev, int64_t max_tokens, int64_t max_
         sp_status st = cuda_alloc(cb, CUDA_ATTN_PARTIAL_BYTES, "attention partials", (void **)&cb->attn_partial);
         if (st != SP_OK) return st;
     }
-    cuda__graphs_clear(cb); /* captures hold the buffers of the model they were made for */
+    cuda__graphs_clear(cb);            /* captures hold the buffers of the model they were made for */
+    if (max_tokens > cb->max_tokens) { /* the smaller one stays in allocations until destroy */
+        void *p = NULL;
+        /* rows of any step, and of the GEMV measurement (up to CUDA_GEMV_MAX_ROWS) */
+        const int64_t scale_rows = std::max<int64_t>(max_tokens, CUDA_GEMV_MAX_ROWS);
+        sp_status st = cuda_alloc(cb, sizeof(float) * (size_t)scale_rows, "matmul row scales", &p);
+        if (st != SP_OK) return st;
+        cb->act_row_scale = (float *)p;
+    }
     size_t bytes = (size_t)max_tokens * (size_t)max_width * sizeof(__half);
     if (bytes > cb->act_half_bytes) {
         void *p = NULL;
@@ -206,10 +247,10 @@ static sp_status cuda_kv_create(dev_backend *dev, const dev_kv_shape *shape, dev
 
 static void cuda_kv_destroy(dev_backend *dev, dev_kv *kv) {
     cuda_backend *cb = (cuda_backend *)dev;
-    cuda__graphs_clear(cb);            /* a later pool may get this one's address: no capture may outlive it */
-    cudaStreamSynchronize(cb->stream); /* the pool may still be in use by queued work */
+    cuda__graphs_clear(cb); /* a later pool may get this one's address: no capture may outlive it */
+    cuda__ignore(cudaStreamSynchronize(cb->stream)); /* the pool may still be in use by queued work */
     cuda_kv *ck = (cuda_kv *)kv;
-    cudaFree(ck->data);
+    cuda__ignore(cudaFree(ck->data));
     free(ck);
 }
 
@@ -325,6 +366,9 @@ extern "C" sp_status cuda_backend_create(const dev_options *opts, dev_backend **
     cb->device = 0;
     cb->use_graphs = !opts->no_graphs;
     cb->quant_gemv = opts->quant_gemv;
+    const char *sync_ops = getenv("SP_CUDA_SYNC_OPS"); /* a debugging aid: a fault names the op that made it */
+    cb->sync_ops = sync_ops && strcmp(sync_ops, "1") == 0;
+    if (cb->sync_ops) sp_log_warn("cuda: SP_CUDA_SYNC_OPS=1: waiting after every op (slow; for finding a fault)");
     cudaDeviceProp prop;
     if (!cuda__ok(cb, cudaSetDevice(cb->device), "cudaSetDevice") ||
         !cuda__ok(cb, cudaGetDeviceProperties(&prop, cb->device), "cudaGetDeviceProperties") ||
@@ -340,6 +384,17 @@ extern "C" sp_status cuda_backend_create(const dev_options *opts, dev_backend **
                                       "cublasSetWorkspace"))
         st = cuda__fault_status(cb);
     if (st != SP_OK) {
+        cuda_destroy(&cb->base);
+        return st;
+    }
+    /* sampling allocates per call from the stream-ordered pool (cudaMallocAsync): keep
+     * up to 64 MiB in the pool between calls instead of going to the driver each time */
+    cudaMemPool_t pool = NULL;
+    uint64_t keep = (uint64_t)64 << 20;
+    if (!cuda__ok(cb, cudaDeviceGetDefaultMemPool(&pool, cb->device), "cudaDeviceGetDefaultMemPool") ||
+        !cuda__ok(cb, cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep),
+                  "cudaMemPoolSetAttribute(release threshold)")) {
+        st = cuda__fault_status(cb);
         cuda_destroy(&cb->base);
         return st;
     }

@@ -5,9 +5,11 @@
  * the CPU's launch cost is most of the step. A captured graph launches them all at
  * once. cuda_step.cu pads every decode batch to its bucket, so one bucket's steps
  * launch the same kernels on the same addresses and differ only in the step's device
- * arrays, which the kernels read when they run: a graph captured for the first step of
- * a bucket is valid for all later ones. Steps that are not padded decode batches
- * (prefill chunks, mixed steps) run op by op.
+ * arrays, which the kernels read when they run: a graph captured for one step of a
+ * bucket is valid for all later ones. The first step of a bucket runs op by op and the
+ * second is captured: the first run does what a capture cannot hold (cuBLAS's first
+ * use of a shape, module loading). Steps that are not padded decode batches (prefill
+ * chunks, mixed steps) run op by op.
  *
  * Captures are kept in a fixed table (CUDA_GRAPH_CACHE); when it is full the least
  * recently used one goes. Growing the step buffer moves the arrays every graph reads,
@@ -16,8 +18,9 @@
  * What fn may do during a capture: launch kernels and cuBLAS calls on cb->stream (cuBLAS
  * has its own workspace, so it does not allocate); no synchronisation, allocation or
  * copy to the host (dev_record's contract). A failure inside a capture ends the capture;
- * when the stream still works afterwards it was the capture's, not the device's: graphs
- * are turned off (logged) and the step runs op by op. Otherwise it is a device fault.
+ * when the stream still works afterwards it was the capture's, not the device's: the
+ * step runs op by op (logged), and after CUDA_GRAPH_MAX_FAILURES such failures graphs
+ * are turned off. Otherwise it is a device fault.
  */
 #include <stdio.h>
 #include <string.h>
@@ -30,8 +33,9 @@ extern "C" {
 
 void cuda__graphs_clear(cuda_backend *cb) {
     if (cb->n_graphs == 0) return;
-    if (cb->stream) cudaStreamSynchronize(cb->stream); /* none may still be running */
-    for (int i = 0; i < cb->n_graphs; i++) cudaGraphExecDestroy(cb->graphs[i].exec);
+    if (cb->stream) cuda__ignore(cudaStreamSynchronize(cb->stream)); /* none may still be running */
+    for (int i = 0; i < cb->n_graphs; i++)
+        if (cb->graphs[i].exec) cuda__ignore(cudaGraphExecDestroy(cb->graphs[i].exec));
     cb->n_graphs = 0;
 }
 
@@ -52,19 +56,22 @@ static cuda_graph_entry *graph_slot(cuda_backend *cb) {
     cuda_graph_entry *oldest = &cb->graphs[0];
     for (int i = 1; i < cb->n_graphs; i++)
         if (cb->graphs[i].last_used < oldest->last_used) oldest = &cb->graphs[i];
-    cudaStreamSynchronize(cb->stream); /* it may be the one still running */
-    cudaGraphExecDestroy(oldest->exec);
+    cuda__ignore(cudaStreamSynchronize(cb->stream)); /* it may be the one still running */
+    if (oldest->exec) cuda__ignore(cudaGraphExecDestroy(oldest->exec));
+    oldest->exec = NULL;
     return oldest;
 }
 
 /* Captures what fn issues into an instantiated graph. NULL with cb->faulted on a device
  * fault; NULL without it when the capture itself failed (fn issued something a capture
- * cannot hold) and the device is fine: then graphs are turned off, and the caller runs
- * fn op by op (the captured ops never ran). */
+ * cannot hold) and the device is fine: the caller then runs fn op by op (the captured
+ * ops never ran), and graphs go off after CUDA_GRAPH_MAX_FAILURES of these. */
 static cudaGraphExec_t graph_capture(cuda_backend *cb, const dev_step *step, dev_record_fn fn, const void *ctx) {
     if (!cuda__ok(cb, cudaStreamBeginCapture(cb->stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture"))
         return NULL;
+    cb->capturing = true;
     fn(ctx, step);
+    cb->capturing = false;
     cudaGraph_t graph = NULL;
     /* always end the capture, so the stream works again whatever happened inside */
     cudaError_t end = cudaStreamEndCapture(cb->stream, &graph);
@@ -85,8 +92,9 @@ static cudaGraphExec_t graph_capture(cuda_backend *cb, const dev_step *step, dev
     }
     cb->faulted = false;
     cb->fault[0] = '\0';
-    cb->use_graphs = false;
-    sp_log_warn("cuda: capturing a decode step as a graph failed (%s); running steps op by op from now on", why);
+    if (++cb->graph_failures >= CUDA_GRAPH_MAX_FAILURES) cb->use_graphs = false;
+    sp_log_warn("cuda: capturing a decode step of %d tokens as a graph failed (%s); %s", step->n_tokens, why,
+                cb->use_graphs ? "this step runs op by op" : "graphs are off: every step runs op by op from now on");
     return NULL;
 }
 
@@ -98,22 +106,27 @@ sp_status cuda__record(dev_backend *dev, const dev_step *step, dev_record_fn fn,
         return cb->faulted ? cuda__fault_status(cb) : SP_OK;
     }
     cuda_graph_entry *g = graph_find(cb, step, fn, ctx, ctx_bytes);
-    if (!g) {
-        cudaGraphExec_t exec = graph_capture(cb, step, fn, ctx);
-        if (!exec) {
-            if (cb->faulted) return cuda__fault_status(cb);
-            fn(ctx, step); /* the capture failed, the device is fine: op by op */
-            return cb->faulted ? cuda__fault_status(cb) : SP_OK;
-        }
+    if (!g) { /* first sight of this shape: remember it, run it op by op (the warm-up) */
         g = graph_slot(cb);
         g->n_tokens = step->n_tokens;
         g->max_blocks = step->max_blocks;
         g->fn = fn;
         memcpy(g->ctx, ctx, ctx_bytes);
         g->ctx_bytes = ctx_bytes;
-        g->exec = exec;
+        g->exec = NULL;
+        g->last_used = ++cb->graph_clock;
+        fn(ctx, step);
+        return cb->faulted ? cuda__fault_status(cb) : SP_OK;
     }
     g->last_used = ++cb->graph_clock;
+    if (!g->exec) {
+        g->exec = graph_capture(cb, step, fn, ctx);
+        if (!g->exec) {
+            if (cb->faulted) return cuda__fault_status(cb);
+            fn(ctx, step); /* the capture failed, the device is fine: op by op */
+            return cb->faulted ? cuda__fault_status(cb) : SP_OK;
+        }
+    }
     if (!cuda__ok(cb, cudaGraphLaunch(g->exec, cb->stream), "cudaGraphLaunch")) return cuda__fault_status(cb);
     return SP_OK;
 }

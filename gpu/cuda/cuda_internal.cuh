@@ -56,10 +56,11 @@ typedef struct cuda_step_buffers {
 } cuda_step_buffers;
 
 /* Decode batches of up to this many tokens are padded to a bucket and may run as graphs. */
-enum { CUDA_GRAPH_MAX_TOKENS = 256, CUDA_GRAPH_CACHE = 64 };
+enum { CUDA_GRAPH_MAX_TOKENS = 256, CUDA_GRAPH_CACHE = 64, CUDA_GRAPH_MAX_FAILURES = 3 };
 
 /* One captured decode step: the ops dev_record's fn issued for one (bucket, block-table
- * width, fn, ctx), instantiated for replay. */
+ * width, fn, ctx), instantiated for replay; exec is NULL until the shape's second step
+ * (the first runs op by op as a warm-up) or after a failed capture. */
 typedef struct cuda_graph_entry {
     int32_t n_tokens, max_blocks;
     dev_record_fn fn;
@@ -93,10 +94,14 @@ typedef struct cuda_backend {
     size_t weight_source_bytes; /* in the GGUF */
     void *act_half;             /* F16/BF16 copy of a matmul input, act_half_bytes */
     size_t act_half_bytes;
+    float *act_row_scale; /* (max_tokens) the power of two each F16 input row was divided by */
     cuda_step_buffers steps;
     int64_t max_tokens;     /* the largest dev_reserve: activation rows a (padded) step may use */
     void *cublas_workspace; /* set once, so cuBLAS never allocates inside a graph capture */
     bool use_graphs;
+    bool capturing;     /* inside graph_capture's fn: no synchronisation allowed */
+    int graph_failures; /* captures that failed with the device fine; graphs go off at CUDA_GRAPH_MAX_FAILURES */
+    bool sync_ops;      /* SP_CUDA_SYNC_OPS=1: wait after every op outside a capture, so a fault names its op */
     cuda_graph_entry graphs[CUDA_GRAPH_CACHE];
     int n_graphs;
     uint64_t graph_clock;
@@ -115,8 +120,12 @@ typedef struct cuda_backend {
  * failure, so `if (!cuda__ok(cb, cudaFoo(...), "cudaFoo")) return;` reads naturally. */
 bool cuda__ok(cuda_backend *cb, cudaError_t err, const char *call);
 bool cuda__blas_ok(cuda_backend *cb, cublasStatus_t st, const char *call);
-/* After a kernel launch: the launch's own error (bad configuration), if any. */
+/* After a kernel launch: the launch's own error (bad configuration), if any; with
+ * sync_ops (and not capturing), also waits and reports a fault of the kernel itself. */
 bool cuda__launched(cuda_backend *cb, const char *kernel);
+/* For calls whose failure changes nothing (teardown): clears the runtime's last error,
+ * so it is not reported later against an unrelated kernel. */
+void cuda__ignore(cudaError_t err);
 /* Records a fault that is not a CUDA status (a shape a kernel cannot take). */
 void cuda__fault(cuda_backend *cb, const char *what);
 /* The fault as a status for the caller (SP_ERR_DEVICE with the message). */

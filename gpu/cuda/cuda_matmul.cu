@@ -5,7 +5,12 @@
  *
  * The input is converted once to the weights' storage type (F16, or BF16 for BF16
  * models) and each weight goes through cuBLAS's GEMM with F32 accumulation and F32
- * output. In cuBLAS's column-major terms: C (N x T, ld N) = W^T-as-stored (op T on the
+ * output. F16 tops out at 65,504, and activations can pass that (qwen2's feed-forward
+ * inputs do): a row whose largest magnitude is past 2^15 is scaled down by a power of
+ * two before the conversion and its outputs scaled back after the GEMM (both exact), so
+ * nothing saturates; other rows are converted as they are. A quantized weight on the
+ * CPU backend gets 8-bit activations with a scale per block, so it never saturated
+ * there either. In cuBLAS's column-major terms: C (N x T, ld N) = W^T-as-stored (op T on the
  * K x N matrix the row-major W is) times in (K x T, ld K); C in column-major is `out`
  * in row-major (T, N).
  *
@@ -30,9 +35,33 @@ extern "C" {
 
 enum { BLOCK = 256 };
 
-__global__ static void to_half_kernel(__half *dst, const float *src, int64_t n) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-        dst[i] = __float2half_rn(fminf(fmaxf(src[i], -65504.0f), 65504.0f)); /* saturate: F16 tops out at 65504 */
+/* The largest magnitude an F16 input row keeps as it is; past it, the row is scaled. */
+#define HALF_ROW_MAX 32768.0f
+
+/* One block per row: dst (T, K) = src * 2^-e as F16 and row_scale[r] = 2^e, where e is
+ * 0 unless the row's largest magnitude m is past HALF_ROW_MAX, then the smallest e
+ * with m * 2^-e <= HALF_ROW_MAX. An infinity still saturates (and NaN stays NaN). */
+__global__ static void to_half_rows_kernel(__half *dst, float *row_scale, const float *src, int64_t k) {
+    __shared__ float warp_max[BLOCK / 32];
+    const float *row = src + blockIdx.x * k;
+    __half *out = dst + blockIdx.x * k;
+    float m = 0.0f;
+    for (int64_t i = threadIdx.x; i < k; i += BLOCK) {
+        const float a = fabsf(row[i]);
+        if (a > m && a <= 3.0e38f) m = a; /* finite ones only (an infinity cannot be scaled) */
+    }
+    for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = m;
+    __syncthreads();
+    m = warp_max[0];
+    for (int w = 1; w < BLOCK / 32; w++) m = fmaxf(m, warp_max[w]);
+    int e = 0;
+    if (m > HALF_ROW_MAX) e = (int)ceilf(log2f(m / HALF_ROW_MAX));
+    while (e > 0 && ldexpf(m, -e) > HALF_ROW_MAX) e++; /* log2f's rounding, one step at most */
+    const float down = ldexpf(1.0f, -e);
+    for (int64_t i = threadIdx.x; i < k; i += BLOCK)
+        out[i] = __float2half_rn(fminf(fmaxf(row[i] * down, -65504.0f), 65504.0f));
+    if (threadIdx.x == 0) row_scale[blockIdx.x] = ldexpf(1.0f, e);
 }
 
 __global__ static void to_bf16_kernel(__nv_bfloat16 *dst, const float *src, int64_t n) {
@@ -44,6 +73,18 @@ __global__ static void to_bf16_kernel(__nv_bfloat16 *dst, const float *src, int6
 __global__ static void bias_kernel(float *out, const float *bias, int64_t rows, int64_t n) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < rows * n; i += (int64_t)gridDim.x * blockDim.x)
         out[i] += bias[i % n];
+}
+
+/* Row blockIdx.x of out (T, N) = out * row_scale[r] (+ bias): what to_half_rows_kernel
+ * scaled down, scaled back. Rows it left alone, without a bias, return at once. */
+__global__ static void unscale_bias_kernel(float *out, const float *row_scale, const float *bias, int64_t n) {
+    const float up = row_scale[blockIdx.x];
+    if (up == 1.0f && !bias) return;
+    float *row = out + blockIdx.x * n;
+    for (int64_t i = blockIdx.y * (int64_t)BLOCK + threadIdx.x; i < n; i += (int64_t)gridDim.y * BLOCK) {
+        const float v = __fmul_rn(row[i], up);
+        row[i] = bias ? __fadd_rn(v, bias[i]) : v;
+    }
 }
 
 static cuda_gemv_shape *gemv_shape_of(cuda_backend *cb, const dev_tensor *w) {
@@ -116,8 +157,9 @@ static void cublas_product(cuda_backend *cb, const dev_matmul_part *part, const 
             to_bf16_kernel<<<cuda__grid(rows * k, BLOCK), BLOCK, 0, cb->stream>>>((__nv_bfloat16 *)cb->act_half, in,
                                                                                   rows * k);
         else
-            to_half_kernel<<<cuda__grid(rows * k, BLOCK), BLOCK, 0, cb->stream>>>((__half *)cb->act_half, in, rows * k);
-        if (!cuda__launched(cb, "to_half_kernel")) return;
+            to_half_rows_kernel<<<(unsigned)rows, BLOCK, 0, cb->stream>>>((__half *)cb->act_half, cb->act_row_scale, in,
+                                                                          k);
+        if (!cuda__launched(cb, bf16 ? "to_bf16_kernel" : "to_half_rows_kernel")) return;
         *converted = w->type;
     }
     const float alpha = 1.0f, beta = 0.0f;
@@ -128,9 +170,13 @@ static void cublas_product(cuda_backend *cb, const dev_matmul_part *part, const 
                                     (int)w->ne1, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                        "cublasGemmEx"))
         return;
-    if (part->bias) {
-        bias_kernel<<<cuda__grid(rows * w->ne1, BLOCK), BLOCK, 0, cb->stream>>>(
-            part->out, (const float *)part->bias->data, rows, w->ne1);
+    const float *bias = part->bias ? (const float *)part->bias->data : NULL;
+    if (!bf16) { /* the rows scaled down, scaled back, with the bias */
+        const dim3 grid((unsigned)rows, (unsigned)std::min<int64_t>((w->ne1 + BLOCK - 1) / BLOCK, 64));
+        unscale_bias_kernel<<<grid, BLOCK, 0, cb->stream>>>(part->out, cb->act_row_scale, bias, w->ne1);
+        cuda__launched(cb, "unscale_bias_kernel");
+    } else if (bias) {
+        bias_kernel<<<cuda__grid(rows * w->ne1, BLOCK), BLOCK, 0, cb->stream>>>(part->out, bias, rows, w->ne1);
         cuda__launched(cb, "bias_kernel");
     }
 }

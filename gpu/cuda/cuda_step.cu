@@ -1,8 +1,15 @@
 /* cuda_step.cu: the step's arrays, copied to the device through a pinned staging
  * buffer, and the padding of decode batches to graph buckets.
  *
- * Legend: T = tokens in the step, S = sequences, M = block-table width (max_blocks),
+ * Legend: T = tokens in the step, S = sequences, B = tokens per KV block, M = the
+ * blocks the step's longest sequence uses (max over sequences of ceil(seq_len / B)),
  * Tb and Mb = T and M rounded up to their buckets.
+ *
+ * The device's block table is M wide (Mb for a padded decode batch), not the caller's
+ * max_blocks (the capacity of a maximal sequence, 8,192 for a 128K context at B = 16):
+ * the upload and the split-context attention's split count follow what the step's
+ * sequences hold. Only the blocks a sequence uses are copied, the rest of its row is
+ * the scratch block, so no unchecked block id reaches a kernel.
  *
  * A decode batch (one token per sequence, token t in sequence t, as the scheduler
  * builds them) of up to CUDA_GRAPH_MAX_TOKENS is padded to Tb tokens and an Mb-wide
@@ -22,6 +29,8 @@
  */
 #include <string.h>
 
+#include <algorithm>
+
 #include "gpu/cuda/cuda_internal.cuh"
 
 /* 1, 2, 4, 8, then multiples of 8: little padding, few buckets. */
@@ -38,6 +47,11 @@ static int32_t blocks_bucket(int32_t m) {
     return b;
 }
 
+/* Blocks a sequence of len tokens occupies. */
+static int32_t blocks_used(int32_t len, int32_t block_size) {
+    return (len + block_size - 1) / block_size;
+}
+
 static bool is_decode_batch(const dev_step *s) {
     if (s->n_tokens != s->n_seqs || s->n_tokens > CUDA_GRAPH_MAX_TOKENS) return false;
     for (int32_t t = 0; t < s->n_tokens; t++)
@@ -52,15 +66,21 @@ static sp_status step_buffers_fit(cuda_backend *cb, size_t need) {
     if (!cuda__ok(cb, cudaStreamSynchronize(cb->stream), "cudaStreamSynchronize")) return cuda__fault_status(cb);
     if (need <= sb->cap) return SP_OK;
     cuda__graphs_clear(cb); /* they point into the old buffer */
-    cudaFreeHost(sb->host);
-    cudaFree(sb->device);
+    cuda__ignore(cudaFreeHost(sb->host));
+    cuda__ignore(cudaFree(sb->device));
     sb->host = NULL;
     sb->device = NULL;
     sb->cap = 0;
     size_t cap = need * 2;
-    if (!cuda__ok(cb, cudaMallocHost((void **)&sb->host, cap * sizeof(int32_t)), "cudaMallocHost(step)") ||
-        !cuda__ok(cb, cudaMalloc((void **)&sb->device, cap * sizeof(int32_t)), "cudaMalloc(step)"))
-        return cuda__fault_status(cb);
+    cudaError_t err = cudaMallocHost((void **)&sb->host, cap * sizeof(int32_t));
+    if (err == cudaSuccess) err = cudaMalloc((void **)&sb->device, cap * sizeof(int32_t));
+    if (err == cudaErrorMemoryAllocation) { /* not a fault: this step fails, the backend works on */
+        (void)cudaGetLastError();
+        cuda__ignore(cudaFreeHost(sb->host));
+        sb->host = NULL;
+        return sp_fail(SP_ERR_NOMEM, "cuda: cannot allocate %zu bytes for the step's arrays", cap * sizeof(int32_t));
+    }
+    if (!cuda__ok(cb, err, "cudaMalloc(step)")) return cuda__fault_status(cb);
     sb->cap = cap;
     return SP_OK;
 }
@@ -71,7 +91,9 @@ sp_status cuda__step_upload(dev_backend *dev, const dev_step *host, const dev_kv
     if (cb->faulted) return cuda__fault_status(cb);
     const cuda_kv *kv = (const cuda_kv *)kv_base;
     cuda_step_buffers *sb = &cb->steps;
-    const int32_t t = host->n_tokens, s = host->n_seqs, m = host->max_blocks;
+    const int32_t t = host->n_tokens, s = host->n_seqs, block_size = kv->common.shape.block_size;
+    int32_t m = 1; /* M */
+    for (int32_t q = 0; q < s; q++) m = std::max(m, blocks_used(host->seq_len[q], block_size));
     int32_t tb = t, sbk = s, mb = m;
     sb->padded = is_decode_batch(host);
     if (sb->padded) {
@@ -91,9 +113,11 @@ sp_status cuda__step_upload(dev_backend *dev, const dev_step *host, const dev_kv
     memcpy(pos, host->pos, sizeof(int32_t) * (size_t)t);
     memcpy(seq, host->seq, sizeof(int32_t) * (size_t)t);
     memcpy(seq_len, host->seq_len, sizeof(int32_t) * (size_t)s);
-    for (int32_t q = 0; q < s; q++) {
-        memcpy(table + (size_t)q * mb, host->block_table + (size_t)q * m, sizeof(int32_t) * (size_t)m);
-        for (int32_t b = m; b < mb; b++) table[(size_t)q * mb + b] = kv->scratch_block;
+    for (int32_t q = 0; q < s; q++) { /* the blocks dev_step_begin checked, then the scratch block */
+        const int32_t used = blocks_used(host->seq_len[q], block_size);
+        memcpy(table + (size_t)q * mb, host->block_table + (size_t)q * host->max_blocks,
+               sizeof(int32_t) * (size_t)used);
+        for (int32_t b = used; b < mb; b++) table[(size_t)q * mb + b] = kv->scratch_block;
     }
     for (int32_t i = t; i < tb; i++) { /* padding: token 0 at position 0 of its own scratch sequence */
         tokens[i] = 0;

@@ -129,6 +129,63 @@ Test(cuda_ops, matmul_matches_the_cpu_for_every_weight_type) {
     check_matmul(QUANT_Q4_1, 1024, 80, 2e-2);
 }
 
+/* Activations past F16's 65,504 (qwen2's feed-forward inputs reach that): silu(gate) *
+ * up with rows of magnitude up to about 10^6, 64 and 1/4 side by side, into a quantized
+ * weight through cuBLAS (F16 inputs: rows past 2^15 are scaled by a power of two) and
+ * through the GEMV (F32 inputs). The CPU quantizes activations per block, so it never
+ * saturates: every row, small or large, must match it, and none may be infinite. */
+static void check_large_activations(quant_type type, dev_quant_gemv gemv, double bound) {
+    enum { K = 512, N = 64 };
+    side cpu, gpu;
+    side_open(&cpu, DEV_KIND_CPU);
+    side_open_with(&gpu, (dev_options){.kind = DEV_KIND_CUDA, .quant_gemv = gemv});
+    float *gate = random_f16(T * K, 1.0f), *up = random_f16(T * K, 1.0f), *wf = random_f16(N * K, 0.5f);
+    for (int t = 0; t < T; t++) { /* powers of two keep the values F16-exact */
+        const float f = t % 3 == 0 ? 1024.0f : t % 3 == 1 ? 8.0f : 0.5f;
+        for (int i = 0; i < K; i++) {
+            gate[t * K + i] = fabsf(gate[t * K + i]) * f; /* silu(g) ~ g: large products */
+            up[t * K + i] *= f;
+        }
+    }
+    size_t row = quant_row_bytes(type, K);
+    char *w = malloc(row * N);
+    for (int r = 0; r < N; r++) quant_quantize_row(type, w + (size_t)r * row, wf + r * K, K);
+    float *ref = malloc(sizeof(float) * T * N), *got = malloc(sizeof(float) * T * N);
+    side *sides[2] = {&cpu, &gpu};
+    float *outs[2] = {ref, got};
+    for (int i = 0; i < 2; i++) {
+        side *s = sides[i];
+        dev_tensor gate_table, up_table, wt;
+        float *g = side_input(s, &gate_table, gate, K), *u = side_input(s, &up_table, up, K);
+        float *act = side_buffer(s, T * K), *out = side_buffer(s, T * N);
+        dev_swiglu(s->dev, act, g, u, T * K);
+        cr_assert_eq(dev_weight_init(s->dev, &wt, type, K, N, w, row * N), SP_OK, "%s", sp_last_error());
+        dev_matmul(s->dev, out, act, &wt, NULL, T);
+        side_read(s, outs[i], out, T * N);
+    }
+    for (int t = 0; t < T; t++) { /* row by row: a small row beside a large one must hold too */
+        double e = rel_error(got + t * N, ref + t * N, N);
+        cr_expect(e < bound, "%s gemv mode %d, row %d (scale %s): relative error %.2e (bound %.0e)",
+                  quant_type_name(type), (int)gemv, t,
+                  t % 3 == 0   ? "2^20"
+                  : t % 3 == 1 ? "2^6"
+                               : "2^-2",
+                  e, bound);
+    }
+    free(gate), free(up), free(wf), free(w), free(ref), free(got);
+    side_close(&cpu);
+    side_close(&gpu);
+}
+
+Test(cuda_ops, matmul_of_activations_past_the_f16_range_matches_the_cpu) {
+    if (!have_gpu()) return;
+    const dev_quant_gemv modes[2] = {DEV_GEMV_NEVER, DEV_GEMV_ALWAYS};
+    for (int m = 0; m < 2; m++) {
+        check_large_activations(QUANT_Q8_0, modes[m], 2e-2); /* the CPU's 8-bit activations: about 0.75% at worst */
+        check_large_activations(QUANT_Q4_1, modes[m], 3e-2); /* a saturated row would be off by O(1) */
+    }
+}
+
 /* The fused dequantize-GEMV (forced on) and cuBLAS (forced) at every row count it
  * takes, on row lengths that exercise each copy width (K = 32 x odd blocks too). */
 Test(cuda_ops, small_batch_matmul_on_blocks_matches_the_cpu_on_both_paths) {
