@@ -18,10 +18,11 @@
 #   batch ratio = median step time at batch 64 / median step time at batch 1 (llama-8b);
 #   prefill % of GEMM = matmul FLOP/s (2 x matrix weights x tokens; attention not counted,
 #     shown beside it) / the cuBLAS rate of the same matmuls (each shape at its measured rate).
-# Everything it writes goes under $OUT (or build/gpu_check when OUT is unset), in five files
-# (the device tool brings back eight): gpu_check.log, gpu_tests.txt, gpu_rates.json,
-# bench.jsonl (every bench line, tagged with model, type and the GPU's weight MiB) and
-# summary.md. The models (19 GB) go to $MODELS instead, default build/gpu_check_models, and
+# Everything it writes goes under $OUT (or build/gpu_check when OUT is unset), in at most six
+# files (the device tool brings back eight): gpu_check.log, gpu_tests.txt, gpu_rates.json,
+# bench.jsonl (every bench line, tagged with model, type and the GPU's weight MiB),
+# summary.md, and gpu_tests_sync.txt when a test binary met a device fault (its rerun with
+# SP_CUDA_SYNC_OPS=1, which names the kernel). The models (19 GB) go to $MODELS instead, default build/gpu_check_models, and
 # stay there, so a second run on the same machine skips writing them.
 #
 #   bench/gpu_check.sh                  the whole check: about 4 minutes on an H200 with a
@@ -297,8 +298,8 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
             limit=$(budget 90)
             [ "$limit" = 0 ] && continue
             say "GPU tests: $bin again with SP_CUDA_SYNC_OPS=1 (a device fault: which kernel)"
-            echo "== $bin (SP_CUDA_SYNC_OPS=1)" >>"$OUT/gpu_tests.txt"
-            SP_CUDA_SYNC_OPS=1 timeout "$limit" "$bin" --verbose >>"$OUT/gpu_tests.txt" 2>&1
+            echo "== $bin" >>"$OUT/gpu_tests_sync.txt"
+            SP_CUDA_SYNC_OPS=1 timeout "$limit" "$bin" --verbose >>"$OUT/gpu_tests_sync.txt" 2>&1
         fi
     done
 fi

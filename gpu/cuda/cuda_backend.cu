@@ -23,6 +23,7 @@ bool cuda__ok(cuda_backend *cb, cudaError_t err, const char *call) {
     if (err == cudaSuccess) return true;
     if (!cb->faulted) {
         cb->faulted = true;
+        cb->fault_error = err;
         snprintf(cb->fault, sizeof cb->fault, "%s: %s", call, cudaGetErrorString(err));
         sp_log_error("cuda: %s", cb->fault);
     }
@@ -34,6 +35,7 @@ bool cuda__blas_ok(cuda_backend *cb, cublasStatus_t st, const char *call) {
         return !cb->sync_ops || cb->capturing || cuda__ok(cb, cudaStreamSynchronize(cb->stream), call);
     if (!cb->faulted) {
         cb->faulted = true;
+        cb->fault_error = cudaErrorUnknown; /* a cuBLAS status */
         snprintf(cb->fault, sizeof cb->fault, "%s: %s", call, cublasGetStatusString(st));
         sp_log_error("cuda: %s", cb->fault);
     }
@@ -55,6 +57,7 @@ void cuda__ignore(cudaError_t err) {
 void cuda__fault(cuda_backend *cb, const char *what) {
     if (cb->faulted) return;
     cb->faulted = true;
+    cb->fault_error = cudaSuccess;
     snprintf(cb->fault, sizeof cb->fault, "%s", what);
     sp_log_error("cuda: %s", cb->fault);
 }
@@ -203,6 +206,7 @@ static sp_status cuda_reserve(dev_backend *dev, int64_t max_tokens, int64_t max_
         sp_status st = cuda_alloc(cb, sizeof(float) * (size_t)scale_rows, "matmul row scales", &p);
         if (st != SP_OK) return st;
         cb->act_row_scale = (float *)p;
+        cb->act_row_scale_rows = scale_rows;
     }
     size_t bytes = (size_t)max_tokens * (size_t)max_width * sizeof(__half);
     if (bytes > cb->act_half_bytes) {
@@ -368,7 +372,10 @@ extern "C" sp_status cuda_backend_create(const dev_options *opts, dev_backend **
     cb->quant_gemv = opts->quant_gemv;
     const char *sync_ops = getenv("SP_CUDA_SYNC_OPS"); /* a debugging aid: a fault names the op that made it */
     cb->sync_ops = sync_ops && strcmp(sync_ops, "1") == 0;
-    if (cb->sync_ops) sp_log_warn("cuda: SP_CUDA_SYNC_OPS=1: waiting after every op (slow; for finding a fault)");
+    if (cb->sync_ops) { /* a graph's kernels cannot be waited for one by one */
+        cb->use_graphs = false;
+        sp_log_warn("cuda: SP_CUDA_SYNC_OPS=1: graphs off, waiting after every op (slow; for finding a fault)");
+    }
     cudaDeviceProp prop;
     if (!cuda__ok(cb, cudaSetDevice(cb->device), "cudaSetDevice") ||
         !cuda__ok(cb, cudaGetDeviceProperties(&prop, cb->device), "cudaGetDeviceProperties") ||

@@ -50,12 +50,16 @@ static cuda_graph_entry *graph_find(cuda_backend *cb, const dev_step *step, dev_
     return NULL;
 }
 
-/* A free slot: a new one, or the least recently used one, destroyed. */
+/* A free slot: a new one, or the least recently used one, destroyed; shapes seen once
+ * and not captured go first, so warm-ups do not push captures out. */
 static cuda_graph_entry *graph_slot(cuda_backend *cb) {
     if (cb->n_graphs < CUDA_GRAPH_CACHE) return &cb->graphs[cb->n_graphs++];
     cuda_graph_entry *oldest = &cb->graphs[0];
-    for (int i = 1; i < cb->n_graphs; i++)
-        if (cb->graphs[i].last_used < oldest->last_used) oldest = &cb->graphs[i];
+    for (int i = 1; i < cb->n_graphs; i++) {
+        const cuda_graph_entry *g = &cb->graphs[i];
+        const bool captured = g->exec != NULL, oldest_captured = oldest->exec != NULL;
+        if (captured != oldest_captured ? !captured : g->last_used < oldest->last_used) oldest = &cb->graphs[i];
+    }
     cuda__ignore(cudaStreamSynchronize(cb->stream)); /* it may be the one still running */
     if (oldest->exec) cuda__ignore(cudaGraphExecDestroy(oldest->exec));
     oldest->exec = NULL;
@@ -80,6 +84,10 @@ static cudaGraphExec_t graph_capture(cuda_backend *cb, const dev_step *step, dev
     if (end == cudaSuccess && !cb->faulted) err = cudaGraphInstantiate(&exec, graph, 0);
     if (graph) cudaGraphDestroy(graph);
     if (err == cudaSuccess && !cb->faulted) return exec;
+    if (cb->faulted && cb->fault_error == cudaSuccess) { /* one of ours (a shape check): a fault, not the capture's */
+        if (exec) cuda__ignore(cudaGraphExecDestroy(exec));
+        return NULL;
+    }
     /* A failure inside a capture is usually the capture's (an op it cannot record), not
      * the device's: if the stream still works, keep the device and stop capturing. */
     char why[sizeof cb->fault];

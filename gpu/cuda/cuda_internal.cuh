@@ -94,7 +94,8 @@ typedef struct cuda_backend {
     size_t weight_source_bytes; /* in the GGUF */
     void *act_half;             /* F16/BF16 copy of a matmul input, act_half_bytes */
     size_t act_half_bytes;
-    float *act_row_scale; /* (max_tokens) the power of two each F16 input row was divided by */
+    float *act_row_scale; /* (act_row_scale_rows) the power of two each F16 input row was divided by */
+    int64_t act_row_scale_rows;
     cuda_step_buffers steps;
     int64_t max_tokens;     /* the largest dev_reserve: activation rows a (padded) step may use */
     void *cublas_workspace; /* set once, so cuBLAS never allocates inside a graph capture */
@@ -113,7 +114,8 @@ typedef struct cuda_backend {
     int n_sms;           /* streaming multiprocessors: how many blocks fill the GPU */
     float *attn_partial; /* split-context attention's partial results, CUDA_ATTN_PARTIAL_BYTES */
     bool faulted;
-    char fault[320]; /* "cudaMemcpyAsync: an illegal memory access was encountered" */
+    cudaError_t fault_error; /* the CUDA status of the fault; cudaSuccess for one of ours (a shape check) */
+    char fault[320];         /* "cudaMemcpyAsync: an illegal memory access was encountered" */
 } cuda_backend;
 
 /* Records the first failure of call (later ones are consequences). Returns false on a

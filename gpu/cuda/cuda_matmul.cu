@@ -22,6 +22,7 @@
  * which the GEMV won (cuda__gemv_measure; logged). The two paths round differently (F32
  * against F16 inputs), so a token's result can depend on which one its batch took.
  */
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 
@@ -39,8 +40,9 @@ enum { BLOCK = 256 };
 #define HALF_ROW_MAX 32768.0f
 
 /* One block per row: dst (T, K) = src * 2^-e as F16 and row_scale[r] = 2^e, where e is
- * 0 unless the row's largest magnitude m is past HALF_ROW_MAX, then the smallest e
- * with m * 2^-e <= HALF_ROW_MAX. An infinity still saturates (and NaN stays NaN). */
+ * 0 unless the row's largest finite magnitude m is past HALF_ROW_MAX, then the
+ * smallest e with m * 2^-e <= HALF_ROW_MAX. Infinities and NaN pass through as they
+ * are (so a broken row shows, as on the CPU). */
 __global__ static void to_half_rows_kernel(__half *dst, float *row_scale, const float *src, int64_t k) {
     __shared__ float warp_max[BLOCK / 32];
     const float *row = src + blockIdx.x * k;
@@ -48,7 +50,7 @@ __global__ static void to_half_rows_kernel(__half *dst, float *row_scale, const 
     float m = 0.0f;
     for (int64_t i = threadIdx.x; i < k; i += BLOCK) {
         const float a = fabsf(row[i]);
-        if (a > m && a <= 3.0e38f) m = a; /* finite ones only (an infinity cannot be scaled) */
+        if (a > m && a <= FLT_MAX) m = a; /* finite ones only (NaN compares false) */
     }
     for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
     if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = m;
@@ -60,7 +62,7 @@ __global__ static void to_half_rows_kernel(__half *dst, float *row_scale, const 
     while (e > 0 && ldexpf(m, -e) > HALF_ROW_MAX) e++; /* log2f's rounding, one step at most */
     const float down = ldexpf(1.0f, -e);
     for (int64_t i = threadIdx.x; i < k; i += BLOCK)
-        out[i] = __float2half_rn(fminf(fmaxf(row[i] * down, -65504.0f), 65504.0f));
+        out[i] = __float2half_rn(row[i] * down); /* at most 2^15 in magnitude, unless not finite */
     if (threadIdx.x == 0) row_scale[blockIdx.x] = ldexpf(1.0f, e);
 }
 
@@ -139,7 +141,8 @@ static void cublas_product(cuda_backend *cb, const dev_matmul_part *part, const 
                            quant_type *converted) {
     const int64_t k = part->w->ne0;
     const size_t need = (size_t)rows * (size_t)k * sizeof(__half);
-    if (need > cb->act_half_bytes) { /* dev_reserve sized it for max_tokens x the widest input */
+    /* dev_reserve sized both for max_tokens rows x the widest input */
+    if (need > cb->act_half_bytes || rows > cb->act_row_scale_rows) {
         char what[160];
         snprintf(what, sizeof what, "matmul: input of %lld x %lld exceeds what dev_reserve set aside", (long long)rows,
                  (long long)k);
@@ -220,6 +223,8 @@ sp_status cuda__gemv_measure(cuda_backend *cb) {
         widest_n = std::max(widest_n, cb->gemv_shapes[i].n);
         widest_k = std::max(widest_k, cb->gemv_shapes[i].k);
     }
+    const bool sync_ops = cb->sync_ops; /* waits would skew the timings */
+    cb->sync_ops = false;
     float *in = NULL, *out = NULL; /* scratch for the measurement only */
     if (!cuda__ok(cb, cudaMalloc((void **)&in, sizeof(float) * CUDA_GEMV_MAX_ROWS * (size_t)widest_k), "cudaMalloc") ||
         !cuda__ok(cb, cudaMalloc((void **)&out, sizeof(float) * CUDA_GEMV_MAX_ROWS * (size_t)widest_n), "cudaMalloc") ||
@@ -227,6 +232,7 @@ sp_status cuda__gemv_measure(cuda_backend *cb) {
                   "cudaMemsetAsync")) {
         cudaFree(in);
         cudaFree(out);
+        cb->sync_ops = sync_ops;
         return cuda__fault_status(cb);
     }
     for (int i = 0; i < cb->n_gemv_shapes && !cb->faulted; i++) {
@@ -261,6 +267,7 @@ sp_status cuda__gemv_measure(cuda_backend *cb) {
     cuda__ok(cb, cudaStreamSynchronize(cb->stream), "cudaStreamSynchronize(measure)");
     cuda__ok(cb, cudaFree(in), "cudaFree(measure)");
     cuda__ok(cb, cudaFree(out), "cudaFree(measure)");
+    cb->sync_ops = sync_ops;
     if (cb->faulted) return cuda__fault_status(cb);
     cb->gemv_measured = true;
     return SP_OK;

@@ -134,12 +134,13 @@ Test(cuda_ops, matmul_matches_the_cpu_for_every_weight_type) {
  * weight through cuBLAS (F16 inputs: rows past 2^15 are scaled by a power of two) and
  * through the GEMV (F32 inputs). The CPU quantizes activations per block, so it never
  * saturates: every row, small or large, must match it, and none may be infinite. */
-static void check_large_activations(quant_type type, dev_quant_gemv gemv, double bound) {
+static void check_large_activations(quant_type type, dev_quant_gemv gemv, int rows, double bound) {
     enum { K = 512, N = 64 };
     side cpu, gpu;
     side_open(&cpu, DEV_KIND_CPU);
     side_open_with(&gpu, (dev_options){.kind = DEV_KIND_CUDA, .quant_gemv = gemv});
     float *gate = random_f16(T * K, 1.0f), *up = random_f16(T * K, 1.0f), *wf = random_f16(N * K, 0.5f);
+    float *bias = random_f16(N, 0.1f);
     for (int t = 0; t < T; t++) { /* powers of two keep the values F16-exact */
         const float f = t % 3 == 0 ? 1024.0f : t % 3 == 1 ? 8.0f : 0.5f;
         for (int i = 0; i < K; i++) {
@@ -155,34 +156,40 @@ static void check_large_activations(quant_type type, dev_quant_gemv gemv, double
     float *outs[2] = {ref, got};
     for (int i = 0; i < 2; i++) {
         side *s = sides[i];
-        dev_tensor gate_table, up_table, wt;
+        dev_tensor gate_table, up_table, wt, bt;
         float *g = side_input(s, &gate_table, gate, K), *u = side_input(s, &up_table, up, K);
         float *act = side_buffer(s, T * K), *out = side_buffer(s, T * N);
         dev_swiglu(s->dev, act, g, u, T * K);
         cr_assert_eq(dev_weight_init(s->dev, &wt, type, K, N, w, row * N), SP_OK, "%s", sp_last_error());
-        dev_matmul(s->dev, out, act, &wt, NULL, T);
-        side_read(s, outs[i], out, T * N);
+        cr_assert_eq(dev_weight_init(s->dev, &bt, QUANT_F32, N, 1, bias, sizeof(float) * N), SP_OK);
+        dev_matmul(s->dev, out, act, &wt, &bt, rows);
+        side_read(s, outs[i], out, (int64_t)rows * N);
     }
-    for (int t = 0; t < T; t++) { /* row by row: a small row beside a large one must hold too */
+    for (int t = 0; t < rows; t++) { /* row by row: a small row beside a large one must hold too */
         double e = rel_error(got + t * N, ref + t * N, N);
-        cr_expect(e < bound, "%s gemv mode %d, row %d (scale %s): relative error %.2e (bound %.0e)",
-                  quant_type_name(type), (int)gemv, t,
+        cr_expect(e < bound, "%s gemv mode %d, %d rows, row %d (scale %s): relative error %.2e (bound %.0e)",
+                  quant_type_name(type), (int)gemv, rows, t,
                   t % 3 == 0   ? "2^20"
                   : t % 3 == 1 ? "2^6"
                                : "2^-2",
                   e, bound);
     }
-    free(gate), free(up), free(wf), free(w), free(ref), free(got);
+    free(gate), free(up), free(wf), free(bias), free(w), free(ref), free(got);
     side_close(&cpu);
     side_close(&gpu);
 }
 
 Test(cuda_ops, matmul_of_activations_past_the_f16_range_matches_the_cpu) {
     if (!have_gpu()) return;
-    const dev_quant_gemv modes[2] = {DEV_GEMV_NEVER, DEV_GEMV_ALWAYS};
-    for (int m = 0; m < 2; m++) {
-        check_large_activations(QUANT_Q8_0, modes[m], 2e-2); /* the CPU's 8-bit activations: about 0.75% at worst */
-        check_large_activations(QUANT_Q4_1, modes[m], 3e-2); /* a saturated row would be off by O(1) */
+    /* cuBLAS at T rows and at 5; the GEMV (F32 inputs) at 5, the most rows it takes being 8 */
+    const struct {
+        dev_quant_gemv gemv;
+        int rows;
+    } runs[3] = {{DEV_GEMV_NEVER, T}, {DEV_GEMV_NEVER, 5}, {DEV_GEMV_ALWAYS, 5}};
+    for (int r = 0; r < 3; r++) {
+        /* the CPU's 8-bit activations: about 0.75% at worst; a saturated row is off by O(1) */
+        check_large_activations(QUANT_Q8_0, runs[r].gemv, runs[r].rows, 2e-2);
+        check_large_activations(QUANT_Q4_1, runs[r].gemv, runs[r].rows, 3e-2);
     }
 }
 
@@ -457,13 +464,17 @@ Test(cuda_ops, decode_graphs_give_the_same_logits_as_op_by_op) {
 
 /* ---- graphs across buckets: batches that grow, shrink and come back ---- */
 
-enum { SCHED_SEQS = 20, SCHED_BLOCK = 4, SCHED_WIDTH = 8, SCHED_STEPS = 12 };
-/* batch sizes fall in the buckets 1, 4, 24, 8, 1, 16, 24, 4, 24, 1, 8, 16 */
-static const int32_t sched_sizes[SCHED_STEPS] = {1, 3, 17, 5, 1, 9, 20, 4, 18, 1, 7, 11};
+enum { SCHED_SEQS = 20, SCHED_BLOCK = 4, SCHED_WIDTH = 8, SCHED_STEPS = 28 };
+/* Each step's batch (at most SCHED_SEQS: one token per sequence). As (bucket, table
+ * width) shapes, each is run op by op on its first step, captured on its second and
+ * replayed after: 9 replays, some with other real token counts than the one captured
+ * ((24, 4) captured at 18 tokens, replayed at 20 and 18); the widths grow 2, 4, 8. */
+static const int32_t sched_sizes[SCHED_STEPS] = {1, 1,  1,  3, 3, 4,  3, 17, 20, 19, 18, 5, 1,  1,
+                                                 9, 16, 20, 4, 3, 18, 1, 1,  1,  7,  11, 6, 19, 2};
 
 /* SCHED_SEQS sequences prefilled with 4 tokens each (one block), then decode batches of
  * sched_sizes, each a different run of sequences, so the block tables widen from 2 to
- * 3 blocks (buckets 2 and 4) while buckets are captured, replayed and left. Returns
+ * 5 blocks (widths 2, 4 and 8) while buckets are captured, replayed and left. Returns
  * every decode row's logits, step after step (sum of sched_sizes, V). */
 static float *run_schedule(const char *path, const dev_options *o, int32_t *n_vocab) {
     dev_backend *dev;
