@@ -25,7 +25,9 @@
  *    M = max_s m_s, skipping empty splits. Splits (flash-decoding) keep a long
  *    sequence from being one long serial loop while the rest of the GPU idles: see
  *    attention_splits for S.
- * 2. Tiles (steps with prefill chunks): tile_kernel, one thread block per (QT
+ * 2. Tiles (steps with prefill chunks): for head widths 64 and 128 on tensor cores
+ *    (cuda_attention_mma.cu: the same tiles, the products as mma instructions);
+ *    otherwise tile_kernel, one thread block per (QT
  *    consecutive step tokens, head). When the QT tokens all belong to one sequence (a
  *    "uniform" tile: the inside of a prefill chunk) the block loads K and V tiles of PT
  *    positions of that sequence into shared memory once for all QT queries: lane j
@@ -48,7 +50,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "gpu/cuda/cuda_internal.cuh"
+#include "gpu/cuda/cuda_attention.cuh"
 
 enum {
     ATTN_WARPS = 4,                               /* warps per thread block, every kernel */
@@ -58,7 +60,6 @@ enum {
     ATTN_MAX_SPLITS = 64,                         /* S at most */
     ATTN_SPLIT_POSITIONS = 256,                   /* S aims at no more positions per split than this */
     ATTN_SPLIT_BLOCKS_PER_SM = 64,                /* and at no more (row, split) blocks per SM than this */
-    ATTN_TILE_Q = 16,                             /* QT: step tokens per query tile */
     ATTN_TILE_P = 32,                             /* PT: positions per K/V tile, one per lane */
     ATTN_ROWS_PER_WARP = ATTN_TILE_Q / ATTN_WARPS /* queries of a tile each warp keeps */
 };
@@ -73,24 +74,6 @@ __device__ static inline float warp_max(float x) {
 __device__ static inline float warp_sum(float x) {
     for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
     return x;
-}
-
-/* Element offset, in a K or V pool [blocks][B][Hk][Dh], of position j of a sequence
- * whose block table row is `blocks`, for KV head kv_head. */
-__device__ static inline size_t kv_offset(const int32_t *blocks, int j, int block_size, int n_kv_heads, int head_dim,
-                                          int kv_head) {
-    const size_t slot = (size_t)blocks[j / block_size] * (size_t)block_size + (size_t)(j % block_size);
-    return (slot * (size_t)n_kv_heads + (size_t)kv_head) * (size_t)head_dim;
-}
-
-/* Whether the step tokens [first, first + n) all belong to one sequence. The tile of
- * token t is [t / QT * QT, + min(QT, T - that)); tile_kernel takes the uniform tiles,
- * rows_kernel (mixed_tiles_only) the tokens of the others. */
-__device__ static inline bool tile_is_uniform(const int32_t *seq, int first, int n) {
-    const int32_t s0 = seq[first];
-    for (int i = 1; i < n; i++)
-        if (seq[first + i] != s0) return false;
-    return true;
 }
 
 /* The split path's partial results, carved from cb->attn_partial for R rows of S
@@ -432,13 +415,15 @@ void cuda__attention(dev_backend *dev, float *out, const float *q, const dev_kv 
         return;
     }
 
-    /* prefill chunks: uniform tiles through tile_kernel, the tokens of mixed tiles
-     * through rows_kernel (one split) */
-    const dim3 tiles((unsigned)((step->n_tokens + ATTN_TILE_Q - 1) / ATTN_TILE_Q), (unsigned)n_heads);
-    attention_tile_kernel<<<tiles, ATTN_THREADS, tile_smem_bytes(head_dim), cb->stream>>>(
-        out, q, k_pool, v_pool, step->pos, step->seq, step->block_table, step->max_blocks, s->block_size,
-        step->n_tokens, (int)n_heads, group, s->n_kv_heads, head_dim, scale);
-    if (!cuda__launched(cb, "attention_tile_kernel")) return;
+    /* prefill chunks: uniform tiles on tensor cores (Dh 64, 128) or through tile_kernel,
+     * the tokens of mixed tiles through rows_kernel (one split) */
+    if (!cuda__attention_mma(cb, out, q, k_pool, v_pool, step, s, (int)n_heads, scale)) {
+        const dim3 tiles((unsigned)((step->n_tokens + ATTN_TILE_Q - 1) / ATTN_TILE_Q), (unsigned)n_heads);
+        attention_tile_kernel<<<tiles, ATTN_THREADS, tile_smem_bytes(head_dim), cb->stream>>>(
+            out, q, k_pool, v_pool, step->pos, step->seq, step->block_table, step->max_blocks, s->block_size,
+            step->n_tokens, (int)n_heads, group, s->n_kv_heads, head_dim, scale);
+    }
+    if (!cuda__launched(cb, "attention tiles")) return;
     attention_rows_kernel<<<(unsigned)n_rows, ATTN_THREADS, 0, cb->stream>>>(
         out, attn_partials{NULL, NULL, NULL}, q, k_pool, v_pool, step->pos, step->seq, step->block_table,
         step->max_blocks, s->block_size, step->n_tokens, (int)n_heads, group, s->n_kv_heads, head_dim, 1, true, scale);

@@ -273,6 +273,30 @@ Test(cuda_attention, head_widths_that_are_not_a_multiple_of_32_match_the_cpu) {
     prefill_with_decode_rows("prefill, width 33 (odd: the rows path)", 6, 3, 33, 16);
 }
 
+/* Head widths 64 and 128 take the tensor-core tiles (cuda_attention_mma.cu): a block
+ * holds up to 4 query heads of one KV head, so groups of 3 (smollm2), 7 (two blocks a
+ * KV head, the second with 3 warps) and 1 (no GQA) each shape the grid differently. */
+Test(cuda_attention, prefill_on_tensor_cores_matches_the_cpu_for_every_head_grouping) {
+    if (!have_gpu()) return;
+    prefill_with_decode_rows("prefill, GQA 9/3, width 64", 9, 3, 64, 16);
+    prefill_with_decode_rows("prefill, GQA 28/4, width 128", 28, 4, 128, 16);
+    prefill_with_decode_rows("prefill, 4 heads of width 64, no GQA", 4, 4, 64, 32);
+}
+
+/* A whole prompt from position 0 in one step: every tile of 16 queries reads K/V tiles
+ * of 64 positions up to its own last one, the causal mask cutting through the last. */
+Test(cuda_attention, a_whole_prompt_on_tensor_cores_matches_the_cpu) {
+    if (!have_gpu()) return;
+    enum { N = 1000 };
+    static int32_t seq[N], pos[N];
+    for (int i = 0; i < N; i++) seq[i] = 0, pos[i] = i;
+    int32_t seq_len[1] = {N};
+    attn_case c = {"a prompt of 1000 tokens, GQA 8/2, width 128", 8, 2, 128, 16, 0, 0, 1, seq_len, N, seq, pos};
+    check_case(&c);
+    attn_case narrow = {"a prompt of 1000 tokens, GQA 6/2, width 64", 6, 2, 64, 16, 0, 0, 1, seq_len, N, seq, pos};
+    check_case(&narrow);
+}
+
 /* ---- the smallest steps ---- */
 
 Test(cuda_attention, a_single_position_matches_the_cpu) {
