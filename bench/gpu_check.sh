@@ -35,16 +35,20 @@
 # model still being written 90 s before it is stopped and its benches skipped, so the
 # tables come out within 8 minutes even when something hangs.
 #
-# Carry: run tools/gpu_bundle.sh here first and carry what it names (the binaries, and
-# build/gpu_bundle/lib with the libraries the device image lacks: this script puts it on
-# LD_LIBRARY_PATH). cuBLAS comes from the device's own toolkit (the binaries' rpath is
+# Carry: run tools/gpu_bundle.sh here first and carry build/gpu_bundle (bin: the
+# binaries, which this script then runs; lib: the libraries the device image lacks, put
+# on LD_LIBRARY_PATH). cuBLAS comes from the device's own toolkit (the binaries' rpath is
 # /usr/local/cuda/lib64). Building on the device needs those libraries' headers, which
 # its image does not have.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
-if [ -d build/gpu_bundle/lib ]; then
+# the binaries: a carried bundle (tools/gpu_bundle.sh) when there is one, else build/
+BIN=build TESTS=build/tests/gpu
+if [ -d build/gpu_bundle/bin ]; then
+    BIN=build/gpu_bundle/bin TESTS=build/gpu_bundle/bin
     export LD_LIBRARY_PATH=$PWD/build/gpu_bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 fi
+export SPINDLE_MKMODEL=$BIN/mkmodel # what the GPU tests write their synthetic models with
 
 # ---- the figures: an awk program over bench.jsonl, reading gpu_rates.json first ----
 report_awk() {
@@ -250,10 +254,10 @@ trap 'rm -rf "$SCRATCH"' EXIT
 # 1. the build: carried, or made here
 gpu_tests=()
 for src in tests/unit/gpu/test_cuda_*.c; do
-    [ -f "$src" ] && gpu_tests+=("build/tests/gpu/$(basename "$src" .c)")
+    [ -f "$src" ] && gpu_tests+=("$TESTS/$(basename "$src" .c)")
 done
 missing=0
-for bin in build/spindle build/mkmodel build/gpu_rates "${gpu_tests[@]}"; do
+for bin in $BIN/spindle $BIN/mkmodel $BIN/gpu_rates "${gpu_tests[@]}"; do
     [ -x "$bin" ] || missing=1
 done
 if [ $missing = 1 ]; then
@@ -275,7 +279,7 @@ for run in "${RUNS[@]}"; do
         say "only $avail_gb GB free under $MODELS: llama-8b skipped"
         continue
     fi
-    timeout 400 build/mkmodel --shape "$shape" --type "$type" --ctx 4096 -o "$model" >>"$LOG" 2>&1 &
+    timeout 400 $BIN/mkmodel --shape "$shape" --type "$type" --ctx 4096 -o "$model" >>"$LOG" 2>&1 &
     writer[$run]=$!
 done
 say "writing models: ${!writer[*]}"
@@ -311,7 +315,7 @@ if [ "$limit" = 0 ]; then
     say "no time left for gpu_rates"
     : >"$OUT/gpu_rates.json"
 else
-    timeout "$limit" build/gpu_rates >"$OUT/gpu_rates.json" 2>>"$LOG" || say "gpu_rates failed (see $LOG)"
+    timeout "$limit" $BIN/gpu_rates >"$OUT/gpu_rates.json" 2>>"$LOG" || say "gpu_rates failed (see $LOG)"
 fi
 tee -a "$LOG" <"$OUT/gpu_rates.json"
 
@@ -334,7 +338,7 @@ bench() {
     limit=$(budget 240)
     [ "$limit" = 0 ] && { say "no time left: bench $shape $type $* skipped"; return; }
     say "bench $shape $type $*"
-    timeout "$limit" build/spindle bench --device cuda --model "$model" "$@" >"$SCRATCH/out" 2>"$SCRATCH/err"
+    timeout "$limit" $BIN/spindle bench --device cuda --model "$model" "$@" >"$SCRATCH/out" 2>"$SCRATCH/err"
     local rc=$?
     cat "$SCRATCH/err" >>"$LOG"
     [ $rc = 0 ] || say "bench $shape $type $* failed with status $rc (see $LOG)"
