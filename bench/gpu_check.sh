@@ -49,6 +49,9 @@ if [ -d build/gpu_bundle/bin ]; then
     export LD_LIBRARY_PATH=$PWD/build/gpu_bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 fi
 export SPINDLE_MKMODEL=$BIN/mkmodel # what the GPU tests write their synthetic models with
+if [ -d build/gpu_bundle/testdata ] && [ -z "${SPINDLE_TESTDATA:-}" ]; then
+    export SPINDLE_TESTDATA=$PWD/build/gpu_bundle/testdata # stories260K, carried
+fi
 
 # ---- the figures: an awk program over bench.jsonl, reading gpu_rates.json first ----
 report_awk() {

@@ -24,6 +24,12 @@ mkdir -p "$bin_dir" "$lib"
 for b in build/spindle build/mkmodel build/gpu_rates "${tests[@]}"; do
     strip --strip-debug -o "$bin_dir/$(basename "$b")" "$b"
 done
+# the real model the GPU tests compare end to end (1 MiB; the device has no ../shared)
+testdata=${SPINDLE_TESTDATA:-../shared/testdata}
+if [ -f "$testdata/models/stories260K.gguf" ]; then
+    mkdir -p build/gpu_bundle/testdata/models
+    cp "$testdata/models/stories260K.gguf" build/gpu_bundle/testdata/models/
+fi
 # what the device image brings itself: glibc's parts, the C++ runtime, CUDA's libraries
 system='^(linux-vdso|ld-linux|libc\.|libm\.|libpthread\.|libdl\.|librt\.|libresolv\.|libstdc\+\+|libgcc_s|libcu|libnv)'
 for bin in build/spindle build/mkmodel build/gpu_rates "${tests[@]}"; do
