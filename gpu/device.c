@@ -180,6 +180,18 @@ void dev_kv_write(dev_backend *dev, dev_kv *kv, int layer, const float *k, const
     dev->ops->kv_write(dev, kv, layer, k, v, step);
 }
 
+void dev_rope_kv_write(dev_backend *dev, dev_kv *kv, int layer, float *q, float *k, const float *v,
+                       const dev_step *step, const dev_rope *rope, int64_t n_heads) {
+    if (dev->ops->rope_kv_write) {
+        dev->ops->rope_kv_write(dev, kv, layer, q, k, v, step, rope, n_heads);
+        return;
+    }
+    const dev_kv_shape *shape = &((const dev_kv_common *)kv)->shape;
+    dev->ops->rope_apply(dev, q, step, rope, n_heads, shape->head_dim);
+    dev->ops->rope_apply(dev, k, step, rope, shape->n_kv_heads, shape->head_dim);
+    dev->ops->kv_write(dev, kv, layer, k, v, step);
+}
+
 void dev_attention(dev_backend *dev, float *out, const float *q, const dev_kv *kv, int layer, const dev_step *step,
                    int64_t n_heads, float scale) {
     dev->ops->attention(dev, out, q, kv, layer, step, n_heads, scale);

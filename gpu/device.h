@@ -184,6 +184,13 @@ void dev_rope_apply(dev_backend *dev, float *x, const dev_step *step, const dev_
 /* Writes k, v (T, Hk*Dh) of every step token into layer's pools at its position. */
 void dev_kv_write(dev_backend *dev, dev_kv *kv, int layer, const float *k, const float *v, const dev_step *step);
 
+/* The attention block's positional part in one op: q (T, H*Dh) and k (T, Hk*Dh)
+ * rotated in place by each token's position, then k and v (T, Hk*Dh) written into
+ * layer's pools: the same results as dev_rope_apply on q, dev_rope_apply on k, then
+ * dev_kv_write (a backend may run them as one kernel; Hk and Dh are the pools'). */
+void dev_rope_kv_write(dev_backend *dev, dev_kv *kv, int layer, float *q, float *k, const float *v,
+                       const dev_step *step, const dev_rope *rope, int64_t n_heads);
+
 /* out (T, H*Dh) = causal attention of q (T, H*Dh) over each token's sequence in the
  * layer's pools, positions 0..pos inclusive; GQA maps head h to KV head h / (H/Hk). */
 void dev_attention(dev_backend *dev, float *out, const float *q, const dev_kv *kv, int layer, const dev_step *step,

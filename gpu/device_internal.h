@@ -24,6 +24,9 @@ typedef struct dev_backend_ops {
     void (*rope_apply)(dev_backend *dev, float *x, const dev_step *step, const dev_rope *rope, int64_t heads,
                        int64_t head_dim);
     void (*kv_write)(dev_backend *dev, dev_kv *kv, int layer, const float *k, const float *v, const dev_step *step);
+    /* NULL: dev_rope_kv_write runs rope_apply twice and kv_write */
+    void (*rope_kv_write)(dev_backend *dev, dev_kv *kv, int layer, float *q, float *k, const float *v,
+                          const dev_step *step, const dev_rope *rope, int64_t n_heads);
     void (*attention)(dev_backend *dev, float *out, const float *q, const dev_kv *kv, int layer, const dev_step *step,
                       int64_t n_heads, float scale);
     void (*swiglu)(dev_backend *dev, float *out, const float *gate, const float *up, int64_t n);

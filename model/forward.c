@@ -49,9 +49,7 @@ static void forward_layers(const void *ctx, const dev_step *ds) {
             dev_rmsnorm(dev, a->q, a->q, &l->q_norm, hp->rms_eps, t * hp->n_heads, hp->head_dim);
             dev_rmsnorm(dev, a->k, a->k, &l->k_norm, hp->rms_eps, t * hp->n_kv_heads, hp->head_dim);
         }
-        dev_rope_apply(dev, a->q, ds, &m->rope, hp->n_heads, hp->head_dim);
-        dev_rope_apply(dev, a->k, ds, &m->rope, hp->n_kv_heads, hp->head_dim);
-        dev_kv_write(dev, kv, il, a->k, a->v, ds);
+        dev_rope_kv_write(dev, kv, il, a->q, a->k, a->v, ds, &m->rope, hp->n_heads);
         dev_attention(dev, a->attn, a->q, kv, il, ds, hp->n_heads, attn_scale);
         dev_matmul(dev, a->proj, a->attn, &l->wo, NULL, t);
         dev_add_rmsnorm(dev, a->xn, a->x, a->proj, &l->ffn_norm, hp->rms_eps, t, d);

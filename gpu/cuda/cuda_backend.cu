@@ -324,6 +324,7 @@ static const dev_backend_ops cuda_ops = {
     .matmul_group = cuda__matmul_group,
     .rope_apply = cuda__rope_apply,
     .kv_write = cuda__kv_write,
+    .rope_kv_write = cuda__rope_kv_write,
     .attention = cuda__attention,
     .swiglu = cuda__swiglu,
     .add = cuda__add,

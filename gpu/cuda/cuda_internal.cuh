@@ -150,6 +150,8 @@ void cuda__swiglu(dev_backend *dev, float *out, const float *gate, const float *
 void cuda__add(dev_backend *dev, float *out, const float *a, const float *b, int64_t n);
 void cuda__gather_rows(dev_backend *dev, float *out, const float *in, const int32_t *rows, int64_t n_rows, int64_t dim);
 void cuda__kv_write(dev_backend *dev, dev_kv *kv, int layer, const float *k, const float *v, const dev_step *step);
+void cuda__rope_kv_write(dev_backend *dev, dev_kv *kv, int layer, float *q, float *k, const float *v,
+                         const dev_step *step, const dev_rope *rope, int64_t n_heads);
 void cuda__attention(dev_backend *dev, float *out, const float *q, const dev_kv *kv, int layer, const dev_step *step,
                      int64_t n_heads, float scale);
 void cuda__matmul_group(dev_backend *dev, const dev_matmul_part *parts, int n_parts, const float *in, int64_t rows);

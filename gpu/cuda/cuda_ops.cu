@@ -104,23 +104,44 @@ void cuda__add_rmsnorm(dev_backend *dev, float *out, float *x, const float *delt
 
 /* ---- RoPE: one thread per rotated pair ---- */
 
+/* How a step rotates: the model's settings, flattened for the kernels. */
+typedef struct rope_args {
+    int n_rot;
+    bool neox;
+    float freq_base, freq_scale;
+    const float *freq_factors; /* (n_rot/2) or NULL */
+} rope_args;
+
+static rope_args rope_args_of(const dev_rope *rope) {
+    return rope_args{rope->n_rot, rope->style == DEV_ROPE_NEOX, rope->freq_base, rope->freq_scale,
+                     rope->freq_factors ? (const float *)rope->freq_factors->data : NULL};
+}
+
+/* Rotates pair p of one head's row v (Dh) by position pos; the widths of the pair go
+ * to *a and *b. The one place the rotation is computed, so the fused kernel below gives
+ * rope_kernel's bits. */
+__device__ static inline void rope_pair(float *v, int64_t p, int32_t pos, const rope_args &r, int64_t *a, int64_t *b) {
+    const int64_t pairs = r.n_rot / 2;
+    const float ff = r.freq_factors ? r.freq_factors[p] : 1.0f;
+    const float theta = (float)pos * powf(r.freq_base, -2.0f * (float)p / (float)r.n_rot);
+    const float angle = r.freq_scale * (theta / ff);
+    float s, c;
+    sincosf(angle, &s, &c);
+    *a = r.neox ? p : 2 * p;
+    *b = r.neox ? p + pairs : 2 * p + 1;
+    const float x0 = v[*a], x1 = v[*b];
+    v[*a] = fmaf(c, x0, -(s * x1));
+    v[*b] = fmaf(s, x0, c * x1);
+}
+
 __global__ static void rope_kernel(float *x, const int32_t *pos, int64_t t_count, int64_t heads, int64_t head_dim,
-                                   int n_rot, bool neox, float freq_base, float freq_scale, const float *freq_factors) {
-    const int64_t pairs = n_rot / 2;
+                                   rope_args r) {
+    const int64_t pairs = r.n_rot / 2;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < t_count * heads * pairs;
          i += (int64_t)gridDim.x * blockDim.x) {
         const int64_t p = i % pairs, th = i / pairs; /* th = token * heads + head */
-        const int64_t t = th / heads;
-        const float ff = freq_factors ? freq_factors[p] : 1.0f;
-        const float theta = (float)pos[t] * powf(freq_base, -2.0f * (float)p / (float)n_rot);
-        const float angle = freq_scale * (theta / ff);
-        float s, c;
-        sincosf(angle, &s, &c);
-        float *v = x + th * head_dim;
-        const int64_t a = neox ? p : 2 * p, b = neox ? p + pairs : 2 * p + 1;
-        const float x0 = v[a], x1 = v[b];
-        v[a] = fmaf(c, x0, -(s * x1));
-        v[b] = fmaf(s, x0, c * x1);
+        int64_t a, b;
+        rope_pair(x + th * head_dim, p, pos[th / heads], r, &a, &b);
     }
 }
 
@@ -129,10 +150,8 @@ void cuda__rope_apply(dev_backend *dev, float *x, const dev_step *step, const de
     cuda_backend *cb = (cuda_backend *)dev;
     if (cb->faulted) return;
     const int64_t n = (int64_t)step->n_tokens * heads * (rope->n_rot / 2);
-    const float *ff = rope->freq_factors ? (const float *)rope->freq_factors->data : NULL;
     rope_kernel<<<cuda__grid(n, BLOCK), BLOCK, 0, cb->stream>>>(x, step->pos, step->n_tokens, heads, head_dim,
-                                                                rope->n_rot, rope->style == DEV_ROPE_NEOX,
-                                                                rope->freq_base, rope->freq_scale, ff);
+                                                                rope_args_of(rope));
     cuda__launched(cb, "rope_kernel");
 }
 
@@ -181,17 +200,61 @@ void cuda__gather_rows(dev_backend *dev, float *out, const float *in, const int3
 
 /* ---- KV write: token t's K and V rows (Hk*Dh) into its block slot, as F16 ---- */
 
+/* Where token t's K/V row (width Hk*Dh) starts in a pool. */
+__device__ static inline size_t kv_row(const int32_t *pos, const int32_t *seq, const int32_t *block_table,
+                                       int32_t max_blocks, int32_t block_size, int64_t t, int64_t width) {
+    const int32_t p = pos[t];
+    const int32_t block = block_table[(int64_t)seq[t] * max_blocks + p / block_size];
+    return ((size_t)block * (size_t)block_size + (size_t)(p % block_size)) * (size_t)width;
+}
+
 __global__ static void kv_write_kernel(__half *k_pool, __half *v_pool, const float *k, const float *v,
                                        const int32_t *pos, const int32_t *seq, const int32_t *block_table,
                                        int32_t max_blocks, int32_t block_size, int64_t t_count, int64_t width) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < t_count * width;
          i += (int64_t)gridDim.x * blockDim.x) {
         const int64_t t = i / width, e = i % width;
-        const int32_t p = pos[t];
-        const int32_t block = block_table[(int64_t)seq[t] * max_blocks + p / block_size];
-        const size_t slot = ((size_t)block * (size_t)block_size + (size_t)(p % block_size)) * (size_t)width + e;
+        const size_t slot = kv_row(pos, seq, block_table, max_blocks, block_size, t, width) + (size_t)e;
         k_pool[slot] = __float2half_rn(k[i]);
         v_pool[slot] = __float2half_rn(v[i]);
+    }
+}
+
+/* dev_rope_kv_write in one launch. Per token, in this order, one thread each: the q
+ * pairs (H * n_rot/2), the k pairs (Hk * n_rot/2: rotated, then both widths to the K
+ * pool), k's unrotated widths (Hk * (Dh - n_rot), to the K pool as they are), v's widths
+ * (Hk * Dh, to the V pool). The rotation is rope_pair, the conversion kv_write_kernel's:
+ * the same bits as the three separate launches. */
+__global__ static void rope_kv_write_kernel(float *q, float *k, const float *v, __half *k_pool, __half *v_pool,
+                                            const int32_t *pos, const int32_t *seq, const int32_t *block_table,
+                                            int32_t max_blocks, int32_t block_size, int64_t t_count, int64_t n_heads,
+                                            int64_t n_kv_heads, int64_t head_dim, rope_args r) {
+    const int64_t pairs = r.n_rot / 2, width = n_kv_heads * head_dim, plain = head_dim - r.n_rot;
+    const int64_t q_items = n_heads * pairs, k_items = n_kv_heads * pairs, k_plain = n_kv_heads * plain;
+    const int64_t per_token = q_items + k_items + k_plain + width;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < t_count * per_token;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t t = i / per_token;
+        int64_t j = i % per_token, a, b;
+        if (j < q_items) {
+            rope_pair(q + (t * n_heads + j / pairs) * head_dim, j % pairs, pos[t], r, &a, &b);
+            continue;
+        }
+        const size_t row = kv_row(pos, seq, block_table, max_blocks, block_size, t, width);
+        float *k_row = k + t * width;
+        if ((j -= q_items) < k_items) {
+            const int64_t head = j / pairs;
+            float *kh = k_row + head * head_dim;
+            rope_pair(kh, j % pairs, pos[t], r, &a, &b);
+            k_pool[row + (size_t)(head * head_dim + a)] = __float2half_rn(kh[a]);
+            k_pool[row + (size_t)(head * head_dim + b)] = __float2half_rn(kh[b]);
+        } else if ((j -= k_items) < k_plain) {
+            const int64_t e = j / plain * head_dim + r.n_rot + j % plain; /* widths n_rot.. of a head */
+            k_pool[row + (size_t)e] = __float2half_rn(k_row[e]);
+        } else {
+            j -= k_plain;
+            v_pool[row + (size_t)j] = __float2half_rn(v[t * width + j]);
+        }
     }
 }
 
@@ -209,4 +272,22 @@ void cuda__kv_write(dev_backend *dev, dev_kv *kv_base, int layer, const float *k
                                                                     step->block_table, step->max_blocks, s->block_size,
                                                                     step->n_tokens, width);
     cuda__launched(cb, "kv_write_kernel");
+}
+
+void cuda__rope_kv_write(dev_backend *dev, dev_kv *kv_base, int layer, float *q, float *k, const float *v,
+                         const dev_step *step, const dev_rope *rope, int64_t n_heads) {
+    cuda_backend *cb = (cuda_backend *)dev;
+    if (cb->faulted) return;
+    cuda_kv *kv = (cuda_kv *)kv_base;
+    const dev_kv_shape *s = &kv->common.shape;
+    __half *k_pool = kv->data + (size_t)layer * 2 * kv->pool_stride;
+    __half *v_pool = k_pool + kv->pool_stride;
+    const int64_t per_token = (n_heads + s->n_kv_heads) * (rope->n_rot / 2) +
+                              (int64_t)s->n_kv_heads * (s->head_dim - rope->n_rot) +
+                              (int64_t)s->n_kv_heads * s->head_dim;
+    const int64_t n = (int64_t)step->n_tokens * per_token;
+    rope_kv_write_kernel<<<cuda__grid(n, BLOCK), BLOCK, 0, cb->stream>>>(
+        q, k, v, k_pool, v_pool, step->pos, step->seq, step->block_table, step->max_blocks, s->block_size,
+        step->n_tokens, n_heads, s->n_kv_heads, s->head_dim, rope_args_of(rope));
+    cuda__launched(cb, "rope_kv_write_kernel");
 }

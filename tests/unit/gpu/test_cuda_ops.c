@@ -294,6 +294,67 @@ Test(cuda_ops, attention_over_the_paged_pool_matches_the_cpu) {
     side_close(&gpu);
 }
 
+/* dev_rope_kv_write, one kernel on the GPU, against the three ops it fuses on the GPU
+ * (bit for bit: the same arithmetic) and against the CPU (which runs the three ops):
+ * q as rotated, and the attention over the pools it wrote. A partial rotation (n_rot 48
+ * of 64: the widths past it go to the pool as they are) in both styles, frequency
+ * factors on the NeoX one. */
+static void rope_kv_run(side *s, const float *q, const float *k, const float *v, const dev_rope *rope, bool fused,
+                        float *q_out, float *attn_out) {
+    dev_tensor tq, tk, tv;
+    float *aq = side_input(s, &tq, q, H * DH), *ak = side_input(s, &tk, k, HK * DH),
+          *av = side_input(s, &tv, v, HK * DH);
+    /* sequence 1's positions 0..2 come from an earlier step: write them first */
+    int32_t tokens[3] = {0, 1, 2}, pos[3] = {0, 1, 2}, seq[3] = {1, 1, 1};
+    dev_step early = {3, tokens, pos, seq, 2, step_seq_len, step_table, 4, 0, NULL};
+    const dev_step *early_dev;
+    cr_assert_eq(dev_step_begin(s->dev, &early, T, s->kv, &early_dev), SP_OK, "%s", sp_last_error());
+    dev_kv_write(s->dev, s->kv, 0, ak, av, early_dev);
+    cr_assert_eq(dev_step_begin(s->dev, &s->host_step, T, s->kv, &s->step), SP_OK); /* the main step again */
+    if (fused) {
+        dev_rope_kv_write(s->dev, s->kv, 0, aq, ak, av, s->step, rope, H);
+    } else {
+        dev_rope_apply(s->dev, aq, s->step, rope, H, DH);
+        dev_rope_apply(s->dev, ak, s->step, rope, HK, DH);
+        dev_kv_write(s->dev, s->kv, 0, ak, av, s->step);
+    }
+    float *out = side_buffer(s, T * H * DH);
+    dev_attention(s->dev, out, aq, s->kv, 0, s->step, H, 0.125f);
+    side_read(s, q_out, aq, T * H * DH);
+    side_read(s, attn_out, out, T * H * DH);
+}
+
+Test(cuda_ops, fused_rope_and_kv_write_equal_the_separate_ops) {
+    if (!have_gpu()) return;
+    float *q = random_f16(T * H * DH, 1.0f), *k = random_f16(T * HK * DH, 1.0f), *v = random_f16(T * HK * DH, 1.0f);
+    float factors[24];
+    for (int i = 0; i < 24; i++) factors[i] = 1.0f + 1.5f * (uniform() + 1.0f);
+    const size_t n = (size_t)T * H * DH;
+    float *qs[3], *outs[3];
+    for (int style = 0; style < 2; style++) {
+        for (int run = 0; run < 3; run++) { /* GPU fused, GPU separate, CPU */
+            side s;
+            side_open(&s, run < 2 ? DEV_KIND_CUDA : DEV_KIND_CPU);
+            dev_tensor ft;
+            cr_assert_eq(dev_weight_init(s.dev, &ft, QUANT_F32, 24, 1, factors, sizeof factors), SP_OK);
+            const dev_rope rope = style == 0 ? (dev_rope){DEV_ROPE_NORMAL, 48, 10000.0f, 1.0f, NULL}
+                                             : (dev_rope){DEV_ROPE_NEOX, 48, 500000.0f, 0.5f, &ft};
+            qs[run] = malloc(sizeof(float) * n);
+            outs[run] = malloc(sizeof(float) * n);
+            rope_kv_run(&s, q, k, v, &rope, run != 1, qs[run], outs[run]);
+            side_close(&s);
+        }
+        cr_expect(memcmp(qs[0], qs[1], sizeof(float) * n) == 0, "style %d: fused q differs from rope_apply's", style);
+        cr_expect(memcmp(outs[0], outs[1], sizeof(float) * n) == 0,
+                  "style %d: attention over the fused write differs from the separate ops'", style);
+        double eq = rel_error(qs[0], qs[2], (int64_t)n), eo = rel_error(outs[0], outs[2], (int64_t)n);
+        cr_expect(eq < 1e-5, "style %d: rotated q against the CPU: relative error %.2e", style, eq);
+        cr_expect(eo < 2e-3, "style %d: attention against the CPU: relative error %.2e", style, eo);
+        for (int run = 0; run < 3; run++) free(qs[run]), free(outs[run]);
+    }
+    free(q), free(k), free(v);
+}
+
 /* ---- end to end: stories260K, greedy, the GPU fed the CPU's tokens ---- */
 
 Test(cuda_ops, stories260k_greedy_tokens_and_logits_match_the_cpu) {
