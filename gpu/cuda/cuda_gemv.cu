@@ -245,12 +245,24 @@ template <int C, int O> __device__ static inline void gemv_fold(float *v, int la
     }
 }
 
-/* out (R, N) = in (R, K) . W (N, K)^T [+ bias]; see the top of the file. `width`: the
- * bytes per copy (16, 8, 4 or 2). */
+/* The weights of one launch: blocks [first_block[p], first_block[p + 1]) take part p
+ * (a matmul group's Q/K/V or gate/up: one launch instead of one each), each with the
+ * K split it would get alone, so its results are the same bits. */
+typedef struct gemv_parts {
+    int count;
+    int64_t first_block[CUDA_GEMV_MAX_PARTS + 1];
+    int ksplit[CUDA_GEMV_MAX_PARTS];
+    const uint8_t *w[CUDA_GEMV_MAX_PARTS];
+    float *out[CUDA_GEMV_MAX_PARTS];
+    const float *bias[CUDA_GEMV_MAX_PARTS];
+    int64_t n[CUDA_GEMV_MAX_PARTS];
+} gemv_parts;
+
+/* out (R, N) = in (R, K) . W (N, K)^T [+ bias] for each part; see the top of the file.
+ * `width`: the bytes per copy (16, 8, 4 or 2). */
 template <quant_type T, int R>
 __global__ static void __launch_bounds__(GEMV_THREADS)
-    gemv_kernel(float *out, const float *in, const uint8_t *w, const float *bias, int64_t n, int nb, int ksplit,
-                int width, bool x_vec) {
+    gemv_kernel(const __grid_constant__ gemv_parts parts, const float *in, int nb, int width, bool x_vec) {
     using F = gemv_format<T>;
     constexpr int NW = gemv_rows_per_warp(R);
     constexpr int GROUP_BYTES = GEMV_GROUP * F::BYTES;       /* one row's part of a stage */
@@ -262,10 +274,18 @@ __global__ static void __launch_bounds__(GEMV_THREADS)
     __shared__ __align__(16) uint8_t ring[GEMV_WARPS][GEMV_STAGES][STAGE_BYTES];
     __shared__ float sums[GEMV_WARPS][P]; /* each warp's reduced sums, index r * NW + i */
 
+    int part = 0; /* this block's weight */
+    while (part + 1 < parts.count && (int64_t)blockIdx.x >= parts.first_block[part + 1]) part++;
+    float *out = parts.out[part];
+    const uint8_t *w = parts.w[part];
+    const float *bias = parts.bias[part];
+    const int64_t n = parts.n[part];
+    const int ksplit = parts.ksplit[part];
+
     const int lane = (int)threadIdx.x % 32, warp = (int)threadIdx.x / 32;
     const int sets = GEMV_WARPS / ksplit;                 /* row sets in the block */
     const int set = warp / ksplit, slice = warp % ksplit; /* this warp's set, and its share of K */
-    const int64_t block_row0 = (int64_t)blockIdx.x * sets * NW;
+    const int64_t block_row0 = ((int64_t)blockIdx.x - parts.first_block[part]) * sets * NW;
     const int64_t row0 = block_row0 + (int64_t)set * NW; /* this warp's first weight row */
     const int64_t left = n - row0;
     const int rows_here = left <= 0 ? 0 : left < NW ? (int)left : NW; /* its rows that exist */
@@ -398,49 +418,61 @@ __global__ static void __launch_bounds__(GEMV_THREADS)
 
 /* ---- launch ---------------------------------------------------------------------------- */
 
+/* parts: every field but first_block filled; the launch sets the block ranges. */
 template <quant_type T, int R>
-static void gemv_launch(cuda_backend *cb, float *out, const float *in, const uint8_t *w, const float *bias, int64_t n,
-                        int nb, int width) {
+static void gemv_launch(cuda_backend *cb, gemv_parts parts, const float *in, int nb, int width) {
     constexpr int NW = gemv_rows_per_warp(R);
-    /* split K across the warps of a row set only while that is needed for ~16 warps per
-     * SM, and never so far that a warp would get no group */
     const int64_t n_groups = (nb + GEMV_GROUP - 1) / GEMV_GROUP;
     const int64_t target_warps = (int64_t)(cb->n_sms > 0 ? cb->n_sms : 132) * 16;
-    int ksplit = 1;
-    for (;;) {
+    int64_t grid = 0;
+    for (int p = 0; p < parts.count; p++) {
+        /* split K across the warps of a row set only while that is needed for ~16 warps
+         * per SM, and never so far that a warp would get no group */
+        int ksplit = 1;
+        for (;;) {
+            const int64_t rows_per_block = (int64_t)(GEMV_WARPS / ksplit) * NW;
+            const int64_t warps = (parts.n[p] + rows_per_block - 1) / rows_per_block * GEMV_WARPS;
+            if (ksplit == GEMV_WARPS || 2 * ksplit > n_groups || warps >= target_warps) break;
+            ksplit *= 2;
+        }
         const int64_t rows_per_block = (int64_t)(GEMV_WARPS / ksplit) * NW;
-        const int64_t warps = (n + rows_per_block - 1) / rows_per_block * GEMV_WARPS;
-        if (ksplit == GEMV_WARPS || 2 * ksplit > n_groups || warps >= target_warps) break;
-        ksplit *= 2;
+        parts.ksplit[p] = ksplit;
+        parts.first_block[p] = grid;
+        grid += (parts.n[p] + rows_per_block - 1) / rows_per_block;
     }
-    const int64_t rows_per_block = (int64_t)(GEMV_WARPS / ksplit) * NW;
-    const int64_t grid = (n + rows_per_block - 1) / rows_per_block;
+    parts.first_block[parts.count] = grid;
     if (grid > 0x7FFFFFFF) {
         cuda__fault(cb, "gemv: too many weight rows for one launch");
         return;
     }
     const bool x_vec = ((uintptr_t)in & 15) == 0;
-    gemv_kernel<T, R><<<(unsigned)grid, GEMV_THREADS, 0, cb->stream>>>(out, in, w, bias, n, nb, ksplit, width, x_vec);
+    gemv_kernel<T, R><<<(unsigned)grid, GEMV_THREADS, 0, cb->stream>>>(parts, in, nb, width, x_vec);
     cuda__launched(cb, "gemv_kernel");
 }
 
 template <quant_type T>
-static void gemv_launch_rows(cuda_backend *cb, float *out, const float *in, const uint8_t *w, const float *bias,
-                             int64_t n, int nb, int64_t rows, int width) {
+static void gemv_launch_rows(cuda_backend *cb, const gemv_parts &parts, const float *in, int nb, int64_t rows,
+                             int width) {
     switch (rows) {
-    case 1: gemv_launch<T, 1>(cb, out, in, w, bias, n, nb, width); break;
-    case 2: gemv_launch<T, 2>(cb, out, in, w, bias, n, nb, width); break;
-    case 3: gemv_launch<T, 3>(cb, out, in, w, bias, n, nb, width); break;
-    case 4: gemv_launch<T, 4>(cb, out, in, w, bias, n, nb, width); break;
-    case 5: gemv_launch<T, 5>(cb, out, in, w, bias, n, nb, width); break;
-    case 6: gemv_launch<T, 6>(cb, out, in, w, bias, n, nb, width); break;
-    case 7: gemv_launch<T, 7>(cb, out, in, w, bias, n, nb, width); break;
-    default: gemv_launch<T, 8>(cb, out, in, w, bias, n, nb, width); break;
+    case 1: gemv_launch<T, 1>(cb, parts, in, nb, width); break;
+    case 2: gemv_launch<T, 2>(cb, parts, in, nb, width); break;
+    case 3: gemv_launch<T, 3>(cb, parts, in, nb, width); break;
+    case 4: gemv_launch<T, 4>(cb, parts, in, nb, width); break;
+    case 5: gemv_launch<T, 5>(cb, parts, in, nb, width); break;
+    case 6: gemv_launch<T, 6>(cb, parts, in, nb, width); break;
+    case 7: gemv_launch<T, 7>(cb, parts, in, nb, width); break;
+    default: gemv_launch<T, 8>(cb, parts, in, nb, width); break;
     }
 }
 
 void cuda__gemv_quant(cuda_backend *cb, float *out, const float *in, const void *w, quant_type type, int64_t n,
                       int64_t k, int64_t rows, const float *bias) {
+    const cuda_gemv_part part = {out, w, n, bias};
+    cuda__gemv_quant_group(cb, &part, 1, in, type, k, rows);
+}
+
+void cuda__gemv_quant_group(cuda_backend *cb, const cuda_gemv_part *group, int n_parts, const float *in,
+                            quant_type type, int64_t k, int64_t rows) {
     if (cb->faulted) return;
     char what[200];
     int block_bytes = 0;
@@ -460,27 +492,42 @@ void cuda__gemv_quant(cuda_backend *cb, float *out, const float *in, const void 
         cuda__fault(cb, what);
         return;
     }
-    /* k's bound keeps a warp's rows' byte offsets (8 rows + 3 pieces' worth) in an int */
-    if (k < GEMV_QK || k % GEMV_QK != 0 || k > ((int64_t)1 << 24) || n < 1) {
-        snprintf(what, sizeof what, "gemv: weight of %lld x %lld: rows must be a multiple of %d long, up to %d",
-                 (long long)n, (long long)k, (int)GEMV_QK, 1 << 24);
+    if (n_parts < 1 || n_parts > CUDA_GEMV_MAX_PARTS) {
+        snprintf(what, sizeof what, "gemv: %d weights in one launch, outside 1..%d", n_parts, (int)CUDA_GEMV_MAX_PARTS);
         cuda__fault(cb, what);
         return;
     }
     const int nb = (int)(k / GEMV_QK);
-    /* the widest copy that every row's group start (row * RB + g * G*BB, G*BB a multiple
-     * of 16) and every group's length (a multiple of RB's alignment) allow */
-    if (((uintptr_t)w & 1) != 0) {
-        cuda__fault(cb, "gemv: weight blocks at an odd address");
-        return;
-    }
     const uintptr_t row_bytes = (uintptr_t)nb * (uintptr_t)block_bytes;
+    gemv_parts parts = {};
+    parts.count = n_parts;
+    uintptr_t addresses = 0; /* every part's address bits, for the copy width */
+    for (int p = 0; p < n_parts; p++) {
+        const int64_t n = group[p].n;
+        /* k's bound keeps a warp's rows' byte offsets (8 rows + 3 pieces' worth) in an int */
+        if (k < GEMV_QK || k % GEMV_QK != 0 || k > ((int64_t)1 << 24) || n < 1) {
+            snprintf(what, sizeof what, "gemv: weight of %lld x %lld: rows must be a multiple of %d long, up to %d",
+                     (long long)n, (long long)k, (int)GEMV_QK, 1 << 24);
+            cuda__fault(cb, what);
+            return;
+        }
+        if (((uintptr_t)group[p].w & 1) != 0) {
+            cuda__fault(cb, "gemv: weight blocks at an odd address");
+            return;
+        }
+        addresses |= (uintptr_t)group[p].w;
+        parts.w[p] = (const uint8_t *)group[p].w;
+        parts.out[p] = group[p].out;
+        parts.bias[p] = group[p].bias;
+        parts.n[p] = n;
+    }
+    /* the widest copy that every row's group start (row * RB + g * G*BB, G*BB a multiple
+     * of 16) of every part and every group's length (a multiple of RB's alignment) allow */
     int width = 16;
-    while (width > 2 && ((row_bytes | (uintptr_t)w) & (uintptr_t)(width - 1)) != 0) width /= 2;
-    const uint8_t *wb = (const uint8_t *)w;
+    while (width > 2 && ((row_bytes | addresses) & (uintptr_t)(width - 1)) != 0) width /= 2;
     switch (type) {
-    case QUANT_Q8_0: gemv_launch_rows<QUANT_Q8_0>(cb, out, in, wb, bias, n, nb, rows, width); break;
-    case QUANT_Q4_0: gemv_launch_rows<QUANT_Q4_0>(cb, out, in, wb, bias, n, nb, rows, width); break;
-    default: gemv_launch_rows<QUANT_Q4_1>(cb, out, in, wb, bias, n, nb, rows, width); break;
+    case QUANT_Q8_0: gemv_launch_rows<QUANT_Q8_0>(cb, parts, in, nb, rows, width); break;
+    case QUANT_Q4_0: gemv_launch_rows<QUANT_Q4_0>(cb, parts, in, nb, rows, width); break;
+    default: gemv_launch_rows<QUANT_Q4_1>(cb, parts, in, nb, rows, width); break;
     }
 }

@@ -162,6 +162,20 @@ void cuda__matmul_group(dev_backend *dev, const dev_matmul_part *parts, int n_pa
 void cuda__gemv_quant(cuda_backend *cb, float *out, const float *in, const void *w, quant_type type, int64_t n,
                       int64_t k, int64_t rows, const float *bias);
 
+/* One weight of a GEMV group: out (rows, n) = in . w^T [+ bias]. */
+typedef struct cuda_gemv_part {
+    float *out;
+    const void *w;
+    int64_t n;
+    const float *bias;
+} cuda_gemv_part;
+enum { CUDA_GEMV_MAX_PARTS = 4 };
+
+/* cuda__gemv_quant for up to CUDA_GEMV_MAX_PARTS weights of one type that read the same
+ * input (Q/K/V, gate/up), in one launch: each part's results are the bits it gets alone. */
+void cuda__gemv_quant_group(cuda_backend *cb, const cuda_gemv_part *parts, int n_parts, const float *in,
+                            quant_type type, int64_t k, int64_t rows);
+
 /* cuda_sample.cu: dev_sample on the GPU. */
 sp_status cuda__sample(dev_backend *dev, float *logits, int32_t n_rows, const dev_sample_vocab *vocab,
                        const dev_sample_row *rows, dev_sample_result *results);

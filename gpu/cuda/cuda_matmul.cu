@@ -124,15 +124,26 @@ static void cublas_product(cuda_backend *cb, const dev_matmul_part *part, const 
 void cuda__matmul_group(dev_backend *dev, const dev_matmul_part *parts, int n_parts, const float *in, int64_t rows) {
     cuda_backend *cb = (cuda_backend *)dev;
     if (cb->faulted) return;
-    quant_type converted = QUANT_F32; /* the storage type act_half holds now */
-    for (int p = 0; p < n_parts && !cb->faulted; p++) {
+    /* the parts that take the GEMV, one launch per block type (a model's Q/K/V or
+     * gate/up usually share one): a decode step of a small model is launch-bound */
+    bool done[CUDA_GEMV_MAX_PARTS] = {false};
+    for (int p = 0; p < n_parts && p < CUDA_GEMV_MAX_PARTS && !cb->faulted; p++) {
         const dev_tensor *w = parts[p].w;
-        if (use_gemv(cb, w, rows))
-            cuda__gemv_quant(cb, parts[p].out, in, w->packed, w->packed_type, w->ne1, w->ne0, rows,
-                             parts[p].bias ? (const float *)parts[p].bias->data : NULL);
-        else
-            cublas_product(cb, &parts[p], in, rows, &converted);
+        if (done[p] || !use_gemv(cb, w, rows)) continue;
+        cuda_gemv_part launch[CUDA_GEMV_MAX_PARTS];
+        int n_launch = 0;
+        for (int o = p; o < n_parts && o < CUDA_GEMV_MAX_PARTS; o++) {
+            const dev_tensor *wo = parts[o].w;
+            if (done[o] || !use_gemv(cb, wo, rows) || wo->packed_type != w->packed_type) continue;
+            launch[n_launch++] = {parts[o].out, wo->packed, wo->ne1,
+                                  parts[o].bias ? (const float *)parts[o].bias->data : NULL};
+            done[o] = true;
+        }
+        cuda__gemv_quant_group(cb, launch, n_launch, in, w->packed_type, w->ne0, rows);
     }
+    quant_type converted = QUANT_F32; /* the storage type act_half holds now */
+    for (int p = 0; p < n_parts && !cb->faulted; p++)
+        if (p >= CUDA_GEMV_MAX_PARTS || !done[p]) cublas_product(cb, &parts[p], in, rows, &converted);
 }
 
 /* One product through cuBLAS; the input is converted into act_half unless *converted

@@ -193,6 +193,66 @@ Test(cuda_ops, matmul_of_activations_past_the_f16_range_matches_the_cpu) {
     }
 }
 
+/* A matmul group of three block weights of smollm2's Q/K/V shapes (N 576, 192, 192 of
+ * K 576; a bias on K) takes one GEMV launch on the GPU: each part must get the bits it
+ * gets alone, at every row count the GEMV takes, and match the CPU. */
+Test(cuda_ops, a_grouped_gemv_gives_each_part_the_bits_it_gets_alone) {
+    if (!have_gpu()) return;
+    enum { K = 576, PARTS = 3 };
+    static const int64_t NS[PARTS] = {576, 192, 192};
+    side cpu, gpu;
+    side_open(&cpu, DEV_KIND_CPU);
+    side_open_with(&gpu, (dev_options){.kind = DEV_KIND_CUDA, .quant_gemv = DEV_GEMV_ALWAYS});
+    float *x = random_f16(T * K, 1.0f), *bias = random_f16(192, 0.1f);
+    const size_t row = quant_row_bytes(QUANT_Q4_1, K);
+    char *w[PARTS];
+    for (int p = 0; p < PARTS; p++) {
+        float *wf = random_f16(NS[p] * K, 0.5f);
+        w[p] = malloc(row * (size_t)NS[p]);
+        for (int64_t r = 0; r < NS[p]; r++) quant_quantize_row(QUANT_Q4_1, w[p] + (size_t)r * row, wf + r * K, K);
+        free(wf);
+    }
+    side *sides[2] = {&cpu, &gpu};
+    float *grouped[2][PARTS], *alone[PARTS];
+    for (int rows = 1; rows <= 8; rows++) {
+        for (int i = 0; i < 2; i++) {
+            side *s = sides[i];
+            dev_tensor table, wt[PARTS], bt;
+            float *in = side_input(s, &table, x, K);
+            cr_assert_eq(dev_weight_init(s->dev, &bt, QUANT_F32, 192, 1, bias, sizeof(float) * 192), SP_OK);
+            dev_matmul_part parts[PARTS];
+            for (int p = 0; p < PARTS; p++) {
+                cr_assert_eq(dev_weight_init(s->dev, &wt[p], QUANT_Q4_1, K, NS[p], w[p], row * (size_t)NS[p]), SP_OK,
+                             "%s", sp_last_error());
+                parts[p] = (dev_matmul_part){side_buffer(s, T * NS[p]), &wt[p], p == 1 ? &bt : NULL};
+            }
+            dev_matmul_group(s->dev, parts, PARTS, in, rows);
+            for (int p = 0; p < PARTS; p++) {
+                grouped[i][p] = malloc(sizeof(float) * (size_t)(rows * NS[p]));
+                side_read(s, grouped[i][p], parts[p].out, rows * NS[p]);
+            }
+            if (i == 1)
+                for (int p = 0; p < PARTS; p++) { /* each part alone, on the GPU */
+                    float *out = side_buffer(s, T * NS[p]);
+                    dev_matmul(s->dev, out, in, &wt[p], parts[p].bias, rows);
+                    alone[p] = malloc(sizeof(float) * (size_t)(rows * NS[p]));
+                    side_read(s, alone[p], out, rows * NS[p]);
+                }
+        }
+        for (int p = 0; p < PARTS; p++) {
+            cr_expect(memcmp(grouped[1][p], alone[p], sizeof(float) * (size_t)(rows * NS[p])) == 0,
+                      "%d rows, part %d: grouped and alone differ", rows, p);
+            double e = rel_error(grouped[1][p], grouped[0][p], rows * NS[p]);
+            cr_expect(e < 2e-2, "%d rows, part %d: relative error %.2e against the CPU", rows, p, e);
+            free(grouped[0][p]), free(grouped[1][p]), free(alone[p]);
+        }
+    }
+    side_close(&cpu); /* the backends borrow the host weights until here */
+    side_close(&gpu);
+    for (int p = 0; p < PARTS; p++) free(w[p]);
+    free(x), free(bias);
+}
+
 /* The fused dequantize-GEMV (forced on) and cuBLAS (forced) at every row count it
  * takes, on row lengths that exercise each copy width (K = 32 x odd blocks too). */
 Test(cuda_ops, small_batch_matmul_on_blocks_matches_the_cpu_on_both_paths) {
