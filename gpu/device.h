@@ -37,8 +37,9 @@ typedef struct dev_backend dev_backend;
 /* DEV_KIND_AUTO: CUDA when a usable GPU is present, else the CPU (with a log line). */
 typedef enum dev_kind { DEV_KIND_CPU, DEV_KIND_CUDA, DEV_KIND_AUTO } dev_kind;
 
-/* When a GPU matmul of few rows reads Q8_0/Q4_0/Q4_1 blocks directly (a fused
- * dequantize-GEMV) instead of the F16 copy through cuBLAS. */
+/* When a GPU matmul of few rows runs the backend's own GEMV instead of cuBLAS: on
+ * Q8_0/Q4_0/Q4_1 weights it reads the blocks directly (a fused dequantize-GEMV) instead
+ * of the F16 copy; on F16/BF16 weights it reads them with F32 inputs. */
 typedef enum dev_quant_gemv {
     DEV_GEMV_AUTO,   /* for the row counts where it measured faster at load (dev_reserve) */
     DEV_GEMV_ALWAYS, /* for every row count it takes (tests) */

@@ -176,7 +176,7 @@ static sp_status cuda_weight_init(dev_backend *dev, dev_tensor *out, const void 
     out->data = device;
     cb->weight_bytes += bytes;
     cb->weight_source_bytes += nbytes;
-    if (out->packed) cuda__gemv_note_weight(cb, out);
+    if (rows > 1) cuda__gemv_note_weight(cb, out); /* a shape our GEMV may take (it decides) */
     return SP_OK;
 }
 

@@ -176,6 +176,13 @@ enum { CUDA_GEMV_MAX_PARTS = 4 };
 void cuda__gemv_quant_group(cuda_backend *cb, const cuda_gemv_part *parts, int n_parts, const float *in,
                             quant_type type, int64_t k, int64_t rows);
 
+/* cuda_gemv_half.cu: the same for weights stored as F16 or BF16 (w: the device copy),
+ * F32 inputs, rows <= CUDA_GEMV_MAX_ROWS; in 16-byte aligned. */
+void cuda__gemv_half_group(cuda_backend *cb, const cuda_gemv_part *parts, int n_parts, const float *in, quant_type type,
+                           int64_t k, int64_t rows);
+/* Whether cuda__gemv_half_group takes a weight: F16/BF16, K a multiple of 8, w 16-byte aligned. */
+bool cuda__gemv_half_takes(quant_type type, int64_t k, const void *w);
+
 /* cuda_sample.cu: dev_sample on the GPU. */
 sp_status cuda__sample(dev_backend *dev, float *logits, int32_t n_rows, const dev_sample_vocab *vocab,
                        const dev_sample_row *rows, dev_sample_result *results);

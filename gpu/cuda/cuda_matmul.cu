@@ -89,21 +89,31 @@ __global__ static void unscale_bias_kernel(float *out, const float *row_scale, c
     }
 }
 
+/* What our GEMV reads for a weight: its blocks when it has a copy of them, else the
+ * F16/BF16 weights as stored (cuda_gemv_half.cu). */
+static quant_type gemv_type(const dev_tensor *w) {
+    return w->packed ? w->packed_type : w->type;
+}
+static const void *gemv_weights(const dev_tensor *w) {
+    return w->packed ? w->packed : w->data;
+}
+
 static cuda_gemv_shape *gemv_shape_of(cuda_backend *cb, const dev_tensor *w) {
     for (int i = 0; i < cb->n_gemv_shapes; i++) {
         cuda_gemv_shape *g = &cb->gemv_shapes[i];
-        if (g->type == w->packed_type && g->n == w->ne1 && g->k == w->ne0) return g;
+        if (g->type == gemv_type(w) && g->n == w->ne1 && g->k == w->ne0) return g;
     }
     return NULL;
 }
 
 void cuda__gemv_note_weight(cuda_backend *cb, const dev_tensor *w) {
-    if (gemv_shape_of(cb, w)) return;
+    if (cb->quant_gemv == DEV_GEMV_NEVER || gemv_shape_of(cb, w)) return;
+    if (!w->packed && !cuda__gemv_half_takes(w->type, w->ne0, w->data)) return;
     const int cap = (int)(sizeof cb->gemv_shapes / sizeof cb->gemv_shapes[0]);
     if (cb->n_gemv_shapes == cap) return; /* more shapes than any llama-family model has: cuBLAS for the rest */
     cuda_gemv_shape *g = &cb->gemv_shapes[cb->n_gemv_shapes++];
     *g = cuda_gemv_shape{};
-    g->type = w->packed_type;
+    g->type = gemv_type(w);
     g->n = w->ne1;
     g->k = w->ne0;
     g->example = *w;
@@ -111,11 +121,21 @@ void cuda__gemv_note_weight(cuda_backend *cb, const dev_tensor *w) {
     cb->gemv_measured = false;
 }
 
-/* Whether this product of rows rows goes through the GEMV. */
+/* Whether this product of rows rows goes through our GEMV. */
 static bool use_gemv(cuda_backend *cb, const dev_tensor *w, int64_t rows) {
-    if (!w->packed || rows > CUDA_GEMV_MAX_ROWS || cb->quant_gemv == DEV_GEMV_NEVER) return false;
+    if (rows > CUDA_GEMV_MAX_ROWS || cb->quant_gemv == DEV_GEMV_NEVER) return false;
+    if (!w->packed && !cuda__gemv_half_takes(w->type, w->ne0, w->data)) return false;
     const cuda_gemv_shape *g = gemv_shape_of(cb, w);
     return g && rows <= g->max_rows;
+}
+
+/* One GEMV launch for parts of one gemv_type. */
+static void gemv_run(cuda_backend *cb, const cuda_gemv_part *parts, int n_parts, const float *in, quant_type type,
+                     int64_t k, int64_t rows) {
+    if (type == QUANT_F16 || type == QUANT_BF16)
+        cuda__gemv_half_group(cb, parts, n_parts, in, type, k, rows);
+    else
+        cuda__gemv_quant_group(cb, parts, n_parts, in, type, k, rows);
 }
 
 static void cublas_product(cuda_backend *cb, const dev_matmul_part *part, const float *in, int64_t rows,
@@ -124,7 +144,7 @@ static void cublas_product(cuda_backend *cb, const dev_matmul_part *part, const 
 void cuda__matmul_group(dev_backend *dev, const dev_matmul_part *parts, int n_parts, const float *in, int64_t rows) {
     cuda_backend *cb = (cuda_backend *)dev;
     if (cb->faulted) return;
-    /* the parts that take the GEMV, one launch per block type (a model's Q/K/V or
+    /* the parts that take our GEMV, one launch per type it reads (a model's Q/K/V or
      * gate/up usually share one): a decode step of a small model is launch-bound */
     bool done[CUDA_GEMV_MAX_PARTS] = {false};
     for (int p = 0; p < n_parts && p < CUDA_GEMV_MAX_PARTS && !cb->faulted; p++) {
@@ -134,12 +154,12 @@ void cuda__matmul_group(dev_backend *dev, const dev_matmul_part *parts, int n_pa
         int n_launch = 0;
         for (int o = p; o < n_parts && o < CUDA_GEMV_MAX_PARTS; o++) {
             const dev_tensor *wo = parts[o].w;
-            if (done[o] || !use_gemv(cb, wo, rows) || wo->packed_type != w->packed_type) continue;
-            launch[n_launch++] = {parts[o].out, wo->packed, wo->ne1,
+            if (done[o] || !use_gemv(cb, wo, rows) || gemv_type(wo) != gemv_type(w)) continue;
+            launch[n_launch++] = {parts[o].out, gemv_weights(wo), wo->ne1,
                                   parts[o].bias ? (const float *)parts[o].bias->data : NULL};
             done[o] = true;
         }
-        cuda__gemv_quant_group(cb, launch, n_launch, in, w->packed_type, w->ne0, rows);
+        gemv_run(cb, launch, n_launch, in, gemv_type(w), w->ne0, rows);
     }
     quant_type converted = QUANT_F32; /* the storage type act_half holds now */
     for (int p = 0; p < n_parts && !cb->faulted; p++)
@@ -254,8 +274,8 @@ sp_status cuda__gemv_measure(cuda_backend *cb) {
         bool winning = true;
         for (int rows = 1; rows <= CUDA_GEMV_MAX_ROWS && (size_t)rows * (size_t)g->k * 2 <= cb->act_half_bytes;
              rows++) {
-            g->gemv_us[rows - 1] = median_us(
-                cb, [&] { cuda__gemv_quant(cb, out, in, w->packed, w->packed_type, g->n, g->k, rows, NULL); });
+            const cuda_gemv_part ours = {out, gemv_weights(w), g->n, NULL};
+            g->gemv_us[rows - 1] = median_us(cb, [&] { gemv_run(cb, &ours, 1, in, g->type, g->k, rows); });
             const dev_matmul_part part = {out, w, NULL};
             g->cublas_us[rows - 1] = median_us(cb, [&] {
                 quant_type converted = QUANT_F32;
@@ -269,7 +289,7 @@ sp_status cuda__gemv_measure(cuda_backend *cb) {
                 winning = false; /* the first row count where cuBLAS wins ends the GEMV's range */
         }
         if (measured == 0) break; /* a fault: reported below */
-        sp_log_info("cuda: %s [%lld x %lld]: fused GEMV for up to %d rows (1 row: GEMV %.1f us, cuBLAS %.1f us; "
+        sp_log_info("cuda: %s [%lld x %lld]: our GEMV for up to %d rows (1 row: GEMV %.1f us, cuBLAS %.1f us; "
                     "%d rows: %.1f us, %.1f us)",
                     quant_type_name(g->type), (long long)g->n, (long long)g->k, g->max_rows, (double)g->gemv_us[0],
                     (double)g->cublas_us[0], measured, (double)g->gemv_us[measured - 1],

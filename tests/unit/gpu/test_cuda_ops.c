@@ -193,23 +193,22 @@ Test(cuda_ops, matmul_of_activations_past_the_f16_range_matches_the_cpu) {
     }
 }
 
-/* A matmul group of three block weights of smollm2's Q/K/V shapes (N 576, 192, 192 of
- * K 576; a bias on K) takes one GEMV launch on the GPU: each part must get the bits it
- * gets alone, at every row count the GEMV takes, and match the CPU. */
-Test(cuda_ops, a_grouped_gemv_gives_each_part_the_bits_it_gets_alone) {
-    if (!have_gpu()) return;
+/* A matmul group of three weights of smollm2's Q/K/V shapes (N 576, 192, 192 of K 576;
+ * a bias on K) takes one GEMV launch on the GPU: each part must get the bits it gets
+ * alone, at every row count the GEMV takes, and match the CPU; block and half types. */
+static void check_grouped_gemv(quant_type type, double bound) {
     enum { K = 576, PARTS = 3 };
     static const int64_t NS[PARTS] = {576, 192, 192};
     side cpu, gpu;
     side_open(&cpu, DEV_KIND_CPU);
     side_open_with(&gpu, (dev_options){.kind = DEV_KIND_CUDA, .quant_gemv = DEV_GEMV_ALWAYS});
     float *x = random_f16(T * K, 1.0f), *bias = random_f16(192, 0.1f);
-    const size_t row = quant_row_bytes(QUANT_Q4_1, K);
+    const size_t row = quant_row_bytes(type, K);
     char *w[PARTS];
     for (int p = 0; p < PARTS; p++) {
         float *wf = random_f16(NS[p] * K, 0.5f);
         w[p] = malloc(row * (size_t)NS[p]);
-        for (int64_t r = 0; r < NS[p]; r++) quant_quantize_row(QUANT_Q4_1, w[p] + (size_t)r * row, wf + r * K, K);
+        for (int64_t r = 0; r < NS[p]; r++) quant_quantize_row(type, w[p] + (size_t)r * row, wf + r * K, K);
         free(wf);
     }
     side *sides[2] = {&cpu, &gpu};
@@ -222,8 +221,8 @@ Test(cuda_ops, a_grouped_gemv_gives_each_part_the_bits_it_gets_alone) {
             cr_assert_eq(dev_weight_init(s->dev, &bt, QUANT_F32, 192, 1, bias, sizeof(float) * 192), SP_OK);
             dev_matmul_part parts[PARTS];
             for (int p = 0; p < PARTS; p++) {
-                cr_assert_eq(dev_weight_init(s->dev, &wt[p], QUANT_Q4_1, K, NS[p], w[p], row * (size_t)NS[p]), SP_OK,
-                             "%s", sp_last_error());
+                cr_assert_eq(dev_weight_init(s->dev, &wt[p], type, K, NS[p], w[p], row * (size_t)NS[p]), SP_OK, "%s",
+                             sp_last_error());
                 parts[p] = (dev_matmul_part){side_buffer(s, T * NS[p]), &wt[p], p == 1 ? &bt : NULL};
             }
             dev_matmul_group(s->dev, parts, PARTS, in, rows);
@@ -241,9 +240,10 @@ Test(cuda_ops, a_grouped_gemv_gives_each_part_the_bits_it_gets_alone) {
         }
         for (int p = 0; p < PARTS; p++) {
             cr_expect(memcmp(grouped[1][p], alone[p], sizeof(float) * (size_t)(rows * NS[p])) == 0,
-                      "%d rows, part %d: grouped and alone differ", rows, p);
+                      "%s, %d rows, part %d: grouped and alone differ", quant_type_name(type), rows, p);
             double e = rel_error(grouped[1][p], grouped[0][p], rows * NS[p]);
-            cr_expect(e < 2e-2, "%d rows, part %d: relative error %.2e against the CPU", rows, p, e);
+            cr_expect(e < bound, "%s, %d rows, part %d: relative error %.2e against the CPU", quant_type_name(type),
+                      rows, p, e);
             free(grouped[0][p]), free(grouped[1][p]), free(alone[p]);
         }
     }
@@ -251,6 +251,14 @@ Test(cuda_ops, a_grouped_gemv_gives_each_part_the_bits_it_gets_alone) {
     side_close(&gpu);
     for (int p = 0; p < PARTS; p++) free(w[p]);
     free(x), free(bias);
+}
+
+Test(cuda_ops, a_grouped_gemv_gives_each_part_the_bits_it_gets_alone) {
+    if (!have_gpu()) return;
+    check_grouped_gemv(QUANT_Q4_1, 2e-2);
+    check_grouped_gemv(QUANT_Q8_0, 2e-2);
+    check_grouped_gemv(QUANT_BF16, 1e-2);
+    check_grouped_gemv(QUANT_F16, 2e-3);
 }
 
 /* The fused dequantize-GEMV (forced on) and cuBLAS (forced) at every row count it
@@ -265,6 +273,21 @@ Test(cuda_ops, small_batch_matmul_on_blocks_matches_the_cpu_on_both_paths) {
                 check_matmul_rows(TYPES[ti], KS[ki], 77, rows, DEV_GEMV_ALWAYS, 2e-2);
                 if (rows == 1 || rows == 8) check_matmul_rows(TYPES[ti], KS[ki], 77, rows, DEV_GEMV_NEVER, 2e-2);
             }
+}
+
+/* The GEMV on F16/BF16 weights (cuda_gemv_half.cu, forced on) at every row count, on
+ * row lengths of one 16-byte piece per lane and less, of several, and one it does not
+ * take (K not a multiple of 8: cuBLAS); the CPU rounds the inputs to the weights' type,
+ * the GEMV keeps them F32. */
+Test(cuda_ops, small_batch_matmul_on_half_weights_matches_the_cpu) {
+    if (!have_gpu()) return;
+    static const quant_type TYPES[] = {QUANT_F16, QUANT_BF16};
+    static const double BOUNDS[] = {2e-3, 1e-2};
+    static const int64_t KS[] = {8, 96, 256, 1000, 1024, 100};
+    for (size_t ti = 0; ti < 2; ti++)
+        for (size_t ki = 0; ki < 6; ki++)
+            for (int64_t rows = 1; rows <= 8; rows++)
+                check_matmul_rows(TYPES[ti], KS[ki], 77, rows, DEV_GEMV_ALWAYS, BOUNDS[ti]);
 }
 
 /* ---- row ops: RMSNorm, RoPE (both styles, with factors), SwiGLU, add, gather ---- */
