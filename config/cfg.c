@@ -36,7 +36,7 @@ const cfg_key cfg__keys[] = {
     INT("threads", "threads", threads, 1, 256, true, "CPU threads for the model", "(default: all cores)"),
     BOOL("cuda_graphs", "cuda-graphs", cuda_graphs, "on a GPU: replay decode steps as captured CUDA graphs"),
     ENUM("cuda_gemv", "cuda-gemv", cuda_gemv, GEMV_MODES,
-         "on a GPU: small matmuls read Q8_0/Q4_0/Q4_1 blocks directly (auto: where measured faster at load)"),
+         "on a GPU: small matmuls run spindle's GEMV, not cuBLAS (auto: where measured faster at load)"),
     INT("ctx_size", "ctx-size", ctx_size, 16, 1 << 24, true, "context limit per sequence",
         "(default: the model's training context)"),
     /* HTTP */
