@@ -21,7 +21,7 @@
  * depend on the other parts).
  *
  * Accuracy: products of exact F16/BF16 weights and F32 inputs, summed in F32 per lane
- * (K/256 terms) and then across lanes: closer to the exact product than the cuBLAS path,
+ * (K/32 products) and then across lanes: closer to the exact product than the cuBLAS path,
  * whose inputs are rounded to F16/BF16.
  */
 #include <stdint.h>
