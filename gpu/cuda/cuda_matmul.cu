@@ -14,13 +14,16 @@
  * K x N matrix the row-major W is) times in (K x T, ld K); C in column-major is `out`
  * in row-major (T, N).
  *
- * Small batches on Q8_0/Q4_0/Q4_1 weights may instead read the file's blocks directly
- * (cuda__gemv_quant, cuda_gemv.cu): decode is bound by reading the weights, and the
- * blocks are 1.9x (Q8_0) to 3.6x (Q4_0) smaller than F16. Whether that is faster
- * depends on the GPU and the shape, so dev_reserve measures both paths for every such
- * weight shape at 1..CUDA_GEMV_MAX_ROWS rows and keeps, per shape, the row count up to
- * which the GEMV won (cuda__gemv_measure; logged). The two paths round differently (F32
- * against F16 inputs), so a token's result can depend on which one its batch took.
+ * Small batches may instead go through our own GEMV: on Q8_0/Q4_0/Q4_1 weights it reads
+ * the file's blocks directly (cuda_gemv.cu): decode is bound by reading the weights, and
+ * the blocks are 1.9x (Q8_0) to 3.6x (Q4_0) smaller than F16; on F16/BF16 weights it
+ * reads them with F32 inputs (cuda_gemv_half.cu), which saves the conversion launch.
+ * Whether that is faster depends on the GPU and the shape, so dev_reserve times both
+ * paths for every such weight shape (on a slice of at most MEASURE_SLICE_BYTES of it)
+ * and keeps, per shape, the row count up to which the GEMV won (cuda__gemv_measure;
+ * logged). The two paths round differently (F32 against F16 inputs), so a token's
+ * result can depend on which one its batch took. The GEMV parts of a group share a
+ * launch.
  */
 #include <float.h>
 #include <math.h>
@@ -217,7 +220,12 @@ static void cublas_product(cuda_backend *cb, const dev_matmul_part *part, const 
 
 /* ---- which path for small batches: measured once the weights are in ---- */
 
-enum { MEASURE_REPS = 15 };
+/* Timed runs per path and row count, and the most weight bytes (as F16) one run reads:
+ * an 8B model's output matrix is 1 GiB, and timing all of it at every row count would
+ * add a minute to every load. A slice of rows gives the same per-row costs once it
+ * fills the GPU. */
+enum { MEASURE_REPS = 7 };
+#define MEASURE_SLICE_BYTES ((int64_t)32 << 20)
 
 /* Median microseconds of MEASURE_REPS runs of launch on cb->stream; < 0 on a fault. */
 template <class Launch> static float median_us(cuda_backend *cb, Launch launch) {
@@ -249,10 +257,11 @@ sp_status cuda__gemv_measure(cuda_backend *cb) {
     if (cb->faulted) return cuda__fault_status(cb);
     if (cb->gemv_measured || cb->quant_gemv != DEV_GEMV_AUTO || cb->n_gemv_shapes == 0) return SP_OK;
     if (cb->act_half_bytes == 0) return SP_OK; /* measured at the reserve that sizes act_half */
-    int64_t widest_n = 0, widest_k = 0;
+    int64_t widest_n = 0, widest_k = 0;        /* of the slices timed */
     for (int i = 0; i < cb->n_gemv_shapes; i++) {
-        widest_n = std::max(widest_n, cb->gemv_shapes[i].n);
-        widest_k = std::max(widest_k, cb->gemv_shapes[i].k);
+        const cuda_gemv_shape *g = &cb->gemv_shapes[i];
+        widest_n = std::max(widest_n, std::min(g->n, std::max<int64_t>(64, MEASURE_SLICE_BYTES / (2 * g->k))));
+        widest_k = std::max(widest_k, g->k);
     }
     const bool sync_ops = cb->sync_ops; /* waits would skew the timings */
     cb->sync_ops = false;
@@ -268,32 +277,47 @@ sp_status cuda__gemv_measure(cuda_backend *cb) {
     }
     for (int i = 0; i < cb->n_gemv_shapes && !cb->faulted; i++) {
         cuda_gemv_shape *g = &cb->gemv_shapes[i];
-        const dev_tensor *w = &g->example;
-        g->max_rows = 0;
-        int measured = 0; /* row counts timed (the scratch may hold fewer than CUDA_GEMV_MAX_ROWS) */
-        bool winning = true;
-        for (int rows = 1; rows <= CUDA_GEMV_MAX_ROWS && (size_t)rows * (size_t)g->k * 2 <= cb->act_half_bytes;
-             rows++) {
-            const cuda_gemv_part ours = {out, gemv_weights(w), g->n, NULL};
+        dev_tensor w = g->example; /* its first slice_n rows: the same K, the same row costs */
+        const int64_t slice_n = std::min(g->n, std::max<int64_t>(64, MEASURE_SLICE_BYTES / (2 * g->k)));
+        w.ne1 = slice_n;
+        /* whether the GEMV is at least as fast as cuBLAS at `rows` rows (false on a fault) */
+        auto gemv_wins = [&](int rows) {
+            const cuda_gemv_part ours = {out, gemv_weights(&w), slice_n, NULL};
             g->gemv_us[rows - 1] = median_us(cb, [&] { gemv_run(cb, &ours, 1, in, g->type, g->k, rows); });
-            const dev_matmul_part part = {out, w, NULL};
+            const dev_matmul_part part = {out, &w, NULL};
             g->cublas_us[rows - 1] = median_us(cb, [&] {
                 quant_type converted = QUANT_F32;
                 cublas_product(cb, &part, in, rows, &converted);
             });
-            if (g->gemv_us[rows - 1] < 0 || g->cublas_us[rows - 1] < 0) break;
-            measured = rows;
-            if (winning && g->gemv_us[rows - 1] <= g->cublas_us[rows - 1])
-                g->max_rows = rows;
-            else
-                winning = false; /* the first row count where cuBLAS wins ends the GEMV's range */
+            return g->gemv_us[rows - 1] >= 0 && g->cublas_us[rows - 1] >= 0 &&
+                   g->gemv_us[rows - 1] <= g->cublas_us[rows - 1];
+        };
+        /* the GEMV's time grows with the rows and cuBLAS's barely does at so few, so the
+         * row counts where the GEMV wins are 1..m: find m by bisection (at most 5 counts
+         * timed), within what the scratch holds */
+        int lo = 0, hi = 1; /* the GEMV wins at lo (0: none), loses at hi (or hi is past the range) */
+        while (hi <= CUDA_GEMV_MAX_ROWS && (size_t)hi * (size_t)g->k * 2 <= cb->act_half_bytes) hi++;
+        const int top = hi - 1; /* the most rows timed */
+        if (top >= 1 && gemv_wins(1)) {
+            lo = 1;
+            if (top > 1 && gemv_wins(top))
+                lo = top;
+            else if (top > 1)
+                hi = top;
+            while (hi - lo > 1 && !cb->faulted) {
+                const int mid = (lo + hi) / 2;
+                if (gemv_wins(mid))
+                    lo = mid;
+                else
+                    hi = mid;
+            }
         }
-        if (measured == 0) break; /* a fault: reported below */
-        sp_log_info("cuda: %s [%lld x %lld]: our GEMV for up to %d rows (1 row: GEMV %.1f us, cuBLAS %.1f us; "
-                    "%d rows: %.1f us, %.1f us)",
-                    quant_type_name(g->type), (long long)g->n, (long long)g->k, g->max_rows, (double)g->gemv_us[0],
-                    (double)g->cublas_us[0], measured, (double)g->gemv_us[measured - 1],
-                    (double)g->cublas_us[measured - 1]);
+        if (cb->faulted) break; /* reported below */
+        g->max_rows = lo;
+        sp_log_info("cuda: %s [%lld x %lld]: our GEMV for up to %d rows (timed on %lld rows of it; 1 row: GEMV %.1f "
+                    "us, cuBLAS %.1f us)",
+                    quant_type_name(g->type), (long long)g->n, (long long)g->k, g->max_rows, (long long)slice_n,
+                    (double)g->gemv_us[0], (double)g->cublas_us[0]);
     }
     cuda__ok(cb, cudaStreamSynchronize(cb->stream), "cudaStreamSynchronize(measure)");
     cuda__ok(cb, cudaFree(in), "cudaFree(measure)");
