@@ -124,10 +124,10 @@ void cuda__gemv_note_weight(cuda_backend *cb, const dev_tensor *w) {
     cb->gemv_measured = false;
 }
 
-/* Whether this product of rows rows goes through our GEMV. */
-static bool use_gemv(cuda_backend *cb, const dev_tensor *w, int64_t rows) {
+/* Whether this product of rows rows of in goes through our GEMV. */
+static bool use_gemv(cuda_backend *cb, const dev_tensor *w, const float *in, int64_t rows) {
     if (rows > CUDA_GEMV_MAX_ROWS || cb->quant_gemv == DEV_GEMV_NEVER) return false;
-    if (!w->packed && !cuda__gemv_half_takes(w->type, w->ne0, w->data)) return false;
+    if (!w->packed && (!cuda__gemv_half_takes(w->type, w->ne0, w->data) || ((uintptr_t)in & 15) != 0)) return false;
     const cuda_gemv_shape *g = gemv_shape_of(cb, w);
     return g && rows <= g->max_rows;
 }
@@ -152,12 +152,12 @@ void cuda__matmul_group(dev_backend *dev, const dev_matmul_part *parts, int n_pa
     bool done[CUDA_GEMV_MAX_PARTS] = {false};
     for (int p = 0; p < n_parts && p < CUDA_GEMV_MAX_PARTS && !cb->faulted; p++) {
         const dev_tensor *w = parts[p].w;
-        if (done[p] || !use_gemv(cb, w, rows)) continue;
+        if (done[p] || !use_gemv(cb, w, in, rows)) continue;
         cuda_gemv_part launch[CUDA_GEMV_MAX_PARTS];
         int n_launch = 0;
         for (int o = p; o < n_parts && o < CUDA_GEMV_MAX_PARTS; o++) {
             const dev_tensor *wo = parts[o].w;
-            if (done[o] || !use_gemv(cb, wo, rows) || gemv_type(wo) != gemv_type(w)) continue;
+            if (done[o] || !use_gemv(cb, wo, in, rows) || gemv_type(wo) != gemv_type(w)) continue;
             launch[n_launch++] = {parts[o].out, gemv_weights(wo), wo->ne1,
                                   parts[o].bias ? (const float *)parts[o].bias->data : NULL};
             done[o] = true;
