@@ -344,6 +344,17 @@ Test(cuda_ops, row_ops_match_the_cpu) {
 
 /* ---- KV write and attention: two sequences, one with earlier positions ---- */
 
+/* Sequence 1's positions 0..2, which the step's attention reads, come from an earlier
+ * step: writes them (rows 0..2 of k, v), then makes the main step current again. */
+static void write_earlier_positions(side *s, const float *k, const float *v) {
+    int32_t tokens[3] = {0, 1, 2}, pos[3] = {0, 1, 2}, seq[3] = {1, 1, 1};
+    dev_step early = {3, tokens, pos, seq, 2, step_seq_len, step_table, 4, 0, NULL};
+    const dev_step *early_dev;
+    cr_assert_eq(dev_step_begin(s->dev, &early, T, s->kv, &early_dev), SP_OK, "%s", sp_last_error());
+    dev_kv_write(s->dev, s->kv, 0, k, v, early_dev);
+    cr_assert_eq(dev_step_begin(s->dev, &s->host_step, T, s->kv, &s->step), SP_OK, "%s", sp_last_error());
+}
+
 Test(cuda_ops, attention_over_the_paged_pool_matches_the_cpu) {
     if (!have_gpu()) return;
     side cpu, gpu;
@@ -357,13 +368,7 @@ Test(cuda_ops, attention_over_the_paged_pool_matches_the_cpu) {
         dev_tensor tq, tk, tv;
         float *aq = side_input(s, &tq, q, H * DH), *ak = side_input(s, &tk, k, HK * DH),
               *av = side_input(s, &tv, v, HK * DH);
-        /* sequence 1's positions 0..2 come from an earlier step: write them first */
-        int32_t tokens[3] = {0, 1, 2}, pos[3] = {0, 1, 2}, seq[3] = {1, 1, 1};
-        dev_step early = {3, tokens, pos, seq, 2, step_seq_len, step_table, 4, 0, NULL};
-        const dev_step *early_dev;
-        cr_assert_eq(dev_step_begin(s->dev, &early, T, s->kv, &early_dev), SP_OK, "%s", sp_last_error());
-        dev_kv_write(s->dev, s->kv, 0, ak, av, early_dev);
-        cr_assert_eq(dev_step_begin(s->dev, &s->host_step, T, s->kv, &s->step), SP_OK); /* the main step again */
+        write_earlier_positions(s, ak, av);
         dev_kv_write(s->dev, s->kv, 0, ak, av, s->step);
         float *out = side_buffer(s, T * H * DH);
         dev_attention(s->dev, out, aq, s->kv, 0, s->step, H, 0.125f);
@@ -387,13 +392,7 @@ static void rope_kv_run(side *s, const float *q, const float *k, const float *v,
     dev_tensor tq, tk, tv;
     float *aq = side_input(s, &tq, q, H * DH), *ak = side_input(s, &tk, k, HK * DH),
           *av = side_input(s, &tv, v, HK * DH);
-    /* sequence 1's positions 0..2 come from an earlier step: write them first */
-    int32_t tokens[3] = {0, 1, 2}, pos[3] = {0, 1, 2}, seq[3] = {1, 1, 1};
-    dev_step early = {3, tokens, pos, seq, 2, step_seq_len, step_table, 4, 0, NULL};
-    const dev_step *early_dev;
-    cr_assert_eq(dev_step_begin(s->dev, &early, T, s->kv, &early_dev), SP_OK, "%s", sp_last_error());
-    dev_kv_write(s->dev, s->kv, 0, ak, av, early_dev);
-    cr_assert_eq(dev_step_begin(s->dev, &s->host_step, T, s->kv, &s->step), SP_OK); /* the main step again */
+    write_earlier_positions(s, ak, av);
     if (fused) {
         dev_rope_kv_write(s->dev, s->kv, 0, aq, ak, av, s->step, rope, H);
     } else {
