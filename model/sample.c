@@ -500,8 +500,7 @@ static uint64_t splitmix64_next(uint64_t *state) {
     return z ^ (z >> 31);
 }
 
-/* Uniform in [0, 1) with 53 random bits. */
-static double rng_uniform(uint64_t *state) {
+double sample_rng_uniform(uint64_t *state) {
     return (double)(splitmix64_next(state) >> 11) * (1.0 / 9007199254740992.0);
 }
 
@@ -608,7 +607,7 @@ int32_t sample_token(const sample_params *p, sample_state *s, const float *logit
     int32_t n_vocab = s->n_vocab;
     float inv_t = 1.0f / p->temperature;
     if (!(p->temperature > 0.0f) || !isfinite(inv_t)) return sample_argmax(logits, n_vocab);
-    double u = rng_uniform(&s->rng);
+    double u = sample_rng_uniform(&s->rng);
     float max = logits_max(logits, n_vocab);
     if (!isfinite(max)) return sample_argmax(logits, n_vocab); /* all -inf or NaN, or a +inf: no weights */
 

@@ -64,6 +64,11 @@ typedef struct sample_state {
 sp_status sample_state_init(sample_state *s, int32_t n_vocab, uint64_t seed);
 void sample_state_free(sample_state *s);
 
+/* The sampler's generator: advances the splitmix64 state and returns a uniform in
+ * [0, 1) with 53 random bits. Every backend draws with it, so a seed gives the same
+ * draws wherever the logits are. */
+double sample_rng_uniform(uint64_t *state);
+
 /* Index of the largest logit (the lowest id among equals); 0 when all are NaN. */
 int32_t sample_argmax(const float *logits, int32_t n_vocab);
 

@@ -11,18 +11,6 @@
 
 #include "gpu/cuda/cuda_sample.cuh"
 
-/* sample.c's generator: splitmix64, and a uniform in [0, 1) with 53 random bits. */
-static uint64_t splitmix64_next(uint64_t *state) {
-    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-static double rng_uniform(uint64_t *state) {
-    return (double)(splitmix64_next(state) >> 11) * (1.0 / 9007199254740992.0);
-}
-
 /* An edit before grouping: token and operation. */
 typedef struct sample_pending {
     int32_t id;
@@ -144,7 +132,7 @@ static sp_status plan_build(sample_plan *plan, int32_t n_rows, const dev_sample_
         if (greedy)
             job.mode = MODE_GREEDY;
         else {
-            job.u = rng_uniform(&rng);
+            job.u = sample_rng_uniform(&rng); /* model/sample.c's generator itself */
             job.mode = top_k ? MODE_TOP_K : p->top_p < 1.0f ? MODE_TOP_P : job.min_p_on ? MODE_MIN_P : MODE_ALL;
         }
         results[i].rng = rng;

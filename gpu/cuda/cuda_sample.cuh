@@ -10,7 +10,7 @@
  * top_logprobs, G = tokens a row's mask, bias and penalties touch, E = their edits.
  *
  * DESIGN. The host makes each row a job: the draw's mode; u, drawn from the row's
- * splitmix64 state as sample.c's rng_uniform (so results[].rng is the host's; greedy
+ * splitmix64 state by sample_rng_uniform, model/sample.c's own (so results[].rng is the host's; greedy
  * rows draw nothing); and the edits: every float operation of the EOG mask and
  * sample_apply_penalties, grouped by token in their order (mask, bias entries, the
  * repetition penalty once per distinct prompt or generated token, then - frequency *
