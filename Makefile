@@ -19,29 +19,35 @@ MODEL   ?= models/SmolLM2-135M-Instruct.Q4_1.gguf
 SPINDLE_TESTDATA ?= ../shared/testdata
 export SPINDLE_TESTDATA
 
-# ---- sources, one explicit list per module --------------------------------------
-COMMON_SRC := common/status.c common/log.c common/strbuf.c
-MODEL_SRC  := model/gguf.c model/gguf_access.c model/quant.c model/quant_kquants.c \
-              model/tokenizer.c model/tokenizer_spm.c model/tokenizer_bpe.c model/unicode.c \
-              model/arch.c model/model.c model/forward.c model/sample.c \
-              model/template_lexer.c model/template_parser.c model/template_parse_expr.c model/template_value.c \
-              model/template_json.c model/template_eval.c model/template_ops.c model/template_format.c \
-              model/template_strings.c model/template_str_methods.c model/template_filters.c \
-              model/template_builtins.c model/template_gguf.c
-GPU_SRC    := gpu/device.c gpu/host/host_backend.c gpu/host/host_ops.c gpu/host/host_matmul.c \
-              gpu/host/host_attention.c gpu/host/host_quant_dot.c gpu/host/host_quant_dot_rows.c gpu/host/host_sample.c \
-              gpu/host/threadpool.c
-SCHED_SRC  := scheduler/sched.c scheduler/queue.c scheduler/request.c scheduler/kv_blocks.c scheduler/policy.c \
-              scheduler/tick.c scheduler/end_tick.c scheduler/stop_match.c scheduler/sched_metrics.c
-CONFIG_SRC := config/cfg.c config/cfg_yaml.c config/cfg_args.c
-# server/: everything but main.c goes into the library, so unit tests link it too
-SERVER_SRC := server/cli_session.c server/cmd_generate.c server/cmd_inspect.c server/cmd_bench.c \
-              server/cmd_template.c server/cmd_serve.c server/http.c server/http_generation.c server/http_security.c \
-              server/watch.c server/metrics.c \
-              server/errors.c server/openai_fields.c server/openai_request.c server/openai_response.c \
-              server/chat.c server/tokenize.c server/auth.c server/notify.c server/access_log.c
+# ---- sources, one explicit list per module ----------------------------------------
+# In layer order (docs/architecture.md; `make layers` checks it). Wave 2 adds
+# GRAMMAR_SRC (grammar/) between TEMPLATE_SRC and GPU_SRC, and scheduler/spec/ to SCHED_SRC.
+COMMON_SRC    := common/status.c common/log.c common/strbuf.c common/thread.c
+QUANT_SRC     := quant/quant.c quant/quant_kquants.c
+SAMPLE_SRC    := sample/sample.c
+GGUF_SRC      := gguf/gguf.c gguf/gguf_access.c
+TOKENIZER_SRC := tokenizer/tokenizer.c tokenizer/tokenizer_spm.c tokenizer/tokenizer_bpe.c tokenizer/unicode.c
+TEMPLATE_SRC  := template/template_lexer.c template/template_parser.c template/template_parse_expr.c \
+                 template/template_value.c template/template_json.c template/template_eval.c \
+                 template/template_ops.c template/template_format.c template/template_strings.c \
+                 template/template_str_methods.c template/template_filters.c template/template_builtins.c \
+                 template/template_gguf.c
+GPU_SRC       := gpu/device.c gpu/host/host_backend.c gpu/host/host_ops.c gpu/host/host_matmul.c \
+                 gpu/host/host_attention.c gpu/host/host_quant_dot.c gpu/host/host_quant_dot_rows.c \
+                 gpu/host/host_sample.c gpu/host/threadpool.c
+MODEL_SRC     := model/arch.c model/model.c model/forward.c
+SCHED_SRC     := scheduler/sched.c scheduler/queue.c scheduler/request.c scheduler/kv_blocks.c scheduler/policy.c \
+                 scheduler/tick.c scheduler/end_tick.c scheduler/stop_match.c scheduler/sched_metrics.c
+CONFIG_SRC    := config/cfg.c config/cfg_yaml.c config/cfg_args.c
+SERVER_SRC    := server/http.c server/http_generation.c server/http_security.c server/watch.c server/metrics.c \
+                 server/errors.c server/openai_fields.c server/openai_request.c server/openai_response.c \
+                 server/chat.c server/tokenize.c server/auth.c server/notify.c server/access_log.c
+# cli/: everything but main.c goes into the library, so unit tests link it too
+CLI_SRC       := cli/cli_session.c cli/cmd_generate.c cli/cmd_inspect.c cli/cmd_bench.c \
+                 cli/cmd_template.c cli/cmd_serve.c
 
-LIB_SRC := $(COMMON_SRC) $(MODEL_SRC) $(GPU_SRC) $(SCHED_SRC) $(CONFIG_SRC) $(SERVER_SRC)
+LIB_SRC := $(COMMON_SRC) $(QUANT_SRC) $(SAMPLE_SRC) $(GGUF_SRC) $(TOKENIZER_SRC) $(TEMPLATE_SRC) \
+           $(GPU_SRC) $(MODEL_SRC) $(SCHED_SRC) $(CONFIG_SRC) $(SERVER_SRC) $(CLI_SRC)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 
 # ---- the CUDA backend (gpu/cuda/), built when nvcc is found ---------------------
@@ -75,7 +81,7 @@ $(BUILD)/gpu_rates: $(BUILD)/obj/bench/gpu_rates.o
 -include $(BUILD)/obj/bench/gpu_rates.d
 endif
 
-BIN_OBJ := $(BUILD)/obj/server/main.o
+BIN_OBJ := $(BUILD)/obj/cli/main.o
 LIB     := $(BUILD)/libspindle.a
 
 # build/loadgen: the serving benchmark's load generator (bench/loadgen/, libcurl multi);

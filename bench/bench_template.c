@@ -22,8 +22,8 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "model/gguf.h"
-#include "model/template.h"
+#include "gguf/gguf.h"
+#include "template/template.h"
 
 #define BENCH_DEFAULT_RENDERS 2000
 #define BENCH_WARMUP          200

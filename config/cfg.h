@@ -8,7 +8,7 @@
  * ("spindle.yaml:12: key 'max_batch_size': expected an integer between 1 and 4096,
  * got 'lots'", "--port: expected ..."), never a warning.
  *
- * The module knows nothing of the server or the scheduler: server/cmd_serve.c copies
+ * The module knows nothing of the server or the scheduler: cli/cmd_serve.c copies
  * the settings into srv_http_config and sched_config. Main thread only.
  */
 #ifndef SP_CONFIG_CFG_H

@@ -29,8 +29,8 @@
 #include <stdint.h>
 
 #include "common/status.h"
-#include "model/quant.h"
-#include "model/sample.h"
+#include "quant/quant.h"
+#include "sample/sample.h"
 
 typedef struct dev_backend dev_backend;
 
@@ -211,7 +211,7 @@ void dev_gather_rows(dev_backend *dev, float *out, const float *in, const int32_
 /* The most alternatives dev_sample reports per row (OpenAI's top_logprobs limit). */
 enum { DEV_SAMPLE_MAX_TOP = 20 };
 
-/* One row's draw, everything model/sample.h's functions take for it. */
+/* One row's draw, everything sample/sample.h's functions take for it. */
 typedef struct dev_sample_row {
     const sample_params *params; /* temperature, top-k/top-p/min-p, penalties, logit bias */
     const int32_t *prompt;       /* (n_prompt): the repetition penalty's prompt tokens */
@@ -241,7 +241,7 @@ typedef struct dev_sample_vocab {
  * what end_tick's host sampling did per row: log-probabilities from the raw logits
  * (sample_logsumexp, sample_top_logprobs), the end-of-generation mask, the penalties
  * (sample_apply_penalties), then the draw (sample_token) with the row's generator.
- * Only results[0..n_rows) come back to the host. The CPU backend runs model/sample.c
+ * Only results[0..n_rows) come back to the host. The CPU backend runs sample/sample.c
  * itself, so its tokens are those functions' bit for bit; a GPU backend draws with
  * the same generator and rules in its own arithmetic order. */
 sp_status dev_sample(dev_backend *dev, float *logits, int32_t n_rows, const dev_sample_vocab *vocab,

@@ -13,8 +13,8 @@
 
 #include "common/status.h"
 #include "gpu/device.h"
-#include "model/gguf.h"
-#include "model/tokenizer.h"
+#include "gguf/gguf.h"
+#include "tokenizer/tokenizer.h"
 
 typedef enum model_arch { MODEL_ARCH_LLAMA, MODEL_ARCH_QWEN2, MODEL_ARCH_QWEN3 } model_arch;
 

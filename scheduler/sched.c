@@ -10,13 +10,13 @@
  * Stats and the heartbeat are atomics that any thread reads.
  */
 #include <math.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "common/assert.h"
 #include "common/log.h"
+#include "common/thread.h"
 #include "scheduler/sched_internal.h"
 
 enum { SCHED_MAX_BLOCK_SIZE = 1024 };
@@ -244,17 +244,8 @@ static void *sched_thread_main(void *arg) {
 
 sp_status sched_start(sched *s) {
     if (s->started) return sp_fail(SP_ERR_INVALID_ARG, "the scheduler thread is already running");
-    /* the thread inherits the mask: block the signals before it exists */
-    sigset_t block, old;
-    sigemptyset(&block);
-    sigaddset(&block, SIGINT);
-    sigaddset(&block, SIGTERM);
-    sigaddset(&block, SIGHUP);
-    pthread_sigmask(SIG_BLOCK, &block, &old);
-    int rc = pthread_create(&s->thread, NULL, sched_thread_main, s);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (rc != 0) return sp_fail(SP_ERR_NOMEM, "scheduler: cannot start its thread (%s)", strerror(rc));
-    pthread_setname_np(s->thread, "sched");
+    sp_status st = sp_thread_start(&s->thread, "sched", sched_thread_main, s);
+    if (st != SP_OK) return sp_fail_prefix(st, "scheduler: ");
     s->started = true;
     return SP_OK;
 }

@@ -19,6 +19,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "model/model.h"
 #include "scheduler/sched.h"
 
 /* ---- KV block manager (kv_blocks.c): bookkeeping of block ids only ------------- */

@@ -4,9 +4,8 @@
  * /tokenize, /detokenize), and a request's end (metrics, access log, freeing).
  * Generations are handed to http_generation.c.
  *
- * DESIGN: see server/http.h (threads) and server/http_internal.h (srv_conn's lifetime).
+ * DESIGN: see server/server.h (threads) and server/server_internal.h (srv_conn's lifetime).
  */
-#include "server/http.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -20,8 +19,7 @@
 #include <sys/socket.h>
 
 #include "common/log.h"
-#include "server/http_internal.h"
-#include "server/http_security.h"
+#include "server/server_internal.h"
 
 struct srv_http {
     struct MHD_Daemon *daemon;

@@ -3,7 +3,7 @@
  * scheduler's notify and the watcher, SSE chunks read out of a suspended stream, or
  * one JSON body once every choice is done. Cancels when the client leaves.
  *
- * DESIGN: see server/http_internal.h for srv_conn's threads and lifetime. Its `lock`
+ * DESIGN: see server/server_internal.h for srv_conn's threads and lifetime. Its `lock`
  * orders the suspend/resume handshake:
  *   handler/reader: lock; woken = false; unlock; look at the outputs; nothing new ->
  *                   lock; if woken: look again; else suspended = true, suspend; unlock
@@ -17,7 +17,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "server/http_internal.h"
+#include "server/server_internal.h"
 
 enum { STREAM_BLOCK_BYTES = 16 * 1024 };
 

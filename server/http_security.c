@@ -1,6 +1,6 @@
 /* http_security.c: TLS and the header limit as libmicrohttpd daemon options
  * (see http_security.h). */
-#include "server/http_security.h"
+#include "server/server_internal.h"
 
 #include <errno.h>
 #include <stdint.h>

@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "common/strbuf.h"
-#include "server/http.h"
+#include "server/server.h"
 
 /* ---- HTTP requests by endpoint and status ---- */
 

@@ -25,7 +25,6 @@
  */
 #include <errno.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -37,7 +36,8 @@
 #include <unistd.h>
 
 #include "common/log.h"
-#include "server/http.h"
+#include "common/thread.h"
+#include "server/server.h"
 
 enum { NOTIFY_MESSAGE_MAX = 512 };
 static const double NOTIFY_STATUS_PERIOD_S = 5.0; /* STATUS= refresh without a watchdog */
@@ -208,7 +208,6 @@ static struct timespec notify_deadline(double after_s) {
 
 static void *notify_main(void *arg) {
     srv_notify *n = arg;
-    pthread_setname_np(pthread_self(), "sd-watchdog");
     double next = sched_now(); /* the first period reports at once */
     pthread_mutex_lock(&n->lock);
     while (!n->stopping) {
@@ -240,20 +239,12 @@ sp_status srv_notify_start(srv_app *app, srv_notify **out) {
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&n->stop_cond, &ca);
     pthread_condattr_destroy(&ca);
-    /* the thread inherits the mask: only the main thread takes the shutdown signals */
-    sigset_t block, old;
-    sigemptyset(&block);
-    sigaddset(&block, SIGINT);
-    sigaddset(&block, SIGTERM);
-    sigaddset(&block, SIGHUP);
-    pthread_sigmask(SIG_BLOCK, &block, &old);
-    int rc = pthread_create(&n->thread, NULL, notify_main, n);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (rc != 0) {
+    sp_status st = sp_thread_start(&n->thread, "sd-watchdog", notify_main, n);
+    if (st != SP_OK) {
         pthread_mutex_destroy(&n->lock);
         pthread_cond_destroy(&n->stop_cond);
         free(n);
-        return sp_fail(SP_ERR_NOMEM, "systemd notify: cannot start the watchdog thread (%s)", strerror(rc));
+        return sp_fail_prefix(st, "systemd notify: ");
     }
     if (n->watchdog_s > 0) sp_log_info("systemd watchdog: every %.3g s while the scheduler ticks", n->period_s);
     *out = n;

@@ -12,7 +12,7 @@
 #include <time.h>
 
 #include "common/assert.h"
-#include "server/openai_internal.h"
+#include "server/server_internal.h"
 
 /* ---- the scalar fields ---- */
 

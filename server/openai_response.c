@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/openai_internal.h"
+#include "server/server_internal.h"
 
 const char SRV_SSE_DONE[] = "data: [DONE]\n\n";
 

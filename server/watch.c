@@ -24,7 +24,7 @@
 #include <time.h>
 
 #include "common/assert.h"
-#include "server/http.h"
+#include "server/server.h"
 
 enum { WATCH_PERIOD_MS = 50 };
 

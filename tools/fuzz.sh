@@ -24,7 +24,7 @@ CFLAGS=(-std=c11 -g -O1 -fno-omit-frame-pointer -D_GNU_SOURCE -I. -Wall -Wextra
         -fsanitize=address,undefined -fno-sanitize-recover=undefined)
 LDLIBS=(-lm -pthread)
 if pkg-config --exists libpcre2-8 2>/dev/null; then LDLIBS+=($(pkg-config --libs libpcre2-8)); fi
-# jansson: the chat-template engine's values (model/template.h).
+# jansson: the chat-template engine's values (template/template.h).
 if pkg-config --exists jansson 2>/dev/null; then LDLIBS+=($(pkg-config --libs jansson)); else LDLIBS+=(-ljansson); fi
 # libmicrohttpd: server/ holds the HTTP server, so a harness that takes server/ sources
 # beyond its own list (make's library is all of server/ but main.c) needs it.

@@ -15,7 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "model/gguf.h"
+#include "gguf/gguf.h"
 
 typedef struct gguf_builder {
     uint8_t *buf; /* owned; free with gb_free */

@@ -13,7 +13,7 @@ sets it up (chat_template_utils._compile_jinja_template):
     globals["strftime_now"]    = datetime.now().strftime(format)
 
 The context of a render is exactly conversation.context updated with the template's special_tokens
-(tests/unit/model/test_template_cases.c builds the same). Unlike apply_chat_template nothing else
+(tests/unit/template/test_template_cases.c builds the same). Unlike apply_chat_template nothing else
 is added: a conversation without "tools" leaves tools undefined (one conversation sets it to null,
 as transformers does).
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Make tests/data/templates/snippets_expected.json: small Jinja programs, one feature each,
 rendered by real jinja2 set up as Hugging Face's apply_chat_template (the Renderer of
-tools/make_template_cases.py). tests/unit/model/test_template.c renders each with spindle's
+tools/make_template_cases.py). tests/unit/template/test_template.c renders each with spindle's
 engine and expects the same bytes, or a failure where jinja2 fails.
 
 Usage (from the repository root; deterministic):

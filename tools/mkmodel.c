@@ -29,7 +29,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "model/quant.h"
+#include "quant/quant.h"
 #include "tools/gguf_builder.h"
 
 enum { ALIGNMENT = 32, MAX_TENSORS = 1024 };

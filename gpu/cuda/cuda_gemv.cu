@@ -10,7 +10,7 @@
  * ks = warps that split one set of NW rows along K (1, 2 or 4).
  *
  * Layout: W is N rows of nb blocks each, back to back, byte for byte as in the GGUF
- * (model/quant_blocks.h); in and out are row-major F32, bias is F32 or NULL.
+ * (quant/quant.h); in and out are row-major F32, bias is F32 or NULL.
  *
  * Work split. A block is 4 warps. Its warps form 4/ks row sets of NW consecutive weight
  * rows; the ks warps of a set take every ks-th group of the set's rows (warp j of the set:
@@ -89,7 +89,7 @@ __host__ __device__ constexpr int gemv_pow2_at_least(int v) {
 
 /* ---- block formats ---------------------------------------------------------------------- */
 
-/* The bytes of one block, as model/quant_blocks.h lays them out (that header's C11
+/* The bytes of one block, as quant/quant.h lays them out (that header's C11
  * _Static_asserts keep it out of C++; these mirror its structs):
  *   Q8_0: d (F16) at 0, qs[32] (int8) at 2                                   34 bytes
  *   Q4_0: d (F16) at 0, qs[16] at 2: qs[i] = element i (low) | element i+16 (high)  18 bytes

@@ -23,7 +23,7 @@ struct sample_plan {
     std::vector<int32_t> job_rows; /* the caller's row of each job */
     std::vector<sample_group> groups;
     std::vector<sample_edit> edits;
-    std::vector<int32_t> host_rows; /* rows model/sample.c samples on the host */
+    std::vector<int32_t> host_rows; /* rows sample/sample.c samples on the host */
     std::vector<sample_pending> pending;
     std::vector<int32_t> counts; /* (V) all zero between rows; sized when penalties first need it */
 };
@@ -132,7 +132,7 @@ static sp_status plan_build(sample_plan *plan, int32_t n_rows, const dev_sample_
         if (greedy)
             job.mode = MODE_GREEDY;
         else {
-            job.u = sample_rng_uniform(&rng); /* model/sample.c's generator itself */
+            job.u = sample_rng_uniform(&rng); /* sample/sample.c's generator itself */
             job.mode = top_k ? MODE_TOP_K : p->top_p < 1.0f ? MODE_TOP_P : job.min_p_on ? MODE_MIN_P : MODE_ALL;
         }
         results[i].rng = rng;
@@ -143,7 +143,7 @@ static sp_status plan_build(sample_plan *plan, int32_t n_rows, const dev_sample_
     return SP_OK;
 }
 
-/* A row sampled by model/sample.c as the CPU backend's host_sample.c does it; raw (V)
+/* A row sampled by sample/sample.c as the CPU backend's host_sample.c does it; raw (V)
  * is the row as the step left it. */
 static sp_status sample_on_host(float *raw, int32_t n_vocab, const dev_sample_vocab *vocab, const dev_sample_row *r,
                                 dev_sample_result *res) {

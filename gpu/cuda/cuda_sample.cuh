@@ -1,8 +1,8 @@
 /* cuda_sample.cuh: dev_sample on the GPU, the contract between the host half
- * (cuda_sample.cu: checks, jobs, edits, rows left to model/sample.c) and the kernel
+ * (cuda_sample.cu: checks, jobs, edits, rows left to sample/sample.c) and the kernel
  * (cuda_sample_kernel.cu).
  *
- * For each logit row, what model/sample.c does
+ * For each logit row, what sample/sample.c does
  * on the host (gpu/device.h, host_sample.c): log-probabilities of the raw logits, the
  * end-of-generation mask, logit bias and penalties, the draw. Only results come back.
  *
@@ -10,13 +10,13 @@
  * top_logprobs, G = tokens a row's mask, bias and penalties touch, E = their edits.
  *
  * DESIGN. The host makes each row a job: the draw's mode; u, drawn from the row's
- * splitmix64 state by sample_rng_uniform, model/sample.c's own (so results[].rng is the host's; greedy
+ * splitmix64 state by sample_rng_uniform, sample/sample.c's own (so results[].rng is the host's; greedy
  * rows draw nothing); and the edits: every float operation of the EOG mask and
  * sample_apply_penalties, grouped by token in their order (mask, bias entries, the
  * repetition penalty once per distinct prompt or generated token, then - frequency *
  * count and - presence once per distinct generated token). One thread replays a token's
  * edits with the same IEEE operations (__fadd_rn & co, nothing contracted): the edited
- * logits are the CPU's bit for bit. Rows with SORT_MAX < top_k < V go to model/sample.c
+ * logits are the CPU's bit for bit. Rows with SORT_MAX < top_k < V go to sample/sample.c
  * on the host (their raw row copied back): the CPU backend's results, bit for bit.
  *
  * One block of 1024 threads per job; thread t owns the slice [t*S, min((t+1)*S, V)), so

@@ -16,7 +16,7 @@
 #include "common/assert.h"
 #include "common/status.h"
 #include "gpu/device_internal.h"
-#include "model/quant.h"
+#include "quant/quant.h"
 
 /* w: one weight row (n elements of its type); a: one activation row (n elements in
  * quant_vec_dot_type of the weight type). Returns their dot product. */

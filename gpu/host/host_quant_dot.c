@@ -2,7 +2,7 @@
  * an activation row, and the quantization of float activations into the 8-bit (or
  * half) format each weight type pairs with. AVX2+FMA+F16C versions are chosen at run
  * time (this file is compiled for plain x86-64; the SIMD functions carry a target
- * attribute); portable fallbacks call the plain-C reference of model/quant.c.
+ * attribute); portable fallbacks call the plain-C reference of quant/quant.c.
  *
  * Legend: n = elements in the row (K of the matmul); ib = block index, nb = blocks in
  * the row; QK = 32 elements per block (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1); QK_K = 256
@@ -22,7 +22,7 @@
 #include <string.h>
 
 #include "gpu/host/host_internal.h"
-#include "model/quant_blocks.h"
+#include "quant/quant.h"
 
 #include "gpu/host/host_avx2.h"
 

@@ -14,7 +14,7 @@
  */
 #include "gpu/host/host_avx2.h"
 #include "gpu/host/host_internal.h"
-#include "model/quant_blocks.h"
+#include "quant/quant.h"
 
 #if HOST_SIMD_AVX2
 

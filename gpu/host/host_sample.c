@@ -1,4 +1,4 @@
-/* host_sample.c: dev_sample on the CPU: each logit row goes through model/sample.c
+/* host_sample.c: dev_sample on the CPU: each logit row goes through sample/sample.c
  * exactly as the scheduler's host sampling did (see dev_sample in gpu/device.h), so
  * the CPU backend's tokens and log-probabilities are those functions' bit for bit.
  *

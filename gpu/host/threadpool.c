@@ -13,11 +13,11 @@
  */
 #include <pthread.h>
 #include <sched.h>
-#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "common/thread.h"
 #include "gpu/host/host_internal.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -68,9 +68,6 @@ static void *pool_worker_main(void *arg) {
     /* generation was 0 when this worker was created; reading it here instead would
      * miss a task the owner published before this thread got to run */
     unsigned seen = 0;
-    char name[16];
-    snprintf(name, sizeof name, "spindle-cpu-%u", (unsigned)(w->index + 1) % 1000u);
-    pthread_setname_np(pthread_self(), name);
 
     for (;;) {
         unsigned gen;
@@ -112,19 +109,15 @@ sp_status host__pool_create(int n_threads, host_pool **out) {
         return sp_fail(SP_ERR_NOMEM, "thread pool: out of memory");
     }
 
-    sigset_t block, old;
-    sigemptyset(&block);
-    sigaddset(&block, SIGINT);
-    sigaddset(&block, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &block, &old);
     int started = 0;
     for (int i = 0; i < n_threads - 1; i++) {
         pool->workers[i].pool = pool;
         pool->workers[i].index = i;
-        if (pthread_create(&pool->workers[i].thread, NULL, pool_worker_main, &pool->workers[i]) != 0) break;
+        char name[16];
+        snprintf(name, sizeof name, "spindle-cpu-%u", (unsigned)(i + 1) % 1000u);
+        if (sp_thread_start(&pool->workers[i].thread, name, pool_worker_main, &pool->workers[i]) != SP_OK) break;
         started++;
     }
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (started != n_threads - 1) {
         pool->n_threads = started + 1;
         host__pool_destroy(pool);

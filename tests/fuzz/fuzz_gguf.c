@@ -12,9 +12,9 @@
 #include <string.h>
 
 #include "common/log.h"
-#include "model/gguf.h"
+#include "gguf/gguf.h"
 #include "model/model.h"
-#include "model/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 #define FUZZ_CHECK(cond)               \
     do {                               \

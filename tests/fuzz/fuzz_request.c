@@ -1,4 +1,4 @@
-/* fuzz_request.c: libFuzzer harness for the OpenAI API layer (server/openai.h). Each
+/* fuzz_request.c: libFuzzer harness for the OpenAI API layer (server/server.h). Each
  * input is a request body, parsed as a /v1/chat/completions and a /v1/completions body
  * against stories260K's vocabulary (SentencePiece) with two templates: the ChatML
  * fallback (content parts joined) and one that takes content parts. The same bytes
@@ -24,8 +24,8 @@
 #include <unistd.h>
 
 #include "common/log.h"
-#include "model/gguf.h"
-#include "server/openai.h"
+#include "gguf/gguf.h"
+#include "server/server.h"
 
 #define FUZZ_CHECK(cond)               \
     do {                               \

@@ -7,7 +7,7 @@
  * parse errors and render errors are statuses with a message, a render's output is
  * NUL-terminated and within max_output_bytes. Everything is freed per input, so
  * LeakSanitizer sees any leak. Built and run by tools/fuzz.sh; the unit test
- * tests/unit/model/test_template_regressions.c replays tests/fuzz/regressions/template/
+ * tests/unit/template/test_template_regressions.c replays tests/fuzz/regressions/template/
  * and the seeds through this same function.
  */
 #include <stdint.h>
@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "common/log.h"
-#include "model/template.h"
+#include "template/template.h"
 
 #define FUZZ_CHECK(cond)               \
     do {                               \

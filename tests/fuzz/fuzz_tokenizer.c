@@ -16,8 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/gguf.h"
-#include "model/tokenizer.h"
+#include "gguf/gguf.h"
+#include "tokenizer/tokenizer.h"
 
 #define FUZZ_MAX_VOCABS 8
 #define FUZZ_DEFAULT_VOCABS                                                                              \

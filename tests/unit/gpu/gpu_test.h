@@ -11,7 +11,7 @@
 #include <stdlib.h>
 
 #include "gpu/device.h"
-#include "model/quant.h"
+#include "quant/quant.h"
 
 /* Whether the CUDA backend can run here; says why not in one line when it cannot. */
 static inline bool have_gpu(void) {

@@ -26,7 +26,7 @@
 
 #include "gpu/device.h"
 #include "tests/unit/gpu/gpu_test.h"
-#include "model/quant.h"
+#include "quant/quant.h"
 
 enum { TABLE_ROWS = 2048, FILL_TOKENS = 512, MAX_SEQS = 64 };
 

@@ -1,5 +1,5 @@
 /* test_cuda_sample.c: dev_sample on the CUDA backend against the CPU backend, whose
- * dev_sample is model/sample.c itself. Built always; where no usable GPU is present
+ * dev_sample is sample/sample.c itself. Built always; where no usable GPU is present
  * (or the build has no CUDA backend) every test says so in one line and passes.
  *
  * Logits reach a backend as a one-row F32 weight (F32 on both backends, so bit for bit)
@@ -245,7 +245,7 @@ Test(cuda_sample, draws_with_one_survivor_match_the_cpu) {
     p.min_p = 1.0f;
     check_draws("min-p 1", &p, 50000, true);
     p = sample_params_default();
-    p.top_k = 3000; /* past what the GPU selects: model/sample.c on the host */
+    p.top_k = 3000; /* past what the GPU selects: sample/sample.c on the host */
     check_draws("top-k 3000", &p, 20000, true);
 }
 

@@ -1,5 +1,5 @@
 /* test_quant_dot.c: the CPU backend's row kernels (gpu/host/host_quant_dot.c) against
- * the plain-C references of model/quant.c, on random rows of the sizes models use.
+ * the plain-C references of quant/quant.c, on random rows of the sizes models use.
  *
  * The .c is included so both kernel tables (AVX2 and the portable fallback) are tested
  * whatever this CPU would pick. Dot products must match the reference up to float

@@ -1,7 +1,7 @@
 /* test_forward.c: properties of the forward pass over ragged batches on the CPU
  * backend: a sequence's logits are bit-identical alone or mixed with others (prefill
  * chunks and decode rows in one step, scattered KV blocks), and with 1 or 2 threads;
- * model_forward_sample is model_forward then model/sample.c, bit for bit. */
+ * model_forward_sample is model_forward then sample/sample.c, bit for bit. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
@@ -153,7 +153,7 @@ Test(forward, rejects_a_step_with_bad_positions) {
     env_close(&e);
 }
 
-/* What dev_sample promises for one row, written out with model/sample.c: the raw
+/* What dev_sample promises for one row, written out with sample/sample.c: the raw
  * logits' log-probabilities, the EOG mask, the penalties, then the draw. */
 static void expected_draw(const float *raw, int32_t n_vocab, const dev_sample_vocab *vocab, const dev_sample_row *row,
                           dev_sample_result *out) {

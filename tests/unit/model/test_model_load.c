@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "model/model.h"
-#include "model/sample.h"
+#include "sample/sample.h"
 #include "tools/gguf_builder.h"
 
 /* Tiny dimensions: D = 32, H = 2, Hk = 1, Dh = 16, F = 64, V = 8 tokens, 2 layers. */

@@ -22,7 +22,7 @@
 #include <string.h>
 
 #include "model/model.h"
-#include "model/sample.h"
+#include "sample/sample.h"
 #include "tests/unit/testdata.h"
 
 enum { REF_BLOCK = 16, REF_MAX_BATCH = 512, REF_GREEDY = 32 };

@@ -13,9 +13,9 @@
 #include <string.h>
 
 #include "common/log.h"
-#include "model/gguf.h"
-#include "model/tokenizer.h"
-#include "server/openai.h"
+#include "gguf/gguf.h"
+#include "tokenizer/tokenizer.h"
+#include "server/server.h"
 #include "tests/unit/testdata.h"
 
 typedef struct openai_fixture {

@@ -1,0 +1,113 @@
+/* gguf.h: reader for GGUF v2/v3 model files.
+ *
+ * The file is memory-mapped read-only; every count, offset and size read from it
+ * is checked against the file size with overflow-safe arithmetic before use, so a
+ * malformed file yields SP_ERR_FORMAT with a message naming the file, the key or
+ * tensor, and what is wrong (sp_last_error()), never a crash.
+ *
+ * Vocab-only files (no tensors, ending right after the metadata, not padded to the
+ * alignment) are valid.
+ *
+ * Thread rules: a gguf_file is immutable after gguf_open; any thread may read it.
+ */
+#ifndef SP_GGUF_H
+#define SP_GGUF_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/status.h"
+
+typedef enum gguf_value_type {
+    GGUF_TYPE_UINT8 = 0,
+    GGUF_TYPE_INT8 = 1,
+    GGUF_TYPE_UINT16 = 2,
+    GGUF_TYPE_INT16 = 3,
+    GGUF_TYPE_UINT32 = 4,
+    GGUF_TYPE_INT32 = 5,
+    GGUF_TYPE_FLOAT32 = 6,
+    GGUF_TYPE_BOOL = 7,
+    GGUF_TYPE_STRING = 8,
+    GGUF_TYPE_ARRAY = 9,
+    GGUF_TYPE_UINT64 = 10,
+    GGUF_TYPE_INT64 = 11,
+    GGUF_TYPE_FLOAT64 = 12,
+} gguf_value_type;
+
+#define GGUF_MAX_DIMS 4
+
+/* A string inside the mapped file: not NUL-terminated. Borrowed from the gguf_file. */
+typedef struct gguf_str {
+    const char *ptr;
+    uint64_t len;
+} gguf_str;
+
+typedef struct gguf_tensor {
+    gguf_str name;
+    uint32_t type;             /* quant_type id (see quant/quant.h) */
+    uint32_t n_dims;           /* 1..GGUF_MAX_DIMS */
+    int64_t ne[GGUF_MAX_DIMS]; /* elements per dim, ne[0] fastest; unused dims are 1 */
+    uint64_t offset;           /* from the start of the data section */
+    uint64_t nbytes;
+    const void *data; /* into the mapping, borrowed until gguf_close */
+} gguf_tensor;
+
+typedef struct gguf_file gguf_file;
+
+/* Maps and validates path. On success *out is the caller's; free with gguf_close. */
+sp_status gguf_open(const char *path, gguf_file **out);
+
+/* Same checks on a buffer already in memory (for fuzzing and tests); name is used in
+ * messages. The buffer is borrowed and must outlive the gguf_file. */
+sp_status gguf_open_memory(const void *data, size_t size, const char *name, gguf_file **out);
+
+void gguf_close(gguf_file *f);
+
+const char *gguf_path(const gguf_file *f);
+uint32_t gguf_version(const gguf_file *f);
+uint64_t gguf_alignment(const gguf_file *f);
+uint64_t gguf_file_size(const gguf_file *f);
+
+/* Metadata by index: 0 .. gguf_kv_count-1. */
+int64_t gguf_kv_count(const gguf_file *f);
+gguf_str gguf_kv_key(const gguf_file *f, int64_t i);
+gguf_value_type gguf_kv_type(const gguf_file *f, int64_t i);
+/* Index of key, or -1. */
+int64_t gguf_find_key(const gguf_file *f, const char *key);
+
+/* Typed getters by key. SP_ERR_NOT_FOUND when absent (message names the key),
+ * SP_ERR_FORMAT when present with an incompatible type (message names the key, the
+ * type found and the type wanted). Integer getters accept any integer type whose value
+ * fits; float getters accept FLOAT32/FLOAT64. */
+sp_status gguf_get_u32(const gguf_file *f, const char *key, uint32_t *out);
+sp_status gguf_get_i64(const gguf_file *f, const char *key, int64_t *out);
+sp_status gguf_get_f32(const gguf_file *f, const char *key, float *out);
+sp_status gguf_get_bool(const gguf_file *f, const char *key, bool *out);
+sp_status gguf_get_str(const gguf_file *f, const char *key, gguf_str *out);
+
+/* Arrays: element type (for nested arrays GGUF_TYPE_ARRAY) and count. */
+sp_status gguf_get_arr(const gguf_file *f, const char *key, gguf_value_type *elem_type, uint64_t *n);
+/* Pointer to n elements of a fixed-size element type (not STRING/ARRAY), borrowed;
+ * may be unaligned: read with memcpy. */
+sp_status gguf_get_arr_data(const gguf_file *f, const char *key, gguf_value_type want_type, const void **data,
+                            uint64_t *n);
+/* Element i of a string array. O(1) after open (offsets indexed at open). */
+sp_status gguf_get_arr_str(const gguf_file *f, const char *key, uint64_t i, gguf_str *out);
+
+/* Generic access by kv index, for printing: value rendered as text into buf
+ * (arrays abbreviated after max_items elements). */
+void gguf_kv_format(const gguf_file *f, int64_t i, char *buf, size_t buflen, int max_items);
+
+/* Tensors. */
+int64_t gguf_tensor_count(const gguf_file *f);
+const gguf_tensor *gguf_tensor_at(const gguf_file *f, int64_t i);
+/* NULL when absent. */
+const gguf_tensor *gguf_find_tensor(const gguf_file *f, const char *name);
+
+/* true when s equals the NUL-terminated c string. */
+bool gguf_str_eq(gguf_str s, const char *c);
+
+const char *gguf_value_type_name(gguf_value_type t);
+
+#endif

@@ -1,0 +1,202 @@
+/* server_internal.h: what the files of server/ share with each other and nobody else,
+ * one section per layer: the OpenAI layer's helpers, the transport's connection state,
+ * and the daemon options the security settings add. */
+#ifndef SP_SERVER_INTERNAL_H
+#define SP_SERVER_INTERNAL_H
+
+#include <microhttpd.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/status.h"
+#include "server/server.h"
+
+/* ==== The OpenAI layer ====
+ * What the files of the OpenAI layer (errors.c, openai_fields.c,
+ * openai_request.c, openai_response.c, chat.c, tokenize.c) share with each other and
+ * nobody else: typed readers of request fields that fill an srv_error naming the
+ * field, JSON text helpers, and the chat rendering that /v1/chat/completions and
+ * /tokenize both use. Same thread rules as openai.h: reentrant, HTTP threads.
+ */
+
+/* ---- errors.c ---- */
+
+/* srv_error_make, returning the sp_status the kind stands for (BAD_REQUEST:
+ * SP_ERR_INVALID_ARG, CONTEXT_LENGTH: SP_ERR_RANGE, MODEL_NOT_FOUND: SP_ERR_NOT_FOUND,
+ * INTERNAL: SP_ERR_INTERNAL, ...), so a parser can `return srv__fail(...)`. */
+sp_status srv__fail(srv_error *err, srv_error_kind kind, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* ---- openai_fields.c: JSON values and typed field readers ---- */
+
+/* true when len bytes of s are valid UTF-8 as JSON needs it (no overlong forms, no
+ * surrogates, nothing above U+10FFFF). */
+bool srv__utf8_valid(const char *s, size_t len);
+/* A JSON string of len bytes (NULs kept); bytes that are not valid UTF-8 become
+ * U+FFFD. New reference; NULL on out of memory. */
+json_t *srv__json_text(const char *s, size_t len);
+/* "a string", "an integer", "a number", "a boolean", "an object", "an array", "null". */
+const char *srv__json_kind(const json_t *v);
+
+/* obj[key], or NULL when it is absent or JSON null (SDKs send null for "not set"). */
+json_t *srv__field(const json_t *obj, const char *key);
+
+/* The readers below look up obj[key] (param names it in errors; NULL: key itself).
+ * Absent or null: SP_OK with *given false (when given is not NULL) and *out untouched.
+ * Wrong type or out of range: fill err (400, param) and return SP_ERR_INVALID_ARG. */
+sp_status srv__read_bool(const json_t *obj, const char *key, bool *out, bool *given, srv_error *err);
+/* An integer in [lo, hi]; a number with no fraction (3.0) counts as one. */
+sp_status srv__read_int(const json_t *obj, const char *key, int64_t lo, int64_t hi, int64_t *out, bool *given,
+                        srv_error *err);
+
+/* A number's allowed range; an open end excludes its bound. */
+typedef struct srv__range {
+    double lo, hi;
+    bool lo_open, hi_open;
+} srv__range;
+sp_status srv__read_number(const json_t *obj, const char *key, srv__range range, double *out, bool *given,
+                           srv_error *err);
+/* A string: *out borrowed from obj, *len bytes (may hold NULs). */
+sp_status srv__read_string(const json_t *obj, const char *key, const char **out, size_t *len, bool *given,
+                           srv_error *err);
+
+/* The same checks on a value already in hand (v not NULL), for array elements. */
+sp_status srv__want_int(const json_t *v, const char *param, int64_t lo, int64_t hi, int64_t *out, srv_error *err);
+/* The "Invalid type for 'param': expected X, but got Y instead." error. */
+sp_status srv__type_error(srv_error *err, const char *param, const char *expected, const json_t *got);
+
+/* The request's `model`, when given, must name the served model (served_name or
+ * file_name): else 404 model_not_found. */
+sp_status srv__check_model(const json_t *body, const srv_model_info *mi, srv_error *err);
+
+/* Parses len bytes as one JSON object; not JSON or not an object is a 400 naming the
+ * line and column. Caller owns *out (json_decref). */
+sp_status srv__parse_body(const char *body, size_t len, json_t **out, srv_error *err);
+
+/* ---- openai_request.c ---- */
+
+/* 64 random bits for seeds and response ids (getrandom; a clock-and-counter mix when
+ * the kernel has no entropy yet). Any thread. */
+uint64_t srv__random_u64(void);
+
+/* ---- chat.c: messages to prompt text ---- */
+
+/* Validates body's messages (and tools, chat_template_kwargs) and renders them with
+ * mi's chat template (add_generation_prompt true unless chat_template_kwargs says
+ * otherwise). Caller owns *text (free(); NUL-terminated, *len bytes). */
+sp_status srv__chat_render(const json_t *body, const srv_model_info *mi, char **text, size_t *len, srv_error *err);
+/* Tokenizes rendered chat text: special tokens parsed, BOS added by the vocab's rule
+ * unless the text already starts with the BOS token's text. Caller owns *ids (free()). */
+sp_status srv__chat_tokenize(const srv_model_info *mi, const char *text, size_t len, int32_t **ids, size_t *n_ids,
+                             srv_error *err);
+
+/* ==== The HTTP transport ====
+ * What the transport's two files share with each other and nobody
+ * else: the per-request connection state (srv_conn) and the few functions that cross
+ * between them. http.c owns the daemon, routing, the responses every answer goes
+ * through, and a request's start and end; http_generation.c owns a generation's
+ * connection from submit to the last byte (the suspend/resume handshake, SSE, the
+ * non-streaming answer).
+ *
+ * DESIGN: see server/server.h. One srv_conn per HTTP request, created on the first
+ * handler call and freed in on_completed (http.c), which libmicrohttpd calls once the
+ * request is over (answered, failed, or the client gone). A generation's srv_conn is
+ * also reachable from the scheduler thread (notify) and the watcher thread (hang-up,
+ * keep-alive) until on_completed detaches it from both; its `lock` orders the
+ * suspend/resume handshake described in http_generation.c.
+ */
+
+typedef struct srv_conn srv_conn;
+/* One choice of a generation (http_generation.c). */
+typedef struct srv_choice srv_choice;
+
+struct srv_conn {
+    srv_app *app;
+    struct MHD_Connection *connection;
+    /* the body, accumulated across handler calls (HTTP threads only) */
+    char *body;
+    size_t body_len, body_cap;
+    bool body_too_large;
+    /* the generation, once submitted */
+    bool dispatched;
+    bool have_request;
+    srv_request request;
+    sched_request **reqs; /* (n_reqs), one reference each */
+    srv_choice *choices;  /* (n_reqs) */
+    int n_reqs;
+    char id[48];
+    int64_t created;
+    srv_watched watched;
+    bool watching;
+    _Atomic bool keepalive_wanted;
+    /* the suspend/resume handshake (see http_generation.c) */
+    pthread_mutex_t lock;
+    bool suspended;
+    bool woken;
+    /* SSE bytes not yet handed to libmicrohttpd (reader only) */
+    char *out;
+    size_t out_len, out_off, out_cap;
+    bool stream_errored;
+    bool stream_done;
+    /* copies of new output taken under a request's lock (reader only) */
+    char *copy_text;
+    size_t copy_text_cap;
+    sched_token *copy_tokens, *copy_top;
+    size_t copy_tokens_cap, copy_top_cap;
+    /* metrics and access log (HTTP threads) */
+    double started; /* sched_now() at the first handler call */
+    int status;     /* the status srv__queue_response answered; 0: none (yet) */
+    char method[16];
+    char path[256]; /* the URL's path, truncated */
+};
+
+/* ---- http.c: responses (HTTP threads) ---- */
+
+/* Queues resp (takes ownership of it) with what every answer carries (CORS) and
+ * records the status for metrics and the access log. */
+enum MHD_Result srv__queue_response(srv_conn *conn, int status, struct MHD_Response *resp);
+/* A JSON body (takes ownership of body; NULL: out of memory, MHD_NO). */
+enum MHD_Result srv__send_json(srv_conn *conn, int status, json_t *body);
+/* An OpenAI error object with its status and the headers that go with it. */
+enum MHD_Result srv__send_error(srv_conn *conn, const srv_error *err);
+enum MHD_Result srv__send_status_error(srv_conn *conn, sp_status st, const char *message);
+/* Why the server does not take new work in this phase (static text, or app's). */
+const char *srv__phase_refusal(srv_phase phase, const srv_app *app);
+
+/* ---- http_generation.c: a generation's connection (HTTP threads) ---- */
+
+/* POST /v1/chat/completions and /v1/completions: parses conn's body, submits one
+ * scheduler request per choice, watches the socket, then answers a stream at once or
+ * suspends until the choices are done. */
+enum MHD_Result srv__generation_start(srv_conn *conn, srv_endpoint endpoint);
+/* A non-streaming generation's handler call after a resume: answers once every
+ * choice is done, suspends again otherwise. */
+enum MHD_Result srv__generation_continue(srv_conn *conn);
+/* Grows *p (of *cap elements of elem bytes) to hold need elements, doubling; false
+ * on out of memory (*p and *cap unchanged). */
+bool srv__grow(void **p, size_t *cap, size_t need, size_t elem);
+
+/* ==== The transport's security options (http_security.c) ====
+ * The libmicrohttpd daemon options that the
+ * security settings add: TLS from two PEM files (libmicrohttpd with GnuTLS) and the
+ * per-connection memory limit that bounds the request line and headers.
+ * Used once, by srv_http_start on the main thread. */
+
+typedef struct srv_http_security {
+    char *tls_cert, *tls_key;         /* the PEM texts (owned; the key wiped on free) */
+    struct MHD_OptionItem options[4]; /* an MHD_OPTION_ARRAY, MHD_OPTION_END-terminated */
+} srv_http_security;
+
+/* Fills sec->options from cfg and adds to *flags: TLS when both PEM files are set
+ * (one without the other, an unreadable file or a non-PEM file is an error naming
+ * the flag and path), and libmicrohttpd's per-connection memory limit when
+ * max_header_bytes is set (a request line or headers that do not fit get
+ * libmicrohttpd's own answer: 414 for the request line, 431 for the headers).
+ * Free with srv_http_security_free, also after a failure. */
+sp_status srv_http_security_init(const srv_http_config *cfg, srv_http_security *sec, unsigned *flags);
+void srv_http_security_free(srv_http_security *sec);
+
+#endif
