@@ -95,7 +95,7 @@ LOADGEN_LDLIBS := -lcurl -ljansson -lm
 TEST_SRC := $(wildcard tests/unit/*/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all test unit-test integration-test run debug setup fuzz bench bench-template bench-serve format format-check clean install
+.PHONY: all test layers unit-test integration-test run debug setup fuzz bench bench-template bench-serve format format-check clean install
 
 all: $(BUILD)/spindle $(BUILD)/mkmodel
 
@@ -125,10 +125,16 @@ $(BUILD)/tests/%: tests/unit/%.c $(LIB)
 setup:
 	@tools/setup.sh
 
-# Unit tests first (fast), then the end-to-end tests on the real binary.
-test: setup
+# The layering check first (seconds), unit tests next (fast), then the end-to-end tests
+# on the real binary.
+test: setup layers
 	@$(MAKE) --no-print-directory all $(TEST_BIN)
 	@$(MAKE) --no-print-directory unit-test integration-test
+
+# The folder-level include graph, checked against tools/layers.txt (no cycles, no include
+# against the layer order, no other folder's internal header); prints the graph.
+layers:
+	@$(PYTHON) tools/check_layers.py
 
 unit-test: $(TEST_BIN)
 	@tools/run_unit_tests.sh $(TEST_BIN)

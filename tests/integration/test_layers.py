@@ -1,0 +1,91 @@
+"""tools/check_layers.py (`make layers`): the real tree passes and prints its folder graph;
+a copy of the tree with one include against the layers, a cycle, another folder's internal
+header or an unlisted folder fails, naming the file and the rule."""
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+CHECKER = ROOT / "tools" / "check_layers.py"
+SOURCE_SUFFIXES = {".c", ".h", ".cu", ".cuh"}
+
+
+def run_checker(root):
+    return subprocess.run([sys.executable, str(CHECKER), str(root)], capture_output=True, text=True, timeout=60)
+
+
+@pytest.fixture
+def tree(tmp_path):
+    """A copy of the repository's sources and its layer list, to break on purpose."""
+    listed = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    files = [p for p in listed.splitlines() if pathlib.Path(p).suffix in SOURCE_SUFFIXES]
+    assert len(files) > 100, "the source listing looks wrong"
+    for rel in files + ["tools/layers.txt"]:
+        dst = tmp_path / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(ROOT / rel, dst)
+    return tmp_path
+
+
+def add_include(path, header):
+    text = path.read_text()
+    path.write_text(f'#include "{header}"\n' + text)
+
+
+def test_real_tree_passes_and_prints_one_line_per_folder():
+    r = run_checker(ROOT)
+    assert r.returncode == 0, r.stderr
+    lines = dict(line.split("->", 1) for line in r.stdout.splitlines())
+    lines = {k.strip(): v.split() for k, v in lines.items()}
+    for folder in ["common/", "quant/", "sample/", "gguf/", "tokenizer/", "template/", "gpu/", "model/",
+                   "scheduler/", "config/", "server/", "cli/"]:
+        assert folder in lines, f"{folder} missing from the graph:\n{r.stdout}"
+    assert "gpu/" in lines["model/"] and "model/" not in lines["gpu/"]
+    assert "model/" in lines["scheduler/"]
+    assert "gpu/" not in lines["server/"], "the HTTP side must not see the device API"
+
+
+def test_copy_passes_before_it_is_broken(tree):
+    r = run_checker(tree)
+    assert r.returncode == 0, r.stderr
+
+
+def test_include_from_gpu_into_model_fails(tree):
+    add_include(tree / "gpu" / "device.c", "model/model.h")
+    r = run_checker(tree)
+    assert r.returncode == 1
+    assert "gpu/device.c: includes model/model.h, but gpu/ does not use model/" in r.stderr
+    assert "include cycle between folders" in r.stderr and "gpu -> model" in r.stderr.replace("/", "")
+
+
+def test_upward_include_without_cycle_fails(tree):
+    add_include(tree / "quant" / "quant.c", "tokenizer/tokenizer.h")
+    r = run_checker(tree)
+    assert r.returncode == 1
+    assert "quant/quant.c: includes tokenizer/tokenizer.h, but quant/ does not use tokenizer/" in r.stderr
+
+
+def test_internal_header_of_another_folder_fails(tree):
+    add_include(tree / "scheduler" / "queue.c", "model/model_internal.h")
+    r = run_checker(tree)
+    assert r.returncode == 1
+    assert "scheduler/queue.c: includes model/model_internal.h, an internal header of model/" in r.stderr
+
+
+def test_unlisted_folder_fails(tree):
+    (tree / "newthing").mkdir()
+    (tree / "newthing" / "newthing.c").write_text('#include "common/status.h"\n')
+    r = run_checker(tree)
+    assert r.returncode == 1
+    assert "newthing/: has sources but is not in" in r.stderr
+
+
+def test_layer_list_with_a_cycle_fails(tree):
+    layers = tree / "tools" / "layers.txt"
+    layers.write_text(layers.read_text().replace("quant: common", "quant: common model"))
+    r = run_checker(tree)
+    assert r.returncode == 1
+    assert "the layers themselves form a cycle" in r.stderr
