@@ -9,6 +9,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "common/sched_defaults.h"
 #include "config/cfg_internal.h"
 
 #define OFF(field) offsetof(cfg_settings, field)
@@ -106,18 +107,11 @@ void cfg_settings_init(cfg_settings *s) {
         .max_connections = 4096,
         .keepalive = 5,
         .max_header_bytes = 32768,
-        /* the scheduler's: sched_config_default() (a unit test compares them) */
-        .kv_cache_mb = 512,
-        .gpu_memory_fraction = 0.9,
-        .block_size = 16,
-        .max_batch_size = 64,
-        .max_batch_tokens = 512,
-        .max_prefill_tokens = 256,
-        .queue_max_requests = 4096,
-        .queue_max_tokens = 4000000,
+        /* the scheduler's knobs, from common/sched_defaults.h (sched_config_default()
+         * reads the same) */
+        SP_SCHED_DEFAULT_FIELDS,
         .policy = CFG_POLICY_FCFS,
-        .request_timeout = 600,
-        .prefix_cache = true,
+        .request_timeout = SP_SCHED_DEFAULT_REQUEST_TIMEOUT_S,
         .max_n = 16,
         .max_tokens = 0,
         .log_format = CFG_LOG_TEXT,

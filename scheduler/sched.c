@@ -16,6 +16,7 @@
 
 #include "common/assert.h"
 #include "common/log.h"
+#include "common/sched_defaults.h"
 #include "common/thread.h"
 #include "scheduler/sched_internal.h"
 
@@ -23,20 +24,12 @@ enum { SCHED_MAX_BLOCK_SIZE = 1024 };
 static const double SCHED_IDLE_WAIT_S = 0.1;
 
 sched_config sched_config_default(void) {
+    /* the knobs `spindle serve` also takes: common/sched_defaults.h, which
+     * config/cfg.c's defaults read too */
     return (sched_config){
-        .kv_cache_mb = 512,
-        .block_size = 16,
-        .max_batch_size = 64,
-        .max_batch_tokens = 512,
-        .max_prefill_tokens = 256,
-        .queue_max_requests = 4096,
-        .queue_max_tokens = 4000000,
-        .policy = SCHED_POLICY_FCFS,
-        .request_timeout_s = 600,
+        SP_SCHED_DEFAULT_FIELDS, .policy = SCHED_POLICY_FCFS, .request_timeout_s = SP_SCHED_DEFAULT_REQUEST_TIMEOUT_S,
         .max_seq_len = 0, /* the model's training context */
         .kv_watermark = 0.01,
-        .prefix_cache = true,
-        .gpu_memory_fraction = 0.9,
     };
 }
 

@@ -278,10 +278,9 @@ json_t *srv_render_response(const srv_request *r, const srv_model_info *mi, cons
 
 /* ---- streaming ---- */
 
-/* "data: <compact JSON>\n\n"; takes ownership of j. */
-static char *resp_sse_event(json_t *j) {
-    char *body = j ? json_dumps(j, SRV_JSON_FLAGS) : NULL;
-    json_decref(j);
+/* "data: <body>\n\n", or NULL when body is NULL or out of memory; takes ownership of
+ * body (freed with free). */
+static char *resp_sse_frame(char *body) {
     if (!body) return NULL;
     size_t len = strlen(body);
     char *event = malloc(len + 9);
@@ -292,6 +291,13 @@ static char *resp_sse_event(json_t *j) {
     }
     free(body);
     return event;
+}
+
+/* "data: <compact JSON>\n\n"; takes ownership of j. */
+static char *resp_sse_event(json_t *j) {
+    char *body = j ? json_dumps(j, SRV_JSON_FLAGS) : NULL;
+    json_decref(j);
+    return resp_sse_frame(body);
 }
 
 /* A chunk around one choice (taken); "usage": null when the stream reports usage last. */
@@ -361,17 +367,7 @@ char *srv_sse_usage_chunk(const srv_request *r, const srv_model_info *mi, const 
 }
 
 char *srv_sse_error_event(const srv_error *err) {
-    char *body = srv_error_json(err);
-    if (!body) return NULL;
-    size_t len = strlen(body);
-    char *event = malloc(len + 9);
-    if (event) {
-        memcpy(event, "data: ", 6);
-        memcpy(event + 6, body, len);
-        memcpy(event + 6 + len, "\n\n", 3);
-    }
-    free(body);
-    return event;
+    return resp_sse_frame(srv_error_json(err));
 }
 
 /* ---- /v1/models ---- */

@@ -341,28 +341,41 @@ static HOST_AVX2_TARGET float dot_avx2_f32(const void *w, const void *a, int64_t
     return sum;
 }
 
-static HOST_AVX2_TARGET inline __m256 avx2_load_f16(const uint16_t *p) {
-    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
-}
+/* F16 and BF16 rows share one loop that differs only in how 8 (load8) or 1 (to_f32)
+ * 16-bit values become floats; always_inline with constant arguments, so each entry
+ * point compiles to its own loop with the conversion inlined. x, y: (n). */
+typedef __m256 (*avx2_half_load8_fn)(const uint16_t *p);
+typedef float (*avx2_half_to_f32_fn)(uint16_t h);
 
-static HOST_AVX2_TARGET float dot_avx2_f16(const void *w, const void *a, int64_t n) {
-    const uint16_t *x = w; /* (n) */
-    const uint16_t *y = a; /* (n) */
+static HOST_AVX2_TARGET inline __attribute__((always_inline)) float
+avx2_dot_half(const uint16_t *x, const uint16_t *y, int64_t n, avx2_half_load8_fn load8, avx2_half_to_f32_fn to_f32) {
     __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
     int64_t i = 0;
     for (; i + 32 <= n; i += 32) {
 #pragma GCC unroll 4
         for (int k = 0; k < 4; k++) {
             const int64_t at = i + 8 * k;
-            acc[k] = _mm256_fmadd_ps(avx2_load_f16(x + at), avx2_load_f16(y + at), acc[k]);
+            acc[k] = _mm256_fmadd_ps(load8(x + at), load8(y + at), acc[k]);
         }
     }
     for (; i + 8 <= n; i += 8) {
-        acc[0] = _mm256_fmadd_ps(avx2_load_f16(x + i), avx2_load_f16(y + i), acc[0]);
+        acc[0] = _mm256_fmadd_ps(load8(x + i), load8(y + i), acc[0]);
     }
     float sum = host__avx2_hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
-    for (; i < n; i++) sum += _cvtsh_ss(x[i]) * _cvtsh_ss(y[i]);
+    for (; i < n; i++) sum += to_f32(x[i]) * to_f32(y[i]);
     return sum;
+}
+
+static HOST_AVX2_TARGET inline __m256 avx2_load_f16(const uint16_t *p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+}
+
+static HOST_AVX2_TARGET inline float avx2_f16_to_f32(uint16_t h) {
+    return _cvtsh_ss(h);
+}
+
+static HOST_AVX2_TARGET float dot_avx2_f16(const void *w, const void *a, int64_t n) {
+    return avx2_dot_half(w, a, n, avx2_load_f16, avx2_f16_to_f32);
 }
 
 static HOST_AVX2_TARGET inline __m256 avx2_load_bf16(const uint16_t *p) {
@@ -371,23 +384,7 @@ static HOST_AVX2_TARGET inline __m256 avx2_load_bf16(const uint16_t *p) {
 }
 
 static HOST_AVX2_TARGET float dot_avx2_bf16(const void *w, const void *a, int64_t n) {
-    const uint16_t *x = w; /* (n) */
-    const uint16_t *y = a; /* (n) */
-    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-    int64_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-#pragma GCC unroll 4
-        for (int k = 0; k < 4; k++) {
-            const int64_t at = i + 8 * k;
-            acc[k] = _mm256_fmadd_ps(avx2_load_bf16(x + at), avx2_load_bf16(y + at), acc[k]);
-        }
-    }
-    for (; i + 8 <= n; i += 8) {
-        acc[0] = _mm256_fmadd_ps(avx2_load_bf16(x + i), avx2_load_bf16(y + i), acc[0]);
-    }
-    float sum = host__avx2_hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
-    for (; i < n; i++) sum += quant_bf16_to_f32(x[i]) * quant_bf16_to_f32(y[i]);
-    return sum;
+    return avx2_dot_half(w, a, n, avx2_load_bf16, quant_bf16_to_f32);
 }
 
 /* ---- AVX2 activation quantizers -------------------------------------------------------- */

@@ -1,0 +1,24 @@
+/* sched_defaults.h: the defaults of the scheduler knobs that `spindle serve` also takes
+ * as settings, written once. scheduler/sched.c's sched_config_default() and
+ * config/cfg.c's cfg_settings_init() both read them: config/ may not include
+ * scheduler/ nor scheduler/ config/, so the numbers live in the layer below both.
+ * They suit the default model on a small CPU machine. */
+#ifndef SP_SCHED_DEFAULTS_H
+#define SP_SCHED_DEFAULTS_H
+
+#include <stdbool.h>
+
+/* Designated initializers for the knobs that sched_config and cfg_settings name alike
+ * (the scheduler's struct and the settings it is filled from). */
+#define SP_SCHED_DEFAULT_FIELDS                                                                                  \
+    .kv_cache_mb = 512 /* MiB */, .gpu_memory_fraction = 0.9, .block_size = 16, .max_batch_size = 64,            \
+    .max_batch_tokens = 512, .max_prefill_tokens = 256, .queue_max_requests = 4096, .queue_max_tokens = 4000000, \
+    .prefix_cache = true
+
+/* request_timeout in the settings, request_timeout_s in the scheduler; 0 = none */
+#define SP_SCHED_DEFAULT_REQUEST_TIMEOUT_S 600
+
+/* the policy's default is first come, first served: SCHED_POLICY_FCFS and
+ * CFG_POLICY_FCFS, each the first value of its module's enum */
+
+#endif
