@@ -109,6 +109,10 @@ typedef struct dev_step {
  * reason goes into why (cap bytes). */
 bool dev_cuda_available(char *why, size_t cap);
 
+/* The kernel set the CPU backend runs on this machine, chosen at run time: "avx2" or
+ * "generic". Results are bit for bit the same on machines with the same set. */
+const char *dev_cpu_kernel_set(void);
+
 /* Free and total memory of a device with its own (a GPU); SP_ERR_UNSUPPORTED for the
  * CPU, whose memory the budget flags size instead. */
 sp_status dev_memory_info(dev_backend *dev, size_t *free_bytes, size_t *total_bytes);

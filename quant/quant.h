@@ -14,6 +14,7 @@
 #ifndef SP_QUANT_H
 #define SP_QUANT_H
 
+#include <assert.h> /* static_assert, in C11 and C++ alike: CUDA files include this header too */
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -170,16 +171,16 @@ typedef struct quant_block_q8_k {
     int16_t bsums[QUANT_QK_K / 16];
 } quant_block_q8_k;
 
-_Static_assert(sizeof(quant_block_q4_0) == 18, "q4_0 block layout");
-_Static_assert(sizeof(quant_block_q4_1) == 20, "q4_1 block layout");
-_Static_assert(sizeof(quant_block_q5_0) == 22, "q5_0 block layout");
-_Static_assert(sizeof(quant_block_q5_1) == 24, "q5_1 block layout");
-_Static_assert(sizeof(quant_block_q8_0) == 34, "q8_0 block layout");
-_Static_assert(sizeof(quant_block_q8_1) == 36, "q8_1 block layout");
-_Static_assert(sizeof(quant_block_q4_k) == 144, "q4_K block layout");
-_Static_assert(sizeof(quant_block_q5_k) == 176, "q5_K block layout");
-_Static_assert(sizeof(quant_block_q6_k) == 210, "q6_K block layout");
-_Static_assert(sizeof(quant_block_q8_k) == 292, "q8_K block layout");
+static_assert(sizeof(quant_block_q4_0) == 18, "q4_0 block layout");
+static_assert(sizeof(quant_block_q4_1) == 20, "q4_1 block layout");
+static_assert(sizeof(quant_block_q5_0) == 22, "q5_0 block layout");
+static_assert(sizeof(quant_block_q5_1) == 24, "q5_1 block layout");
+static_assert(sizeof(quant_block_q8_0) == 34, "q8_0 block layout");
+static_assert(sizeof(quant_block_q8_1) == 36, "q8_1 block layout");
+static_assert(sizeof(quant_block_q4_k) == 144, "q4_K block layout");
+static_assert(sizeof(quant_block_q5_k) == 176, "q5_K block layout");
+static_assert(sizeof(quant_block_q6_k) == 210, "q6_K block layout");
+static_assert(sizeof(quant_block_q8_k) == 292, "q8_K block layout");
 
 /* The 6-bit scale and min of sub-block j (0..7) of a Q4_K/Q5_K block. Bytes 0-3 hold
  * the scales of sub-blocks 0-3 and bytes 4-7 their mins (low 6 bits each); sub-blocks

@@ -309,6 +309,18 @@ def dumps_layout(doc):
     return text
 
 
+def kernel_set(system_info):
+    """The CPU kernel set llama.cpp ran, in spindle's words (dev_cpu_kernel_set()): its
+    AVX-512 kernels round differently from its AVX2 ones, so the reference is only
+    bit-comparable with a spindle running the same set."""
+    flags = dict(part.strip().split(" = ") for part in system_info.split("|") if " = " in part)
+    if flags.get("AVX512") == "1":
+        return "avx512"
+    if flags.get("AVX2") == "1":
+        return "avx2"
+    return "generic"
+
+
 def make_one(llama_cpp, sdist, lib, name, spec, np):
     model_path = spec["model"]
     if not os.path.isfile(model_path):
@@ -344,13 +356,15 @@ def make_one(llama_cpp, sdist, lib, name, spec, np):
         "teacher_forced_argmax_agrees": sum(c["teacher_forced_argmax_agrees"] for c in cases),
         "of": N_GREEDY * len(cases),
     }
+    system_info = llama_cpp.llama_print_system_info().decode().strip()
     doc = {
         "model": os.path.basename(model_path),
         "model_sha256": sha256_file(model_path),
         "generator": f"llama-cpp-python {llama_cpp.__version__} (sdist), llama.cpp "
                      f"ggml-org/llama.cpp@{commit[:9]}, tools/make_reference.py",
         "llama_cpp_commit": commit,
-        "system_info": llama_cpp.llama_print_system_info().decode().strip(),
+        "system_info": system_info,
+        "kernel_set": kernel_set(system_info),
         "settings": dict(SETTINGS, add_bos=add_bos),
         "top_k": TOP_K,
         "self_check": self_check,

@@ -183,3 +183,8 @@ sp_status host_backend_create(const dev_options *opts, dev_backend **out) {
     *out = &hb->base;
     return SP_OK;
 }
+
+/* device.h's, answered by the CPU backend that owns the kernel choice. */
+const char *dev_cpu_kernel_set(void) {
+    return host__simd_name();
+}

@@ -89,9 +89,6 @@ def test_sigterm_one_replica_behind_nginx(spindle_bin, stories_model, tmp_path):
     nginx = shutil.which("nginx") or ("/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx") else None)
     if not nginx:
         pytest.skip("nginx absent (tools/setup.sh installs it)")
-    help_text = subprocess.run([spindle_bin, "serve", "--help"], capture_output=True, text=True).stdout
-    if "--drain-timeout" not in help_text:
-        pytest.skip("--drain-timeout not available")
     a = Server(spindle_bin, stories_model, "--served-model-name", "replica-a", "--drain-timeout", "30")
     b = Server(spindle_bin, stories_model, "--served-model-name", "replica-b", "--drain-timeout", "30")
     port = free_port()

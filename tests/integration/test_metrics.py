@@ -2,24 +2,11 @@
 serving requests on stories260K, and the access log (--access-log, text and JSON)."""
 import json
 import socket
-import subprocess
 import time
 
-import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from spindle_server import Server
-
-
-def serve_flags_known(spindle_bin) -> bool:
-    out = subprocess.run([spindle_bin, "serve", "--help"], capture_output=True, text=True)
-    return "--log-format" in out.stdout + out.stderr
-
-
-@pytest.fixture(scope="module", autouse=True)
-def needs_log_flags(spindle_bin):
-    if not serve_flags_known(spindle_bin):
-        pytest.skip("spindle serve has no --log-format yet (the access log flags are wired by the config work)")
 
 
 def scrape(server) -> dict:

@@ -24,13 +24,11 @@ ORIGIN = "https://app.example"
 MSGS = [{"role": "user", "content": "Once upon a time"}]
 
 
-@pytest.fixture(scope="module")
-def sec_bin(spindle_bin):
-    """The binary, when its serve command has the security flags (the config module adds them)."""
-    out = subprocess.run([spindle_bin, "serve", "--help"], capture_output=True, text=True).stdout
-    if not all(flag in out for flag in FLAGS):
-        pytest.skip("flags not wired yet")
-    return spindle_bin
+def test_help_lists_every_security_flag(spindle_bin):
+    out = subprocess.run([spindle_bin, "serve", "--help"], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0
+    missing = [flag for flag in FLAGS if flag not in out.stdout]
+    assert not missing, f"spindle serve --help does not document {missing}"
 
 
 @pytest.fixture(scope="module")
@@ -39,11 +37,11 @@ def keys_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def keyed(sec_bin, stories_model, keys_dir):
+def keyed(spindle_bin, stories_model, keys_dir):
     """Keys from a flag and a file, one allowed CORS origin, an 8 KiB header limit."""
     key_file = keys_dir / "keys.txt"
     key_file.write_text("# the file's keys\n\n  sk-file-1  \nsk-file-2\n")
-    server = Server(sec_bin, stories_model, "--api-key", "sk-flag", "--api-key-file", str(key_file),
+    server = Server(spindle_bin, stories_model, "--api-key", "sk-flag", "--api-key-file", str(key_file),
                     "--cors-origin", ORIGIN, "--max-header-bytes", "8192")
     yield server
     assert server.stop() == 0
@@ -120,8 +118,8 @@ def test_missing_key_is_401_before_the_body_is_read(keyed):
     assert "invalid_api_key" in head or "WWW-Authenticate" in head, head
 
 
-def test_metrics_require_key(sec_bin, stories_model):
-    server = Server(sec_bin, stories_model, "--api-key", "sk-m", "--metrics-require-key")
+def test_metrics_require_key(spindle_bin, stories_model):
+    server = Server(spindle_bin, stories_model, "--api-key", "sk-m", "--metrics-require-key")
     try:
         assert_401(server.request("GET", "/metrics"), "You didn't provide an API key")
         assert_401(server.request("GET", "/metrics", headers=bearer("sk-x")), "Incorrect API key provided")
@@ -132,9 +130,9 @@ def test_metrics_require_key(sec_bin, stories_model):
         assert server.stop() == 0
 
 
-def test_missing_key_file_fails_the_start(sec_bin, stories_model, tmp_path):
+def test_missing_key_file_fails_the_start(spindle_bin, stories_model, tmp_path):
     missing = tmp_path / "no-such-keys.txt"
-    server = Server(sec_bin, stories_model, "--api-key-file", str(missing), wait_ready=False)
+    server = Server(spindle_bin, stories_model, "--api-key-file", str(missing), wait_ready=False)
     try:
         assert server.proc.wait(60) != 0
         assert str(missing) in server.log_text()
@@ -153,10 +151,10 @@ def wait_status(server, key, status, timeout=10.0):
     raise AssertionError(f"key {key}: {got}, wanted {status}:\n{server.log_text()}")
 
 
-def test_sighup_reloads_the_key_file(sec_bin, stories_model, tmp_path):
+def test_sighup_reloads_the_key_file(spindle_bin, stories_model, tmp_path):
     key_file = tmp_path / "keys.txt"
     key_file.write_text("sk-old\n")
-    server = Server(sec_bin, stories_model, "--api-key-file", str(key_file))
+    server = Server(spindle_bin, stories_model, "--api-key-file", str(key_file))
     try:
         wait_status(server, "sk-old", 200)
         # a generation in flight across the reload finishes
@@ -218,8 +216,8 @@ def test_cors_other_origin_gets_no_allow_header(keyed):
     assert status == 200 and "Access-Control-Allow-Origin" not in headers, headers
 
 
-def test_cors_any_origin(sec_bin, stories_model):
-    server = Server(sec_bin, stories_model, "--cors-origin", "*")
+def test_cors_any_origin(spindle_bin, stories_model):
+    server = Server(spindle_bin, stories_model, "--cors-origin", "*")
     try:
         status, headers, _ = server.request("OPTIONS", "/v1/models", headers={
             "Origin": "https://anywhere.example", "Access-Control-Request-Method": "GET"})
@@ -253,9 +251,9 @@ def tls_files(tmp_path_factory):
     return d / "cert.pem", d / "key.pem"
 
 
-def test_tls(sec_bin, stories_model, tls_files):
+def test_tls(spindle_bin, stories_model, tls_files):
     cert, key = tls_files
-    server = Server(sec_bin, stories_model, "--tls-cert", str(cert), "--tls-key", str(key), "--api-key", "sk-tls",
+    server = Server(spindle_bin, stories_model, "--tls-cert", str(cert), "--tls-key", str(key), "--api-key", "sk-tls",
                     wait_ready=False)
     server.url = server.url.replace("http://", "https://")
     unverified = ssl.create_default_context()
@@ -295,10 +293,10 @@ def test_tls(sec_bin, stories_model, tls_files):
         assert server.stop() == 0
 
 
-def test_tls_unreadable_key_fails_the_start(sec_bin, stories_model, tls_files, tmp_path):
+def test_tls_unreadable_key_fails_the_start(spindle_bin, stories_model, tls_files, tmp_path):
     cert, _ = tls_files
     missing = tmp_path / "missing-key.pem"
-    server = Server(sec_bin, stories_model, "--tls-cert", str(cert), "--tls-key", str(missing), wait_ready=False)
+    server = Server(spindle_bin, stories_model, "--tls-cert", str(cert), "--tls-key", str(missing), wait_ready=False)
     try:
         assert server.proc.wait(60) != 0
         assert str(missing) in server.log_text()

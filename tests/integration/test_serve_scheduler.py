@@ -4,10 +4,8 @@ import asyncio
 import json
 import signal
 import socket
-import subprocess
 import time
 
-import pytest
 
 from spindle_server import Server
 
@@ -158,13 +156,6 @@ def test_thousand_concurrent_open_streams(spindle_bin, stories_model):
         assert server.stop() == 0
 
 
-def require_flags(spindle_bin, *flags):
-    help_text = subprocess.run([spindle_bin, "serve", "--help"], capture_output=True, text=True).stdout
-    missing = [f for f in flags if f not in help_text]
-    if missing:
-        pytest.skip(f"spindle serve has no {' '.join(missing)}")
-
-
 def read_all(s, timeout=30):
     data = b""
     s.settimeout(timeout)
@@ -176,7 +167,6 @@ def read_all(s, timeout=30):
 
 
 def test_sigterm_drains_in_flight_work_then_exits_0(spindle_bin, stories_model):
-    require_flags(spindle_bin, "--drain-timeout")
     server = Server(spindle_bin, stories_model, "--max-batch-size", "1", "--drain-timeout", "60")
     s = open_stream(server.port, {"prompt": "Lily", "max_tokens": 600, "ignore_eos": True, "stream": True})
     server.wait_metric("spindle_requests_running", lambda v: v == 1)
@@ -198,7 +188,6 @@ def test_sigterm_drains_in_flight_work_then_exits_0(spindle_bin, stories_model):
 
 
 def test_drain_timeout_ends_the_rest_with_an_error_event(spindle_bin, stories_model):
-    require_flags(spindle_bin, "--drain-timeout")
     server = Server(spindle_bin, stories_model, "--max-batch-size", "1", "--drain-timeout", "0.2")
     s = open_stream(server.port, {"prompt": "Lily", "max_tokens": 2000, "ignore_eos": True, "stream": True})
     server.wait_metric("spindle_requests_running", lambda v: v == 1)
@@ -209,7 +198,6 @@ def test_drain_timeout_ends_the_rest_with_an_error_event(spindle_bin, stories_mo
 
 
 def test_second_signal_ends_everything_at_once(spindle_bin, stories_model):
-    require_flags(spindle_bin, "--drain-timeout")
     server = Server(spindle_bin, stories_model, "--max-batch-size", "1", "--drain-timeout", "600")
     s = open_stream(server.port, {"prompt": "Lily", "max_tokens": 2000, "ignore_eos": True, "stream": True})
     server.wait_metric("spindle_requests_running", lambda v: v == 1)
@@ -227,7 +215,6 @@ def test_second_signal_ends_everything_at_once(spindle_bin, stories_model):
 
 
 def test_ready_reflects_the_queue_high_water_mark(spindle_bin, stories_model):
-    require_flags(spindle_bin, "--ready-queue-fraction")
     server = Server(spindle_bin, stories_model, "--max-batch-size", "1", "--queue-max-requests", "4",
                     "--ready-queue-fraction", "0.5")
     try:

@@ -1,4 +1,4 @@
-/* gpu_test.h: what the CUDA backend's tests share: the skip where no GPU is usable, a
+/* gpu_test.h: what the CUDA backend's tests share: the skip where no GPU is usable (skip_without_gpu), a
  * seeded generator, F16-exact random inputs and the relative error they are judged by.
  * Header-only (static inline functions, so a test need not use them all): each test binary is one translation unit. */
 #ifndef SP_TESTS_GPU_TEST_H
@@ -13,12 +13,12 @@
 #include "gpu/device.h"
 #include "quant/quant.h"
 
-/* Whether the CUDA backend can run here; says why not in one line when it cannot. */
-static inline bool have_gpu(void) {
+/* Ends the calling test as skipped (Criterion counts it apart from passes) when the
+ * CUDA backend cannot run here, saying why in one line; returns when it can. */
+static inline void skip_without_gpu(void) {
     char why[256];
-    if (dev_cuda_available(why, sizeof why)) return true;
-    cr_log_info("no usable CUDA GPU (%s): the CUDA backend's tests do not run here", why);
-    return false;
+    if (dev_cuda_available(why, sizeof why)) return;
+    cr_skip_test("no usable CUDA GPU (%s)", why);
 }
 
 static uint64_t gpu_test_rng = 0x5eed;

@@ -227,13 +227,13 @@ static void decode_64(int head_dim) {
 }
 
 Test(cuda_attention, decode_of_64_sequences_of_very_different_lengths_matches_the_cpu) {
-    if (!have_gpu()) return;
+    skip_without_gpu();
     decode_64(128);
     decode_64(64);
 }
 
 Test(cuda_attention, decode_of_a_few_long_sequences_matches_the_cpu) {
-    if (!have_gpu()) return;
+    skip_without_gpu();
     /* few rows: this splits on any GPU */
     int32_t seq_len[4] = {3000, 1, 17, 1200}, seq[4] = {0, 1, 2, 3}, pos[4] = {2999, 0, 16, 1199};
     attn_case c = {"decode, 4 sequences", 32, 8, 128, 16, 1, 0, 4, seq_len, 4, seq, pos};
@@ -261,14 +261,14 @@ static void prefill_with_decode_rows(const char *name, int n_heads, int n_kv_hea
 }
 
 Test(cuda_attention, prefill_chunk_beside_decode_rows_matches_the_cpu) {
-    if (!have_gpu()) return;
+    skip_without_gpu();
     prefill_with_decode_rows("prefill, GQA 32/8, width 128", 32, 8, 128, 16);
     prefill_with_decode_rows("prefill, GQA 8/2, width 80", 8, 2, 80, 16);
     prefill_with_decode_rows("prefill, 4 heads of width 256", 4, 4, 256, 32);
 }
 
 Test(cuda_attention, head_widths_that_are_not_a_multiple_of_32_match_the_cpu) {
-    if (!have_gpu()) return;
+    skip_without_gpu();
     prefill_with_decode_rows("prefill, width 50 (an odd number of half2 per K row)", 6, 2, 50, 16);
     prefill_with_decode_rows("prefill, width 33 (odd: the rows path)", 6, 3, 33, 16);
 }
@@ -277,7 +277,7 @@ Test(cuda_attention, head_widths_that_are_not_a_multiple_of_32_match_the_cpu) {
  * holds up to 4 query heads of one KV head, so groups of 3 (smollm2), 7 (two blocks a
  * KV head, the second with 3 warps) and 1 (no GQA) each shape the grid differently. */
 Test(cuda_attention, prefill_on_tensor_cores_matches_the_cpu_for_every_head_grouping) {
-    if (!have_gpu()) return;
+    skip_without_gpu();
     prefill_with_decode_rows("prefill, GQA 9/3, width 64", 9, 3, 64, 16);
     prefill_with_decode_rows("prefill, GQA 28/4, width 128", 28, 4, 128, 16);
     prefill_with_decode_rows("prefill, 4 heads of width 64, no GQA", 4, 4, 64, 32);
@@ -286,7 +286,7 @@ Test(cuda_attention, prefill_on_tensor_cores_matches_the_cpu_for_every_head_grou
 /* A whole prompt from position 0 in one step: every tile of 16 queries reads K/V tiles
  * of 64 positions up to its own last one, the causal mask cutting through the last. */
 Test(cuda_attention, a_whole_prompt_on_tensor_cores_matches_the_cpu) {
-    if (!have_gpu()) return;
+    skip_without_gpu();
     enum { N = 1000 };
     static int32_t seq[N], pos[N];
     for (int i = 0; i < N; i++) seq[i] = 0, pos[i] = i;
@@ -300,7 +300,7 @@ Test(cuda_attention, a_whole_prompt_on_tensor_cores_matches_the_cpu) {
 /* ---- the smallest steps ---- */
 
 Test(cuda_attention, a_single_position_matches_the_cpu) {
-    if (!have_gpu()) return;
+    skip_without_gpu();
     /* one token at position 0, with a block table wide enough that the split path makes
      * many splits: all but the first are empty */
     int32_t one_len[1] = {1}, one_seq[1] = {0}, one_pos[1] = {0};

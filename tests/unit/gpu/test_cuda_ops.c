@@ -120,7 +120,7 @@ static void check_matmul(quant_type type, int64_t k, int64_t n, double bound) {
 }
 
 Test(cuda_ops, matmul_matches_the_cpu_for_every_weight_type) {
-    if (!have_gpu()) return;
+    skip_without_gpu();
     check_matmul(QUANT_F16, 512, 96, 2e-3);
     check_matmul(QUANT_BF16, 512, 96, 1e-2);
     check_matmul(QUANT_F32, 256, 64, 2e-3);
@@ -180,7 +180,7 @@ static void check_large_activations(quant_type type, dev_quant_gemv gemv, int ro
 }
 
 Test(cuda_ops, matmul_of_activations_past_the_f16_range_matches_the_cpu) {
-    if (!have_gpu()) return;
+    skip_without_gpu();
     /* cuBLAS at T rows and at 5; the GEMV (F32 inputs) at 5, the most rows it takes being 8 */
     const struct {
         dev_quant_gemv gemv;
@@ -254,7 +254,7 @@ static void check_grouped_gemv(quant_type type, double bound) {
 }
 
 Test(cuda_ops, a_grouped_gemv_gives_each_part_the_bits_it_gets_alone) {
-    if (!have_gpu()) return;
+    skip_without_gpu();
     check_grouped_gemv(QUANT_Q4_1, 2e-2);
     check_grouped_gemv(QUANT_Q8_0, 2e-2);
     check_grouped_gemv(QUANT_BF16, 1e-2);
@@ -264,7 +264,7 @@ Test(cuda_ops, a_grouped_gemv_gives_each_part_the_bits_it_gets_alone) {
 /* The fused dequantize-GEMV (forced on) and cuBLAS (forced) at every row count it
  * takes, on row lengths that exercise each copy width (K = 32 x odd blocks too). */
 Test(cuda_ops, small_batch_matmul_on_blocks_matches_the_cpu_on_both_paths) {
-    if (!have_gpu()) return;
+    skip_without_gpu();
     static const quant_type TYPES[] = {QUANT_Q8_0, QUANT_Q4_0, QUANT_Q4_1};
     static const int64_t KS[] = {32, 96, 256, 1024};
     for (size_t ti = 0; ti < 3; ti++)
@@ -280,7 +280,7 @@ Test(cuda_ops, small_batch_matmul_on_blocks_matches_the_cpu_on_both_paths) {
  * take (K not a multiple of 8: cuBLAS); the CPU rounds the inputs to the weights' type,
  * the GEMV keeps them F32. */
 Test(cuda_ops, small_batch_matmul_on_half_weights_matches_the_cpu) {
-    if (!have_gpu()) return;
+    skip_without_gpu();
     static const quant_type TYPES[] = {QUANT_F16, QUANT_BF16};
     static const double BOUNDS[] = {2e-3, 1e-2};
     static const int64_t KS[] = {8, 96, 256, 1000, 1024, 100};
@@ -293,7 +293,7 @@ Test(cuda_ops, small_batch_matmul_on_half_weights_matches_the_cpu) {
 /* ---- row ops: RMSNorm, RoPE (both styles, with factors), SwiGLU, add, gather ---- */
 
 Test(cuda_ops, row_ops_match_the_cpu) {
-    if (!have_gpu()) return;
+    skip_without_gpu();
     side cpu, gpu;
     side_open(&cpu, DEV_KIND_CPU);
     side_open(&gpu, DEV_KIND_CUDA);
@@ -356,7 +356,7 @@ static void write_earlier_positions(side *s, const float *k, const float *v) {
 }
 
 Test(cuda_ops, attention_over_the_paged_pool_matches_the_cpu) {
-    if (!have_gpu()) return;
+    skip_without_gpu();
     side cpu, gpu;
     side_open(&cpu, DEV_KIND_CPU);
     side_open(&gpu, DEV_KIND_CUDA);
@@ -407,7 +407,7 @@ static void rope_kv_run(side *s, const float *q, const float *k, const float *v,
 }
 
 Test(cuda_ops, fused_rope_and_kv_write_equal_the_separate_ops) {
-    if (!have_gpu()) return;
+    skip_without_gpu();
     float *q = random_f16(T * H * DH, 1.0f), *k = random_f16(T * HK * DH, 1.0f), *v = random_f16(T * HK * DH, 1.0f);
     float factors[24];
     for (int i = 0; i < 24; i++) factors[i] = 1.0f + 1.5f * (uniform() + 1.0f);
@@ -440,7 +440,7 @@ Test(cuda_ops, fused_rope_and_kv_write_equal_the_separate_ops) {
 /* ---- end to end: stories260K, greedy, the GPU fed the CPU's tokens ---- */
 
 Test(cuda_ops, stories260k_greedy_tokens_and_logits_match_the_cpu) {
-    if (!have_gpu()) return;
+    skip_without_gpu();
     char path[512];
     TESTDATA_REQUIRE(testdata_path(path, sizeof path, "models/stories260K.gguf"));
     enum { STEPS = 24, V_MAX = 512 };
@@ -563,7 +563,7 @@ static void expect_close(const float *gpu, const float *cpu, int32_t v, double b
 }
 
 Test(cuda_ops, synthetic_models_decode_like_the_cpu_with_and_without_the_gemv) {
-    if (!have_gpu()) return;
+    skip_without_gpu();
     static const char *TYPES[] = {"Q4_1", "Q8_0", "Q4_0", "BF16"};
     for (size_t i = 0; i < sizeof TYPES / sizeof TYPES[0]; i++) {
         char path[256];
@@ -586,7 +586,7 @@ Test(cuda_ops, synthetic_models_decode_like_the_cpu_with_and_without_the_gemv) {
 }
 
 Test(cuda_ops, decode_graphs_give_the_same_logits_as_op_by_op) {
-    if (!have_gpu()) return;
+    skip_without_gpu();
     char path[256];
     synthetic_model(path, sizeof path, "smollm2-135m", "Q4_1");
     int32_t v;
@@ -674,7 +674,7 @@ static float *run_schedule(const char *path, const dev_options *o, int32_t *n_vo
 }
 
 Test(cuda_ops, graphs_across_buckets_and_table_widths_match_op_by_op_and_the_cpu) {
-    if (!have_gpu()) return;
+    skip_without_gpu();
     char path[256];
     synthetic_model(path, sizeof path, "smollm2-135m", "Q8_0");
     int32_t v;

@@ -86,7 +86,7 @@ static dev_sample_row row_of(const sample_params *p, int top_logprobs, uint64_t 
 /* ---- greedy ---- */
 
 Test(cuda_sample, greedy_matches_the_cpu_with_ties_nan_and_infinities) {
-    if (!have_gpu()) return;
+    skip_without_gpu();
     enum { R = 8 };
     const int32_t sizes[3] = {16, 1000, 50003};
     for (int v = 0; v < 3; v++) {
@@ -125,7 +125,7 @@ Test(cuda_sample, greedy_matches_the_cpu_with_ties_nan_and_infinities) {
 /* ---- log-probabilities ---- */
 
 Test(cuda_sample, top_logprobs_match_the_cpu) {
-    if (!have_gpu()) return;
+    skip_without_gpu();
     enum { R = 6, V = 50000 };
     float *l = malloc(sizeof *l * R * V);
     for (int r = 0; r < R; r++)
@@ -163,7 +163,7 @@ Test(cuda_sample, top_logprobs_match_the_cpu) {
 /* ---- penalties, logit bias, the EOG mask ---- */
 
 Test(cuda_sample, penalties_bias_and_eog_mask_match_the_cpu) {
-    if (!have_gpu()) return;
+    skip_without_gpu();
     enum { R = 6, V = 2000 };
     float *l = malloc(sizeof *l * R * V);
     for (int i = 0; i < R * V; i++) l[i] = (float)(uniform01() * 6 - 3);
@@ -231,7 +231,7 @@ static void check_draws(const char *what, const sample_params *p, int32_t n_voca
 }
 
 Test(cuda_sample, draws_with_one_survivor_match_the_cpu) {
-    if (!have_gpu()) return;
+    skip_without_gpu();
     sample_params p = sample_params_default();
     p.temperature = 0.8f;
     p.top_k = 1;
@@ -250,7 +250,7 @@ Test(cuda_sample, draws_with_one_survivor_match_the_cpu) {
 }
 
 Test(cuda_sample, top_k_min_p_and_plain_draws_match_the_cpu) {
-    if (!have_gpu()) return;
+    skip_without_gpu();
     sample_params p = sample_params_default();
     p.temperature = 1.2f;
     p.top_k = 40;
@@ -275,7 +275,7 @@ Test(cuda_sample, top_k_min_p_and_plain_draws_match_the_cpu) {
  * above), so exactly 5, 50, 3, 10 and 20 are kept, whatever the backend. At temperature
  * 100 they are nearly equally likely: 400 draws see every one of them. */
 Test(cuda_sample, top_p_cut_inside_ties_keeps_the_first_ids) {
-    if (!have_gpu()) return;
+    skip_without_gpu();
     enum { R = 400, V = 64 };
     float *l = malloc(sizeof *l * R * V);
     for (int i = 0; i < V; i++) l[i] = -1.0f + 0.001f * (float)i;
@@ -330,7 +330,7 @@ static void expected_top_p(const float *l, int n, float top_p, float t, double *
 }
 
 Test(cuda_sample, draws_follow_the_distribution) {
-    if (!have_gpu()) return;
+    skip_without_gpu();
     enum { V = 16, R = 20, CALLS = 200, N = R * CALLS };
     static const float logits[V] = {-1.0f, 1.2f,  2.0f, -3.0f, 0.3f, 1.5f,  -0.5f, 0.0f,
                                     0.8f,  -2.0f, 1.0f, -4.0f, 0.5f, -0.2f, -1.5f, -5.0f};
@@ -369,7 +369,7 @@ Test(cuda_sample, draws_follow_the_distribution) {
 /* A row draws the same token alone and as the 7th of 20 rows whose logits and settings
  * (greedy, top-k, min-p, penalties, log-probabilities) all differ. */
 Test(cuda_sample, a_row_draws_the_same_alone_or_in_a_batch) {
-    if (!have_gpu()) return;
+    skip_without_gpu();
     enum { R = 20, AT = 6, V = 8000, STATES = 24 };
     float *l = malloc(sizeof *l * R * V);
     for (int i = 0; i < R * V; i++) l[i] = (float)(uniform01() * uniform01() * 14 - 4);

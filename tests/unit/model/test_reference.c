@@ -8,12 +8,19 @@
  * logits at near-ties; spindle always uses the batched order (a token's result must not
  * depend on its batch), and the reference greedy continuation is decoded by llama.cpp
  * in 2-token steps to share that arithmetic. Agreement with llama.cpp's 1-token-step
- * decode is logged too. Checks, as the model-core issue sets them:
- *   - our tokenizer gives llama.cpp's prompt tokens;
- *   - greedy continuations identical for every stories260K prompt and at least 15 of
- *     16 SmolLM2 prompts;
- *   - teacher-forced on the reference continuation: top-1 agreement >= 99% of positions
- *     and mean |delta log-prob| of the reference token < 0.02.
+ * decode is logged too.
+ *
+ * llama.cpp's AVX-512 kernels round differently from its AVX2 ones, so each reference
+ * file names the kernel set it was made with (`kernel_set`), and the checks depend on
+ * whether spindle's CPU backend runs the same set here (dev_cpu_kernel_set()):
+ *   - always: our tokenizer gives llama.cpp's prompt tokens for every prompt;
+ *   - same set: every greedy continuation identical, top-1 agreement 100% of the
+ *     teacher-forced positions, and |delta log-prob| of the reference token at the level
+ *     measured with that set (ref_bounds below: SmolLM2 is bit for bit, so only the
+ *     reference's 6-decimal rounding is left; stories260K's F32 matmuls sum in another
+ *     order than llama.cpp's);
+ *   - another set: greedy identical for all but one prompt, top-1 >= 99%, mean
+ *     |delta log-prob| < 0.02 (llama.cpp's own spread between its kernel paths).
  */
 #include <criterion/criterion.h>
 #include <jansson.h>
@@ -97,8 +104,15 @@ static int32_t *json_ids(json_t *arr, size_t *n) {
 typedef struct ref_result {
     int cases, greedy_identical, tokenize_identical, single_steps_identical;
     long positions, top1_agree;
-    double sum_abs_delta;
+    double sum_abs_delta, max_abs_delta;
+    bool same_kernel_set; /* the reference was made with the kernel set spindle runs here */
 } ref_result;
+
+/* Bounds on |delta log-prob| when the kernel sets match: a little above what was
+ * measured (docs/architecture.md and tests/data/README.md quote the figures). */
+typedef struct ref_bounds {
+    double mean, max;
+} ref_bounds;
 
 static void run_reference(const char *ref_path, const char *model_path, ref_result *res) {
     json_error_t err;
@@ -108,6 +122,13 @@ static void run_reference(const char *ref_path, const char *model_path, ref_resu
     runner_open(&r, model_path);
     const tok_vocab *vocab = model_vocab(r.model);
     memset(res, 0, sizeof *res);
+    const char *ref_kernels = json_string_value(json_object_get(root, "kernel_set"));
+    cr_assert_not_null(ref_kernels, "%s: no kernel_set (tools/make_reference.py writes it)", ref_path);
+    res->same_kernel_set = strcmp(ref_kernels, dev_cpu_kernel_set()) == 0;
+    if (!res->same_kernel_set)
+        cr_log_warn("%s was made with llama.cpp's %s kernels and spindle runs %s ones here: the looser "
+                    "cross-kernel tolerance applies",
+                    ref_path, ref_kernels, dev_cpu_kernel_set());
     json_t *cases = json_object_get(root, "cases");
     cr_assert(json_is_array(cases) && json_array_size(cases) > 0, "%s: no cases", ref_path);
     float *logits = malloc(sizeof(float) * (size_t)r.n_vocab * 1024);
@@ -176,27 +197,43 @@ static void run_reference(const char *ref_path, const char *model_path, ref_resu
             const float *row = logits + (size_t)pos * (size_t)r.n_vocab;
             res->positions++;
             if (sample_argmax(row, r.n_vocab) == ref_top1) res->top1_agree++;
-            res->sum_abs_delta += fabs((double)sample_logprob(row, r.n_vocab, next) - ref_lp);
+            double delta = fabs((double)sample_logprob(row, r.n_vocab, next) - ref_lp);
+            res->sum_abs_delta += delta;
+            if (delta > res->max_abs_delta) res->max_abs_delta = delta;
         }
         free(ids);
         free(want);
     }
     cr_log_info("%s: %d cases, tokenization identical %d, greedy identical %d (to llama.cpp's 1-token-step "
-                "decode: %d), top-1 agreement %ld/%ld (%.2f%%), mean |dlogprob| %.5f",
+                "decode: %d), top-1 agreement %ld/%ld (%.2f%%), |dlogprob| mean %.7f max %.7f",
                 ref_path, res->cases, res->tokenize_identical, res->greedy_identical, res->single_steps_identical,
                 res->top1_agree, res->positions, 100.0 * (double)res->top1_agree / (double)res->positions,
-                res->sum_abs_delta / (double)res->positions);
+                res->sum_abs_delta / (double)res->positions, res->max_abs_delta);
     free(logits);
     runner_close(&r);
     json_decref(root);
 }
 
-static void check_teacher_forced(const ref_result *res) {
+static void check_against_reference(const ref_result *res, ref_bounds same_set) {
     cr_assert_gt(res->positions, 0);
-    double agreement = (double)res->top1_agree / (double)res->positions;
+    cr_expect_eq(res->tokenize_identical, res->cases, "tokenization identical for %d of %d prompts",
+                 res->tokenize_identical, res->cases);
     double mean_delta = res->sum_abs_delta / (double)res->positions;
-    cr_expect_geq(agreement, 0.99, "top-1 agreement %.4f below 0.99", agreement);
-    cr_expect_lt(mean_delta, 0.02, "mean |delta log-prob| %.5f not below 0.02", mean_delta);
+    if (res->same_kernel_set) {
+        cr_expect_eq(res->greedy_identical, res->cases, "greedy identical for %d of %d prompts", res->greedy_identical,
+                     res->cases);
+        cr_expect_eq(res->top1_agree, res->positions, "top-1 agreement %ld of %ld positions", res->top1_agree,
+                     res->positions);
+        cr_expect_lt(mean_delta, same_set.mean, "mean |delta log-prob| %.7f not below %g", mean_delta, same_set.mean);
+        cr_expect_lt(res->max_abs_delta, same_set.max, "max |delta log-prob| %.7f not below %g", res->max_abs_delta,
+                     same_set.max);
+    } else {
+        double agreement = (double)res->top1_agree / (double)res->positions;
+        cr_expect_geq(res->greedy_identical, res->cases - 1, "greedy identical for %d of %d prompts",
+                      res->greedy_identical, res->cases);
+        cr_expect_geq(agreement, 0.99, "top-1 agreement %.4f below 0.99", agreement);
+        cr_expect_lt(mean_delta, 0.02, "mean |delta log-prob| %.5f not below 0.02", mean_delta);
+    }
 }
 
 Test(reference, stories260k_matches_llama_cpp, .timeout = 300) {
@@ -206,11 +243,8 @@ Test(reference, stories260k_matches_llama_cpp, .timeout = 300) {
     ref_result res;
     run_reference("tests/data/reference_stories260k.json", path, &res);
     cr_expect_geq(res.cases, 8);
-    cr_expect_eq(res.tokenize_identical, res.cases, "tokenization identical for %d of %d prompts",
-                 res.tokenize_identical, res.cases);
-    cr_expect_eq(res.greedy_identical, res.cases, "greedy identical for %d of %d prompts", res.greedy_identical,
-                 res.cases);
-    check_teacher_forced(&res);
+    /* measured with AVX2: mean 0.000179, max 0.0041 */
+    check_against_reference(&res, (ref_bounds){.mean = 0.0003, .max = 0.008});
 }
 
 Test(reference, smollm2_matches_llama_cpp, .timeout = 600) {
@@ -222,9 +256,6 @@ Test(reference, smollm2_matches_llama_cpp, .timeout = 600) {
     ref_result res;
     run_reference("tests/data/reference_smollm2.json", path, &res);
     cr_expect_geq(res.cases, 16);
-    cr_expect_eq(res.tokenize_identical, res.cases, "tokenization identical for %d of %d prompts",
-                 res.tokenize_identical, res.cases);
-    cr_expect_geq(res.greedy_identical, res.cases - 1, "greedy identical for %d of %d prompts", res.greedy_identical,
-                  res.cases);
-    check_teacher_forced(&res);
+    /* measured with AVX2: mean 0.0000003, max 0.0000009 (the reference's 6 decimals) */
+    check_against_reference(&res, (ref_bounds){.mean = 0.000001, .max = 0.000005});
 }
