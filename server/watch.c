@@ -19,11 +19,11 @@
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <time.h>
 
 #include "common/assert.h"
+#include "common/thread.h"
 #include "server/server.h"
 
 enum { WATCH_PERIOD_MS = 50 };
@@ -61,7 +61,6 @@ static void watch_tick(srv_watch *wt) {
 
 static void *watch_main(void *arg) {
     srv_watch *wt = arg;
-    pthread_setname_np(pthread_self(), "http-watch");
     pthread_mutex_lock(&wt->lock);
     while (!wt->stopping) {
         watch_tick(wt);
@@ -84,12 +83,12 @@ sp_status srv_watch_create(double keepalive_s, srv_watch **out) {
     pthread_mutex_init(&wt->lock, NULL);
     pthread_cond_init(&wt->stop_cond, NULL);
     wt->keepalive_s = keepalive_s;
-    /* the thread inherits the caller's signal mask: cmd_serve blocks the shutdown
-     * signals before starting any thread, so only the main thread handles them */
-    int err = pthread_create(&wt->thread, NULL, watch_main, wt);
-    if (err) {
+    sp_status st = sp_thread_start(&wt->thread, "http-watch", watch_main, wt);
+    if (st != SP_OK) {
+        pthread_mutex_destroy(&wt->lock);
+        pthread_cond_destroy(&wt->stop_cond);
         free(wt);
-        return sp_fail(SP_ERR_INTERNAL, "watcher: cannot start its thread: error %d", err);
+        return sp_fail_prefix(st, "watcher: ");
     }
     *out = wt;
     return SP_OK;

@@ -5,8 +5,8 @@
 # New inputs go to build/fuzz/corpus/<name>/ and crashes to build/fuzz/crashes/<name>/,
 # never into the committed corpus. Exits 1 when any harness failed to build or found
 # a crash; copy a crash into tests/fuzz/regressions/<name>/ to keep it as a test (the
-# unit tests tests/unit/model/test_<name>_regressions.c replay those directories for
-# gguf and template).
+# unit tests tests/unit/<module>/test_<name>_regressions.c replay those directories for
+# gguf, template and request).
 #
 # usage: tools/fuzz.sh SECONDS [NAME...]     (default: every harness)
 set -euo pipefail
@@ -32,16 +32,17 @@ if pkg-config --exists libmicrohttpd 2>/dev/null; then LDLIBS+=($(pkg-config --l
 # libyaml: the config file reader (config/).
 if pkg-config --exists yaml-0.1 2>/dev/null; then LDLIBS+=($(pkg-config --libs yaml-0.1)); else LDLIBS+=(-lyaml); fi
 
-# Library sources each harness may link. Default: every common/*.c and model/*.c,
+# Library sources each harness may link. Default: the layers up to the model (LOWER),
 # put in an archive so the linker pulls only the objects the harness needs. Give a
 # harness its own list here if the default stops linking for it.
+LOWER="common/*.c quant/*.c sample/*.c gguf/*.c tokenizer/*.c template/*.c"
 harness_sources() {
     case "$1" in
     # the OpenAI layer: its own files only (not the HTTP transport or the scheduler)
-    request) echo common/*.c model/*.c server/errors.c server/openai_*.c server/chat.c server/tokenize.c ;;
+    request) echo $LOWER model/*.c server/errors.c server/openai_*.c server/chat.c server/tokenize.c ;;
     # the config file reader: its own module and common/
     config) echo common/*.c config/*.c ;;
-    *) echo common/*.c model/*.c ;;
+    *) echo $LOWER ;;
     esac
 }
 
