@@ -15,7 +15,7 @@
  *
  * This file opens, maps and validates a file and builds the indexes; the read side
  * after open (accessors, typed getters, rendering as text) is gguf_access.c. The
- * structs both share are in model_internal.h.
+ * structs both share are in gguf_internal.h.
  */
 #include "gguf/gguf.h"
 

@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "common/assert.h"
-#include "quant/quant.h"
+#include "quant/quant_internal.h"
 
 /* ---- the type table -------------------------------------------------------------- */
 

@@ -17,8 +17,7 @@
 #include <string.h>
 
 #include "common/assert.h"
-#include "quant/quant.h"
-#include "quant/quant.h"
+#include "quant/quant_internal.h"
 
 enum {
     K_SUB32 = QUANT_QK_K / 32, /* Q4_K/Q5_K sub-blocks of 32 */

@@ -238,7 +238,7 @@ static void *sched_thread_main(void *arg) {
 sp_status sched_start(sched *s) {
     if (s->started) return sp_fail(SP_ERR_INVALID_ARG, "the scheduler thread is already running");
     sp_status st = sp_thread_start(&s->thread, "sched", sched_thread_main, s);
-    if (st != SP_OK) return sp_fail_prefix(st, "scheduler: ");
+    if (st != SP_OK) return sp_fail_prefix(st, "scheduler");
     s->started = true;
     return SP_OK;
 }

@@ -308,7 +308,8 @@ static enum MHD_Result route(srv_conn *conn, const char *url, const char *method
     if (!method_ok) {
         srv_error_make(&err, SRV_ERROR_METHOD_NOT_ALLOWED, NULL, "Method %s is not allowed for %s (use %s)", method,
                        url, found->method);
-        return send_body(conn, 405, srv_error_json(&err), "application/json", MHD_HTTP_HEADER_ALLOW, found->method);
+        return send_body(conn, err.http_status, srv_error_json(&err), "application/json", MHD_HTTP_HEADER_ALLOW,
+                         found->method);
     }
     if (found->kind == ROUTE_HEALTH) return handle_health(conn);
     if (found->kind == ROUTE_READY) return handle_ready(conn);

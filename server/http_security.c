@@ -1,5 +1,5 @@
 /* http_security.c: TLS and the header limit as libmicrohttpd daemon options
- * (see http_security.h). */
+ * (declared in server_internal.h). */
 #include "server/server_internal.h"
 
 #include <errno.h>

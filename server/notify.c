@@ -244,7 +244,7 @@ sp_status srv_notify_start(srv_app *app, srv_notify **out) {
         pthread_mutex_destroy(&n->lock);
         pthread_cond_destroy(&n->stop_cond);
         free(n);
-        return sp_fail_prefix(st, "systemd notify: ");
+        return sp_fail_prefix(st, "systemd notify");
     }
     if (n->watchdog_s > 0) sp_log_info("systemd watchdog: every %.3g s while the scheduler ticks", n->period_s);
     *out = n;

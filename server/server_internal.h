@@ -19,7 +19,7 @@
  * openai_request.c, openai_response.c, chat.c, tokenize.c) share with each other and
  * nobody else: typed readers of request fields that fill an srv_error naming the
  * field, JSON text helpers, and the chat rendering that /v1/chat/completions and
- * /tokenize both use. Same thread rules as openai.h: reentrant, HTTP threads.
+ * /tokenize both use. Same thread rules as the OpenAI layer in server.h: reentrant, HTTP threads.
  */
 
 /* ---- errors.c ---- */

@@ -88,7 +88,7 @@ sp_status srv_watch_create(double keepalive_s, srv_watch **out) {
         pthread_mutex_destroy(&wt->lock);
         pthread_cond_destroy(&wt->stop_cond);
         free(wt);
-        return sp_fail_prefix(st, "watcher: ");
+        return sp_fail_prefix(st, "watcher");
     }
     *out = wt;
     return SP_OK;

@@ -7,7 +7,10 @@
   - an include goes from a folder to one it does not use (tools/layers.txt, closed
     transitively: cli uses server, so it also uses everything server uses);
   - the folders include each other in a cycle;
-  - a header named *_internal.h or *.cuh is included from outside its own folder (tests/
+  - a folder marked `!other` in the list reaches a header of other/ through any chain of
+    includes (server/ must never see the device API, not even through sched.h);
+  - a header named *_internal.h or *.cuh is included from outside its own folder, or a
+    header of a sub-folder (gpu/host/, gpu/cuda/) from outside its top folder (tests/
     may include any header: they test internals);
   - a folder with sources is not listed in tools/layers.txt, or the list itself has a cycle.
 On success it prints the graph, one line per folder in layer order: the folders each one
@@ -25,8 +28,9 @@ SKIPPED_DIRS = {"build", "models", "__pycache__"}
 INCLUDE_RE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
 
-def read_layers(path):
-    """{folder: [folders it uses]} in file order."""
+def read_layers(path, forbidden=None):
+    """{folder: [folders it uses]} in file order; forbidden, when given, gets
+    {folder: [folders it must never reach]} from the `!folder` entries."""
     layers = {}
     with open(path, encoding="utf-8") as f:
         for number, line in enumerate(f, 1):
@@ -36,7 +40,9 @@ def read_layers(path):
             if ":" not in line:
                 sys.exit(f"{path}:{number}: expected 'folder: folders it uses', got {line!r}")
             folder, uses = line.split(":", 1)
-            layers[folder.strip()] = uses.split()
+            layers[folder.strip()] = [u for u in uses.split() if not u.startswith("!")]
+            if forbidden is not None:
+                forbidden[folder.strip()] = [u[1:] for u in uses.split() if u.startswith("!")]
     for folder, uses in layers.items():
         for used in uses:
             if used not in layers:
@@ -103,20 +109,41 @@ def resolve(root, includer, target):
     return None
 
 
-def is_internal(header):
+def private_to(header):
+    """The folder a header is private to (its own for *_internal.h and .cuh, the top
+    folder for any header of a sub-folder), or None for a public header."""
     name = os.path.basename(header)
-    return name.endswith("_internal.h") or name.endswith(".cuh")
+    if name.endswith("_internal.h") or name.endswith(".cuh"):
+        return os.path.dirname(header)
+    parts = header.split(os.sep)
+    return parts[0] if len(parts) > 2 else None
+
+
+def reach(includes, start):
+    """Every file reachable from start through includes ({file: [files]}), with the
+    chain that first reached it: {file: [start, ..., file]}."""
+    chains = {start: [start]}
+    todo = [start]
+    while todo:
+        current = todo.pop()
+        for nxt in includes.get(current, ()):
+            if nxt not in chains:
+                chains[nxt] = chains[current] + [nxt]
+                todo.append(nxt)
+    return chains
 
 
 def check(root, layers_path):
     """(problems, graph): problems as lines; graph {folder: set of folders it includes}."""
-    layers = read_layers(layers_path)
+    forbidden = {}
+    layers = read_layers(layers_path, forbidden)
     problems = []
     cycle = find_cycle(layers)
     if cycle:
         return [f"{layers_path}: the layers themselves form a cycle: {' -> '.join(cycle)}"], {}
     allowed = closure(layers)
     graph = {}
+    includes = {}  # file -> the project files it includes
     unlisted = set()
     for path in source_files(root):
         folder = path.split(os.sep, 1)[0]
@@ -133,14 +160,26 @@ def check(root, layers_path):
             header = resolve(root, path, target)
             if header is None:
                 continue
+            includes.setdefault(path, []).append(header)
             to = header.split(os.sep, 1)[0]
             if to != folder:
                 graph[folder].add(to)
             if to not in allowed.get(folder, set()) and to in layers:
                 problems.append(f"{path}: includes {header}, but {folder}/ does not use {to}/ (tools/layers.txt)")
-            if is_internal(header) and folder != "tests" and \
-                    not path.startswith(os.path.dirname(header) + os.sep):
-                problems.append(f"{path}: includes {header}, an internal header of {os.path.dirname(header)}/")
+            owner = private_to(header)
+            if owner and folder != "tests" and not path.startswith(owner + os.sep):
+                problems.append(f"{path}: includes {header}, an internal header of {owner}/")
+    for path in sorted(includes):
+        folder = path.split(os.sep, 1)[0]
+        never = forbidden.get(folder, [])
+        if not never:
+            continue
+        seen = [(len(chain), reached, chain) for reached, chain in reach(includes, path).items()
+                if reached.split(os.sep, 1)[0] in never]
+        if seen:  # the shortest chain says best where the forbidden header comes in
+            _, reached, chain = min(seen)
+            problems.append(f"{path}: reaches {reached} ({' -> '.join(chain)}), but {folder}/ must never "
+                            f"see {reached.split(os.sep, 1)[0]}/ (tools/layers.txt)")
     for folder in sorted(unlisted):
         problems.append(f"{folder}/: has sources but is not in {layers_path}: add it with the folders it uses")
     cycle = find_cycle(graph)

@@ -27,7 +27,7 @@ if pkg-config --exists libpcre2-8 2>/dev/null; then LDLIBS+=($(pkg-config --libs
 # jansson: the chat-template engine's values (template/template.h).
 if pkg-config --exists jansson 2>/dev/null; then LDLIBS+=($(pkg-config --libs jansson)); else LDLIBS+=(-ljansson); fi
 # libmicrohttpd: server/ holds the HTTP server, so a harness that takes server/ sources
-# beyond its own list (make's library is all of server/ but main.c) needs it.
+# beyond its own list (make's library is all of server/) needs it.
 if pkg-config --exists libmicrohttpd 2>/dev/null; then LDLIBS+=($(pkg-config --libs libmicrohttpd)); else LDLIBS+=(-lmicrohttpd); fi
 # libyaml: the config file reader (config/).
 if pkg-config --exists yaml-0.1 2>/dev/null; then LDLIBS+=($(pkg-config --libs yaml-0.1)); else LDLIBS+=(-lyaml); fi
@@ -42,6 +42,8 @@ harness_sources() {
     request) echo $LOWER model/*.c server/errors.c server/openai_*.c server/chat.c server/tokenize.c ;;
     # the config file reader: its own module and common/
     config) echo common/*.c config/*.c ;;
+    # the GGUF reader, and the model's hyperparameters read from it
+    gguf) echo $LOWER model/arch.c ;;
     *) echo $LOWER ;;
     esac
 }
@@ -50,7 +52,9 @@ harness_sources() {
 compile_object() {
     local src=$1 obj=$OUT/obj/${1%.c}.o
     mkdir -p "$(dirname "$obj")"
-    if [[ ! -f $obj || $src -nt $obj ]] || find "${src%/*}" common -name '*.h' -newer "$obj" | grep -q .; then
+    # any project header may have changed what src compiles to
+    if [[ ! -f $obj || $src -nt $obj ]] || find common quant sample gguf tokenizer template gpu model scheduler \
+        config server -name '*.h' -newer "$obj" | grep -q .; then
         "$CLANG" "${CFLAGS[@]}" -fsanitize=fuzzer-no-link -c "$src" -o "$obj"
     fi
     echo "$obj"

@@ -89,8 +89,8 @@ __host__ __device__ constexpr int gemv_pow2_at_least(int v) {
 
 /* ---- block formats ---------------------------------------------------------------------- */
 
-/* The bytes of one block, as quant/quant.h lays them out (that header's C11
- * _Static_asserts keep it out of C++; these mirror its structs):
+/* The bytes of one block, as quant/quant.h lays them out (this file reads them as
+ * bytes at these offsets rather than through its structs):
  *   Q8_0: d (F16) at 0, qs[32] (int8) at 2                                   34 bytes
  *   Q4_0: d (F16) at 0, qs[16] at 2: qs[i] = element i (low) | element i+16 (high)  18 bytes
  *   Q4_1: d (F16) at 0, m (F16) at 2, qs[16] at 4, same nibble order        20 bytes

@@ -110,18 +110,19 @@ sp_status host__pool_create(int n_threads, host_pool **out) {
     }
 
     int started = 0;
+    sp_status st = SP_OK;
     for (int i = 0; i < n_threads - 1; i++) {
         pool->workers[i].pool = pool;
         pool->workers[i].index = i;
         char name[16];
         snprintf(name, sizeof name, "spindle-cpu-%u", (unsigned)(i + 1) % 1000u);
-        if (sp_thread_start(&pool->workers[i].thread, name, pool_worker_main, &pool->workers[i]) != SP_OK) break;
+        if ((st = sp_thread_start(&pool->workers[i].thread, name, pool_worker_main, &pool->workers[i])) != SP_OK) break;
         started++;
     }
-    if (started != n_threads - 1) {
+    if (st != SP_OK) {
         pool->n_threads = started + 1;
         host__pool_destroy(pool);
-        return sp_fail(SP_ERR_NOMEM, "thread pool: could not start %d threads", n_threads - 1);
+        return sp_fail_prefix(st, "thread pool: %d of %d threads started", started, n_threads - 1);
     }
     *out = pool;
     return SP_OK;

@@ -1,6 +1,7 @@
 """tools/check_layers.py (`make layers`): the real tree passes and prints its folder graph;
-a copy of the tree with one include against the layers, a cycle, another folder's internal
-header or an unlisted folder fails, naming the file and the rule."""
+a copy of the tree with one include against the layers, a cycle, the device API reached
+from the HTTP side through another header, another folder's internal header or an
+unlisted folder fails, naming the file and the rule."""
 import pathlib
 import shutil
 import subprocess
@@ -73,6 +74,21 @@ def test_internal_header_of_another_folder_fails(tree):
     r = run_checker(tree)
     assert r.returncode == 1
     assert "scheduler/queue.c: includes model/model_internal.h, an internal header of model/" in r.stderr
+
+
+def test_http_side_reaching_the_model_through_sched_h_fails(tree):
+    add_include(tree / "scheduler" / "sched.h", "model/model.h")
+    r = run_checker(tree)
+    assert r.returncode == 1
+    assert "server/" in r.stderr and "scheduler/sched.h -> model/model.h" in r.stderr
+    assert "must never see model/" in r.stderr
+
+
+def test_sub_folder_header_from_outside_its_top_folder_fails(tree):
+    add_include(tree / "model" / "forward.c", "gpu/cuda/cuda_backend.h")
+    r = run_checker(tree)
+    assert r.returncode == 1
+    assert "model/forward.c: includes gpu/cuda/cuda_backend.h, an internal header of gpu/" in r.stderr
 
 
 def test_unlisted_folder_fails(tree):
