@@ -33,7 +33,8 @@ TEMPLATE_SRC  := template/template_lexer.c template/template_parser.c template/t
                  template/template_str_methods.c template/template_filters.c template/template_builtins.c \
                  template/template_gguf.c
 GPU_SRC       := gpu/device.c gpu/host/host_backend.c gpu/host/host_ops.c gpu/host/host_matmul.c \
-                 gpu/host/host_attention.c gpu/host/host_quant_dot.c gpu/host/host_quant_dot_rows.c \
+                 gpu/host/host_attention.c gpu/host/host_cpu.c gpu/host/host_quant_dot.c gpu/host/host_quant_dot_rows.c \
+                 gpu/host/host_quant_dot_wrows.c \
                  gpu/host/host_sample.c gpu/host/threadpool.c
 MODEL_SRC     := model/arch.c model/model.c model/forward.c
 SCHED_SRC     := scheduler/sched.c scheduler/queue.c scheduler/request.c scheduler/kv_blocks.c scheduler/policy.c \

@@ -28,6 +28,12 @@ int cmd_exit_status(int status);
 
 /* ---- shared by the subcommands (cli_session.c) ---- */
 
+/* The device's kernel set for the config's. */
+dev_cpu_isa cli_cpu_isa(cfg_cpu_isa isa);
+/* Parses --cpu-isa's value and checks that this CPU runs the set; on failure prints
+ * "spindle: error: --cpu-isa ..." naming what is wrong and returns false. */
+bool cli_parse_cpu_isa(const char *text, dev_cpu_isa *out);
+
 /* Parses a whole decimal number for flag `name` within [min, max]; on failure prints
  * "spindle: error: --name: ..." and returns false. */
 bool cli_parse_int(const char *name, const char *text, long min, long max, long *out);
@@ -51,9 +57,10 @@ typedef struct cli_session {
 
 /* Loads model_path on a CPU backend with n_threads (<= 0: all cores), for forward
  * steps of up to 512 tokens. */
-sp_status cli_session_open(cli_session *s, const char *model_path, dev_kind kind, int n_threads);
+sp_status cli_session_open(cli_session *s, const char *model_path, dev_kind kind, int n_threads, dev_cpu_isa cpu_isa);
 /* The same, for forward steps of up to max_batch tokens (<= 512: 512). */
-sp_status cli_session_open_sized(cli_session *s, const char *model_path, dev_kind kind, int n_threads, int max_batch);
+sp_status cli_session_open_sized(cli_session *s, const char *model_path, dev_kind kind, int n_threads,
+                                 dev_cpu_isa cpu_isa, int max_batch);
 /* Creates the KV cache for n_ctx tokens (<= 0: the model's training context). */
 sp_status cli_session_reserve(cli_session *s, int n_ctx);
 /* Appends n tokens at the end of the sequence, in chunks of at most max_batch_tokens,

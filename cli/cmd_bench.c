@@ -220,6 +220,8 @@ static int bench_report(cli_session *s, bench_test *t, int threads) {
     memcpy(sorted, t->tps, sizeof(double) * (size_t)t->reps);
     double median = median_sorted_in_place(sorted, (size_t)t->reps);
     printf("{\"test\":\"%s\",\"threads\":%d,\"n_tokens\":%d,", t->name, threads, t->n_tokens);
+    if (dev_cpu_kernels(s->dev) != DEV_CPU_ISA_AUTO)
+        printf("\"cpu_isa\":\"%s\",", dev_cpu_isa_name(dev_cpu_kernels(s->dev)));
     if (t->kind != BENCH_PP) printf("\"batch\":%d,", t->n_seqs);
     printf("\"reps\":%d,\"tokens_per_s_median\":%.2f,", t->reps, median);
     if (t->step_s)
@@ -248,7 +250,7 @@ static int bench_run(cli_session *s, bench_kind kind, int n_tokens, int n_seqs, 
 }
 
 int cmd_bench(int argc, char **argv) {
-    enum { OPT_PP = 256, OPT_TG, OPT_BATCH, OPT_REPS, OPT_THREADS, OPT_DEVICE };
+    enum { OPT_PP = 256, OPT_TG, OPT_BATCH, OPT_REPS, OPT_THREADS, OPT_DEVICE, OPT_CPU_ISA };
     static const struct option options[] = {
         {"model", required_argument, NULL, 'm'},
         {"pp", required_argument, NULL, OPT_PP},
@@ -257,12 +259,14 @@ int cmd_bench(int argc, char **argv) {
         {"reps", required_argument, NULL, OPT_REPS},
         {"threads", required_argument, NULL, OPT_THREADS},
         {"device", required_argument, NULL, OPT_DEVICE},
+        {"cpu-isa", required_argument, NULL, OPT_CPU_ISA},
         {"help", no_argument, NULL, 'h'},
         {0, 0, 0, 0},
     };
     const char *model_path = CMD_DEFAULT_MODEL;
     long pp = 512, tg = 128, batch = 1, reps = 5, threads = 0;
     dev_kind kind = DEV_KIND_CPU;
+    dev_cpu_isa cpu_isa = DEV_CPU_ISA_AUTO;
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "m:h", options, NULL)) != -1) {
@@ -283,6 +287,9 @@ int cmd_bench(int argc, char **argv) {
         case OPT_THREADS:
             if (!cli_parse_int("threads", optarg, 1, 256, &threads)) return 2;
             break;
+        case OPT_CPU_ISA:
+            if (!cli_parse_cpu_isa(optarg, &cpu_isa)) return 2;
+            break;
         case OPT_DEVICE:
             if (strcmp(optarg, "cpu") == 0)
                 kind = DEV_KIND_CPU;
@@ -296,8 +303,8 @@ int cmd_bench(int argc, char **argv) {
             }
             break;
         case 'h':
-            printf("usage: spindle bench [--model PATH] [--device cpu|cuda|auto] [--threads N] [--pp 512] [--tg 128] "
-                   "[--batch 1] [--reps 5]\n"
+            printf("usage: spindle bench [--model PATH] [--device cpu|cuda|auto] [--threads N] "
+                   "[--cpu-isa auto|generic|avx2|avx512] [--pp 512] [--tg 128] [--batch 1] [--reps 5]\n"
                    "  ppN: N random tokens (up to 8192) as one step; tgN: N tokens one at a time; 0 skips a test.\n"
                    "  --batch S (1..256): tg decodes S sequences together (tgN_bS), each after a %d-token prompt.\n",
                    BENCH_PROMPT);
@@ -307,7 +314,7 @@ int cmd_bench(int argc, char **argv) {
     }
     bench_kind tg_kind = batch > 1 ? BENCH_TG_BATCH : BENCH_TG;
     cli_session s;
-    sp_status st = cli_session_open_sized(&s, model_path, kind, (int)threads, (int)pp);
+    sp_status st = cli_session_open_sized(&s, model_path, kind, (int)threads, cpu_isa, (int)pp);
     if (st == SP_OK) {
         long ctx = bench_ctx_needed(BENCH_PP, pp, 1, s.block_size);
         long tg_ctx = bench_ctx_needed(tg_kind, tg, batch, s.block_size);

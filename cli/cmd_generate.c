@@ -23,6 +23,7 @@ static void generate_usage(FILE *out) {
             "  --min-p P           drop tokens below P times the top probability (default 0 = off)\n"
             "  --seed S            random seed for sampling (default: from the clock)\n"
             "  --threads N         CPU threads (default: all cores)\n"
+            "  --cpu-isa SET       CPU kernels: auto, generic, avx2, avx512 (default auto: the best here)\n"
             "  --ctx N             context (KV cache) size in tokens (default: prompt + max tokens;\n"
             "                      at most the model's training context)\n"
             "  --ignore-eos        keep generating past end-of-generation tokens\n",
@@ -40,6 +41,7 @@ typedef struct generate_args {
     const char *prompt;
     long max_tokens;
     long threads;
+    dev_cpu_isa cpu_isa;
     long ctx;
     bool ignore_eos;
     sample_params sampling;
@@ -55,6 +57,7 @@ static int generate_parse(int argc, char **argv, generate_args *a) {
         OPT_MIN_P,
         OPT_SEED,
         OPT_THREADS,
+        OPT_CPU_ISA,
         OPT_CTX,
         OPT_IGNORE_EOS
     };
@@ -68,6 +71,7 @@ static int generate_parse(int argc, char **argv, generate_args *a) {
         {"min-p", required_argument, NULL, OPT_MIN_P},
         {"seed", required_argument, NULL, OPT_SEED},
         {"threads", required_argument, NULL, OPT_THREADS},
+        {"cpu-isa", required_argument, NULL, OPT_CPU_ISA},
         {"ctx", required_argument, NULL, OPT_CTX},
         {"ignore-eos", no_argument, NULL, OPT_IGNORE_EOS},
         {"help", no_argument, NULL, 'h'},
@@ -110,6 +114,9 @@ static int generate_parse(int argc, char **argv, generate_args *a) {
         case OPT_THREADS:
             if (!cli_parse_int("threads", optarg, 1, 256, &a->threads)) return 2;
             break;
+        case OPT_CPU_ISA:
+            if (!cli_parse_cpu_isa(optarg, &a->cpu_isa)) return 2;
+            break;
         case OPT_CTX:
             if (!cli_parse_int("ctx", optarg, 1, 1 << 24, &a->ctx)) return 2;
             break;
@@ -140,7 +147,7 @@ int cmd_generate(int argc, char **argv) {
     size_t n_prompt = 0;
     sample_state sampler = {0};
     char *text = NULL; /* one decoded piece: the longest token plus held-back bytes */
-    sp_status st = cli_session_open(&s, a.model, DEV_KIND_CPU, (int)a.threads);
+    sp_status st = cli_session_open(&s, a.model, DEV_KIND_CPU, (int)a.threads, a.cpu_isa);
     if (st != SP_OK) {
         fprintf(stderr, "spindle: error: %s\n", sp_last_error());
         return cmd_exit_status(st);

@@ -172,6 +172,7 @@ static sp_status serve_load(const serve_args *a, srv_app *app, serve_state *s) {
     dev_options dopts = {
         .kind = kind,
         .n_threads = (int)a->threads,
+        .cpu_isa = cli_cpu_isa(a->cfg.cpu_isa),
         .no_graphs = !a->cfg.cuda_graphs,
         .quant_gemv = a->cfg.cuda_gemv == CFG_GEMV_ALWAYS  ? DEV_GEMV_ALWAYS
                       : a->cfg.cuda_gemv == CFG_GEMV_NEVER ? DEV_GEMV_NEVER
@@ -192,13 +193,15 @@ static sp_status serve_load(const serve_args *a, srv_app *app, serve_state *s) {
     if ((st = sched_create(&cfg, s->model, &app->sched)) != SP_OK) return st;
     const sched_config *live = sched_get_config(app->sched); /* the context may shrink to the KV pool */
     model_names(a->model, a->served_name, s->file_name, sizeof s->file_name, s->served_name, sizeof s->served_name);
-    app->model = (srv_model_info){.served_name = s->served_name,
-                                  .file_name = s->file_name,
-                                  .vocab = model_vocab(s->model),
-                                  .max_seq_len = live->max_seq_len,
-                                  .max_n = (int)a->cfg.max_n,
-                                  .max_tokens = (int32_t)a->cfg.max_tokens,
-                                  .created = (int64_t)time(NULL)};
+    app->model = (srv_model_info){
+        .served_name = s->served_name,
+        .file_name = s->file_name,
+        .vocab = model_vocab(s->model),
+        .max_seq_len = live->max_seq_len,
+        .max_n = (int)a->cfg.max_n,
+        .max_tokens = (int32_t)a->cfg.max_tokens,
+        .created = (int64_t)time(NULL),
+        .cpu_kernels = dev_cpu_kernels(s->dev) != DEV_CPU_ISA_AUTO ? dev_cpu_isa_name(dev_cpu_kernels(s->dev)) : NULL};
     if ((st = srv_model_info_init_template(&app->model, model_gguf(s->model), a->chat_template)) != SP_OK) return st;
     if ((st = sched_start(app->sched)) != SP_OK) return st;
     sp_log_info("model %s (%s, %d layers, vocab %d) on %s; context %d; KV cache %lld MiB in blocks of %d; batch %d "
@@ -267,6 +270,11 @@ int cmd_serve(int argc, char **argv) {
     if (access(a.model, R_OK) != 0) {
         fprintf(stderr, "spindle: error: %s: cannot read the model file (run `make setup` for the default model)\n",
                 a.model);
+        serve_args_free(&a);
+        return 2;
+    }
+    if (dev_cpu_isa_check(cli_cpu_isa(a.cfg.cpu_isa)) != SP_OK) {
+        fprintf(stderr, "spindle: error: --cpu-isa %s\n", sp_last_error());
         serve_args_free(&a);
         return 2;
     }

@@ -27,7 +27,7 @@
 /* The file read when --config is not given, if it exists. */
 #define CFG_DEFAULT_PATH "/etc/spindle/spindle.yaml"
 /* How many settings there are (the rows of cfg.c's key table). */
-#define CFG_KEY_COUNT 39
+#define CFG_KEY_COUNT 40
 
 typedef enum cfg_device {
     CFG_DEVICE_AUTO, /* CUDA when built and present, else the CPU */
@@ -36,6 +36,9 @@ typedef enum cfg_device {
 } cfg_device;
 
 typedef enum cfg_cuda_gemv { CFG_GEMV_AUTO, CFG_GEMV_ALWAYS, CFG_GEMV_NEVER } cfg_cuda_gemv;
+
+/* The CPU backend's kernel set (gpu/device.h's dev_cpu_isa, in the same order). */
+typedef enum cfg_cpu_isa { CFG_CPU_ISA_AUTO, CFG_CPU_ISA_GENERIC, CFG_CPU_ISA_AVX2, CFG_CPU_ISA_AVX512 } cfg_cpu_isa;
 
 typedef enum cfg_policy { CFG_POLICY_FCFS, CFG_POLICY_PRIORITY } cfg_policy;
 
@@ -58,6 +61,7 @@ typedef struct cfg_settings {
     cfg_device device;
     bool cuda_graphs;        /* on a GPU: decode steps replayed as captured graphs */
     cfg_cuda_gemv cuda_gemv; /* on a GPU: when small matmuls read quantized blocks directly */
+    cfg_cpu_isa cpu_isa;     /* on the CPU: the kernel set (auto: the best this CPU runs) */
     int64_t threads;         /* CPU threads; 0: all cores */
     int64_t ctx_size;        /* context limit per sequence; 0: the model's training context */
     /* HTTP */

@@ -58,6 +58,10 @@ int dev_threads(const dev_backend *dev) {
     return dev->n_threads;
 }
 
+dev_cpu_isa dev_cpu_kernels(const dev_backend *dev) {
+    return dev->cpu_isa;
+}
+
 sp_status dev_weight_init(dev_backend *dev, dev_tensor *out, quant_type type, int64_t ne0, int64_t ne1,
                           const void *host_data, size_t nbytes) {
     if (!quant_type_supported(type)) return sp_fail(SP_ERR_UNSUPPORTED, "tensor type %s", quant_type_name(type));

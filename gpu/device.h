@@ -46,9 +46,32 @@ typedef enum dev_quant_gemv {
     DEV_GEMV_NEVER   /* never; the blocks are then not uploaded at all */
 } dev_quant_gemv;
 
+/* The CPU backend's kernel sets, chosen at run time (gpu/host/host_cpu.c). avx512 uses
+ * AVX-512 VL/VNNI instructions where they give the very same numbers as avx2 (integer dot
+ * products, more rows per call), so avx2 and avx512 results are identical bit for bit;
+ * generic is portable C with its own summation order. */
+typedef enum dev_cpu_isa {
+    DEV_CPU_ISA_AUTO, /* the best set this CPU runs */
+    DEV_CPU_ISA_GENERIC,
+    DEV_CPU_ISA_AVX2,   /* AVX2, FMA, F16C */
+    DEV_CPU_ISA_AVX512, /* the above plus AVX-512 F, BW, VL and VNNI */
+} dev_cpu_isa;
+
+const char *dev_cpu_isa_name(dev_cpu_isa isa); /* "auto", "generic", "avx2", "avx512" */
+/* SP_ERR_INVALID_ARG naming the accepted names when name is none of them. */
+sp_status dev_cpu_isa_parse(const char *name, dev_cpu_isa *out);
+/* SP_ERR_UNSUPPORTED naming what is missing when this CPU (and OS) cannot run the set. */
+sp_status dev_cpu_isa_check(dev_cpu_isa isa);
+/* The llama.cpp kernel set whose rounding this set reproduces ("avx2" or "generic"):
+ * what a parity reference must have been made with to compare bit for bit. */
+const char *dev_cpu_isa_rounding(dev_cpu_isa isa);
+/* Whether this CPU has AMX tiles the process may use (reported; no kernel uses them). */
+bool dev_cpu_has_amx(void);
+
 typedef struct dev_options {
     dev_kind kind;
     int n_threads;             /* CPU worker threads including the caller; <= 0: one per core */
+    dev_cpu_isa cpu_isa;       /* CPU kernels; AUTO (0) picks the best; a set the CPU lacks fails */
     bool no_graphs;            /* GPU: run decode steps op by op instead of replaying captured graphs */
     dev_quant_gemv quant_gemv; /* GPU only */
 } dev_options;
@@ -109,10 +132,6 @@ typedef struct dev_step {
  * reason goes into why (cap bytes). */
 bool dev_cuda_available(char *why, size_t cap);
 
-/* The kernel set the CPU backend runs on this machine, chosen at run time: "avx2" or
- * "generic". Results are bit for bit the same on machines with the same set. */
-const char *dev_cpu_kernel_set(void);
-
 /* Free and total memory of a device with its own (a GPU); SP_ERR_UNSUPPORTED for the
  * CPU, whose memory the budget flags size instead. */
 sp_status dev_memory_info(dev_backend *dev, size_t *free_bytes, size_t *total_bytes);
@@ -123,6 +142,8 @@ sp_status dev_create(const dev_options *opts, dev_backend **out);
 void dev_destroy(dev_backend *dev);
 const char *dev_name(const dev_backend *dev); /* "cpu (2 threads, avx2)" */
 int dev_threads(const dev_backend *dev);
+/* The kernel set a CPU backend runs (never AUTO); DEV_CPU_ISA_AUTO for a GPU backend. */
+dev_cpu_isa dev_cpu_kernels(const dev_backend *dev);
 
 /* Makes a weight usable by the ops. `host_data` is the tensor in its file format and is
  * borrowed until dev_destroy (the CPU backend reads it in place from the mapping; a GPU

@@ -100,6 +100,11 @@ char *srv_metrics_render(const srv_app *app, const sched *s) {
            atomic_load(&app->phase) == SRV_PHASE_READY ? 1 : 0);
     metric(&b, "live_generations", "gauge", "generation requests with an open connection",
            (double)atomic_load(&app->live_generations));
+    if (atomic_load(&app->phase) == SRV_PHASE_READY && app->model.cpu_kernels) /* set before READY */
+        strbuf_printf(&b,
+                      "# HELP spindle_cpu_kernels_info the CPU kernel set the model runs on (--cpu-isa)\n"
+                      "# TYPE spindle_cpu_kernels_info gauge\nspindle_cpu_kernels_info{set=\"%s\"} 1\n",
+                      app->model.cpu_kernels);
     if (s) {
         sched_stats st;
         sched_get_stats(s, &st);

@@ -101,6 +101,7 @@ typedef struct srv_model_info {
     int max_n;                 /* most choices per request (--max-n); 0: SRV_MAX_N */
     int32_t max_tokens;        /* largest max_tokens a request may ask for (--max-tokens); 0: the context */
     int64_t created;           /* unix time the server loaded the model */
+    const char *cpu_kernels;   /* the CPU backend's kernel set ("avx512"); NULL on a GPU */
 } srv_model_info;
 
 /* Fills the template fields of mi: the model's template (or override_path's file, or

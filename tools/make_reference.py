@@ -310,7 +310,7 @@ def dumps_layout(doc):
 
 
 def kernel_set(system_info):
-    """The CPU kernel set llama.cpp ran, in spindle's words (dev_cpu_kernel_set()): its
+    """The CPU kernel set llama.cpp ran, in spindle's words (dev_cpu_isa_rounding()): its
     AVX-512 kernels round differently from its AVX2 ones, so the reference is only
     bit-comparable with a spindle running the same set."""
     flags = dict(part.strip().split(" = ") for part in system_info.split("|") if " = " in part)

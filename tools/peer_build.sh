@@ -3,7 +3,15 @@
 # (vendor/llama.cpp). Used for the reference data (tools/make_reference.py) and the benchmark
 # (bench/bench_kernels.sh). Nothing of it is committed: it all lives under PEER_DIR.
 #
-#   tools/peer_build.sh [PEER_DIR]        (default: $PEER_DIR, else build/peer)
+#   tools/peer_build.sh [PEER_DIR]        (default: $PEER_DIR, else build/peer-$PEER_ISA)
+#   PEER_ISA=avx2|avx512|amx tools/peer_build.sh
+#
+# The instruction set is given explicitly, never GGML_NATIVE: a native build dies with an
+# illegal instruction on some Xeons (it enables AMX the process may not use). PEER_ISA
+# defaults to the best set this CPU has short of AMX: avx512 (F, BW, VL, VNNI, BF16, VBMI)
+# where /proc/cpuinfo lists them, else avx2 (with FMA, F16C, BMI2). amx adds AMX tile,
+# int8 and bf16 to avx512 and is built only when asked for. One build per set, each in its
+# own PEER_DIR, so results of different sets are never mixed.
 #
 # Steps, each skipped when already done: pip download the sdist (sha256 pinned), extract it,
 # configure with CMake, then an incremental build of llama, llama-bench and llama-server.
@@ -11,7 +19,24 @@
 # A fresh build takes 15+ minutes on 2 cores; JOBS defaults to 2.
 set -euo pipefail
 
-PEER_DIR=${1:-${PEER_DIR:-build/peer}}
+cpu_has() { grep -qw "$1" /proc/cpuinfo 2>/dev/null; }
+if [ -z "${PEER_ISA:-}" ]; then
+    PEER_ISA=avx2
+    if cpu_has avx512f && cpu_has avx512bw && cpu_has avx512vl && cpu_has avx512_vnni && cpu_has avx512_bf16 &&
+        cpu_has avx512vbmi; then
+        PEER_ISA=avx512
+    fi
+fi
+ISA_FLAGS=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON)
+case "$PEER_ISA" in
+avx2) ;;
+avx512 | amx)
+    ISA_FLAGS+=(-DGGML_AVX512=ON -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON)
+    [ "$PEER_ISA" = amx ] && ISA_FLAGS+=(-DGGML_AMX_TILE=ON -DGGML_AMX_INT8=ON -DGGML_AMX_BF16=ON)
+    ;;
+*) echo "peer_build: PEER_ISA=$PEER_ISA: expected avx2, avx512 or amx" >&2; exit 2 ;;
+esac
+PEER_DIR=${1:-${PEER_DIR:-build/peer-$PEER_ISA}}
 VERSION=0.3.36
 SDIST_SHA256=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
 JOBS=${JOBS:-2}
@@ -50,7 +75,7 @@ fi
 
 if [ ! -f "$BUILD/CMakeCache.txt" ]; then
     cmake -S "$SRC/vendor/llama.cpp" -B "$BUILD" \
-        -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON -DLLAMA_CURL=OFF -DGGML_NATIVE=ON \
+        -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON -DLLAMA_CURL=OFF "${ISA_FLAGS[@]}" \
         -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF >>"$LOG" 2>&1 ||
         fail "cmake configure failed"
 fi
@@ -61,6 +86,7 @@ BIN=$BUILD/bin
 for f in libllama.so llama-bench llama-server; do
     [ -e "$BIN/$f" ] || fail "$BIN/$f missing after the build"
 done
-echo "peer: llama.cpp from llama-cpp-python $VERSION (vendor/llama.cpp)"
+echo "$PEER_ISA" >"$PEER_DIR/isa"
+echo "peer: llama.cpp from llama-cpp-python $VERSION (vendor/llama.cpp), kernels $PEER_ISA"
 echo "peer: binaries in $BIN (llama-bench, llama-server, libllama.so)"
 echo "peer: python bindings in $SRC (set LLAMA_CPP_LIB_PATH=$BIN)"

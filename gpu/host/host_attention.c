@@ -371,7 +371,7 @@ void host__attention(dev_backend *dev, float *out, const float *q, const dev_kv 
                            .scratch = hb->attn_scratch,
                            .thread_bytes = thread_bytes};
 #if HOST_SIMD_AVX2
-    task.simd = host__cpu_has_avx2() && shape->head_dim % ATTN_LANES == 0;
+    task.simd = hb->base.cpu_isa >= DEV_CPU_ISA_AVX2 && shape->head_dim % ATTN_LANES == 0;
 #endif
     host__pool_run(hb->pool, attention_heads, &task);
 }

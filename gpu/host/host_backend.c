@@ -170,21 +170,21 @@ sp_status host_backend_create(const dev_options *opts, dev_backend **out) {
         n = cores > 0 ? (int)cores : 1;
     }
     if (n > 256) return sp_fail(SP_ERR_INVALID_ARG, "threads: %d is more than 256", n);
+    dev_cpu_isa isa;
+    sp_status st = host__isa_resolve(opts->cpu_isa, &isa);
+    if (st != SP_OK) return st;
     host_backend *hb = calloc(1, sizeof *hb);
     if (!hb) return sp_fail(SP_ERR_NOMEM, "cpu backend: out of memory");
     hb->base.ops = &host_ops;
     hb->base.n_threads = n;
-    sp_status st = host__pool_create(n, &hb->pool);
+    hb->base.cpu_isa = isa;
+    st = host__pool_create(n, &hb->pool);
     if (st != SP_OK) {
         free(hb);
         return st;
     }
-    snprintf(hb->name, sizeof hb->name, "cpu (%d thread%s, %s)", n, n == 1 ? "" : "s", host__simd_name());
+    snprintf(hb->name, sizeof hb->name, "cpu (%d thread%s, %s%s)", n, n == 1 ? "" : "s", dev_cpu_isa_name(isa),
+             host__cpu_features().amx ? "; AMX present, unused" : "");
     *out = &hb->base;
     return SP_OK;
-}
-
-/* device.h's, answered by the CPU backend that owns the kernel choice. */
-const char *dev_cpu_kernel_set(void) {
-    return host__simd_name();
 }

@@ -25,11 +25,23 @@ typedef float (*host_vec_dot_fn)(const void *w, const void *a, int64_t n);
 /* Quantizes a float row (n) into the activation format dst. */
 typedef void (*host_quantize_fn)(void *dst, const float *src, int64_t n);
 
-/* The fastest implementation this CPU runs (AVX2/FMA chosen at run time, portable C
- * otherwise) for weights of type t; NULL for unsupported types. Results equal
- * quant_vec_dot_ref up to float summation order. */
-host_vec_dot_fn host__vec_dot_for(quant_type t);
-host_quantize_fn host__quantize_for(quant_type act_type);
+/* ---- kernel sets (host_cpu.c) ---- */
+typedef struct host_cpu_features {
+    bool avx2;   /* AVX2, FMA, F16C, YMM state saved by the OS */
+    bool avx512; /* and AVX-512 F/BW/VL/VNNI, opmask and ZMM state saved */
+    bool amx;    /* and AMX tile/int8, tile state saved and permitted (probed, unused) */
+} host_cpu_features;
+
+host_cpu_features host__cpu_features(void); /* probed once */
+dev_cpu_isa host__isa_best(void);
+/* wanted (AUTO: the best) as a set this CPU runs; SP_ERR_UNSUPPORTED naming what lacks. */
+sp_status host__isa_resolve(dev_cpu_isa wanted, dev_cpu_isa *out);
+
+/* The implementation of set isa (never AUTO) for weights of type t; NULL for
+ * unsupported types. avx512 and avx2 give the same bits; both equal quant_vec_dot_ref
+ * up to float summation order. */
+host_vec_dot_fn host__vec_dot_for(dev_cpu_isa isa, quant_type t);
+host_quantize_fn host__quantize_for(dev_cpu_isa isa, quant_type act_type);
 
 /* The multi-row kernels (host_quant_dot_rows.c): one weight row w against
  * HOST_DOT_ROWS activation rows (row r at a + r * a_stride bytes), writing row r's
@@ -38,14 +50,16 @@ host_quantize_fn host__quantize_for(quant_type act_type);
 enum { HOST_DOT_ROWS = 4 };
 typedef void (*host_vec_dot_rows_fn)(const void *w, const void *a, size_t a_stride, int64_t n, float *out,
                                      size_t out_stride);
-/* NULL when this CPU or type has none: use the one-row kernel for every row. */
-host_vec_dot_rows_fn host__vec_dot_rows_for(quant_type t);
+/* NULL when the set or type has none: use the one-row kernel for every row. */
+host_vec_dot_rows_fn host__vec_dot_rows_for(dev_cpu_isa isa, quant_type t);
 
-/* "avx2" or "generic": what host__vec_dot_for picks on this CPU. */
-const char *host__simd_name(void);
-
-/* True when this CPU runs the AVX2+FMA+F16C kernels (probed once). */
-bool host__cpu_has_avx2(void);
+/* The decode-shaped kernels (host_quant_dot_wrows.c): HOST_DOT_WROWS weight rows (row
+ * j at w + j * w_stride bytes) against one activation row, out[j] for row j. Each
+ * result is bit for bit host__vec_dot_for(isa, t)'s for that weight row alone. */
+enum { HOST_DOT_WROWS = 4 };
+typedef void (*host_vec_dot_wrows_fn)(const void *w, size_t w_stride, const void *a, int64_t n, float *out);
+/* NULL when the set or type has none. */
+host_vec_dot_wrows_fn host__vec_dot_wrows_for(dev_cpu_isa isa, quant_type t);
 
 /* ---- thread pool (threadpool.c) ----
  * A fixed set of worker threads that run one task function at a time, split by
@@ -175,8 +189,10 @@ static inline float host__expf(float x) {
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #define HOST_SIMD_AVX2 1
-/* Marks functions that use AVX2/FMA/F16C; call them only when host__cpu_has_avx2(). */
+/* Marks functions that use AVX2/FMA/F16C; call them only in the avx2 set or above. */
 #define HOST_AVX2_TARGET __attribute__((target("avx2,fma,f16c")))
+/* And AVX-512 F/BW/VL/VNNI: only in the avx512 set. */
+#define HOST_AVX512_TARGET __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
 
 /* host__hsum8 on a register. */
 static HOST_AVX2_TARGET inline float host__avx2_hsum(__m256 v) {
@@ -216,5 +232,66 @@ static HOST_AVX2_TARGET inline __m256 host__avx2_expf(__m256 x) {
 #else
 #define HOST_SIMD_AVX2 0
 #endif
+
+/* ---- AVX2 building blocks of the row kernels (host_quant_dot*.c): the integer
+ * horizontal sum, F16 scale loads, nibble and bit unpacking, and the 8-bit dot
+ * products. Every function carries the target attribute, so the including file is
+ * still compiled for plain x86-64 and only calls them in the avx2 set or above. */
+#if HOST_SIMD_AVX2
+
+static HOST_AVX2_TARGET inline int avx2_hsum_i32(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
+    return _mm_cvtsi128_si32(s);
+}
+
+/* Four bytes (two F16 values) as floats in lanes 0 and 1. */
+static HOST_AVX2_TARGET inline __m128 avx2_f16_pair(const void *p) {
+    uint32_t bits;
+    memcpy(&bits, p, sizeof bits);
+    return _mm_cvtph_ps(_mm_cvtsi32_si128((int)bits));
+}
+
+/* f16(*x) * f16(*y) broadcast to 8 lanes (the product of a weight and an activation
+ * scale). Each load takes the F16 and the two bytes after it (still inside the block),
+ * which lane 1 ignores. */
+static HOST_AVX2_TARGET inline __m256 avx2_scale_product(const uint16_t *x, const uint16_t *y) {
+    return _mm256_broadcastss_ps(_mm_mul_ss(avx2_f16_pair(x), avx2_f16_pair(y)));
+}
+
+/* 16 bytes of packed nibbles -> 32 bytes: low nibbles (elements 0..15) in bytes 0..15,
+ * high nibbles (elements 16..31) in bytes 16..31. */
+static HOST_AVX2_TARGET inline __m256i avx2_nibbles(const uint8_t *qs) {
+    const __m256i both = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)qs));
+    const __m256i shifted = _mm256_srlv_epi64(both, _mm256_set_epi64x(4, 4, 0, 0));
+    return _mm256_and_si256(shifted, _mm256_set1_epi8(0x0F));
+}
+
+/* 32 bits -> 32 bytes: byte j is 0xFF where bit j is set, else 0. */
+static HOST_AVX2_TARGET inline __m256i avx2_bits_to_bytes(const uint8_t bits_le[4]) {
+    uint32_t bits;
+    memcpy(&bits, bits_le, sizeof bits);
+    const __m256i select = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, /* */
+                                            2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32((int)bits), select);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+    return _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+}
+
+/* Unsigned bytes u times signed bytes s, summed in groups of 4 -> 8 int32. Pairs of
+ * products must fit int16 (true for u <= 128 and |s| <= 127). */
+static HOST_AVX2_TARGET inline __m256i avx2_dot_u8s8(__m256i u, __m256i s) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+}
+
+/* Signed bytes x times signed bytes y, in groups of 4 -> 8 int32: |x| as unsigned,
+ * the sign moved onto y. x may be -128 (|x| reads as 128); y never is (no activation
+ * quantizer produces -128). */
+static HOST_AVX2_TARGET inline __m256i avx2_dot_s8s8(__m256i x, __m256i y) {
+    return avx2_dot_u8s8(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
+}
+
+#endif /* HOST_SIMD_AVX2 */
 
 #endif

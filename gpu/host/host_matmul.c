@@ -9,8 +9,10 @@
  * handed out as one range, and each tile is multiplied against every activation row
  * before the next tile is read, so one pass over the weights serves the whole batch.
  * Rows go through the multi-row kernel HOST_DOT_ROWS at a time (one read of a weight
- * row serves four tokens), the rest one by one; both give each output element the
- * same bits, so a token's result never depends on T or on the rest of the batch.
+ * row serves four tokens); the rest (all of a decode step of one sequence) through the
+ * decode-shaped kernel, HOST_DOT_WROWS weight rows per call, and the leftover weight
+ * rows one by one. All give each output element the same bits, so a token's result
+ * never depends on T or on the rest of the batch.
  */
 #include <string.h>
 
@@ -30,7 +32,8 @@ typedef struct matmul_task {
     const void *act; /* (T, act_row_bytes) activations in the dot format */
     host_quantize_fn quantize;
     host_vec_dot_fn dot;
-    host_vec_dot_rows_fn dot_rows; /* NULL: none for this type, every row through dot */
+    host_vec_dot_rows_fn dot_rows;   /* NULL: none for this type, every row through dot */
+    host_vec_dot_wrows_fn dot_wrows; /* NULL: none for this type */
 } matmul_task;
 
 static void matmul_quantize_rows(void *ctx, int ith, int nth) {
@@ -71,7 +74,16 @@ static void matmul_tiles(void *ctx, int ith, int nth) {
         for (; r < t->rows; r++) {
             const void *a = (const char *)t->act + (size_t)r * t->act_row_bytes;
             float *y = out + r * n;
-            for (int64_t j = n0; j < n1; j++) {
+            int64_t j = n0;
+            if (t->dot_wrows) { /* HOST_DOT_WROWS weight rows per activation row read */
+                for (; j + HOST_DOT_WROWS <= n1; j += HOST_DOT_WROWS) {
+                    const void *wrow = (const char *)w->data + (size_t)j * w_row_bytes;
+                    t->dot_wrows(wrow, w_row_bytes, a, t->k, y + j);
+                    if (bias)
+                        for (int i = 0; i < HOST_DOT_WROWS; i++) y[j + i] += bias[j + i];
+                }
+            }
+            for (; j < n1; j++) {
                 const void *wrow = (const char *)w->data + (size_t)j * w_row_bytes;
                 float v = t->dot(wrow, a, t->k);
                 y[j] = bias ? v + bias[j] : v;
@@ -91,8 +103,9 @@ static void matmul_same_type(host_backend *hb, const dev_matmul_part *parts, int
         .in = in,
         .rows = rows,
         .k = w0->ne0,
-        .dot = host__vec_dot_for(w0->type),
-        .dot_rows = host__vec_dot_rows_for(w0->type),
+        .dot = host__vec_dot_for(hb->base.cpu_isa, w0->type),
+        .dot_rows = host__vec_dot_rows_for(hb->base.cpu_isa, w0->type),
+        .dot_wrows = host__vec_dot_wrows_for(hb->base.cpu_isa, w0->type),
     };
     SP_ASSERT(task.dot != NULL && n_parts <= MATMUL_MAX_PARTS);
     for (int p = 0; p < n_parts; p++)
@@ -101,7 +114,7 @@ static void matmul_same_type(host_backend *hb, const dev_matmul_part *parts, int
         task.act = in;
         task.act_row_bytes = (size_t)task.k * sizeof(float);
     } else {
-        task.quantize = host__quantize_for(act_type);
+        task.quantize = host__quantize_for(hb->base.cpu_isa, act_type);
         SP_ASSERT(task.quantize != NULL);
         task.act_row_bytes = quant_row_bytes(act_type, task.k);
         SP_ASSERT(task.act_row_bytes * (size_t)rows <= hb->scratch_bytes); /* see dev_reserve */

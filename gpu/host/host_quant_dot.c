@@ -17,18 +17,11 @@
  * rounding: half to even everywhere, as ggml's AVX2 quantizers round).
  */
 #include <math.h>
-#include <stdatomic.h>
 #include <stdbool.h>
 #include <string.h>
 
 #include "gpu/host/host_internal.h"
 #include "quant/quant.h"
-
-#include "gpu/host/host_avx2.h"
-
-#if HOST_SIMD_AVX2
-#include <cpuid.h>
-#endif
 
 /* ---- portable fallbacks -------------------------------------------------------------- */
 
@@ -545,54 +538,25 @@ static const host_quantize_fn quantize_avx2[QUANT_TYPE_LIMIT] = {
     [QUANT_Q8_0] = quantize_avx2_q8_0, [QUANT_Q8_1] = quantize_avx2_q8_1, [QUANT_Q8_K] = quantize_avx2_q8_k,
 };
 
-/* AVX2 and FMA through the compiler (which also checks that the OS saves the YMM
- * registers); F16C from CPUID leaf 1, ECX bit 29 (not every compiler knows "f16c"). */
-static bool cpu_probe_avx2(void) {
-    __builtin_cpu_init();
-    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) return false;
-    unsigned eax, ebx, ecx, edx;
-    if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return false;
-    return (ecx & (1u << 29)) != 0;
-}
-
-/* The probe runs once (CPUID traps to the hypervisor in VMs, so it is slow); any
- * thread may call this, and racing first calls store the same answer. */
-static bool cpu_has_avx2(void) {
-    static _Atomic int known; /* 0 = not probed yet, 1 = no, 2 = yes */
-    int state = atomic_load_explicit(&known, memory_order_relaxed);
-    if (state == 0) {
-        state = cpu_probe_avx2() ? 2 : 1;
-        atomic_store_explicit(&known, state, memory_order_relaxed);
-    }
-    return state == 2;
-}
-
 #else /* !HOST_SIMD_AVX2 */
 
 static const host_vec_dot_fn dot_avx2[QUANT_TYPE_LIMIT] = {0};
 static const host_quantize_fn quantize_avx2[QUANT_TYPE_LIMIT] = {0};
-static bool cpu_has_avx2(void) {
-    return false;
-}
 
 #endif
 
 /* ---- dispatch ------------------------------------------------------------------------- */
 
-host_vec_dot_fn host__vec_dot_for(quant_type t) {
+/* avx512 runs the avx2 one-row kernels: its own instructions pay in the multi-row
+ * kernels (host_quant_dot_wrows.c), and the numbers stay the same. */
+host_vec_dot_fn host__vec_dot_for(dev_cpu_isa isa, quant_type t) {
+    SP_ASSERT(isa != DEV_CPU_ISA_AUTO);
     if ((unsigned)t >= QUANT_TYPE_LIMIT) return NULL;
-    return cpu_has_avx2() ? dot_avx2[t] : dot_generic[t];
+    return isa >= DEV_CPU_ISA_AVX2 ? dot_avx2[t] : dot_generic[t];
 }
 
-host_quantize_fn host__quantize_for(quant_type act_type) {
+host_quantize_fn host__quantize_for(dev_cpu_isa isa, quant_type act_type) {
+    SP_ASSERT(isa != DEV_CPU_ISA_AUTO);
     if ((unsigned)act_type >= QUANT_TYPE_LIMIT) return NULL;
-    return cpu_has_avx2() ? quantize_avx2[act_type] : quantize_generic[act_type];
-}
-
-const char *host__simd_name(void) {
-    return cpu_has_avx2() ? "avx2" : "generic";
-}
-
-bool host__cpu_has_avx2(void) {
-    return cpu_has_avx2();
+    return isa >= DEV_CPU_ISA_AVX2 ? quantize_avx2[act_type] : quantize_generic[act_type];
 }

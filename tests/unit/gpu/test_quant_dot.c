@@ -12,6 +12,10 @@
 
 #include "gpu/host/host_quant_dot.c"
 
+static bool cpu_has_avx2(void) {
+    return host__cpu_features().avx2;
+}
+
 static const int64_t row_sizes[] = {32, 256, 576, 1536, 4096};
 enum { ROW_SIZES = sizeof row_sizes / sizeof row_sizes[0], MAX_ROW = 4096 };
 
@@ -246,28 +250,65 @@ Test(quant_dot, avx2_half_quantizers_match_reference_on_special_values) {
 
 /* ---- dispatch ------------------------------------------------------------------------ */
 
+static const dev_cpu_isa all_sets[] = {DEV_CPU_ISA_GENERIC, DEV_CPU_ISA_AVX2, DEV_CPU_ISA_AVX512};
+
 Test(quant_dot, dispatch_has_a_kernel_for_every_weight_type) {
-    for (int t = 0; t < WEIGHT_TYPES; t++) {
-        cr_expect(host__vec_dot_for(weight_types[t]) != NULL, "%s", quant_type_name(weight_types[t]));
+    for (size_t s = 0; s < sizeof all_sets / sizeof all_sets[0]; s++) {
+        const dev_cpu_isa isa = all_sets[s];
+        for (int t = 0; t < WEIGHT_TYPES; t++) {
+            cr_expect(host__vec_dot_for(isa, weight_types[t]) != NULL, "%s %s", dev_cpu_isa_name(isa),
+                      quant_type_name(weight_types[t]));
+        }
+        cr_expect_null(host__vec_dot_for(isa, QUANT_Q8_1));
+        cr_expect_null(host__vec_dot_for(isa, QUANT_Q8_K));
+        cr_expect_null(host__vec_dot_for(isa, QUANT_Q2_K));
+        cr_expect_null(host__vec_dot_for(isa, (quant_type)63));
+        cr_expect_null(host__vec_dot_for(isa, (quant_type)1000));
     }
-    cr_expect_null(host__vec_dot_for(QUANT_Q8_1));
-    cr_expect_null(host__vec_dot_for(QUANT_Q8_K));
-    cr_expect_null(host__vec_dot_for(QUANT_Q2_K));
-    cr_expect_null(host__vec_dot_for((quant_type)63));
-    cr_expect_null(host__vec_dot_for((quant_type)1000));
 }
 
 Test(quant_dot, dispatch_has_a_quantizer_for_every_activation_format) {
-    for (int t = 0; t < WEIGHT_TYPES; t++) {
-        const quant_type at = quant_vec_dot_type(weight_types[t]);
-        cr_expect(host__quantize_for(at) != NULL, "%s", quant_type_name(at));
+    for (size_t s = 0; s < sizeof all_sets / sizeof all_sets[0]; s++) {
+        const dev_cpu_isa isa = all_sets[s];
+        for (int t = 0; t < WEIGHT_TYPES; t++) {
+            const quant_type at = quant_vec_dot_type(weight_types[t]);
+            cr_expect(host__quantize_for(isa, at) != NULL, "%s %s", dev_cpu_isa_name(isa), quant_type_name(at));
+        }
+        cr_expect_null(host__quantize_for(isa, QUANT_Q4_1));
+        cr_expect_null(host__quantize_for(isa, (quant_type)1000));
     }
-    cr_expect_null(host__quantize_for(QUANT_Q4_1));
-    cr_expect_null(host__quantize_for((quant_type)1000));
 }
 
-Test(quant_dot, dispatch_picks_avx2_exactly_when_the_cpu_has_it) {
-    const bool avx2 = cpu_has_avx2();
-    cr_expect_str_eq(host__simd_name(), avx2 ? "avx2" : "generic");
-    cr_expect(host__vec_dot_for(QUANT_Q4_1) == (avx2 ? dot_avx2[QUANT_Q4_1] : dot_generic[QUANT_Q4_1]));
+Test(quant_dot, dispatch_follows_the_kernel_set) {
+    cr_expect(host__vec_dot_for(DEV_CPU_ISA_GENERIC, QUANT_Q4_1) == dot_generic[QUANT_Q4_1]);
+    cr_expect(host__vec_dot_for(DEV_CPU_ISA_AVX2, QUANT_Q4_1) == dot_avx2[QUANT_Q4_1]);
+    /* avx512's one-row kernels are avx2's: the same numbers by construction */
+    cr_expect(host__vec_dot_for(DEV_CPU_ISA_AVX512, QUANT_Q4_1) == dot_avx2[QUANT_Q4_1]);
+}
+
+Test(quant_dot, auto_picks_the_best_set_the_cpu_runs) {
+    const host_cpu_features f = host__cpu_features();
+    dev_cpu_isa isa;
+    cr_assert_eq(host__isa_resolve(DEV_CPU_ISA_AUTO, &isa), SP_OK);
+    cr_expect_eq(isa, f.avx512 ? DEV_CPU_ISA_AVX512 : f.avx2 ? DEV_CPU_ISA_AVX2 : DEV_CPU_ISA_GENERIC);
+    cr_expect(!f.avx512 || f.avx2, "AVX-512 without AVX2");
+    cr_expect_eq(dev_cpu_isa_check(DEV_CPU_ISA_AVX512) == SP_OK, f.avx512);
+    cr_expect_eq(dev_cpu_isa_check(DEV_CPU_ISA_AVX2) == SP_OK, f.avx2);
+    cr_expect_eq(dev_cpu_isa_check(DEV_CPU_ISA_GENERIC), SP_OK);
+    if (!f.avx512) cr_expect(strstr(sp_last_error(), "avx512") != NULL, "%s", sp_last_error());
+    cr_log_info("this CPU: avx2 %d, avx512 %d, amx %d", f.avx2, f.avx512, f.amx);
+}
+
+Test(quant_dot, set_names_parse_and_print) {
+    for (int i = DEV_CPU_ISA_AUTO; i <= DEV_CPU_ISA_AVX512; i++) {
+        dev_cpu_isa back;
+        cr_expect_eq(dev_cpu_isa_parse(dev_cpu_isa_name((dev_cpu_isa)i), &back), SP_OK);
+        cr_expect_eq(back, (dev_cpu_isa)i);
+    }
+    dev_cpu_isa out;
+    cr_expect_eq(dev_cpu_isa_parse("avx1024", &out), SP_ERR_INVALID_ARG);
+    cr_expect(strstr(sp_last_error(), "avx1024") != NULL);
+    cr_expect_str_eq(dev_cpu_isa_rounding(DEV_CPU_ISA_AVX512), "avx2");
+    cr_expect_str_eq(dev_cpu_isa_rounding(DEV_CPU_ISA_AVX2), "avx2");
+    cr_expect_str_eq(dev_cpu_isa_rounding(DEV_CPU_ISA_GENERIC), "generic");
 }

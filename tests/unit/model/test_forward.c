@@ -1,7 +1,9 @@
 /* test_forward.c: properties of the forward pass over ragged batches on the CPU
  * backend: a sequence's logits are bit-identical alone or mixed with others (prefill
- * chunks and decode rows in one step, scattered KV blocks), and with 1 or 2 threads;
- * model_forward_sample is model_forward then sample/sample.c, bit for bit. */
+ * chunks and decode rows in one step, scattered KV blocks), with 1 or 2 threads, and
+ * in the avx2 and avx512 kernel sets (on stories260K's F32 weights and on the default
+ * model's Q4_1/Q8_0 ones, which take the multi-row kernels); model_forward_sample is
+ * model_forward then sample/sample.c, bit for bit. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
@@ -19,16 +21,22 @@ typedef struct fwd_env {
     int32_t n_vocab;
 } fwd_env;
 
-static void env_open(fwd_env *e, int threads) {
-    char path[512];
-    testdata_path(path, sizeof path, "models/stories260K.gguf");
+/* path's model on the CPU with kernel set isa; skips when this CPU lacks the set. */
+static void env_open_model(fwd_env *e, const char *path, int threads, dev_cpu_isa isa) {
     TESTDATA_REQUIRE(path);
-    dev_options opts = {.kind = DEV_KIND_CPU, .n_threads = threads};
+    if (dev_cpu_isa_check(isa) != SP_OK) cr_skip_test("%s", sp_last_error());
+    dev_options opts = {.kind = DEV_KIND_CPU, .n_threads = threads, .cpu_isa = isa};
     cr_assert_eq(dev_create(&opts, &e->dev), SP_OK);
     model_options mo = {.max_batch_tokens = 64};
     cr_assert_eq(model_load(path, e->dev, &mo, &e->model), SP_OK, "%s", sp_last_error());
     cr_assert_eq(model_kv_create(e->model, FWD_BLOCKS, FWD_BLOCK, &e->kv), SP_OK);
     e->n_vocab = model_get_hparams(e->model)->n_vocab;
+}
+
+static void env_open(fwd_env *e, int threads) {
+    char path[512];
+    testdata_path(path, sizeof path, "models/stories260K.gguf");
+    env_open_model(e, path, threads, DEV_CPU_ISA_AUTO);
 }
 
 static void env_close(fwd_env *e) {
@@ -67,9 +75,10 @@ static void run_alone(fwd_env *e, int s, float *out) {
     }
 }
 
-Test(forward, sequence_logits_do_not_depend_on_the_batch) {
-    fwd_env e;
-    env_open(&e, 2);
+/* The logits of each sequence alone equal those of the same sequence mixed with the
+ * others in every step. */
+static void check_batch_invariance(fwd_env *env) {
+    fwd_env e = *env;
     make_block_tables();
     float *alone = malloc(sizeof(float) * (size_t)e.n_vocab * 4 * FWD_SEQS);
     for (int s = 0; s < FWD_SEQS; s++) run_alone(&e, s, alone + (size_t)s * 4 * (size_t)e.n_vocab);
@@ -115,10 +124,51 @@ Test(forward, sequence_logits_do_not_depend_on_the_batch) {
         free(logits);
     }
     cr_assert(memcmp(alone, mixed, sizeof(float) * (size_t)e.n_vocab * 4 * FWD_SEQS) == 0,
-              "logits differ between solo and batched runs");
+              "logits differ between solo and batched runs (%s set)", dev_cpu_isa_name(dev_cpu_kernels(e.dev)));
     free(alone);
     free(mixed);
+}
+
+Test(forward, sequence_logits_do_not_depend_on_the_batch) {
+    fwd_env e;
+    env_open(&e, 2);
+    check_batch_invariance(&e);
     env_close(&e);
+}
+
+Test(forward, quantized_logits_do_not_depend_on_the_batch_with_avx2) {
+    fwd_env e;
+    env_open_model(&e, testdata_default_model(), 2, DEV_CPU_ISA_AVX2);
+    check_batch_invariance(&e);
+    env_close(&e);
+}
+
+Test(forward, quantized_logits_do_not_depend_on_the_batch_with_avx512) {
+    fwd_env e;
+    env_open_model(&e, testdata_default_model(), 2, DEV_CPU_ISA_AVX512);
+    check_batch_invariance(&e);
+    env_close(&e);
+}
+
+/* One sequence's decode logits under the avx2 and the avx512 set, on the default model
+ * (Q4_1 layers, Q8_0 embeddings): the same bits, so results do not depend on the CPU. */
+Test(forward, avx512_set_gives_the_avx2_sets_logits) {
+    if (dev_cpu_isa_check(DEV_CPU_ISA_AVX512) != SP_OK) cr_skip_test("%s", sp_last_error());
+    make_block_tables();
+    const dev_cpu_isa sets[2] = {DEV_CPU_ISA_AVX2, DEV_CPU_ISA_AVX512};
+    float *out[2];
+    size_t bytes = 0;
+    for (int i = 0; i < 2; i++) {
+        fwd_env e;
+        env_open_model(&e, testdata_default_model(), 2, sets[i]);
+        bytes = sizeof(float) * (size_t)e.n_vocab * 4;
+        out[i] = malloc(bytes);
+        run_alone(&e, 0, out[i]);
+        env_close(&e);
+    }
+    cr_assert(memcmp(out[0], out[1], bytes) == 0, "avx2 and avx512 give different logits");
+    free(out[0]);
+    free(out[1]);
 }
 
 Test(forward, thread_count_does_not_change_logits) {

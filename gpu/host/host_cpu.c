@@ -1,0 +1,139 @@
+/* host_cpu.c: which CPU kernel sets this machine can run, found once at run time.
+ *
+ * A set is usable when the CPU has its instructions (CPUID) and the operating system
+ * saves the registers they use (XCR0, read with XGETBV): AVX2 needs the YMM state, AVX-512
+ * the opmask and both ZMM states as well. AMX is probed too (CPUID, XCR0's tile bits and
+ * the kernel's permission through arch_prctl), so the start line can say it is there,
+ * though no kernels use it yet.
+ *
+ * The probe runs once (CPUID traps to the hypervisor in VMs, so it is slow); any thread
+ * may ask, and racing first calls store the same answer.
+ */
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "gpu/host/host_internal.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+enum {
+    XCR0_SSE = 1u << 1,
+    XCR0_YMM = 1u << 2,
+    XCR0_OPMASK = 1u << 5,
+    XCR0_ZMM_HI256 = 1u << 6,
+    XCR0_HI16_ZMM = 1u << 7,
+    XCR0_TILECFG = 1u << 17,
+    XCR0_TILEDATA = 1u << 18,
+    ARCH_REQ_XCOMP_PERM = 0x1023, /* linux/arch/x86/include/uapi/asm/prctl.h */
+    XFEATURE_XTILEDATA = 18,
+};
+
+static uint64_t read_xcr0(void) {
+    uint32_t eax, edx;
+    __asm__ volatile("xgetbv" : "=a"(eax), "=d"(edx) : "c"(0));
+    return ((uint64_t)edx << 32) | eax;
+}
+
+static host_cpu_features probe(void) {
+    host_cpu_features f = {0};
+    unsigned eax, ebx, ecx, edx;
+    if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return f;
+    const bool fma = ecx & (1u << 12), osxsave = ecx & (1u << 27), f16c = ecx & (1u << 29);
+    if (!osxsave) return f; /* no XGETBV: the OS saves no extended state we could use */
+    const uint64_t xcr0 = read_xcr0();
+    if (__get_cpuid_max(0, NULL) < 7) return f;
+    __cpuid_count(7, 0, eax, ebx, ecx, edx);
+    const bool ymm_saved = (xcr0 & (XCR0_SSE | XCR0_YMM)) == (XCR0_SSE | XCR0_YMM);
+    const bool zmm_saved = ymm_saved && (xcr0 & (XCR0_OPMASK | XCR0_ZMM_HI256 | XCR0_HI16_ZMM)) ==
+                                            (XCR0_OPMASK | XCR0_ZMM_HI256 | XCR0_HI16_ZMM);
+    f.avx2 = ymm_saved && (ebx & (1u << 5)) && fma && f16c;
+    const bool avx512f = ebx & (1u << 16), avx512bw = ebx & (1u << 30), avx512vl = ebx & (1u << 31);
+    const bool avx512vnni = ecx & (1u << 11);
+    f.avx512 = f.avx2 && zmm_saved && avx512f && avx512bw && avx512vl && avx512vnni;
+    const bool amx_tile = edx & (1u << 24), amx_int8 = edx & (1u << 25);
+    const bool tiles_saved = (xcr0 & (XCR0_TILECFG | XCR0_TILEDATA)) == (XCR0_TILECFG | XCR0_TILEDATA);
+    /* the kernel hands out the tile state only to processes that ask for it */
+    f.amx = f.avx512 && amx_tile && amx_int8 && tiles_saved &&
+            syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+    return f;
+}
+
+#else
+
+static host_cpu_features probe(void) {
+    return (host_cpu_features){0};
+}
+
+#endif
+
+host_cpu_features host__cpu_features(void) {
+    static _Atomic int known; /* 0 = not probed; else 1 + avx2 + 2 avx512 + 4 amx */
+    int bits = atomic_load_explicit(&known, memory_order_relaxed);
+    if (bits == 0) {
+        host_cpu_features f = probe();
+        bits = 1 + (f.avx2 ? 2 : 0) + (f.avx512 ? 4 : 0) + (f.amx ? 8 : 0);
+        atomic_store_explicit(&known, bits, memory_order_relaxed);
+    }
+    return (host_cpu_features){.avx2 = bits & 2, .avx512 = bits & 4, .amx = bits & 8};
+}
+
+dev_cpu_isa host__isa_best(void) {
+    host_cpu_features f = host__cpu_features();
+    return f.avx512 ? DEV_CPU_ISA_AVX512 : f.avx2 ? DEV_CPU_ISA_AVX2 : DEV_CPU_ISA_GENERIC;
+}
+
+sp_status host__isa_resolve(dev_cpu_isa wanted, dev_cpu_isa *out) {
+    host_cpu_features f = host__cpu_features();
+    switch (wanted) {
+    case DEV_CPU_ISA_AUTO: *out = host__isa_best(); return SP_OK;
+    case DEV_CPU_ISA_GENERIC: *out = wanted; return SP_OK;
+    case DEV_CPU_ISA_AVX2:
+        if (!f.avx2) return sp_fail(SP_ERR_UNSUPPORTED, "avx2: this CPU lacks AVX2, FMA or F16C");
+        *out = wanted;
+        return SP_OK;
+    case DEV_CPU_ISA_AVX512:
+        if (!f.avx512)
+            return sp_fail(SP_ERR_UNSUPPORTED, "avx512: this CPU (or its OS) lacks AVX-512 F/BW/VL/VNNI");
+        *out = wanted;
+        return SP_OK;
+    }
+    return sp_fail(SP_ERR_INVALID_ARG, "unknown CPU kernel set %d", (int)wanted);
+}
+
+const char *dev_cpu_isa_name(dev_cpu_isa isa) {
+    switch (isa) {
+    case DEV_CPU_ISA_AUTO: return "auto";
+    case DEV_CPU_ISA_GENERIC: return "generic";
+    case DEV_CPU_ISA_AVX2: return "avx2";
+    case DEV_CPU_ISA_AVX512: return "avx512";
+    }
+    return "?";
+}
+
+sp_status dev_cpu_isa_parse(const char *name, dev_cpu_isa *out) {
+    for (int isa = DEV_CPU_ISA_AUTO; isa <= DEV_CPU_ISA_AVX512; isa++) {
+        if (strcmp(name, dev_cpu_isa_name((dev_cpu_isa)isa)) == 0) {
+            *out = (dev_cpu_isa)isa;
+            return SP_OK;
+        }
+    }
+    return sp_fail(SP_ERR_INVALID_ARG, "'%s' is not one of auto, generic, avx2, avx512", name);
+}
+
+sp_status dev_cpu_isa_check(dev_cpu_isa wanted) {
+    dev_cpu_isa resolved;
+    return host__isa_resolve(wanted, &resolved);
+}
+
+const char *dev_cpu_isa_rounding(dev_cpu_isa isa) {
+    /* the avx512 set computes the avx2 set's numbers with other instructions */
+    return isa == DEV_CPU_ISA_GENERIC ? "generic" : "avx2";
+}
+
+bool dev_cpu_has_amx(void) {
+    return host__cpu_features().amx;
+}

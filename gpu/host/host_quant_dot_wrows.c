@@ -1,0 +1,165 @@
+/* host_quant_dot_wrows.c: decode-shaped dot kernels: HOST_DOT_WROWS weight rows against
+ * one activation row at once, for the matmul rows that the multi-activation kernels of
+ * host_quant_dot_rows.c do not take (a decode step of one sequence, and the rest of a
+ * batch that is not a multiple of HOST_DOT_ROWS).
+ *
+ * Why: the one-row kernels of host_quant_dot.c carry one accumulator, so each block waits
+ * on the previous block's fma; four weight rows give four independent chains, and the
+ * activation block (its bytes and its F16 scales) is loaded once for the four. In the
+ * avx512 set the 8-bit dot product is one VNNI instruction (vpdpbusd on 256 bits) instead
+ * of AVX2's maddubs + madd: the same int32 sums, since no pair of products reaches
+ * maddubs's int16 saturation here (4-bit weights times int8, or |int8| <= 128 times
+ * |int8| <= 127).
+ *
+ * Batch invariance and set invariance: each weight row keeps its own accumulators and
+ * goes through exactly the operations of its one-row kernel, in the same order, so every
+ * result is bit for bit host__vec_dot_for's, in either set (test_quant_dot checks it).
+ *
+ * Legend: n = elements per row (K), nb = blocks per row, ib = block index, j = weight
+ * row (0..HOST_DOT_WROWS-1).
+ */
+#include "gpu/host/host_internal.h"
+#include "quant/quant.h"
+
+#if HOST_SIMD_AVX2
+
+/* Every loop over the weight rows is unrolled, so the accumulators live in registers. */
+#define UNROLL_WROWS _Pragma("GCC unroll 4")
+
+#define WEIGHT_ROW(type, w, stride, j) ((const type *)((const char *)(w) + (size_t)(j) * (stride)))
+
+/* Unsigned bytes times signed bytes, summed in groups of 4 into 8 int32 lanes: the one
+ * step the two sets do with different instructions. The kernel bodies below take it as
+ * a parameter and are always inlined, so each set gets its own loop with its own
+ * instruction in it. */
+typedef __m256i (*wrows_dot_u8s8_fn)(__m256i u, __m256i s);
+
+#define WROWS_BODY static HOST_AVX2_TARGET inline __attribute__((always_inline))
+
+static HOST_AVX512_TARGET inline __m256i vnni_dot_u8s8(__m256i u, __m256i s) {
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
+}
+
+/* avx2_dot_s8s8 with the set's u8s8 step: |x| as unsigned, x's sign moved onto y. */
+#define DOT_S8S8(dot_u8s8, x, y) dot_u8s8(_mm256_sign_epi8((x), (x)), _mm256_sign_epi8((y), (x)))
+
+/* dot_avx2_q4_1 (host_quant_dot.c) for four weight rows: per row the same summs fma,
+ * the same dd, the same fma into its own accumulator. */
+WROWS_BODY void wrows_q4_1(const void *w, size_t w_stride, const void *a, int64_t n, float *out,
+                           wrows_dot_u8s8_fn dot_u8s8) {
+    const quant_block_q8_1 *ab = a; /* (nb) */
+    const quant_block_q4_1 *wb[HOST_DOT_WROWS];
+    __m256 acc[HOST_DOT_WROWS];
+    __m128 summs[HOST_DOT_WROWS];
+    UNROLL_WROWS
+    for (int j = 0; j < HOST_DOT_WROWS; j++) {
+        wb[j] = WEIGHT_ROW(quant_block_q4_1, w, w_stride, j);
+        acc[j] = _mm256_setzero_ps();
+        summs[j] = _mm_setzero_ps();
+    }
+    const int64_t nb = n / QUANT_QK;
+    for (int64_t ib = 0; ib < nb; ib++) {
+        const __m128 pair_a = avx2_f16_pair(&ab[ib].d);
+        const __m256i qa = _mm256_loadu_si256((const __m256i *)ab[ib].qs);
+        UNROLL_WROWS
+        for (int j = 0; j < HOST_DOT_WROWS; j++) {
+            const __m128 pair_w = avx2_f16_pair(&wb[j][ib].d);
+            summs[j] = _mm_fmadd_ps(pair_w, pair_a, summs[j]);
+            const __m256 dd = _mm256_broadcastss_ps(_mm_mul_ss(pair_w, pair_a));
+            const __m256 isum = _mm256_cvtepi32_ps(dot_u8s8(avx2_nibbles(wb[j][ib].qs), qa));
+            acc[j] = _mm256_fmadd_ps(dd, isum, acc[j]);
+        }
+    }
+    UNROLL_WROWS
+    for (int j = 0; j < HOST_DOT_WROWS; j++)
+        out[j] = host__avx2_hsum(acc[j]) + _mm_cvtss_f32(_mm_movehdup_ps(summs[j]));
+}
+
+/* dot_avx2_q8_0 and dot_avx2_q4_0 for four weight rows (q4: the nibbles minus 8). */
+WROWS_BODY void wrows_q8_0_like(bool q4, const void *w, size_t w_stride, const void *a, int64_t n, float *out,
+                                wrows_dot_u8s8_fn dot_u8s8) {
+    const quant_block_q8_0 *ab = a; /* (nb) */
+    __m256 acc[HOST_DOT_WROWS];
+    UNROLL_WROWS
+    for (int j = 0; j < HOST_DOT_WROWS; j++) acc[j] = _mm256_setzero_ps();
+    const int64_t nb = n / QUANT_QK;
+    for (int64_t ib = 0; ib < nb; ib++) {
+        const __m256i qa = _mm256_loadu_si256((const __m256i *)ab[ib].qs);
+        UNROLL_WROWS
+        for (int j = 0; j < HOST_DOT_WROWS; j++) {
+            const uint16_t *d_w;
+            __m256i qw;
+            if (q4) {
+                const quant_block_q4_0 *wb = WEIGHT_ROW(quant_block_q4_0, w, w_stride, j) + ib;
+                d_w = &wb->d;
+                qw = _mm256_sub_epi8(avx2_nibbles(wb->qs), _mm256_set1_epi8(8));
+            } else {
+                const quant_block_q8_0 *wb = WEIGHT_ROW(quant_block_q8_0, w, w_stride, j) + ib;
+                d_w = &wb->d;
+                qw = _mm256_loadu_si256((const __m256i *)wb->qs);
+            }
+            const __m256 isum = _mm256_cvtepi32_ps(DOT_S8S8(dot_u8s8, qw, qa));
+            acc[j] = _mm256_fmadd_ps(avx2_scale_product(d_w, &ab[ib].d), isum, acc[j]);
+        }
+    }
+    UNROLL_WROWS
+    for (int j = 0; j < HOST_DOT_WROWS; j++) out[j] = host__avx2_hsum(acc[j]);
+}
+
+/* ---- the avx2 set ---- */
+
+static HOST_AVX2_TARGET void wrows_avx2_q4_1(const void *w, size_t w_stride, const void *a, int64_t n, float *out) {
+    wrows_q4_1(w, w_stride, a, n, out, avx2_dot_u8s8);
+}
+
+static HOST_AVX2_TARGET void wrows_avx2_q8_0(const void *w, size_t w_stride, const void *a, int64_t n, float *out) {
+    wrows_q8_0_like(false, w, w_stride, a, n, out, avx2_dot_u8s8);
+}
+
+static HOST_AVX2_TARGET void wrows_avx2_q4_0(const void *w, size_t w_stride, const void *a, int64_t n, float *out) {
+    wrows_q8_0_like(true, w, w_stride, a, n, out, avx2_dot_u8s8);
+}
+
+static const host_vec_dot_wrows_fn wrows_avx2[QUANT_TYPE_LIMIT] = {
+    [QUANT_Q4_0] = wrows_avx2_q4_0,
+    [QUANT_Q4_1] = wrows_avx2_q4_1,
+    [QUANT_Q8_0] = wrows_avx2_q8_0,
+};
+
+/* ---- the avx512 set ---- */
+
+static HOST_AVX512_TARGET void wrows_avx512_q4_1(const void *w, size_t w_stride, const void *a, int64_t n,
+                                                 float *out) {
+    wrows_q4_1(w, w_stride, a, n, out, vnni_dot_u8s8);
+}
+
+static HOST_AVX512_TARGET void wrows_avx512_q8_0(const void *w, size_t w_stride, const void *a, int64_t n,
+                                                 float *out) {
+    wrows_q8_0_like(false, w, w_stride, a, n, out, vnni_dot_u8s8);
+}
+
+static HOST_AVX512_TARGET void wrows_avx512_q4_0(const void *w, size_t w_stride, const void *a, int64_t n,
+                                                 float *out) {
+    wrows_q8_0_like(true, w, w_stride, a, n, out, vnni_dot_u8s8);
+}
+
+static const host_vec_dot_wrows_fn wrows_avx512[QUANT_TYPE_LIMIT] = {
+    [QUANT_Q4_0] = wrows_avx512_q4_0,
+    [QUANT_Q4_1] = wrows_avx512_q4_1,
+    [QUANT_Q8_0] = wrows_avx512_q8_0,
+};
+
+host_vec_dot_wrows_fn host__vec_dot_wrows_for(dev_cpu_isa isa, quant_type t) {
+    if ((unsigned)t >= QUANT_TYPE_LIMIT || isa < DEV_CPU_ISA_AVX2) return NULL;
+    return isa == DEV_CPU_ISA_AVX512 ? wrows_avx512[t] : wrows_avx2[t];
+}
+
+#else /* !HOST_SIMD_AVX2 */
+
+host_vec_dot_wrows_fn host__vec_dot_wrows_for(dev_cpu_isa isa, quant_type t) {
+    (void)isa;
+    (void)t;
+    return NULL;
+}
+
+#endif
