@@ -56,7 +56,7 @@ host_vec_dot_rows_fn host__vec_dot_rows_for(dev_cpu_isa isa, quant_type t);
 /* The decode-shaped kernels (host_quant_dot_wrows.c): HOST_DOT_WROWS weight rows (row
  * j at w + j * w_stride bytes) against one activation row, out[j] for row j. Each
  * result is bit for bit host__vec_dot_for(isa, t)'s for that weight row alone. */
-enum { HOST_DOT_WROWS = 4 };
+enum { HOST_DOT_WROWS = 8 };
 typedef void (*host_vec_dot_wrows_fn)(const void *w, size_t w_stride, const void *a, int64_t n, float *out);
 /* NULL when the set or type has none. */
 host_vec_dot_wrows_fn host__vec_dot_wrows_for(dev_cpu_isa isa, quant_type t);
