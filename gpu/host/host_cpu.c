@@ -96,8 +96,7 @@ sp_status host__isa_resolve(dev_cpu_isa wanted, dev_cpu_isa *out) {
         *out = wanted;
         return SP_OK;
     case DEV_CPU_ISA_AVX512:
-        if (!f.avx512)
-            return sp_fail(SP_ERR_UNSUPPORTED, "avx512: this CPU (or its OS) lacks AVX-512 F/BW/VL/VNNI");
+        if (!f.avx512) return sp_fail(SP_ERR_UNSUPPORTED, "avx512: this CPU (or its OS) lacks AVX-512 F/BW/VL/VNNI");
         *out = wanted;
         return SP_OK;
     }

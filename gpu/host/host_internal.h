@@ -285,6 +285,18 @@ static HOST_AVX2_TARGET inline __m256i avx2_dot_u8s8(__m256i u, __m256i s) {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
 }
 
+/* avx2_dot_u8s8 in one AVX-512 VNNI instruction (vpdpbusd on 256 bits): the same int32
+ * sums wherever maddubs does not saturate, which the callers' formats guarantee. Only in
+ * the avx512 set. */
+static HOST_AVX512_TARGET inline __m256i avx512_dot_u8s8(__m256i u, __m256i s) {
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
+}
+
+/* The u8s8 step as a parameter: the multi-row kernel bodies are always inlined into one
+ * entry point per set, each passing its own step, so each set's loop has its own
+ * instruction in it and the same arithmetic around it. */
+typedef __m256i (*host_dot_u8s8_fn)(__m256i u, __m256i s);
+
 /* Signed bytes x times signed bytes y, in groups of 4 -> 8 int32: |x| as unsigned,
  * the sign moved onto y. x may be -128 (|x| reads as 128); y never is (no activation
  * quantizer produces -128). */

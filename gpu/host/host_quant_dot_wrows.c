@@ -31,17 +31,7 @@
 
 #define WEIGHT_ROW(type, w, stride, j) ((const type *)((const char *)(w) + (size_t)(j) * (stride)))
 
-/* Unsigned bytes times signed bytes, summed in groups of 4 into 8 int32 lanes: the one
- * step the two sets do with different instructions. The kernel bodies below take it as
- * a parameter and are always inlined, so each set gets its own loop with its own
- * instruction in it. */
-typedef __m256i (*wrows_dot_u8s8_fn)(__m256i u, __m256i s);
-
 #define WROWS_BODY static HOST_AVX2_TARGET inline __attribute__((always_inline))
-
-static HOST_AVX512_TARGET inline __m256i vnni_dot_u8s8(__m256i u, __m256i s) {
-    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
-}
 
 /* The matmul walks the weights in order, a few rows per call, so the rows of the next
  * call are the next bytes of the matrix. A decode step is bound by how fast one core
@@ -70,7 +60,7 @@ static inline void wrows_prefetch_step(const wrows_prefetch *p, int64_t ib) {
 /* dot_avx2_q4_1 (host_quant_dot.c) for four weight rows: per row the same summs fma,
  * the same dd, the same fma into its own accumulator. */
 WROWS_BODY void wrows_q4_1(int rows, const void *w, size_t w_stride, const void *a, int64_t n, float *out,
-                           wrows_dot_u8s8_fn dot_u8s8) {
+                           host_dot_u8s8_fn dot_u8s8) {
     const quant_block_q8_1 *ab = a; /* (nb) */
     const quant_block_q4_1 *wb[HOST_DOT_WROWS];
     __m256 acc[HOST_DOT_WROWS];
@@ -102,7 +92,7 @@ WROWS_BODY void wrows_q4_1(int rows, const void *w, size_t w_stride, const void 
 
 /* dot_avx2_q8_0 and dot_avx2_q4_0 for four weight rows (q4: the nibbles minus 8). */
 WROWS_BODY void wrows_q8_0_like(int rows, bool q4, const void *w, size_t w_stride, const void *a, int64_t n, float *out,
-                                wrows_dot_u8s8_fn dot_u8s8) {
+                                host_dot_u8s8_fn dot_u8s8) {
     const quant_block_q8_0 *ab = a; /* (nb) */
     __m256 acc[HOST_DOT_WROWS];
     UNROLL_WROWS
@@ -163,15 +153,15 @@ static const host_vec_dot_wrows_fn wrows_avx2[QUANT_TYPE_LIMIT] = {
 /* ---- the avx512 set: all eight rows in one pass (32 registers hold their chains) ---- */
 
 static HOST_AVX512_TARGET void wrows_avx512_q4_1(const void *w, size_t w_stride, const void *a, int64_t n, float *out) {
-    wrows_q4_1(HOST_DOT_WROWS, w, w_stride, a, n, out, vnni_dot_u8s8);
+    wrows_q4_1(HOST_DOT_WROWS, w, w_stride, a, n, out, avx512_dot_u8s8);
 }
 
 static HOST_AVX512_TARGET void wrows_avx512_q8_0(const void *w, size_t w_stride, const void *a, int64_t n, float *out) {
-    wrows_q8_0_like(HOST_DOT_WROWS, false, w, w_stride, a, n, out, vnni_dot_u8s8);
+    wrows_q8_0_like(HOST_DOT_WROWS, false, w, w_stride, a, n, out, avx512_dot_u8s8);
 }
 
 static HOST_AVX512_TARGET void wrows_avx512_q4_0(const void *w, size_t w_stride, const void *a, int64_t n, float *out) {
-    wrows_q8_0_like(HOST_DOT_WROWS, true, w, w_stride, a, n, out, vnni_dot_u8s8);
+    wrows_q8_0_like(HOST_DOT_WROWS, true, w, w_stride, a, n, out, avx512_dot_u8s8);
 }
 
 static const host_vec_dot_wrows_fn wrows_avx512[QUANT_TYPE_LIMIT] = {

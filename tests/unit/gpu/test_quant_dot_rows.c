@@ -29,10 +29,10 @@ static void fill(float *x, int64_t n) {
     }
 }
 
-/* One weight row of type t and HOST_DOT_ROWS activation rows: the multi-row results,
- * written with out_stride, equal the one-row kernel's bit for bit. */
-static void check_type(quant_type t, int64_t n, size_t out_stride) {
-    host_vec_dot_rows_fn rows = host__vec_dot_rows_for(DEV_CPU_ISA_AVX2, t);
+/* One weight row of type t and HOST_DOT_ROWS activation rows: set isa's multi-row
+ * results, written with out_stride, equal the avx2 one-row kernel's bit for bit. */
+static void check_type(dev_cpu_isa isa, quant_type t, int64_t n, size_t out_stride) {
+    host_vec_dot_rows_fn rows = host__vec_dot_rows_for(isa, t);
     host_vec_dot_fn one = host__vec_dot_for(DEV_CPU_ISA_AVX2, t);
     cr_assert_not_null(rows, "%s: no multi-row kernel", quant_type_name(t));
     cr_assert_not_null(one);
@@ -66,7 +66,16 @@ Test(quant_dot_rows, every_row_matches_the_one_row_kernel_bit_for_bit) {
     if (!host__cpu_features().avx2) cr_skip_test("this CPU has no AVX2/FMA/F16C");
     for (size_t i = 0; i < sizeof row_types / sizeof row_types[0]; i++)
         for (size_t j = 0; j < sizeof row_sizes / sizeof row_sizes[0]; j++)
-            for (int seed = 0; seed < 20; seed++) check_type(row_types[i], row_sizes[j], seed % 2 ? 1 : 1536);
+            for (int seed = 0; seed < 20; seed++)
+                check_type(DEV_CPU_ISA_AVX2, row_types[i], row_sizes[j], seed % 2 ? 1 : 1536);
+}
+
+Test(quant_dot_rows, avx512_multi_row_kernel_matches_avx2_bit_for_bit) {
+    if (!host__cpu_features().avx512) cr_skip_test("this CPU (or its OS) has no AVX-512 F/BW/VL/VNNI");
+    for (size_t i = 0; i < sizeof row_types / sizeof row_types[0]; i++)
+        for (size_t j = 0; j < sizeof row_sizes / sizeof row_sizes[0]; j++)
+            for (int seed = 0; seed < 20; seed++)
+                check_type(DEV_CPU_ISA_AVX512, row_types[i], row_sizes[j], seed % 2 ? 1 : 1536);
 }
 
 /* HOST_DOT_WROWS weight rows of type t (with a gap between them, as rows of a bigger
