@@ -158,9 +158,15 @@ FUZZ_SECONDS ?= 60
 fuzz:
 	@tools/fuzz.sh $(FUZZ_SECONDS)
 
-bench: setup all bench-template bench-serve
+bench: setup all bench-template bench-serve $(BUILD)/mem_bandwidth
+	@$(BUILD)/mem_bandwidth
 	@bench/bench_kernels.sh
 	@bench/bench_profile.sh
+
+# build/mem_bandwidth: how fast this machine reads memory (the batch-1 decode ceiling).
+$(BUILD)/mem_bandwidth: bench/mem_bandwidth.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< -pthread
 
 # spindle and llama-server side by side under build/loadgen (concurrency 1-64, random and
 # shared-prefix prompts); writes the serve section of docs/benchmarks.md and its plot.

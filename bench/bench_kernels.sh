@@ -8,7 +8,8 @@
 #   ROUNDS=5 REPS=3 THREADS="1 2" bench/bench_kernels.sh
 #
 # Environment: MODEL, SPINDLE (binary), PEER_DIR (llama.cpp build, made by
-# tools/peer_build.sh when missing), THREADS, ROUNDS (alternations), REPS (repetitions per
+# tools/peer_build.sh when missing; default build/peer-<set>, the set tools/peer_isa.sh
+# picks for this CPU), THREADS, ROUNDS (alternations), REPS (repetitions per
 # invocation), PP, TG, LLAMA_FA (llama-bench -fa, default its own default "auto"), OUT.
 # SPINDLE=none benchmarks llama.cpp alone. Raw outputs stay in build/bench/<time>/.
 set -euo pipefail
@@ -16,7 +17,7 @@ cd "$(dirname "$0")/.."
 
 export MODEL=${MODEL:-models/SmolLM2-135M-Instruct.Q4_1.gguf}
 export SPINDLE=${SPINDLE:-build/spindle}
-export PEER_DIR=${PEER_DIR:-build/peer}
+export PEER_DIR=${PEER_DIR:-build/peer-$(tools/peer_isa.sh)}
 export THREADS=${THREADS:-1 2}
 export ROUNDS=${ROUNDS:-3}
 export REPS=${REPS:-3}

@@ -377,7 +377,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bin", default="build/spindle", help="spindle binary")
     ap.add_argument("--loadgen", default="build/loadgen")
-    ap.add_argument("--peer-dir", default=os.environ.get("PEER_DIR", "build/peer"),
+    peer_isa = subprocess.run([os.path.join(ROOT, "tools", "peer_isa.sh")], capture_output=True, text=True,
+                              check=True).stdout.strip()
+    ap.add_argument("--peer-dir", default=os.environ.get("PEER_DIR", f"build/peer-{peer_isa}"),
                     help="llama.cpp build (tools/peer_build.sh makes it when missing)")
     ap.add_argument("--model", default="models/SmolLM2-135M-Instruct.Q4_1.gguf")
     ap.add_argument("--threads", type=int, default=2)

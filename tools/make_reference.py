@@ -381,7 +381,8 @@ def make_one(llama_cpp, sdist, lib, name, spec, np):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--which", choices=["all", *MODELS], default="all")
-    ap.add_argument("--peer-dir", default=os.environ.get("PEER_DIR", "build/peer"))
+    ap.add_argument("--peer-dir", default=os.environ.get("PEER_DIR", "build/peer-avx2"),
+                    help="llama.cpp build (PEER_ISA=avx2 tools/peer_build.sh build/peer-avx2)")
     args = ap.parse_args()
     llama_cpp, sdist, lib = import_llama_cpp(args.peer_dir)
     import numpy as np

@@ -8,8 +8,8 @@
 #
 # The instruction set is given explicitly, never GGML_NATIVE: a native build dies with an
 # illegal instruction on some Xeons (it enables AMX the process may not use). PEER_ISA
-# defaults to the best set this CPU has short of AMX: avx512 (F, BW, VL, VNNI, BF16, VBMI)
-# where /proc/cpuinfo lists them, else avx2 (with FMA, F16C, BMI2). amx adds AMX tile,
+# defaults to the best set this CPU has short of AMX (tools/peer_isa.sh): avx512 (F, BW,
+# VL, VNNI, BF16, VBMI), else avx2 (with FMA, F16C, BMI2). amx adds AMX tile,
 # int8 and bf16 to avx512 and is built only when asked for. One build per set, each in its
 # own PEER_DIR, so results of different sets are never mixed.
 #
@@ -19,14 +19,7 @@
 # A fresh build takes 15+ minutes on 2 cores; JOBS defaults to 2.
 set -euo pipefail
 
-cpu_has() { grep -qw "$1" /proc/cpuinfo 2>/dev/null; }
-if [ -z "${PEER_ISA:-}" ]; then
-    PEER_ISA=avx2
-    if cpu_has avx512f && cpu_has avx512bw && cpu_has avx512vl && cpu_has avx512_vnni && cpu_has avx512_bf16 &&
-        cpu_has avx512vbmi; then
-        PEER_ISA=avx512
-    fi
-fi
+PEER_ISA=$("$(dirname "$0")/peer_isa.sh")
 ISA_FLAGS=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON)
 case "$PEER_ISA" in
 avx2) ;;
