@@ -377,9 +377,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bin", default="build/spindle", help="spindle binary")
     ap.add_argument("--loadgen", default="build/loadgen")
-    peer_isa = subprocess.run([os.path.join(ROOT, "tools", "peer_isa.sh")], capture_output=True, text=True,
-                              check=True).stdout.strip()
-    ap.add_argument("--peer-dir", default=os.environ.get("PEER_DIR", f"build/peer-{peer_isa}"),
+    ap.add_argument("--peer-dir", default=os.environ.get("PEER_DIR"),
                     help="llama.cpp build (tools/peer_build.sh makes it when missing)")
     ap.add_argument("--model", default="models/SmolLM2-135M-Instruct.Q4_1.gguf")
     ap.add_argument("--threads", type=int, default=2)
@@ -414,6 +412,10 @@ def main():
         sys.exit(f"bench-serve: {a.bin}: spindle not built (make all)")
     a.llama_server = None
     if "llama.cpp" in a.servers:
+        if not a.peer_dir:  # the build of the set tools/peer_isa.sh picks for this CPU
+            isa = subprocess.run([os.path.join(ROOT, "tools", "peer_isa.sh")], capture_output=True, text=True,
+                                 check=True).stdout.strip()
+            a.peer_dir = f"build/peer-{isa}"
         a.llama_server = os.path.join(a.peer_dir, "build", "bin", "llama-server")
         if not os.access(a.llama_server, os.X_OK):
             log(f"no {a.llama_server}; building the peer (15+ minutes on 2 cores)")

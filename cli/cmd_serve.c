@@ -273,8 +273,10 @@ int cmd_serve(int argc, char **argv) {
         serve_args_free(&a);
         return 2;
     }
-    if (dev_cpu_isa_check(cli_cpu_isa(a.cfg.cpu_isa)) != SP_OK) {
-        fprintf(stderr, "spindle: error: --cpu-isa %s\n", sp_last_error());
+    /* on the CPU a kernel set the machine lacks is refused before anything starts (with
+     * --device auto the backend refuses it, should the CPU be chosen) */
+    if (a.cfg.device == CFG_DEVICE_CPU && dev_cpu_isa_check(cli_cpu_isa(a.cfg.cpu_isa)) != SP_OK) {
+        fprintf(stderr, "spindle: error: --cpu-isa (cpu_isa): %s\n", sp_last_error());
         serve_args_free(&a);
         return 2;
     }

@@ -9,7 +9,7 @@
 # The instruction set is given explicitly, never GGML_NATIVE: a native build dies with an
 # illegal instruction on some Xeons (it enables AMX the process may not use). PEER_ISA
 # defaults to the best set this CPU has short of AMX (tools/peer_isa.sh): avx512 (F, BW,
-# VL, VNNI, BF16, VBMI), else avx2 (with FMA, F16C, BMI2). amx adds AMX tile,
+# VL, and VNNI, VBMI, BF16 where listed), else avx2 (with FMA, F16C, BMI2). amx adds AMX tile,
 # int8 and bf16 to avx512 and is built only when asked for. One build per set, each in its
 # own PEER_DIR, so results of different sets are never mixed.
 #
@@ -20,15 +20,7 @@
 set -euo pipefail
 
 PEER_ISA=$("$(dirname "$0")/peer_isa.sh")
-ISA_FLAGS=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON)
-case "$PEER_ISA" in
-avx2) ;;
-avx512 | amx)
-    ISA_FLAGS+=(-DGGML_AVX512=ON -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON)
-    [ "$PEER_ISA" = amx ] && ISA_FLAGS+=(-DGGML_AMX_TILE=ON -DGGML_AMX_INT8=ON -DGGML_AMX_BF16=ON)
-    ;;
-*) echo "peer_build: PEER_ISA=$PEER_ISA: expected avx2, avx512 or amx" >&2; exit 2 ;;
-esac
+read -r -a ISA_FLAGS <<<"$("$(dirname "$0")/peer_isa.sh" --flags)"
 PEER_DIR=${1:-${PEER_DIR:-build/peer-$PEER_ISA}}
 VERSION=0.3.36
 SDIST_SHA256=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
@@ -66,11 +58,19 @@ if [ ! -f "$SRC/vendor/llama.cpp/CMakeLists.txt" ]; then
     [ -f "$SRC/vendor/llama.cpp/CMakeLists.txt" ] || fail "$SDIST: no vendor/llama.cpp inside"
 fi
 
+# A build configured for other flags (another set, or an old GGML_NATIVE build) is never
+# reused under this set's name: the stamp says what a build was configured with.
+STAMP=$BUILD/.peer_isa_flags
+if [ -f "$BUILD/CMakeCache.txt" ] && [ "$(cat "$STAMP" 2>/dev/null)" != "${ISA_FLAGS[*]}" ]; then
+    fail "$BUILD was configured with other flags ($(cat "$STAMP" 2>/dev/null || echo 'unknown: no stamp')), not \
+PEER_ISA=$PEER_ISA's (${ISA_FLAGS[*]}): delete $BUILD or use another PEER_DIR"
+fi
 if [ ! -f "$BUILD/CMakeCache.txt" ]; then
     cmake -S "$SRC/vendor/llama.cpp" -B "$BUILD" \
         -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON -DLLAMA_CURL=OFF "${ISA_FLAGS[@]}" \
         -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF >>"$LOG" 2>&1 ||
         fail "cmake configure failed"
+    echo "${ISA_FLAGS[*]}" >"$STAMP"
 fi
 
 cmake --build "$BUILD" -j"$JOBS" --target "${TARGETS[@]}" >>"$LOG" 2>&1 || fail "cmake build failed"
@@ -80,6 +80,7 @@ for f in libllama.so llama-bench llama-server; do
     [ -e "$BIN/$f" ] || fail "$BIN/$f missing after the build"
 done
 echo "$PEER_ISA" >"$PEER_DIR/isa"
+echo "${ISA_FLAGS[*]}" >"$PEER_DIR/isa_flags"
 echo "peer: llama.cpp from llama-cpp-python $VERSION (vendor/llama.cpp), kernels $PEER_ISA"
 echo "peer: binaries in $BIN (llama-bench, llama-server, libllama.so)"
 echo "peer: python bindings in $SRC (set LLAMA_CPP_LIB_PATH=$BIN)"

@@ -3,8 +3,10 @@
  * A set is usable when the CPU has its instructions (CPUID) and the operating system
  * saves the registers they use (XCR0, read with XGETBV): AVX2 needs the YMM state, AVX-512
  * the opmask and both ZMM states as well. AMX is probed too (CPUID, XCR0's tile bits and
- * the kernel's permission through arch_prctl), so the start line can say it is there,
- * though no kernels use it yet.
+ * whether Linux offers the tile data state, ARCH_GET_XCOMP_SUPP), so the start line can
+ * say it is there, though no kernel uses it yet. Permission for it (ARCH_REQ_XCOMP_PERM)
+ * is not asked: it is granted for the process's life and raises the signal stack size
+ * every sigaltstack must then have, a cost to pay only once a kernel uses the tiles.
  *
  * The probe runs once (CPUID traps to the hypervisor in VMs, so it is slow); any thread
  * may ask, and racing first calls store the same answer.
@@ -15,7 +17,7 @@
 
 #include "gpu/host/host_internal.h"
 
-#if defined(__x86_64__) && defined(__GNUC__)
+#if defined(__x86_64__) && defined(__GNUC__) && defined(__linux__)
 #include <cpuid.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -28,7 +30,7 @@ enum {
     XCR0_HI16_ZMM = 1u << 7,
     XCR0_TILECFG = 1u << 17,
     XCR0_TILEDATA = 1u << 18,
-    ARCH_REQ_XCOMP_PERM = 0x1023, /* linux/arch/x86/include/uapi/asm/prctl.h */
+    ARCH_GET_XCOMP_SUPP = 0x1021, /* linux/arch/x86/include/uapi/asm/prctl.h */
     XFEATURE_XTILEDATA = 18,
 };
 
@@ -56,9 +58,11 @@ static host_cpu_features probe(void) {
     f.avx512 = f.avx2 && zmm_saved && avx512f && avx512bw && avx512vl && avx512vnni;
     const bool amx_tile = edx & (1u << 24), amx_int8 = edx & (1u << 25);
     const bool tiles_saved = (xcr0 & (XCR0_TILECFG | XCR0_TILEDATA)) == (XCR0_TILECFG | XCR0_TILEDATA);
-    /* the kernel hands out the tile state only to processes that ask for it */
+    /* the kernel would hand the tile state to a process that asked for it */
+    unsigned long supported = 0;
     f.amx = f.avx512 && amx_tile && amx_int8 && tiles_saved &&
-            syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+            syscall(SYS_arch_prctl, ARCH_GET_XCOMP_SUPP, &supported) == 0 &&
+            (supported & (1ul << XFEATURE_XTILEDATA)) != 0;
     return f;
 }
 
@@ -71,7 +75,7 @@ static host_cpu_features probe(void) {
 #endif
 
 host_cpu_features host__cpu_features(void) {
-    static _Atomic int known; /* 0 = not probed; else 1 + avx2 + 2 avx512 + 4 amx */
+    static _Atomic int known; /* 0 = not probed; else 1 + 2 avx2 + 4 avx512 + 8 amx */
     int bits = atomic_load_explicit(&known, memory_order_relaxed);
     if (bits == 0) {
         host_cpu_features f = probe();
@@ -92,11 +96,13 @@ sp_status host__isa_resolve(dev_cpu_isa wanted, dev_cpu_isa *out) {
     case DEV_CPU_ISA_AUTO: *out = host__isa_best(); return SP_OK;
     case DEV_CPU_ISA_GENERIC: *out = wanted; return SP_OK;
     case DEV_CPU_ISA_AVX2:
-        if (!f.avx2) return sp_fail(SP_ERR_UNSUPPORTED, "avx2: this CPU lacks AVX2, FMA or F16C");
+        if (!f.avx2) return sp_fail(SP_ERR_UNSUPPORTED, "CPU kernel set avx2: this CPU lacks AVX2, FMA or F16C");
         *out = wanted;
         return SP_OK;
     case DEV_CPU_ISA_AVX512:
-        if (!f.avx512) return sp_fail(SP_ERR_UNSUPPORTED, "avx512: this CPU (or its OS) lacks AVX-512 F/BW/VL/VNNI");
+        if (!f.avx512)
+            return sp_fail(SP_ERR_UNSUPPORTED,
+                           "CPU kernel set avx512: this CPU (or its OS) lacks AVX-512 F/BW/VL/VNNI");
         *out = wanted;
         return SP_OK;
     }

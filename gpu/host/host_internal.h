@@ -29,7 +29,7 @@ typedef void (*host_quantize_fn)(void *dst, const float *src, int64_t n);
 typedef struct host_cpu_features {
     bool avx2;   /* AVX2, FMA, F16C, YMM state saved by the OS */
     bool avx512; /* and AVX-512 F/BW/VL/VNNI, opmask and ZMM state saved */
-    bool amx;    /* and AMX tile/int8, tile state saved and permitted (probed, unused) */
+    bool amx;    /* and AMX tile/int8, tile state saved and offered by Linux (probed, unused) */
 } host_cpu_features;
 
 host_cpu_features host__cpu_features(void); /* probed once */

@@ -42,6 +42,7 @@ ROWS_BODY void rows_q4_1(const void *w, const void *a, size_t a_stride, int64_t 
         summs[r] = _mm_setzero_ps();
     }
     for (int64_t ib = 0; ib < nb; ib++) {
+        __builtin_prefetch(&wb[nb + ib], 0, 3); /* the next weight row: the matmul's next call */
         const __m128 pair_w = avx2_f16_pair(&wb[ib].d);
         const __m256i qw = avx2_nibbles(wb[ib].qs);
         UNROLL_ROWS
@@ -85,9 +86,11 @@ ROWS_BODY void rows_q8_0_like(bool q4, const void *w, const void *a, size_t a_st
     for (int r = 0; r < HOST_DOT_ROWS; r++) acc[r] = _mm256_setzero_ps();
     for (int64_t ib = 0; ib < nb; ib++) {
         if (q4) {
+            __builtin_prefetch((const quant_block_q4_0 *)w + nb + ib, 0, 3); /* the next weight row */
             const quant_block_q4_0 *wb = (const quant_block_q4_0 *)w + ib;
             rows_block_q8_0(&wb->d, _mm256_sub_epi8(avx2_nibbles(wb->qs), _mm256_set1_epi8(8)), ab, ib, acc, dot_u8s8);
         } else {
+            __builtin_prefetch((const quant_block_q8_0 *)w + nb + ib, 0, 3); /* the next weight row */
             const quant_block_q8_0 *wb = (const quant_block_q8_0 *)w + ib;
             rows_block_q8_0(&wb->d, _mm256_loadu_si256((const __m256i *)wb->qs), ab, ib, acc, dot_u8s8);
         }

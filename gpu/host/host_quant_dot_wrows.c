@@ -16,7 +16,7 @@
  *
  * Batch invariance and set invariance: each weight row keeps its own accumulators and
  * goes through exactly the operations of its one-row kernel, in the same order, so every
- * result is bit for bit host__vec_dot_for's, in either set (test_quant_dot checks it).
+ * result is bit for bit host__vec_dot_for's, in either set (test_quant_dot_rows checks it).
  *
  * Legend: n = elements per row (K), nb = blocks per row, ib = block index, j = weight
  * row (0..HOST_DOT_WROWS-1).
@@ -57,7 +57,7 @@ static inline void wrows_prefetch_step(const wrows_prefetch *p, int64_t ib) {
 /* avx2_dot_s8s8 with the set's u8s8 step: |x| as unsigned, x's sign moved onto y. */
 #define DOT_S8S8(dot_u8s8, x, y) dot_u8s8(_mm256_sign_epi8((x), (x)), _mm256_sign_epi8((y), (x)))
 
-/* dot_avx2_q4_1 (host_quant_dot.c) for four weight rows: per row the same summs fma,
+/* dot_avx2_q4_1 (host_quant_dot.c) for `rows` weight rows: per row the same summs fma,
  * the same dd, the same fma into its own accumulator. */
 WROWS_BODY void wrows_q4_1(int rows, const void *w, size_t w_stride, const void *a, int64_t n, float *out,
                            host_dot_u8s8_fn dot_u8s8) {
@@ -90,7 +90,7 @@ WROWS_BODY void wrows_q4_1(int rows, const void *w, size_t w_stride, const void 
     for (int j = 0; j < rows; j++) out[j] = host__avx2_hsum(acc[j]) + _mm_cvtss_f32(_mm_movehdup_ps(summs[j]));
 }
 
-/* dot_avx2_q8_0 and dot_avx2_q4_0 for four weight rows (q4: the nibbles minus 8). */
+/* dot_avx2_q8_0 and dot_avx2_q4_0 for `rows` weight rows (q4: the nibbles minus 8). */
 WROWS_BODY void wrows_q8_0_like(int rows, bool q4, const void *w, size_t w_stride, const void *a, int64_t n, float *out,
                                 host_dot_u8s8_fn dot_u8s8) {
     const quant_block_q8_0 *ab = a; /* (nb) */

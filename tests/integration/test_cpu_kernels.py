@@ -45,7 +45,7 @@ def test_a_set_the_cpu_lacks_is_refused_or_runs_when_present(spindle_bin, storie
         finally:
             assert server.stop() == 0
     else:
-        r = subprocess.run([spindle_bin, "serve", "--model", stories_model, "--cpu-isa", "avx512"],
+        r = subprocess.run([spindle_bin, "serve", "--model", stories_model, "--device", "cpu", "--cpu-isa", "avx512"],
                            capture_output=True, text=True, timeout=30)
         assert r.returncode == 2
         assert "--cpu-isa" in r.stderr and "AVX-512" in r.stderr

@@ -125,28 +125,134 @@ Test(quant_dot_rows, avx512_decode_kernel_matches_avx2_bit_for_bit) {
     check_wrows_set(DEV_CPU_ISA_AVX512);
 }
 
-/* Extremes of the 8-bit products: weights of -128 (Q8_0's |x| = 128 case) and 15
- * (Q4's largest nibble) against activations of +-127, where AVX2's maddubs would
- * saturate if a pair of products could pass 32767. */
-Test(quant_dot_rows, avx512_decode_kernel_matches_avx2_at_the_extremes) {
+/* Extremes of the 8-bit products, where AVX2's maddubs would saturate if a pair of
+ * products could pass 32767 and VNNI would then differ: Q8_0 weights of -128 and 127,
+ * Q4_0 nibbles 0 and 15 (-8 and 7), Q4_1 nibbles 15, against activations of +-127; through
+ * the avx512 set's decode and prefill kernels, each row against avx2's one-row kernel. */
+static void fill_extreme(quant_type t, void *row, int64_t n, int j) {
+    for (int64_t b = 0; b < n / QUANT_QK; b++) {
+        if (t == QUANT_Q8_0) {
+            quant_block_q8_0 *blk = (quant_block_q8_0 *)row + b;
+            blk->d = quant_f32_to_f16(0.5f + (float)j);
+            for (int i = 0; i < QUANT_QK; i++) blk->qs[i] = (int8_t)(i % 2 ? -128 : 127 - j);
+        } else if (t == QUANT_Q4_0) {
+            quant_block_q4_0 *blk = (quant_block_q4_0 *)row + b;
+            blk->d = quant_f32_to_f16(0.25f + (float)j);
+            for (int i = 0; i < QUANT_QK / 2; i++) blk->qs[i] = (uint8_t)(i % 2 ? 0x0F : 0xF0);
+        } else {
+            quant_block_q4_1 *blk = (quant_block_q4_1 *)row + b;
+            blk->d = quant_f32_to_f16(0.125f + (float)j);
+            blk->m = quant_f32_to_f16(-1.5f);
+            memset(blk->qs, 0xFF, sizeof blk->qs);
+        }
+    }
+}
+
+static void fill_extreme_activation(quant_type at, void *row, int64_t n, int r) {
+    for (int64_t b = 0; b < n / QUANT_QK; b++) {
+        int8_t *qs;
+        if (at == QUANT_Q8_1) {
+            quant_block_q8_1 *blk = (quant_block_q8_1 *)row + b;
+            blk->d = quant_f32_to_f16(0.25f);
+            blk->s = quant_f32_to_f16(3.0f + (float)r);
+            qs = blk->qs;
+        } else {
+            quant_block_q8_0 *blk = (quant_block_q8_0 *)row + b;
+            blk->d = quant_f32_to_f16(0.25f);
+            qs = blk->qs;
+        }
+        for (int i = 0; i < QUANT_QK; i++) qs[i] = (int8_t)((i + r) % 3 ? -127 : 127);
+    }
+}
+
+Test(quant_dot_rows, avx512_kernels_match_avx2_at_the_extremes) {
     if (!host__cpu_features().avx512) cr_skip_test("this CPU (or its OS) has no AVX-512 F/BW/VL/VNNI");
     enum { N = 64 };
-    quant_block_q8_0 w8[HOST_DOT_WROWS][N / QUANT_QK], a8[N / QUANT_QK];
-    for (int j = 0; j < HOST_DOT_WROWS; j++)
-        for (int b = 0; b < N / QUANT_QK; b++) {
-            w8[j][b].d = quant_f32_to_f16(0.5f + (float)j);
-            for (int i = 0; i < QUANT_QK; i++) w8[j][b].qs[i] = (int8_t)(i % 2 ? -128 : 127 - j);
+    for (size_t ti = 0; ti < sizeof row_types / sizeof row_types[0]; ti++) {
+        const quant_type t = row_types[ti], at = quant_vec_dot_type(t);
+        char w[HOST_DOT_WROWS][sizeof(quant_block_q8_0) * (N / QUANT_QK)];
+        char a[HOST_DOT_ROWS][sizeof(quant_block_q8_1) * (N / QUANT_QK)];
+        for (int j = 0; j < HOST_DOT_WROWS; j++) fill_extreme(t, w[j], N, j);
+        for (int r = 0; r < HOST_DOT_ROWS; r++) fill_extreme_activation(at, a[r], N, r);
+        host_vec_dot_fn one = host__vec_dot_for(DEV_CPU_ISA_AVX2, t);
+        float out[HOST_DOT_WROWS];
+        host__vec_dot_wrows_for(DEV_CPU_ISA_AVX512, t)(w, sizeof w[0], a[0], N, out);
+        for (int j = 0; j < HOST_DOT_WROWS; j++) {
+            float alone = one(w[j], a[0], N);
+            cr_expect(memcmp(&alone, &out[j], sizeof alone) == 0, "%s decode row %d: %.9g vs %.9g", quant_type_name(t),
+                      j, (double)out[j], (double)alone);
         }
-    for (int b = 0; b < N / QUANT_QK; b++) {
-        a8[b].d = quant_f32_to_f16(0.25f);
-        for (int i = 0; i < QUANT_QK; i++) a8[b].qs[i] = (int8_t)(i % 3 ? -127 : 127);
+        host__vec_dot_rows_for(DEV_CPU_ISA_AVX512, t)(w[1], a, sizeof a[0], N, out, 1);
+        for (int r = 0; r < HOST_DOT_ROWS; r++) {
+            float alone = one(w[1], a[r], N);
+            cr_expect(memcmp(&alone, &out[r], sizeof alone) == 0, "%s prefill row %d: %.9g vs %.9g", quant_type_name(t),
+                      r, (double)out[r], (double)alone);
+        }
     }
-    float out[HOST_DOT_WROWS];
-    host__vec_dot_wrows_for(DEV_CPU_ISA_AVX512, QUANT_Q8_0)(w8, sizeof w8[0], a8, N, out);
-    for (int j = 0; j < HOST_DOT_WROWS; j++) {
-        float alone = host__vec_dot_for(DEV_CPU_ISA_AVX2, QUANT_Q8_0)(w8[j], a8, N);
-        cr_expect(memcmp(&alone, &out[j], sizeof alone) == 0, "row %d: %.9g vs %.9g", j, (double)out[j], (double)alone);
+}
+
+/* The whole CPU matmul in each set, with a bias and weight row counts that leave tails
+ * (N not a multiple of the eight-row kernel or of the 16-row tile) and token counts that
+ * leave rows outside the four-row kernel: every element equals the avx2 one-row kernel
+ * plus the bias, bit for bit. */
+static void check_matmul(dev_cpu_isa isa, quant_type t, int64_t n_out, int64_t rows) {
+    enum { K = 96 };
+    dev_options opts = {.kind = DEV_KIND_CPU, .n_threads = 2, .cpu_isa = isa};
+    dev_backend *dev;
+    cr_assert_eq(dev_create(&opts, &dev), SP_OK, "%s", sp_last_error());
+    cr_assert_eq(dev_reserve(dev, rows, n_out > K ? n_out : K), SP_OK, "%s", sp_last_error());
+    const size_t w_bytes = quant_row_bytes(t, K);
+    char *w_data = malloc(w_bytes * (size_t)n_out);
+    float *bias_data = malloc(sizeof(float) * (size_t)n_out), *x = malloc(sizeof(float) * (size_t)(rows * K));
+    float *y = malloc(sizeof(float) * (size_t)(rows * n_out)), row[K];
+    cr_assert(w_data && bias_data && x && y);
+    for (int64_t j = 0; j < n_out; j++) {
+        fill(row, K);
+        quant_quantize_row(t, w_data + (size_t)j * w_bytes, row, K);
+        bias_data[j] = rng_uniform();
     }
+    fill(x, rows * K);
+    dev_tensor w, bias;
+    cr_assert_eq(dev_weight_init(dev, &w, t, K, n_out, w_data, w_bytes * (size_t)n_out), SP_OK);
+    cr_assert_eq(dev_weight_init(dev, &bias, QUANT_F32, n_out, 1, bias_data, sizeof(float) * (size_t)n_out), SP_OK);
+    dev_matmul_part part = {.out = y, .w = &w, .bias = &bias};
+    dev_matmul_group(dev, &part, 1, x, rows);
+    const quant_type at = quant_vec_dot_type(t);
+    char act[sizeof(quant_block_q8_1) * (K / QUANT_QK)];
+    for (int64_t r = 0; r < rows; r++) {
+        host__quantize_for(DEV_CPU_ISA_AVX2, at)(act, x + r * K, K);
+        for (int64_t j = 0; j < n_out; j++) {
+            float want = host__vec_dot_for(DEV_CPU_ISA_AVX2, t)(w_data + (size_t)j * w_bytes, act, K) + bias_data[j];
+            float got = y[r * n_out + j];
+            cr_expect(memcmp(&want, &got, sizeof got) == 0, "%s %s N=%lld T=%lld: [%lld][%lld] %.9g, want %.9g",
+                      dev_cpu_isa_name(isa), quant_type_name(t), (long long)n_out, (long long)rows, (long long)r,
+                      (long long)j, (double)got, (double)want);
+        }
+    }
+    dev_destroy(dev);
+    free(w_data);
+    free(bias_data);
+    free(x);
+    free(y);
+}
+
+static void check_matmul_set(dev_cpu_isa isa) {
+    const int64_t n_outs[] = {1, 7, 8, 9, 23, 40};
+    const int64_t token_counts[] = {1, 5, 9};
+    for (size_t ti = 0; ti < sizeof row_types / sizeof row_types[0]; ti++)
+        for (size_t ni = 0; ni < sizeof n_outs / sizeof n_outs[0]; ni++)
+            for (size_t ri = 0; ri < sizeof token_counts / sizeof token_counts[0]; ri++)
+                check_matmul(isa, row_types[ti], n_outs[ni], token_counts[ri]);
+}
+
+Test(quant_dot_rows, avx2_matmul_with_bias_and_tails_matches_the_one_row_kernel) {
+    if (!host__cpu_features().avx2) cr_skip_test("this CPU has no AVX2/FMA/F16C");
+    check_matmul_set(DEV_CPU_ISA_AVX2);
+}
+
+Test(quant_dot_rows, avx512_matmul_with_bias_and_tails_matches_avx2) {
+    if (!host__cpu_features().avx512) cr_skip_test("this CPU (or its OS) has no AVX-512 F/BW/VL/VNNI");
+    check_matmul_set(DEV_CPU_ISA_AVX512);
 }
 
 Test(quant_dot_rows, types_without_one_use_the_one_row_kernel) {
