@@ -29,6 +29,11 @@ static void fill(float *x, int64_t n) {
     }
 }
 
+/* Skips the calling test, saying why, when this CPU (or build) cannot run set isa. */
+static void require_set(dev_cpu_isa isa) {
+    if (dev_cpu_isa_check(isa) != SP_OK) cr_skip_test("%s", sp_last_error());
+}
+
 /* One weight row of type t and HOST_DOT_ROWS activation rows: set isa's multi-row
  * results, written with out_stride, equal the avx2 one-row kernel's bit for bit. */
 static void check_type(dev_cpu_isa isa, quant_type t, int64_t n, size_t out_stride) {
@@ -63,7 +68,7 @@ static void check_type(dev_cpu_isa isa, quant_type t, int64_t n, size_t out_stri
 }
 
 Test(quant_dot_rows, every_row_matches_the_one_row_kernel_bit_for_bit) {
-    if (!host__cpu_features().avx2) cr_skip_test("this CPU has no AVX2/FMA/F16C");
+    require_set(DEV_CPU_ISA_AVX2);
     for (size_t i = 0; i < sizeof row_types / sizeof row_types[0]; i++)
         for (size_t j = 0; j < sizeof row_sizes / sizeof row_sizes[0]; j++)
             for (int seed = 0; seed < 20; seed++)
@@ -71,7 +76,7 @@ Test(quant_dot_rows, every_row_matches_the_one_row_kernel_bit_for_bit) {
 }
 
 Test(quant_dot_rows, avx512_multi_row_kernel_matches_avx2_bit_for_bit) {
-    if (!host__cpu_features().avx512) cr_skip_test("this CPU (or its OS) has no AVX-512 F/BW/VL/VNNI");
+    require_set(DEV_CPU_ISA_AVX512);
     for (size_t i = 0; i < sizeof row_types / sizeof row_types[0]; i++)
         for (size_t j = 0; j < sizeof row_sizes / sizeof row_sizes[0]; j++)
             for (int seed = 0; seed < 20; seed++)
@@ -116,12 +121,12 @@ static void check_wrows_set(dev_cpu_isa isa) {
 }
 
 Test(quant_dot_rows, avx2_decode_kernel_matches_the_one_row_kernel_bit_for_bit) {
-    if (!host__cpu_features().avx2) cr_skip_test("this CPU has no AVX2/FMA/F16C");
+    require_set(DEV_CPU_ISA_AVX2);
     check_wrows_set(DEV_CPU_ISA_AVX2);
 }
 
 Test(quant_dot_rows, avx512_decode_kernel_matches_avx2_bit_for_bit) {
-    if (!host__cpu_features().avx512) cr_skip_test("this CPU (or its OS) has no AVX-512 F/BW/VL/VNNI");
+    require_set(DEV_CPU_ISA_AVX512);
     check_wrows_set(DEV_CPU_ISA_AVX512);
 }
 
@@ -166,7 +171,7 @@ static void fill_extreme_activation(quant_type at, void *row, int64_t n, int r) 
 }
 
 Test(quant_dot_rows, avx512_kernels_match_avx2_at_the_extremes) {
-    if (!host__cpu_features().avx512) cr_skip_test("this CPU (or its OS) has no AVX-512 F/BW/VL/VNNI");
+    require_set(DEV_CPU_ISA_AVX512);
     enum { N = 64 };
     for (size_t ti = 0; ti < sizeof row_types / sizeof row_types[0]; ti++) {
         const quant_type t = row_types[ti], at = quant_vec_dot_type(t);
@@ -246,12 +251,12 @@ static void check_matmul_set(dev_cpu_isa isa) {
 }
 
 Test(quant_dot_rows, avx2_matmul_with_bias_and_tails_matches_the_one_row_kernel) {
-    if (!host__cpu_features().avx2) cr_skip_test("this CPU has no AVX2/FMA/F16C");
+    require_set(DEV_CPU_ISA_AVX2);
     check_matmul_set(DEV_CPU_ISA_AVX2);
 }
 
 Test(quant_dot_rows, avx512_matmul_with_bias_and_tails_matches_avx2) {
-    if (!host__cpu_features().avx512) cr_skip_test("this CPU (or its OS) has no AVX-512 F/BW/VL/VNNI");
+    require_set(DEV_CPU_ISA_AVX512);
     check_matmul_set(DEV_CPU_ISA_AVX512);
 }
 
