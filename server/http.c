@@ -366,6 +366,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *connection, 
         conn->started = sched_now(); /* metrics and access log */
         snprintf(conn->method, sizeof conn->method, "%s", method);
         snprintf(conn->path, sizeof conn->path, "%s", url);
+        /* refuse ambiguous framing before the body is read, and close the connection so
+         * that no byte after these headers is ever parsed as another request */
+        char why[200];
+        if (!srv__framing_ok(connection, why, sizeof why)) {
+            srv_error err;
+            srv_error_make(&err, SRV_ERROR_BAD_REQUEST, NULL, "%s", why);
+            return send_body(conn, err.http_status, srv_error_json(&err), "application/json",
+                             MHD_HTTP_HEADER_CONNECTION, "close");
+        }
         /* refuse a body announced too large before reading it */
         const char *length = MHD_lookup_connection_value(connection, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         if (length && strtoull(length, NULL, 10) > app->http.max_body_bytes) {

@@ -158,6 +158,11 @@ struct srv_conn {
 /* Queues resp (takes ownership of it) with what every answer carries (CORS) and
  * records the status for metrics and the access log. */
 enum MHD_Result srv__queue_response(srv_conn *conn, int status, struct MHD_Response *resp);
+
+/* http_framing.c: whether the request's framing headers are unambiguous (one
+ * Content-Length of digits, or Transfer-Encoding exactly "chunked", never both; header
+ * names of token characters); when not, a message naming the problem goes into why. */
+bool srv__framing_ok(struct MHD_Connection *connection, char *why, size_t cap);
 /* A JSON body (takes ownership of body; NULL: out of memory, MHD_NO). */
 enum MHD_Result srv__send_json(srv_conn *conn, int status, json_t *body);
 /* An OpenAI error object with its status and the headers that go with it. */
