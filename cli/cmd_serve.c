@@ -68,7 +68,9 @@ static void serve_args_fill(serve_args *a) {
         .max_body_bytes = (size_t)c->max_body_bytes,
         .max_connections = (int)c->max_connections,
         .keepalive_s = c->keepalive,
-        .connection_timeout = 600,
+        .connection_timeout = (int)c->idle_timeout,
+        .max_connections_per_client = (int)c->max_connections_per_client,
+        .admin_port = (int)c->admin_port,
         .max_header_bytes = (size_t)c->max_header_bytes,
         .api_keys = (const char *const *)c->api_keys.items,
         .n_api_keys = c->api_keys.n,
@@ -309,6 +311,8 @@ int cmd_serve(int argc, char **argv) {
     }
     const char *scheme = a.http.tls_cert_file ? "https" : "http";
     sp_log_info("listening on %s://%s:%d (loading %s)", scheme, a.http.host, srv_http_port(s.http), a.model);
+    if (srv_http_admin_port(s.http))
+        sp_log_info("admin port (/health, /ready, /metrics): http://%s:%d", a.http.host, srv_http_admin_port(s.http));
 
     double t0 = sched_now();
     bool graceful = true;

@@ -27,7 +27,7 @@
 /* The file read when --config is not given, if it exists. */
 #define CFG_DEFAULT_PATH "/etc/spindle/spindle.yaml"
 /* How many settings there are (the rows of cfg.c's key table). */
-#define CFG_KEY_COUNT 40
+#define CFG_KEY_COUNT 43
 
 typedef enum cfg_device {
     CFG_DEVICE_AUTO, /* CUDA when built and present, else the CPU */
@@ -70,7 +70,10 @@ typedef struct cfg_settings {
     int64_t http_threads;
     int64_t max_body_bytes;
     int64_t max_connections;
-    double keepalive; /* seconds of quiet before an SSE comment */
+    int64_t max_connections_per_client; /* open connections from one address; 0: no limit */
+    int64_t idle_timeout;               /* seconds a connection may stay quiet (not while generating) */
+    int64_t admin_port;                 /* a second port for /health, /ready, /metrics only; 0: none */
+    double keepalive;                   /* seconds of quiet before an SSE comment */
     int64_t max_header_bytes;
     /* the scheduler */
     int64_t kv_cache_mb;

@@ -23,8 +23,10 @@
 
 struct srv_http {
     struct MHD_Daemon *daemon;
+    struct MHD_Daemon *admin; /* --admin-port: /health, /ready, /metrics only; NULL: none */
     srv_app *app;
     int port;
+    int admin_port;
     srv_http_security security; /* TLS and the header limit (http_security.c) */
 };
 
@@ -311,6 +313,11 @@ static enum MHD_Result route(srv_conn *conn, const char *url, const char *method
         return send_body(conn, err.http_status, srv_error_json(&err), "application/json", MHD_HTTP_HEADER_ALLOW,
                          found->method);
     }
+    if (conn->admin && found->kind != ROUTE_HEALTH && found->kind != ROUTE_READY && found->kind != ROUTE_METRICS) {
+        srv_error_make(&err, SRV_ERROR_NOT_FOUND, NULL,
+                       "%s is not served on the admin port (only /health, /ready and /metrics)", url);
+        return srv__send_error(conn, &err);
+    }
     if (found->kind == ROUTE_HEALTH) return handle_health(conn);
     if (found->kind == ROUTE_READY) return handle_ready(conn);
     if (found->kind == ROUTE_METRICS) return handle_metrics(conn);
@@ -349,16 +356,16 @@ static bool body_append(srv_conn *conn, const char *data, size_t len) {
            (memcpy(conn->body + conn->body_len, data, len), conn->body_len += len, true);
 }
 
-static enum MHD_Result on_request(void *cls, struct MHD_Connection *connection, const char *url, const char *method,
-                                  const char *version, const char *upload_data, size_t *upload_data_size,
-                                  void **con_cls) {
-    (void)version;
-    srv_app *app = cls;
+/* Both daemons' request handler; admin: the --admin-port daemon (probes and metrics). */
+static enum MHD_Result serve_request(srv_app *app, bool admin, struct MHD_Connection *connection, const char *url,
+                                     const char *method, const char *upload_data, size_t *upload_data_size,
+                                     void **con_cls) {
     srv_conn *conn = *con_cls;
     if (!conn) {
         conn = calloc(1, sizeof *conn);
         if (!conn) return MHD_NO;
         conn->app = app;
+        conn->admin = admin;
         conn->connection = connection;
         conn->watched._slot = -1;
         pthread_mutex_init(&conn->lock, NULL);
@@ -395,6 +402,20 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *connection, 
     }
     if (conn->dispatched) return srv__generation_continue(conn); /* resumed: a non-streaming answer may be ready */
     return route(conn, url, method);
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *connection, const char *url, const char *method,
+                                  const char *version, const char *upload_data, size_t *upload_data_size,
+                                  void **con_cls) {
+    (void)version;
+    return serve_request(cls, false, connection, url, method, upload_data, upload_data_size, con_cls);
+}
+
+static enum MHD_Result on_admin_request(void *cls, struct MHD_Connection *connection, const char *url,
+                                        const char *method, const char *version, const char *upload_data,
+                                        size_t *upload_data_size, void **con_cls) {
+    (void)version;
+    return serve_request(cls, true, connection, url, method, upload_data, upload_data_size, con_cls);
 }
 
 /* ---- metrics and access log (on_completed) ---- */
@@ -519,6 +540,34 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap) {
     sp_log_warn("http: %s", msg);
 }
 
+/* The probes' own daemon on --admin-port: plain HTTP on the same host, one thread and a
+ * few connections of its own, so /health, /ready and /metrics answer however full the
+ * main port's connection pool is. */
+static sp_status admin_start(srv_http *h, const struct addrinfo *main_addr) {
+    srv_app *app = h->app;
+    struct addrinfo hints = {
+        .ai_family = main_addr->ai_family, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+    struct addrinfo *addr = NULL;
+    char port[16];
+    snprintf(port, sizeof port, "%d", app->http.admin_port);
+    int gai = getaddrinfo(app->http.host, port, &hints, &addr);
+    if (gai != 0) return sp_fail(SP_ERR_INVALID_ARG, "--admin-port %s: %s", port, gai_strerror(gai));
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG;
+    if (addr->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
+    h->admin = MHD_start_daemon(flags, (uint16_t)app->http.admin_port, NULL, NULL, on_admin_request, app,
+                                MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL, MHD_OPTION_SOCK_ADDR, addr->ai_addr,
+                                MHD_OPTION_CONNECTION_LIMIT, 64u, MHD_OPTION_CONNECTION_TIMEOUT, 10u,
+                                MHD_OPTION_NOTIFY_COMPLETED, on_completed, app, MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u,
+                                MHD_OPTION_END);
+    freeaddrinfo(addr);
+    if (!h->admin)
+        return sp_fail(SP_ERR_IO, "--admin-port %d: cannot listen on %s (in use, or not an address of this machine)",
+                       app->http.admin_port, app->http.host);
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(h->admin, MHD_DAEMON_INFO_BIND_PORT);
+    h->admin_port = info ? info->port : app->http.admin_port;
+    return SP_OK;
+}
+
 sp_status srv_http_start(srv_app *app, srv_http **out) {
     struct addrinfo hints = {
         .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
@@ -545,9 +594,20 @@ sp_status srv_http_start(srv_app *app, srv_http **out) {
     h->daemon = MHD_start_daemon(
         flags, (uint16_t)app->http.port, NULL, NULL, on_request, app, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL,
         MHD_OPTION_SOCK_ADDR, addr->ai_addr, MHD_OPTION_THREAD_POOL_SIZE, (unsigned)app->http.http_threads,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)app->http.max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)app->http.max_connections, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+        (unsigned)app->http.max_connections_per_client, MHD_OPTION_CONNECTION_TIMEOUT,
         (unsigned)app->http.connection_timeout, MHD_OPTION_NOTIFY_COMPLETED, on_completed, app,
         MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u, MHD_OPTION_ARRAY, h->security.options, MHD_OPTION_END);
+    if (h->daemon && app->http.admin_port > 0) {
+        sp_status st = admin_start(h, addr);
+        if (st != SP_OK) {
+            freeaddrinfo(addr);
+            MHD_stop_daemon(h->daemon);
+            srv_http_security_free(&h->security);
+            free(h);
+            return st;
+        }
+    }
     freeaddrinfo(addr);
     if (!h->daemon) {
         srv_http_security_free(&h->security);
@@ -570,8 +630,13 @@ int srv_http_port(const srv_http *h) {
     return h->port;
 }
 
+int srv_http_admin_port(const srv_http *h) {
+    return h->admin ? h->admin_port : 0;
+}
+
 void srv_http_stop(srv_http *h) {
     if (!h) return;
+    if (h->admin) MHD_stop_daemon(h->admin);
     MHD_stop_daemon(h->daemon);
     srv_http_security_free(&h->security);
     free(h);

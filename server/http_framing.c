@@ -52,7 +52,8 @@ static enum MHD_Result scan_header(void *cls, enum MHD_ValueKind kind, const cha
         if (++scan->content_lengths > 1)
             snprintf(scan->why, sizeof scan->why, "more than one Content-Length header");
         else if (!value || !all_digits(value))
-            snprintf(scan->why, sizeof scan->why, "Content-Length '%.40s' is not a number of bytes", value ? value : "");
+            snprintf(scan->why, sizeof scan->why, "Content-Length '%.40s' is not a number of bytes",
+                     value ? value : "");
     } else if (strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING) == 0) {
         if (++scan->transfer_encodings > 1)
             snprintf(scan->why, sizeof scan->why, "more than one Transfer-Encoding header");

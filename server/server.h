@@ -239,14 +239,16 @@ typedef enum srv_phase {
 typedef enum srv_log_format { SRV_LOG_TEXT, SRV_LOG_JSON } srv_log_format;
 
 typedef struct srv_http_config {
-    const char *host;        /* address to bind ("127.0.0.1", "0.0.0.0", "::1") */
-    int port;                /* 0: any free port (srv_http_port tells which) */
-    int http_threads;        /* libmicrohttpd pool threads */
-    size_t max_body_bytes;   /* larger bodies: 413 */
-    int max_connections;     /* open connections at once */
-    double keepalive_s;      /* SSE comment after this much quiet */
-    int connection_timeout;  /* seconds an idle connection is kept (not counting suspended ones) */
-    size_t max_header_bytes; /* request line + headers per connection (libmicrohttpd's memory limit) */
+    const char *host;               /* address to bind ("127.0.0.1", "0.0.0.0", "::1") */
+    int port;                       /* 0: any free port (srv_http_port tells which) */
+    int http_threads;               /* libmicrohttpd pool threads */
+    size_t max_body_bytes;          /* larger bodies: 413 */
+    int max_connections;            /* open connections at once */
+    double keepalive_s;             /* SSE comment after this much quiet */
+    int connection_timeout;         /* seconds an idle connection is kept (not counting suspended ones) */
+    int max_connections_per_client; /* from one address; 0: no limit */
+    int admin_port;                 /* probes and metrics only, on the same host; 0: none */
+    size_t max_header_bytes;        /* request line + headers per connection (libmicrohttpd's memory limit) */
     /* security (auth.c): API keys from --api-key and --api-key-file (reloaded on SIGHUP) */
     const char *const *api_keys; /* (n_api_keys) from --api-key / the config file's api_keys */
     int n_api_keys;
@@ -287,6 +289,8 @@ typedef struct srv_http srv_http;
 sp_status srv_http_start(srv_app *app, srv_http **out);
 /* The bound port (useful with port 0). */
 int srv_http_port(const srv_http *h);
+/* The port of the --admin-port daemon (probes and metrics only); 0: none. */
+int srv_http_admin_port(const srv_http *h);
 /* Stops listening, closes every connection and joins the pool threads. */
 void srv_http_stop(srv_http *h);
 

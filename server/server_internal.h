@@ -122,6 +122,7 @@ struct srv_conn {
     bool body_too_large;
     /* the generation, once submitted */
     bool dispatched;
+    bool admin; /* arrived on the --admin-port daemon: /health, /ready, /metrics only */
     bool have_request;
     srv_request request;
     sched_request **reqs; /* (n_reqs), one reference each */
