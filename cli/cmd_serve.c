@@ -201,6 +201,7 @@ static sp_status serve_load(const serve_args *a, srv_app *app, serve_state *s) {
         .vocab = model_vocab(s->model),
         .max_seq_len = live->max_seq_len,
         .max_n = (int)a->cfg.max_n,
+        .max_sequences = (int)a->cfg.max_sequences_per_request,
         .max_tokens = (int32_t)a->cfg.max_tokens,
         .created = (int64_t)time(NULL),
         .cpu_kernels = dev_cpu_kernels(s->dev) != DEV_CPU_ISA_AUTO ? dev_cpu_isa_name(dev_cpu_kernels(s->dev)) : NULL};

@@ -76,6 +76,8 @@ const cfg_key cfg__keys[] = {
     BOOL("prefix_cache", "prefix-cache", prefix_cache, "reuse the KV of prompt prefixes computed before"),
     /* request limits */
     INT("max_n", "max-n", max_n, 1, 16, false, "most choices one request may ask for (n)", NULL),
+    INT("max_sequences_per_request", "max-sequences-per-request", max_sequences_per_request, 0, 1 << 20, false,
+        "most sequences (prompts times n) one request may ask for, 0 = no bound", NULL),
     INT("max_tokens", "max-tokens", max_tokens, 0, 1 << 24, false,
         "largest max_tokens a request may ask for, 0 = the context", NULL),
     /* security */
@@ -124,6 +126,7 @@ void cfg_settings_init(cfg_settings *s) {
         .policy = CFG_POLICY_FCFS,
         .request_timeout = SP_SCHED_DEFAULT_REQUEST_TIMEOUT_S,
         .max_n = 16,
+        .max_sequences_per_request = 64,
         .max_tokens = 0,
         .log_format = CFG_LOG_TEXT,
         .access_log = true,

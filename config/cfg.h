@@ -27,7 +27,7 @@
 /* The file read when --config is not given, if it exists. */
 #define CFG_DEFAULT_PATH "/etc/spindle/spindle.yaml"
 /* How many settings there are (the rows of cfg.c's key table). */
-#define CFG_KEY_COUNT 43
+#define CFG_KEY_COUNT 44
 
 typedef enum cfg_device {
     CFG_DEVICE_AUTO, /* CUDA when built and present, else the CPU */
@@ -88,8 +88,9 @@ typedef struct cfg_settings {
     double request_timeout; /* seconds; 0: none */
     bool prefix_cache;      /* share computed KV blocks of equal prefixes */
     /* request limits */
-    int64_t max_n;      /* most choices a request may ask for (n) */
-    int64_t max_tokens; /* largest max_tokens a request may ask for; 0: the context */
+    int64_t max_n;                     /* most choices a request may ask for (n) */
+    int64_t max_sequences_per_request; /* prompts times n; 0: no bound */
+    int64_t max_tokens;                /* largest max_tokens a request may ask for; 0: the context */
     /* security */
     cfg_list api_keys;  /* --api-key (repeatable), api_keys */
     char *api_key_file; /* one key per line; NULL: none */

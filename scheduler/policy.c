@@ -4,8 +4,13 @@
  *   fcfs:     submission order (the oldest first; the youngest is preempted first)
  *   priority: lower `priority` first, then submission order (vLLM's rule); the
  *             victim is the lowest priority, youngest among equals.
- * Pure functions of the requests' immutable fields (arrival_no is set before the
- * request reaches the scheduler thread).
+ * Within either, requests share fairly: the sequences one HTTP request submits together
+ * (its prompts times n) take turns with other requests' sequences, the k-th of every
+ * request before the (k+1)-th of any, so one request of a thousand sequences cannot hold
+ * every batch slot while a one-sequence request sent after it waits (and its last
+ * sequences are the first preempted).
+ * Pure functions of the requests' immutable fields (arrival_no and unit_index are set
+ * before the request reaches the scheduler thread).
  */
 #include "common/assert.h"
 #include "scheduler/sched_internal.h"
@@ -13,6 +18,7 @@
 bool sched__policy_before(sched_policy_kind kind, const sched_request *a, const sched_request *b) {
     if (kind == SCHED_POLICY_PRIORITY && a->params.priority != b->params.priority)
         return a->params.priority < b->params.priority;
+    if (a->unit_index != b->unit_index) return a->unit_index < b->unit_index;
     return a->arrival_no < b->arrival_no;
 }
 

@@ -140,6 +140,7 @@ struct sched_request {
     /* written by sched_submit before the request is queued, then the scheduler thread */
     sched_seq_state state;
     uint64_t arrival_no; /* submission order: fcfs and ties of the priority policy */
+    int32_t unit_index;  /* its place among the sequences submitted together (one HTTP request) */
     double deadline;     /* sched_now() seconds; 0 = none */
     bool in_queue_count; /* still counted in the queue's bounds (not yet admitted) */
     sched_request *next, *prev;

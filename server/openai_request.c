@@ -448,6 +448,18 @@ static sp_status request_fit_context(const srv_model_info *mi, srv_request *r, i
     return SP_OK;
 }
 
+/* Every prompt runs n times: one request may not ask for more sequences than the
+ * server's --max-sequences-per-request (the scheduler shares batch slots between
+ * requests, but a bound keeps one request from filling the queue). */
+static sp_status request_sequences_bound(const srv_model_info *mi, const srv_request *r, srv_error *err) {
+    const int64_t sequences = (int64_t)r->n_prompts * r->n;
+    if (mi->max_sequences <= 0 || sequences <= mi->max_sequences) return SP_OK;
+    return srv__fail(err, SRV_ERROR_BAD_REQUEST, r->n > 1 ? "n" : "prompt",
+                     "This request asks for %lld sequences (%d prompts times n = %d); this server allows %d per "
+                     "request (its --max-sequences-per-request).",
+                     (long long)sequences, r->n_prompts, r->n, mi->max_sequences);
+}
+
 sp_status srv_request_parse(srv_endpoint endpoint, const char *body, size_t len, const srv_model_info *mi,
                             srv_request *out, srv_error *err) {
     *out = (srv_request){.endpoint = endpoint, .n = 1};
@@ -460,6 +472,7 @@ sp_status srv_request_parse(srv_endpoint endpoint, const char *body, size_t len,
         (st = request_options(root, mi, out, &max_tokens, err)) != SP_OK ||
         (st = endpoint == SRV_ENDPOINT_CHAT ? request_chat_prompt(root, mi, out, err)
                                             : request_completion_prompts(root, mi, out, err)) != SP_OK ||
+        (st = request_sequences_bound(mi, out, err)) != SP_OK ||
         (st = request_fit_context(mi, out, max_tokens, err)) != SP_OK) {
         json_decref(root);
         srv_request_free(out);

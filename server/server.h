@@ -99,6 +99,7 @@ typedef struct srv_model_info {
     json_t *template_tokens;   /* {"bos_token": ..., "eos_token": ...} added to every render */
     int32_t max_seq_len;       /* prompt + completion limit of one sequence */
     int max_n;                 /* most choices per request (--max-n); 0: SRV_MAX_N */
+    int max_sequences;         /* most prompts times n per request (--max-sequences-per-request); 0: none */
     int32_t max_tokens;        /* largest max_tokens a request may ask for (--max-tokens); 0: the context */
     int64_t created;           /* unix time the server loaded the model */
     const char *cpu_kernels;   /* the CPU backend's kernel set ("avx512"); NULL on a GPU */

@@ -65,3 +65,32 @@ Test(policy, victim_is_the_lowest_priority_then_youngest) {
     cr_assert(sched__policy_before(SCHED_POLICY_FCFS, r[0], r[1]));
     for (int i = 0; i < 4; i++) free(r[i]);
 }
+
+/* One request of four sequences (arrivals 1..4, its indexes 0..3) and then two requests
+ * of one sequence each (5 and 6): each request's k-th sequence goes before any
+ * request's (k+1)-th, so the later one-sequence requests are admitted second and third,
+ * and the big request's last sequence is the one preempted. */
+static sched_request *fake_in_unit(uint64_t arrival, int priority, int32_t index) {
+    sched_request *r = fake(arrival, priority);
+    r->unit_index = index;
+    return r;
+}
+
+Test(policy, requests_take_turns_under_fcfs) {
+    sched_request *r[6] = {fake_in_unit(1, 0, 0), fake_in_unit(2, 0, 1), fake_in_unit(3, 0, 2),
+                           fake_in_unit(4, 0, 3), fake_in_unit(5, 0, 0), fake_in_unit(6, 0, 0)};
+    uint64_t want[6] = {1, 5, 6, 2, 3, 4};
+    check_waiting_order(SCHED_POLICY_FCFS, r, 6, want);
+    sched_request *running[3] = {r[0], r[3], r[4]};
+    cr_assert_eq(sched__policy_victim(SCHED_POLICY_FCFS, running, 3), 1, "the big request's last sequence");
+    for (int i = 0; i < 6; i++) free(r[i]);
+}
+
+Test(policy, requests_take_turns_within_a_priority) {
+    /* a lower priority value still goes first, whatever its sequence's index */
+    sched_request *r[5] = {fake_in_unit(1, 5, 0), fake_in_unit(2, 5, 1), fake_in_unit(3, 0, 2), fake_in_unit(4, 5, 0),
+                           fake_in_unit(5, 0, 0)};
+    uint64_t want[5] = {5, 3, 1, 4, 2};
+    check_waiting_order(SCHED_POLICY_PRIORITY, r, 5, want);
+    for (int i = 0; i < 5; i++) free(r[i]);
+}
