@@ -43,7 +43,8 @@ CONFIG_SRC    := config/cfg.c config/cfg_yaml.c config/cfg_args.c
 SERVER_SRC    := server/http.c server/http_generation.c server/http_framing.c server/http_security.c \
                  server/watch.c server/metrics.c \
                  server/errors.c server/openai_fields.c server/openai_request.c server/openai_response.c \
-                 server/chat.c server/tokenize.c server/auth.c server/notify.c server/access_log.c
+                 server/chat.c server/tokenize.c server/auth.c server/notify.c server/access_log.c \
+                 server/retry_after.c
 # cli/: everything but main.c goes into the library, so unit tests link it too
 CLI_SRC       := cli/cli_session.c cli/cmd_generate.c cli/cmd_inspect.c cli/cmd_bench.c \
                  cli/cmd_template.c cli/cmd_serve.c

@@ -86,9 +86,14 @@ enum MHD_Result srv__send_json(srv_conn *conn, int status, json_t *body) {
 
 enum MHD_Result srv__send_error(srv_conn *conn, const srv_error *err) {
     const char *header = NULL, *value = NULL;
+    char seconds[16];
     if (err->http_status == 429 || err->http_status == 503) {
         header = MHD_HTTP_HEADER_RETRY_AFTER;
-        value = "1";
+        /* a full queue: about when it will have drained (jittered); not started yet
+         * (loading, draining): at once, elsewhere */
+        snprintf(seconds, sizeof seconds, "%d",
+                 err->http_status == 429 && conn->retry_after_s > 0 ? conn->retry_after_s : 1);
+        value = seconds;
     } else if (err->http_status == 408 || err->http_status == 500) {
         /* the openai SDKs retry 408 and 5xx: running a timed-out or failed generation
          * again is not what anyone wants (they honour this header) */

@@ -301,6 +301,7 @@ enum MHD_Result srv__generation_start(srv_conn *conn, srv_endpoint endpoint) {
         atomic_load(&app->phase) == SRV_PHASE_READY
             ? sched_submit(app->sched, conn->reqs, n)
             : sp_fail(SP_ERR_UNAVAILABLE, "%s", srv__phase_refusal((srv_phase)atomic_load(&app->phase), app));
+    if (st == SP_ERR_FULL) conn->retry_after_s = srv__retry_after_s(app->sched); /* under the lifecycle lock */
     pthread_rwlock_unlock(&app->lifecycle);
     if (st != SP_OK) return srv__send_status_error(conn, st, sp_last_error());
     conn->dispatched = true;

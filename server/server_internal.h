@@ -122,7 +122,8 @@ struct srv_conn {
     bool body_too_large;
     /* the generation, once submitted */
     bool dispatched;
-    bool admin; /* arrived on the --admin-port daemon: /health, /ready, /metrics only */
+    bool admin;        /* arrived on the --admin-port daemon: /health, /ready, /metrics only */
+    int retry_after_s; /* a refused submission's Retry-After (retry_after.c); 0: the default */
     bool have_request;
     srv_request request;
     sched_request **reqs; /* (n_reqs), one reference each */
@@ -159,6 +160,10 @@ struct srv_conn {
 /* Queues resp (takes ownership of it) with what every answer carries (CORS) and
  * records the status for metrics and the access log. */
 enum MHD_Result srv__queue_response(srv_conn *conn, int status, struct MHD_Response *resp);
+
+/* retry_after.c: the seconds a 429 asks the client to wait: the queue's length over the
+ * measured drain rate, jittered by up to half either way, within 1..60. */
+int srv__retry_after_s(const sched *s);
 
 /* http_framing.c: whether the request's framing headers are unambiguous (one
  * Content-Length of digits, or Transfer-Encoding exactly "chunked", never both; header

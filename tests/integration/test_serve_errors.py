@@ -192,7 +192,7 @@ def test_queue_full_is_429_with_retry_after(spindle_bin, stories_model):
         assert 200 in statuses and 429 in statuses, statuses
         for status, headers, resp in results:
             if status == 429:
-                assert headers.get("Retry-After") == "1"
+                assert 1 <= int(headers.get("Retry-After")) <= 60  # the drain time, jittered
                 assert_error((status, headers, resp), 429)
         rejected = server.metrics()['spindle_requests_rejected_total{reason="queue_requests"}']
         assert rejected == statuses.count(429)
