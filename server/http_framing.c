@@ -16,12 +16,6 @@
 
 #include "server/server_internal.h"
 
-typedef struct framing_scan {
-    int content_lengths;
-    int transfer_encodings;
-    char why[160]; /* the first problem; empty while none */
-} framing_scan;
-
 /* RFC 9110 tchar: what a header name may be made of. */
 static bool is_token_char(unsigned char c) {
     return isalnum(c) || (c != '\0' && strchr("!#$%&'*+-.^_`|~", c) != NULL);
@@ -34,19 +28,17 @@ static bool all_digits(const char *s) {
     return true;
 }
 
-static enum MHD_Result scan_header(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
-    (void)kind;
-    framing_scan *scan = cls;
-    if (scan->why[0]) return MHD_NO; /* one problem is enough */
+void srv__framing_add(srv_framing *scan, const char *key, const char *value) {
+    if (scan->why[0]) return; /* one problem is enough */
     for (const char *c = key; *c; c++) {
         if (!is_token_char((unsigned char)*c)) {
             snprintf(scan->why, sizeof scan->why, "malformed header name '%.60s'", key);
-            return MHD_NO;
+            return;
         }
     }
     if (!*key) {
         snprintf(scan->why, sizeof scan->why, "empty header name");
-        return MHD_NO;
+        return;
     }
     if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) == 0) {
         if (++scan->content_lengths > 1)
@@ -61,15 +53,25 @@ static enum MHD_Result scan_header(void *cls, enum MHD_ValueKind kind, const cha
             snprintf(scan->why, sizeof scan->why, "Transfer-Encoding '%.40s' is not supported (only chunked)",
                      value ? value : "");
     }
+}
+
+bool srv__framing_verdict(srv_framing *scan, char *why, size_t cap) {
+    if (!scan->why[0] && scan->content_lengths && scan->transfer_encodings)
+        snprintf(scan->why, sizeof scan->why, "both Content-Length and Transfer-Encoding");
+    if (!scan->why[0]) return true;
+    snprintf(why, cap, "bad request framing: %s", scan->why);
+    return false;
+}
+
+static enum MHD_Result scan_header(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+    (void)kind;
+    srv_framing *scan = cls;
+    srv__framing_add(scan, key ? key : "", value);
     return scan->why[0] ? MHD_NO : MHD_YES;
 }
 
 bool srv__framing_ok(struct MHD_Connection *connection, char *why, size_t cap) {
-    framing_scan scan = {0};
+    srv_framing scan = {0};
     MHD_get_connection_values(connection, MHD_HEADER_KIND, scan_header, &scan);
-    if (!scan.why[0] && scan.content_lengths && scan.transfer_encodings)
-        snprintf(scan.why, sizeof scan.why, "both Content-Length and Transfer-Encoding");
-    if (!scan.why[0]) return true;
-    snprintf(why, cap, "bad request framing: %s", scan.why);
-    return false;
+    return srv__framing_verdict(&scan, why, cap);
 }

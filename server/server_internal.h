@@ -169,6 +169,15 @@ int srv__retry_after_s(const sched *s);
  * Content-Length of digits, or Transfer-Encoding exactly "chunked", never both; header
  * names of token characters); when not, a message naming the problem goes into why. */
 bool srv__framing_ok(struct MHD_Connection *connection, char *why, size_t cap);
+/* The same check header by header (what srv__framing_ok runs, and the fuzz harness):
+ * start from a zeroed srv_framing, add every header, then ask for the verdict. */
+typedef struct srv_framing {
+    int content_lengths;
+    int transfer_encodings;
+    char why[160]; /* the first problem; empty while none */
+} srv_framing;
+void srv__framing_add(srv_framing *scan, const char *name, const char *value);
+bool srv__framing_verdict(srv_framing *scan, char *why, size_t cap);
 /* A JSON body (takes ownership of body; NULL: out of memory, MHD_NO). */
 enum MHD_Result srv__send_json(srv_conn *conn, int status, json_t *body);
 /* An OpenAI error object with its status and the headers that go with it. */

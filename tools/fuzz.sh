@@ -42,6 +42,8 @@ harness_sources() {
     request) echo $LOWER model/*.c server/errors.c server/openai_*.c server/chat.c server/tokenize.c ;;
     # the config file reader: its own module and common/
     config) echo common/*.c config/*.c ;;
+    # the request framing check: its own file and common/
+    framing) echo common/*.c server/http_framing.c ;;
     # the GGUF reader, and the model's hyperparameters read from it
     gguf) echo $LOWER model/arch.c ;;
     *) echo $LOWER ;;
