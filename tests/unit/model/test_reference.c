@@ -243,16 +243,24 @@ static void check_against_reference(const ref_result *res, ref_bounds same_set, 
     }
 }
 
-static void check_stories260k(dev_cpu_isa isa) {
+/* One reference file against one model under kernel set isa (skipped when the CPU lacks
+ * it): at least min_cases prompts, and the checks of check_against_reference. */
+static void check_reference_file(const char *ref_path, const char *model_path, dev_cpu_isa isa, int min_cases,
+                                 ref_bounds same_set, int greedy_slack) {
+    TESTDATA_REQUIRE(model_path);
     if (dev_cpu_isa_check(isa) != SP_OK) cr_skip_test("%s", sp_last_error());
+    ref_result res;
+    run_reference(ref_path, model_path, isa, &res);
+    cr_expect_geq(res.cases, min_cases);
+    check_against_reference(&res, same_set, greedy_slack);
+}
+
+static void check_stories260k(dev_cpu_isa isa) {
     char path[512];
     testdata_path(path, sizeof path, "models/stories260K.gguf");
-    TESTDATA_REQUIRE(path);
-    ref_result res;
-    run_reference("tests/data/reference_stories260k.json", path, isa, &res);
-    cr_expect_geq(res.cases, 8);
     /* measured with AVX2: mean 0.000179, max 0.0041 */
-    check_against_reference(&res, (ref_bounds){.mean = 0.0003, .max = 0.008}, 0);
+    check_reference_file("tests/data/reference_stories260k.json", path, isa, 8,
+                         (ref_bounds){.mean = 0.0003, .max = 0.008}, 0);
 }
 
 Test(reference, stories260k_matches_llama_cpp_with_the_avx2_set, .timeout = 300) {
@@ -266,17 +274,12 @@ Test(reference, stories260k_matches_llama_cpp_with_the_generic_set, .timeout = 3
 /* SmolLM2's Q4_1 and Q8_0 weights take the multi-row kernels each set has its own
  * instructions in; the F32 stories260K does not, so it runs under avx2 and generic only. */
 static void check_smollm2(dev_cpu_isa isa) {
-    const char *path = testdata_default_model();
-    TESTDATA_REQUIRE(path);
     /* 21 prompts of a 135M model take minutes under ASan; the sanitizer build covers the
      * same code with the stories260K reference */
     if (getenv("SPINDLE_SANITIZED")) cr_skip_test("SmolLM2 reference runs in the optimized build only");
-    if (dev_cpu_isa_check(isa) != SP_OK) cr_skip_test("%s", sp_last_error());
-    ref_result res;
-    run_reference("tests/data/reference_smollm2.json", path, isa, &res);
-    cr_expect_geq(res.cases, 16);
     /* measured with AVX2: mean 0.0000003, max 0.0000009 (the reference's 6 decimals) */
-    check_against_reference(&res, (ref_bounds){.mean = 0.000001, .max = 0.000005}, 1);
+    check_reference_file("tests/data/reference_smollm2.json", testdata_default_model(), isa, 16,
+                         (ref_bounds){.mean = 0.000001, .max = 0.000005}, 1);
 }
 
 Test(reference, smollm2_matches_llama_cpp_with_the_avx2_set, .timeout = 600) {
