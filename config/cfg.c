@@ -117,7 +117,7 @@ void cfg_settings_init(cfg_settings *s) {
         .http_threads = 2,
         .max_body_bytes = 1 << 20,
         .max_connections = 4096,
-        .idle_timeout = 60,
+        .idle_timeout = 75, /* above nginx's 60 s upstream keepalive, so nginx closes first */
         .keepalive = 5,
         .max_header_bytes = 32768,
         /* the scheduler's knobs, from common/sched_defaults.h (sched_config_default()

@@ -4,13 +4,15 @@
  *   fcfs:     submission order (the oldest first; the youngest is preempted first)
  *   priority: lower `priority` first, then submission order (vLLM's rule); the
  *             victim is the lowest priority, youngest among equals.
- * Within either, requests share fairly: the sequences one HTTP request submits together
- * (its prompts times n) take turns with other requests' sequences, the k-th of every
- * request before the (k+1)-th of any, so one request of a thousand sequences cannot hold
- * every batch slot while a one-sequence request sent after it waits (and its last
- * sequences are the first preempted).
- * Pure functions of the requests' immutable fields (arrival_no and unit_index are set
- * before the request reaches the scheduler thread).
+ * Within either, requests share fairly by turns: a sequence's turn is the latest turn
+ * admitted when it was submitted, plus its place among the sequences its HTTP request
+ * submitted together (its prompts times n), and lower turns go first. So one request of
+ * a thousand sequences cannot hold every batch slot while a one-sequence request sent
+ * after it waits (that one's turn comes right after the turn being served), yet its own
+ * later sequences are never starved: turns only grow as they are admitted, so new
+ * arrivals queue behind the turns already handed out. The victim is the latest turn.
+ * Pure functions of the requests' immutable fields (arrival_no and turn are set before
+ * the request reaches the scheduler thread).
  */
 #include "common/assert.h"
 #include "scheduler/sched_internal.h"
@@ -18,7 +20,7 @@
 bool sched__policy_before(sched_policy_kind kind, const sched_request *a, const sched_request *b) {
     if (kind == SCHED_POLICY_PRIORITY && a->params.priority != b->params.priority)
         return a->params.priority < b->params.priority;
-    if (a->unit_index != b->unit_index) return a->unit_index < b->unit_index;
+    if (a->turn != b->turn) return a->turn < b->turn;
     return a->arrival_no < b->arrival_no;
 }
 

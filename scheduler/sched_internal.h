@@ -140,7 +140,9 @@ struct sched_request {
     /* written by sched_submit before the request is queued, then the scheduler thread */
     sched_seq_state state;
     uint64_t arrival_no; /* submission order: fcfs and ties of the priority policy */
-    int32_t unit_index;  /* its place among the sequences submitted together (one HTTP request) */
+    /* its turn for a batch slot (policy.c): the scheduler's turn when it was submitted,
+     * plus its place among the sequences submitted together (one HTTP request) */
+    int64_t turn;
     double deadline;     /* sched_now() seconds; 0 = none */
     bool in_queue_count; /* still counted in the queue's bounds (not yet admitted) */
     sched_request *next, *prev;
@@ -219,6 +221,9 @@ struct sched {
     pthread_cond_t wake;
     sched_request *queue_head, *queue_tail;
     uint64_t next_arrival_no;
+    /* the latest turn admitted: written by the scheduler thread at admission, read by
+     * sched_submit for the turns of new sequences */
+    _Atomic int64_t turn_admitted;
     bool shutting_down; /* sched_submit refuses */
     bool stopping;      /* the thread should return */
     bool wake_pending;

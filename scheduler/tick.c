@@ -175,6 +175,8 @@ static void admit(sched *s, sched_request *r, double now) {
         stat_add(&s->stats.prompt_tokens, cached); /* processed without computing */
     }
     r->state = SCHED_SEQ_RUNNING;
+    if (r->turn > atomic_load_explicit(&s->turn_admitted, memory_order_relaxed))
+        atomic_store_explicit(&s->turn_admitted, r->turn, memory_order_relaxed);
     s->running[s->n_running++] = r;
     atomic_store_explicit(&s->stats.running, s->n_running, memory_order_relaxed);
     sched__queue_uncount(s, r);

@@ -398,6 +398,7 @@ static enum MHD_Result serve_request(srv_app *app, bool admin, struct MHD_Connec
         }
         enum MHD_Result refused;
         if (!admit_key(conn, url, method, &refused)) return refused; /* security: before the body */
+        if (admin) return route(conn, url, method);                  /* probes have no body: answer at once */
         return MHD_YES;
     }
     if (*upload_data_size > 0) {
@@ -546,8 +547,8 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap) {
 }
 
 /* The probes' own daemon on --admin-port: plain HTTP on the same host, one thread and a
- * few connections of its own, so /health, /ready and /metrics answer however full the
- * main port's connection pool is. */
+ * few connections of its own (8 per address, 5 s idle), so /health, /ready and /metrics
+ * answer however full the main port's connection pool is. */
 static sp_status admin_start(srv_http *h, const struct addrinfo *main_addr) {
     srv_app *app = h->app;
     struct addrinfo hints = {
@@ -559,10 +560,12 @@ static sp_status admin_start(srv_http *h, const struct addrinfo *main_addr) {
     if (gai != 0) return sp_fail(SP_ERR_INVALID_ARG, "--admin-port %s: %s", port, gai_strerror(gai));
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG;
     if (addr->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
+    /* a probe needs one short connection: a few per address and a short timeout keep
+     * one client from filling this pool too (no address reuse: the port is its own) */
     h->admin = MHD_start_daemon(flags, (uint16_t)app->http.admin_port, NULL, NULL, on_admin_request, app,
                                 MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL, MHD_OPTION_SOCK_ADDR, addr->ai_addr,
-                                MHD_OPTION_CONNECTION_LIMIT, 64u, MHD_OPTION_CONNECTION_TIMEOUT, 10u,
-                                MHD_OPTION_NOTIFY_COMPLETED, on_completed, app, MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u,
+                                MHD_OPTION_CONNECTION_LIMIT, 64u, MHD_OPTION_PER_IP_CONNECTION_LIMIT, 8u,
+                                MHD_OPTION_CONNECTION_TIMEOUT, 5u, MHD_OPTION_NOTIFY_COMPLETED, on_completed, app,
                                 MHD_OPTION_END);
     freeaddrinfo(addr);
     if (!h->admin)
@@ -574,6 +577,9 @@ static sp_status admin_start(srv_http *h, const struct addrinfo *main_addr) {
 }
 
 sp_status srv_http_start(srv_app *app, srv_http **out) {
+    if (app->http.admin_port > 0 && app->http.admin_port == app->http.port)
+        return sp_fail(SP_ERR_INVALID_ARG, "--admin-port %d is --port's too: give the probes a port of their own",
+                       app->http.admin_port);
     struct addrinfo hints = {
         .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
     struct addrinfo *addr = NULL;

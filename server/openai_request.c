@@ -353,6 +353,20 @@ static sp_status request_prompt_text(const json_t *s, const srv_model_info *mi, 
     return request_set_prompt(r, k, ids, n, param, err);
 }
 
+/* Every prompt runs n times: one request may not ask for more sequences than the
+ * server's --max-sequences-per-request (the scheduler shares batch slots between
+ * requests, but a bound keeps one request from filling the queue). */
+static sp_status request_sequences_bound(const srv_model_info *mi, const srv_request *r, srv_error *err) {
+    const int64_t sequences = (int64_t)r->n_prompts * r->n;
+    if (mi->max_sequences <= 0 || sequences <= mi->max_sequences) return SP_OK;
+    /* the param that alone exceeds the bound, else the one a client would lower first */
+    const char *param = r->n > mi->max_sequences || r->n_prompts == 1 ? "n" : "prompt";
+    return srv__fail(err, SRV_ERROR_BAD_REQUEST, param,
+                     "This request asks for %lld sequences (%d prompt%s times n = %d); this server allows %d per "
+                     "request (its --max-sequences-per-request).",
+                     (long long)sequences, r->n_prompts, r->n_prompts == 1 ? "" : "s", r->n, mi->max_sequences);
+}
+
 /* prompt: a string, an array of token ids, an array of strings, or an array of
  * token-id arrays (at most SRV_MAX_PROMPTS). */
 static sp_status request_completion_prompts(const json_t *root, const srv_model_info *mi, srv_request *r,
@@ -387,8 +401,9 @@ static sp_status request_completion_prompts(const json_t *root, const srv_model_
                          "array with length %zu instead.",
                          SRV_MAX_PROMPTS, n);
     }
-    if ((st = request_alloc_prompts(r, n, err)) != SP_OK) return st;
     r->n_prompts = (int)n;
+    if ((st = request_sequences_bound(mi, r, err)) != SP_OK) return st; /* before tokenizing them all */
+    if ((st = request_alloc_prompts(r, n, err)) != SP_OK) return st;
     for (size_t k = 0; k < n; k++) {
         const json_t *item = json_array_get(prompt, k);
         char param[32];
@@ -446,18 +461,6 @@ static sp_status request_fit_context(const srv_model_info *mi, srv_request *r, i
     }
     r->params.max_tokens = r->max_tokens[0];
     return SP_OK;
-}
-
-/* Every prompt runs n times: one request may not ask for more sequences than the
- * server's --max-sequences-per-request (the scheduler shares batch slots between
- * requests, but a bound keeps one request from filling the queue). */
-static sp_status request_sequences_bound(const srv_model_info *mi, const srv_request *r, srv_error *err) {
-    const int64_t sequences = (int64_t)r->n_prompts * r->n;
-    if (mi->max_sequences <= 0 || sequences <= mi->max_sequences) return SP_OK;
-    return srv__fail(err, SRV_ERROR_BAD_REQUEST, r->n > 1 ? "n" : "prompt",
-                     "This request asks for %lld sequences (%d prompts times n = %d); this server allows %d per "
-                     "request (its --max-sequences-per-request).",
-                     (long long)sequences, r->n_prompts, r->n, mi->max_sequences);
 }
 
 sp_status srv_request_parse(srv_endpoint endpoint, const char *body, size_t len, const srv_model_info *mi,

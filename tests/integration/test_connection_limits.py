@@ -2,7 +2,9 @@
 hold more than --max-connections-per-client, and --admin-port keeps /health, /ready and
 /metrics answering fast while every slot of the main port is taken by connections that
 send nothing."""
+import os
 import socket
+import subprocess
 import time
 import urllib.error
 import urllib.request
@@ -53,14 +55,24 @@ def test_one_address_cannot_take_more_than_its_share(spindle_bin, stories_model)
     server = Server(spindle_bin, stories_model, "--max-connections-per-client", "8")
     socks = []
     try:
-        socks = open_idle(server.port, 8)
-        extra = socket.create_connection(("127.0.0.1", server.port))
-        assert closed_by_server(extra, 5), "a ninth connection from one address was kept"
-        extra.close()
+        # which of them the server accepts first is up to it: count the ones it closes
+        socks = open_idle(server.port, 12)
+        time.sleep(1)
+        refused = [s for s in socks if closed_by_server(s, 0.2)]
+        # at most 8 kept (one fewer while the readiness check's own connection is still counted)
+        assert 7 <= 12 - len(refused) <= 8, f"{12 - len(refused)} connections from one address kept, the bound is 8"
+        for s in refused:
+            socks.remove(s)
+            s.close()
         socks.pop().close()
-        time.sleep(0.2)
-        status, _, _ = get(server.port, "/health", 5)  # a slot came free
-        assert status == 200
+        deadline = time.monotonic() + 10  # the server notices the close, and a slot comes free
+        while True:
+            try:
+                assert get(server.port, "/health", 2)[0] == 200
+                break
+            except (OSError, urllib.error.URLError):
+                assert time.monotonic() < deadline, "no slot came free after a connection closed"
+                time.sleep(0.1)
     finally:
         for s in socks:
             s.close()
@@ -75,9 +87,15 @@ def test_probes_answer_on_the_admin_port_while_the_main_port_is_full(spindle_bin
         assert f"admin port (/health, /ready, /metrics): http://127.0.0.1:{admin}" in server.log_text()
         socks = open_idle(server.port, 40)  # more than the pool: every slot taken
         time.sleep(0.3)
+        try:
+            get(server.port, "/health", 1)
+            raise AssertionError("the main port still answered: the pool was not full")
+        except (OSError, urllib.error.URLError):
+            pass
+        limit = 0.5 if os.environ.get("SPINDLE_SANITIZED") else 0.1
         for path in ("/health", "/ready", "/metrics"):
             status, body, took = get(admin, path, 5)
-            assert status == 200 and took < 0.1, (path, took)
+            assert status == 200 and took < limit, (path, took)
         assert "spindle_ready 1" in get(admin, "/metrics", 5)[1]
         try:
             get(admin, "/v1/models", 5)
@@ -88,3 +106,26 @@ def test_probes_answer_on_the_admin_port_while_the_main_port_is_full(spindle_bin
         for s in socks:
             s.close()
         assert server.stop() == 0
+
+
+def test_the_admin_port_has_its_own_per_address_bound(spindle_bin, stories_model):
+    admin = free_port()
+    server = Server(spindle_bin, stories_model, "--admin-port", str(admin))
+    socks = []
+    try:
+        socks = open_idle(admin, 12)
+        time.sleep(1)
+        refused = [s for s in socks if closed_by_server(s, 0.2)]
+        assert 7 <= 12 - len(refused) <= 8, f"{12 - len(refused)} idle admin connections from one address kept, bound 8"
+        kept = [s for s in socks if s not in refused]
+        assert closed_by_server(kept[0], 10), "an idle admin connection outlived its 5 s"
+    finally:
+        for s in socks:
+            s.close()
+        assert server.stop() == 0
+
+
+def test_the_admin_port_cannot_be_the_main_port(spindle_bin, stories_model):
+    r = subprocess.run([spindle_bin, "serve", "--model", stories_model, "--port", "18431", "--admin-port", "18431"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2 and "--admin-port 18431" in r.stderr and "port of their own" in r.stderr

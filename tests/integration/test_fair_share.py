@@ -15,7 +15,7 @@ def test_too_many_sequences_is_a_400_naming_the_bound(spindle_bin, stories_model
                                          {"prompt": ["Lily", "Tom", "Sue"], "n": 3, "max_tokens": 4})
         assert status == 400
         err = body["error"]
-        assert err["param"] == "n" and "9 sequences" in err["message"]
+        assert err["param"] == "prompt" and "9 sequences (3 prompts times n = 3)" in err["message"]
         assert "--max-sequences-per-request" in err["message"] and "8" in err["message"]
         status, _, body = server.request("POST", "/v1/completions",
                                          {"prompt": ["Lily", "Tom"], "n": 4, "max_tokens": 4})

@@ -66,13 +66,12 @@ Test(policy, victim_is_the_lowest_priority_then_youngest) {
     for (int i = 0; i < 4; i++) free(r[i]);
 }
 
-/* One request of four sequences (arrivals 1..4, its indexes 0..3) and then two requests
- * of one sequence each (5 and 6): each request's k-th sequence goes before any
- * request's (k+1)-th, so the later one-sequence requests are admitted second and third,
- * and the big request's last sequence is the one preempted. */
-static sched_request *fake_in_unit(uint64_t arrival, int priority, int32_t index) {
+/* One request of four sequences (arrivals 1..4, turns 0..3) and then two requests of one
+ * sequence each (5 and 6) submitted while turn 0 is served: they go second and third,
+ * and the big request's last turn is the one preempted. */
+static sched_request *fake_in_unit(uint64_t arrival, int priority, int64_t turn) {
     sched_request *r = fake(arrival, priority);
-    r->unit_index = index;
+    r->turn = turn;
     return r;
 }
 

@@ -153,6 +153,35 @@ Test(sched_queue, all_or_none_for_n_requests) {
     env_close(&e);
 }
 
+/* The turns sched_submit hands out (policy.c's fair share): a request's sequences take
+ * consecutive turns from the latest turn admitted, so a later request's first sequence
+ * comes right after the turn being served, and once turns have been admitted, new
+ * arrivals start behind them (a many-sequence request is never starved). */
+Test(sched_queue, submit_hands_out_turns_from_the_latest_admitted) {
+    queue_env e;
+    env_open(&e);
+    sched_config c = small_config();
+    sched *s;
+    cr_assert_eq(sched_create(&c, e.m, &s), SP_OK);
+    sched_request *big[4], *later[2];
+    for (int i = 0; i < 4; i++) big[i] = make_request(5, 4);
+    cr_assert_eq(sched_submit(s, big, 4), SP_OK);
+    for (int i = 0; i < 4; i++) cr_expect_eq(big[i]->turn, i);
+    later[0] = make_request(5, 4);
+    cr_assert_eq(sched_submit(s, later, 1), SP_OK);
+    cr_expect_eq(later[0]->turn, 0, "the turn being served");
+    cr_expect(sched__policy_before(SCHED_POLICY_FCFS, later[0], big[1]), "before the big request's second");
+    atomic_store(&s->turn_admitted, 3); /* as if the big request's turns up to 3 were admitted */
+    later[1] = make_request(5, 4);
+    cr_assert_eq(sched_submit(s, &later[1], 1), SP_OK);
+    cr_expect_eq(later[1]->turn, 3);
+    cr_expect(sched__policy_before(SCHED_POLICY_FCFS, big[3], later[1]), "an older sequence of the same turn first");
+    sched_destroy(s);
+    for (int i = 0; i < 4; i++) sched_request_release(big[i]);
+    for (int i = 0; i < 2; i++) sched_request_release(later[i]);
+    env_close(&e);
+}
+
 Test(sched_queue, validates_prompt_and_context) {
     queue_env e;
     env_open(&e);
