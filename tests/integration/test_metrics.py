@@ -94,7 +94,14 @@ def test_metrics_move_as_requests_are_served(spindle_bin, stories_model):
         assert server.request("POST", "/v1/chat/completions", {"messages": "not a list"})[0] == 400
         assert server.request("GET", "/health")[0] == 200
 
+        # requests are counted when libmicrohttpd reports them complete, just after the
+        # answer: wait until the last one before this scrape is in
+        deadline = time.monotonic() + 5
         after = scrape(server)
+        while delta(before, after, "spindle_http_requests_total", endpoint="/health", status="200") < 1:
+            assert time.monotonic() < deadline, "the /health request was never counted"
+            time.sleep(0.05)
+            after = scrape(server)
         finished = 5
         prompt = sum(u.prompt_tokens for u in usages)
         generated = sum(u.completion_tokens for u in usages)

@@ -168,7 +168,8 @@ def read_all(s, timeout=30):
 
 def test_sigterm_drains_in_flight_work_then_exits_0(spindle_bin, stories_model):
     server = Server(spindle_bin, stories_model, "--max-batch-size", "1", "--drain-timeout", "60")
-    s = open_stream(server.port, {"prompt": "Lily", "max_tokens": 600, "ignore_eos": True, "stream": True})
+    # long enough that draining is still under way when the checks below run
+    s = open_stream(server.port, {"prompt": "Lily", "max_tokens": 1800, "ignore_eos": True, "stream": True})
     server.wait_metric("spindle_requests_running", lambda v: v == 1)
     server.proc.send_signal(signal.SIGTERM)
     # draining: not ready, new work refused before it starts (503 + Retry-After), still alive
