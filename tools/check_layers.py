@@ -123,13 +123,13 @@ def reach(includes, start):
     """Every file reachable from start through includes ({file: [files]}), with the
     chain that first reached it: {file: [start, ..., file]}."""
     chains = {start: [start]}
-    todo = [start]
-    while todo:
-        current = todo.pop()
+    pending = [start]
+    while pending:
+        current = pending.pop()
         for nxt in includes.get(current, ()):
             if nxt not in chains:
                 chains[nxt] = chains[current] + [nxt]
-                todo.append(nxt)
+                pending.append(nxt)
     return chains
 
 
