@@ -32,7 +32,7 @@ TEMPLATE_SRC  := template/template_lexer.c template/template_parser.c template/t
                  template/template_ops.c template/template_format.c template/template_strings.c \
                  template/template_str_methods.c template/template_filters.c template/template_builtins.c \
                  template/template_gguf.c
-GPU_SRC       := gpu/device.c gpu/host/host_backend.c gpu/host/host_ops.c gpu/host/host_matmul.c \
+GPU_SRC       := gpu/device.c gpu/host/host_backend.c gpu/host/host_ops.c gpu/host/host_matmul.c gpu/host/host_amx.c \
                  gpu/host/host_attention.c gpu/host/host_cpu.c gpu/host/host_quant_dot.c gpu/host/host_quant_dot_rows.c \
                  gpu/host/host_quant_dot_wrows.c \
                  gpu/host/host_sample.c gpu/host/threadpool.c

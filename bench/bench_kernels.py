@@ -9,7 +9,9 @@ THREADS, ROUNDS, REPS, PP, TG, LLAMA_FA, OUT, BENCH_COMMAND).
 
 Per round and per thread count it runs `spindle bench` once, then `llama-bench` once (each does
 a warm-up and REPS timed repetitions of ppPP and tgTG), so the two programs alternate. The
-table holds the median over all ROUNDS x REPS samples of each program.
+table holds the median over all ROUNDS x REPS samples of each program. With BASELINE_ISA
+set (bench_kernels.sh sets avx512 where spindle's best is amx), `spindle bench --cpu-isa
+BASELINE_ISA` joins the alternation and the table gains its column and ratio.
 """
 
 import datetime
@@ -48,9 +50,14 @@ def run_cmd(argv, out_path):
     return time.time() - t0
 
 
-def spindle_argv(threads):
+def spindle_argv(threads, isa=None):
     return [env("SPINDLE"), "bench", "--model", env("MODEL"), "--threads", str(threads),
-            "--pp", env("PP"), "--tg", env("TG"), "--reps", env("REPS")]
+            "--pp", env("PP"), "--tg", env("TG"), "--reps", env("REPS")] + (
+                ["--cpu-isa", isa] if isa else [])
+
+
+def baseline_isa():
+    return os.environ.get("BASELINE_ISA", "")
 
 
 def llama_argv(threads):
@@ -79,6 +86,10 @@ def do_run():
             if with_spindle:
                 dt = run_cmd(spindle_argv(t), os.path.join(raw, f"r{r}_t{t}_spindle.jsonl"))
                 log(f"round {r}/{rounds} threads {t}: spindle {dt:.0f} s")
+                if baseline_isa():
+                    dt = run_cmd(spindle_argv(t, baseline_isa()),
+                                 os.path.join(raw, f"r{r}_t{t}_baseline.jsonl"))
+                    log(f"round {r}/{rounds} threads {t}: spindle --cpu-isa {baseline_isa()} {dt:.0f} s")
             dt = run_cmd(llama_argv(t), os.path.join(raw, f"r{r}_t{t}_llama.json"))
             log(f"round {r}/{rounds} threads {t}: llama-bench {dt:.0f} s")
     meta["loadavg_end"] = open("/proc/loadavg").read().split()[0]
@@ -111,8 +122,9 @@ def git_commit():
 SPINDLE_SETS = set()  # the CPU kernel sets spindle reported (cpu_isa)
 
 
-def parse_spindle(path):
-    """{(test, threads): [t/s, ...]} from `spindle bench` JSON lines."""
+def parse_spindle(path, sets=SPINDLE_SETS):
+    """{(test, threads): [t/s, ...]} from `spindle bench` JSON lines; the kernel sets
+    reported go into sets."""
     out = {}
     with open(path) as f:
         for line in f:
@@ -123,7 +135,7 @@ def parse_spindle(path):
             out.setdefault((obj["test"], int(obj["threads"])), []).extend(
                 float(x) for x in obj["tokens_per_s"])
             if obj.get("cpu_isa"):
-                SPINDLE_SETS.add(obj["cpu_isa"])
+                sets.add(obj["cpu_isa"])
     return out
 
 
@@ -184,6 +196,11 @@ def do_report(raw):
         samples, info = parse_llama(path)
         for k, v in samples.items():
             llama.setdefault(k, []).extend(v)
+    baseline, baseline_sets = {}, set()
+    for path in sorted(glob.glob(os.path.join(raw, "*_baseline.jsonl"))):
+        for k, v in parse_spindle(path, baseline_sets).items():
+            baseline.setdefault(k, []).extend(v)
+    base = ",".join(sorted(baseline_sets))
     keys = sorted(set(spindle) | set(llama), key=lambda k: (not k[0].startswith("pp"), k[1]))
 
     model = os.environ.get("MODEL", info.get("model_filename", "?"))
@@ -219,18 +236,28 @@ def do_report(raw):
         "(n = samples per program).",
         f"- Command: `{meta['command']}`",
         "",
-        "| test | threads | spindle t/s | llama.cpp t/s | ratio |",
-        "|---|---:|---:|---:|---:|",
     ]
+    if baseline:
+        lines[-1:-1] = [f"- Baseline: spindle's {base} set (`spindle bench --cpu-isa {base}`) in "
+                        "the same alternation, for the gain of the set in use over it."]
+        lines += [f"| test | threads | spindle t/s | llama.cpp t/s | ratio | spindle {base} t/s "
+                  f"| {ours} / {base} |", "|---|---:|---:|---:|---:|---:|---:|"]
+    else:
+        lines += ["| test | threads | spindle t/s | llama.cpp t/s | ratio |", "|---|---:|---:|---:|---:|"]
+    header_at = len(lines) - 2
     for k in keys:
         s = statistics.median(spindle[k]) if spindle.get(k) else None
         ll = statistics.median(llama[k]) if llama.get(k) else None
         ratio = f"{s / ll:.2f}" if s and ll else "–"
-        lines.append(f"| {k[0]} | {k[1]} | {fmt(s)} | {fmt(ll)} | {ratio} |")
+        row = f"| {k[0]} | {k[1]} | {fmt(s)} | {fmt(ll)} | {ratio} |"
+        if baseline:
+            b = statistics.median(baseline[k]) if baseline.get(k) else None
+            row += f" {fmt(b)} | {f'{s / b:.2f}' if s and b else '–'} |"
+        lines.append(row)
     lines += ["", "Spread (min–max of the samples, n per program):", ""]
     for k in keys:
         parts = []
-        for name, d in (("spindle", spindle), ("llama.cpp", llama)):
+        for name, d in (("spindle", spindle), ("llama.cpp", llama), (f"spindle {base}", baseline)):
             if d.get(k):
                 parts.append(f"{name} {min(d[k]):.1f}–{max(d[k]):.1f} (n={len(d[k])})")
         lines.append(f"- {k[0]}, {k[1]} thread{'s' if k[1] > 1 else ''}: " + "; ".join(parts))
@@ -239,7 +266,7 @@ def do_report(raw):
     os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
     write_section(out, section, "\n".join(lines))
     log(f"wrote {out} (raw outputs in {raw})")
-    print("\n".join(lines[lines.index("| test | threads | spindle t/s | llama.cpp t/s | ratio |"):]))
+    print("\n".join(lines[header_at:]))
 
 
 def main():

@@ -10,7 +10,9 @@
 # Environment: MODEL, SPINDLE (binary), PEER_DIR (llama.cpp build, made by
 # tools/peer_build.sh when missing; default build/peer-<set>, the set tools/peer_isa.sh
 # picks for this CPU), THREADS, ROUNDS (alternations), REPS (repetitions per
-# invocation), PP, TG, LLAMA_FA (llama-bench -fa, default its own default "auto"), OUT.
+# invocation), PP, TG, LLAMA_FA (llama-bench -fa, default its own default "auto"), OUT,
+# BASELINE_ISA (a spindle kernel set run in the same alternation for comparison: avx512 by
+# default where the CPU has AMX, so the amx set's gain is measured; "" for none).
 # SPINDLE=none benchmarks llama.cpp alone. Raw outputs stay in build/bench/<time>/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,6 +27,11 @@ export PP=${PP:-512}
 export TG=${TG:-128}
 export LLAMA_FA=${LLAMA_FA:-auto}
 export OUT=${OUT:-docs/benchmarks.md}
+if grep -qw amx_tile /proc/cpuinfo 2>/dev/null; then
+    export BASELINE_ISA=${BASELINE_ISA-avx512}
+else
+    export BASELINE_ISA=${BASELINE_ISA-}
+fi
 PYTHON=${PYTHON:-python3}
 
 LLAMA_BENCH=$PEER_DIR/build/bin/llama-bench
@@ -41,7 +48,7 @@ fi
 
 # The exact command, for the report.
 cmd=""
-for v in MODEL SPINDLE PEER_DIR THREADS ROUNDS REPS PP TG LLAMA_FA OUT; do
+for v in MODEL SPINDLE PEER_DIR THREADS ROUNDS REPS PP TG LLAMA_FA OUT BASELINE_ISA; do
     cmd="$cmd$v=\"${!v}\" "
 done
 export BENCH_COMMAND="${cmd}bench/bench_kernels.sh"

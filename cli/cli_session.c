@@ -17,6 +17,7 @@ dev_cpu_isa cli_cpu_isa(cfg_cpu_isa isa) {
     case CFG_CPU_ISA_GENERIC: return DEV_CPU_ISA_GENERIC;
     case CFG_CPU_ISA_AVX2: return DEV_CPU_ISA_AVX2;
     case CFG_CPU_ISA_AVX512: return DEV_CPU_ISA_AVX512;
+    case CFG_CPU_ISA_AMX: return DEV_CPU_ISA_AMX;
     case CFG_CPU_ISA_AUTO: break;
     }
     return DEV_CPU_ISA_AUTO;

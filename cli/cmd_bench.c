@@ -304,7 +304,7 @@ int cmd_bench(int argc, char **argv) {
             break;
         case 'h':
             printf("usage: spindle bench [--model PATH] [--device cpu|cuda|auto] [--threads N] "
-                   "[--cpu-isa auto|generic|avx2|avx512] [--pp 512] [--tg 128] [--batch 1] [--reps 5]\n"
+                   "[--cpu-isa auto|generic|avx2|avx512|amx] [--pp 512] [--tg 128] [--batch 1] [--reps 5]\n"
                    "  ppN: N random tokens (up to 8192) as one step; tgN: N tokens one at a time; 0 skips a test.\n"
                    "  --batch S (1..256): tg decodes S sequences together (tgN_bS), each after a %d-token prompt.\n",
                    BENCH_PROMPT);

@@ -23,7 +23,7 @@ static void generate_usage(FILE *out) {
             "  --min-p P           drop tokens below P times the top probability (default 0 = off)\n"
             "  --seed S            random seed for sampling (default: from the clock)\n"
             "  --threads N         CPU threads (default: all cores)\n"
-            "  --cpu-isa SET       CPU kernels: auto, generic, avx2, avx512 (default auto: the best here)\n"
+            "  --cpu-isa SET       CPU kernels: auto, generic, avx2, avx512, amx (default auto: the best here)\n"
             "  --ctx N             context (KV cache) size in tokens (default: prompt + max tokens;\n"
             "                      at most the model's training context)\n"
             "  --ignore-eos        keep generating past end-of-generation tokens\n",

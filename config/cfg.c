@@ -16,7 +16,7 @@
 
 static const char *const DEVICES[] = {"auto", "cpu", "cuda", NULL};
 static const char *const GEMV_MODES[] = {"auto", "always", "never", NULL};
-static const char *const CPU_ISAS[] = {"auto", "generic", "avx2", "avx512", NULL};
+static const char *const CPU_ISAS[] = {"auto", "generic", "avx2", "avx512", "amx", NULL};
 static const char *const POLICIES[] = {"fcfs", "priority", NULL};
 static const char *const LOG_FORMATS[] = {"text", "json", NULL};
 
@@ -37,7 +37,7 @@ const cfg_key cfg__keys[] = {
     ENUM("device", "device", device, DEVICES, "where the model runs (auto: the GPU when a usable one is present, else the CPU)"),
     INT("threads", "threads", threads, 1, 256, true, "CPU threads for the model", "(default: all cores)"),
     ENUM("cpu_isa", "cpu-isa", cpu_isa, CPU_ISAS,
-         "CPU kernel set (auto: the best this CPU runs; avx512 gives avx2's numbers, faster)"),
+         "CPU kernel set (auto: the best this CPU runs; avx512 gives avx2's numbers, faster; amx: tiles)"),
     BOOL("cuda_graphs", "cuda-graphs", cuda_graphs, "on a GPU: replay decode steps as captured CUDA graphs"),
     ENUM("cuda_gemv", "cuda-gemv", cuda_gemv, GEMV_MODES,
          "on a GPU: small matmuls run spindle's GEMV, not cuBLAS (auto: where measured faster at load)"),

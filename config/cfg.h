@@ -38,7 +38,13 @@ typedef enum cfg_device {
 typedef enum cfg_cuda_gemv { CFG_GEMV_AUTO, CFG_GEMV_ALWAYS, CFG_GEMV_NEVER } cfg_cuda_gemv;
 
 /* The CPU backend's kernel set (gpu/device.h's dev_cpu_isa, in the same order). */
-typedef enum cfg_cpu_isa { CFG_CPU_ISA_AUTO, CFG_CPU_ISA_GENERIC, CFG_CPU_ISA_AVX2, CFG_CPU_ISA_AVX512 } cfg_cpu_isa;
+typedef enum cfg_cpu_isa {
+    CFG_CPU_ISA_AUTO,
+    CFG_CPU_ISA_GENERIC,
+    CFG_CPU_ISA_AVX2,
+    CFG_CPU_ISA_AVX512,
+    CFG_CPU_ISA_AMX
+} cfg_cpu_isa;
 
 typedef enum cfg_policy { CFG_POLICY_FCFS, CFG_POLICY_PRIORITY } cfg_policy;
 

@@ -49,23 +49,27 @@ typedef enum dev_quant_gemv {
 /* The CPU backend's kernel sets, chosen at run time (gpu/host/host_cpu.c). avx512 uses
  * AVX-512 VL/VNNI instructions where they give the very same numbers as avx2 (integer dot
  * products, more rows per call), so avx2 and avx512 results are identical bit for bit;
- * generic is portable C with its own summation order. */
+ * generic is portable C with its own summation order. amx multiplies Q4_0/Q4_1/Q8_0
+ * weights with AMX int8 tiles in an arithmetic of its own (gpu/host/host_amx.c: one exact
+ * integer sum per 32-element block), and runs avx512's kernels for every other type. */
 typedef enum dev_cpu_isa {
     DEV_CPU_ISA_AUTO, /* the best set this CPU runs */
     DEV_CPU_ISA_GENERIC,
     DEV_CPU_ISA_AVX2,   /* AVX2, FMA, F16C */
     DEV_CPU_ISA_AVX512, /* the above plus AVX-512 F, BW, VL and VNNI */
+    DEV_CPU_ISA_AMX,    /* the above plus AMX tile and int8, with Linux's permission */
 } dev_cpu_isa;
 
-const char *dev_cpu_isa_name(dev_cpu_isa isa); /* "auto", "generic", "avx2", "avx512" */
+const char *dev_cpu_isa_name(dev_cpu_isa isa); /* "auto", "generic", "avx2", "avx512", "amx" */
 /* SP_ERR_INVALID_ARG naming the accepted names when name is none of them. */
 sp_status dev_cpu_isa_parse(const char *name, dev_cpu_isa *out);
 /* SP_ERR_UNSUPPORTED naming what is missing when this CPU (and OS) cannot run the set. */
 sp_status dev_cpu_isa_check(dev_cpu_isa isa);
-/* The llama.cpp kernel set whose rounding this set reproduces ("avx2" or "generic"):
- * what a parity reference must have been made with to compare bit for bit. */
+/* The llama.cpp kernel set whose rounding this set reproduces ("avx2" or "generic"), or
+ * "amx" for the amx set's own arithmetic, which no llama.cpp build computes: what a parity
+ * reference must have been made with to compare bit for bit. */
 const char *dev_cpu_isa_rounding(dev_cpu_isa isa);
-/* Whether this CPU has AMX tiles the process may use (reported; no kernel uses them). */
+/* Whether this CPU has AMX tiles the process may use (the amx set's condition). */
 bool dev_cpu_has_amx(void);
 
 typedef struct dev_options {

@@ -30,9 +30,11 @@ static void host_destroy(dev_backend *dev) {
 }
 
 static sp_status host_weight_init(dev_backend *dev, dev_tensor *out, const void *host_data, size_t nbytes) {
-    (void)dev;
+    host_backend *hb = (host_backend *)dev;
     (void)nbytes;
     out->data = host_data; /* read in place from the mapping */
+    /* the amx set multiplies from a copy in tile order; data stays for dev_embed */
+    if (hb->base.cpu_isa == DEV_CPU_ISA_AMX && host__amx_takes(out->type)) return host__amx_pack(hb, out);
     return SP_OK;
 }
 
@@ -61,6 +63,12 @@ static sp_status host_reserve(dev_backend *dev, int64_t max_tokens, int64_t max_
     if (__builtin_mul_overflow((size_t)max_tokens, (size_t)max_width * sizeof(float) + 64, &bytes))
         return sp_fail(SP_ERR_INVALID_ARG, "reserve: %lld x %lld overflows", (long long)max_tokens,
                        (long long)max_width);
+    if (hb->base.cpu_isa == DEV_CPU_ISA_AMX) {
+        /* the activations' float scales and each worker's unpacked weights (host_matmul.c) */
+        size_t scales = (size_t)max_tokens * (size_t)(max_width / 32 + 1) * 2 * sizeof(float) + 128;
+        size_t workers = (size_t)host__pool_threads(hb->pool) * (host__amx_thread_scratch_bytes(max_width) + 64);
+        bytes += scales + workers;
+    }
     hb->max_tokens = max_tokens;
     return host__scratch_reserve(hb, bytes);
 }
@@ -178,13 +186,16 @@ sp_status host_backend_create(const dev_options *opts, dev_backend **out) {
     hb->base.ops = &host_ops;
     hb->base.n_threads = n;
     hb->base.cpu_isa = isa;
+    if (isa == DEV_CPU_ISA_AMX && (st = host__amx_request_tiles()) != SP_OK) {
+        free(hb);
+        return st;
+    }
     st = host__pool_create(n, &hb->pool);
     if (st != SP_OK) {
         free(hb);
         return st;
     }
-    snprintf(hb->name, sizeof hb->name, "cpu (%d thread%s, %s%s)", n, n == 1 ? "" : "s", dev_cpu_isa_name(isa),
-             host__cpu_features().amx ? "; AMX present, unused" : "");
+    snprintf(hb->name, sizeof hb->name, "cpu (%d thread%s, %s)", n, n == 1 ? "" : "s", dev_cpu_isa_name(isa));
     *out = &hb->base;
     return SP_OK;
 }

@@ -2,11 +2,11 @@
  *
  * A set is usable when the CPU has its instructions (CPUID) and the operating system
  * saves the registers they use (XCR0, read with XGETBV): AVX2 needs the YMM state, AVX-512
- * the opmask and both ZMM states as well. AMX is probed too (CPUID, XCR0's tile bits and
- * whether Linux offers the tile data state, ARCH_GET_XCOMP_SUPP), so the start line can
- * say it is there, though no kernel uses it yet. Permission for it (ARCH_REQ_XCOMP_PERM)
- * is not asked: it is granted for the process's life and raises the signal stack size
- * every sigaltstack must then have, a cost to pay only once a kernel uses the tiles.
+ * the opmask and both ZMM states as well. AMX needs CPUID's tile and int8 bits, XCR0's tile
+ * bits and Linux offering the tile data state (ARCH_GET_XCOMP_SUPP); permission to use it
+ * (ARCH_REQ_XCOMP_PERM) is asked only when a backend picks the amx set
+ * (host__amx_request_tiles): it is granted for the process's life and raises the signal
+ * stack size every sigaltstack must then have.
  *
  * The probe runs once (CPUID traps to the hypervisor in VMs, so it is slow); any thread
  * may ask, and racing first calls store the same answer.
@@ -31,6 +31,7 @@ enum {
     XCR0_TILECFG = 1u << 17,
     XCR0_TILEDATA = 1u << 18,
     ARCH_GET_XCOMP_SUPP = 0x1021, /* linux/arch/x86/include/uapi/asm/prctl.h */
+    ARCH_REQ_XCOMP_PERM = 0x1023,
     XFEATURE_XTILEDATA = 18,
 };
 
@@ -66,10 +67,20 @@ static host_cpu_features probe(void) {
     return f;
 }
 
+sp_status host__amx_request_tiles(void) {
+    if (syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) != 0)
+        return sp_fail(SP_ERR_UNSUPPORTED, "CPU kernel set amx: Linux refused this process the AMX tile state");
+    return SP_OK;
+}
+
 #else
 
 static host_cpu_features probe(void) {
     return (host_cpu_features){0};
+}
+
+sp_status host__amx_request_tiles(void) {
+    return sp_fail(SP_ERR_UNSUPPORTED, "CPU kernel set amx: not built for x86-64 Linux");
 }
 
 #endif
@@ -87,7 +98,7 @@ host_cpu_features host__cpu_features(void) {
 
 dev_cpu_isa host__isa_best(void) {
     host_cpu_features f = host__cpu_features();
-    return f.avx512 ? DEV_CPU_ISA_AVX512 : f.avx2 ? DEV_CPU_ISA_AVX2 : DEV_CPU_ISA_GENERIC;
+    return f.amx ? DEV_CPU_ISA_AMX : f.avx512 ? DEV_CPU_ISA_AVX512 : f.avx2 ? DEV_CPU_ISA_AVX2 : DEV_CPU_ISA_GENERIC;
 }
 
 sp_status host__isa_resolve(dev_cpu_isa wanted, dev_cpu_isa *out) {
@@ -105,6 +116,12 @@ sp_status host__isa_resolve(dev_cpu_isa wanted, dev_cpu_isa *out) {
                            "CPU kernel set avx512: this CPU (or its OS) lacks AVX-512 F/BW/VL/VNNI");
         *out = wanted;
         return SP_OK;
+    case DEV_CPU_ISA_AMX:
+        if (!f.amx)
+            return sp_fail(SP_ERR_UNSUPPORTED, "CPU kernel set amx: this CPU (or its OS) lacks AMX tile/int8 or "
+                                               "AVX-512 F/BW/VL/VNNI");
+        *out = wanted;
+        return SP_OK;
     }
     return sp_fail(SP_ERR_INVALID_ARG, "unknown CPU kernel set %d", (int)wanted);
 }
@@ -115,18 +132,19 @@ const char *dev_cpu_isa_name(dev_cpu_isa isa) {
     case DEV_CPU_ISA_GENERIC: return "generic";
     case DEV_CPU_ISA_AVX2: return "avx2";
     case DEV_CPU_ISA_AVX512: return "avx512";
+    case DEV_CPU_ISA_AMX: return "amx";
     }
     return "?";
 }
 
 sp_status dev_cpu_isa_parse(const char *name, dev_cpu_isa *out) {
-    for (int isa = DEV_CPU_ISA_AUTO; isa <= DEV_CPU_ISA_AVX512; isa++) {
+    for (int isa = DEV_CPU_ISA_AUTO; isa <= DEV_CPU_ISA_AMX; isa++) {
         if (strcmp(name, dev_cpu_isa_name((dev_cpu_isa)isa)) == 0) {
             *out = (dev_cpu_isa)isa;
             return SP_OK;
         }
     }
-    return sp_fail(SP_ERR_INVALID_ARG, "'%s' is not one of auto, generic, avx2, avx512", name);
+    return sp_fail(SP_ERR_INVALID_ARG, "'%s' is not one of auto, generic, avx2, avx512, amx", name);
 }
 
 sp_status dev_cpu_isa_check(dev_cpu_isa wanted) {
@@ -136,7 +154,7 @@ sp_status dev_cpu_isa_check(dev_cpu_isa wanted) {
 
 const char *dev_cpu_isa_rounding(dev_cpu_isa isa) {
     /* the avx512 set computes the avx2 set's numbers with other instructions */
-    return isa == DEV_CPU_ISA_GENERIC ? "generic" : "avx2";
+    return isa == DEV_CPU_ISA_GENERIC ? "generic" : isa == DEV_CPU_ISA_AMX ? "amx" : "avx2";
 }
 
 bool dev_cpu_has_amx(void) {

@@ -29,13 +29,15 @@ typedef void (*host_quantize_fn)(void *dst, const float *src, int64_t n);
 typedef struct host_cpu_features {
     bool avx2;   /* AVX2, FMA, F16C, YMM state saved by the OS */
     bool avx512; /* and AVX-512 F/BW/VL/VNNI, opmask and ZMM state saved */
-    bool amx;    /* and AMX tile/int8, tile state saved and offered by Linux (probed, unused) */
+    bool amx;    /* and AMX tile/int8, tile state saved and offered by Linux */
 } host_cpu_features;
 
 host_cpu_features host__cpu_features(void); /* probed once */
 dev_cpu_isa host__isa_best(void);
 /* wanted (AUTO: the best) as a set this CPU runs; SP_ERR_UNSUPPORTED naming what lacks. */
 sp_status host__isa_resolve(dev_cpu_isa wanted, dev_cpu_isa *out);
+/* Asks Linux for the AMX tile state (once per process suffices; repeating is harmless). */
+sp_status host__amx_request_tiles(void);
 
 /* The implementation of set isa (never AUTO) for weights of type t; NULL for
  * unsupported types. avx512 and avx2 give the same bits; both equal quant_vec_dot_ref
@@ -60,6 +62,39 @@ enum { HOST_DOT_WROWS = 8 };
 typedef void (*host_vec_dot_wrows_fn)(const void *w, size_t w_stride, const void *a, int64_t n, float *out);
 /* NULL when the set or type has none. */
 host_vec_dot_wrows_fn host__vec_dot_wrows_for(dev_cpu_isa isa, quant_type t);
+
+/* ---- the amx set (host_amx.c): Q4_0/Q4_1/Q8_0 weights repacked for AMX tiles ---- */
+bool host__amx_takes(quant_type t); /* whether the amx set repacks weights of type t */
+size_t host__amx_packed_bytes(quant_type t, int64_t k, int64_t n);
+/* Writes group `group` (weight rows 16 group .. 16 group + 15) of the (n, k) weight src,
+ * in its file format, into dst, the packed weight's start. */
+void host__amx_pack_group(quant_type t, int64_t k, int64_t n, const void *src, int64_t group, void *dst);
+/* Bytes of scratch one worker needs for weights of row length k (64-byte aligned). */
+size_t host__amx_thread_scratch_bytes(int64_t k);
+/* An activation row's block scales as floats into dx; Q8_1's sums as floats into sx, or
+ * for Q8_0 each block's integer sum into xsum (the other one is unused). */
+void host__amx_act_scales(quant_type act_type, const void *act_row, int64_t k, float *dx, float *sx, int32_t *xsum);
+/* The amx arithmetic for one weight row w (file format) and activation row a, in
+ * portable C: bit for bit what the tiles give that pair. */
+float host__amx_dot(quant_type t, const void *w, const void *a, int64_t n);
+
+/* The activation side of an amx matmul: n_rows quantized rows and their scales, (n_rows,
+ * k / 32) each (sx: Q8_1 only, xsum: Q8_0 only, else NULL). */
+typedef struct host_amx_act {
+    const uint8_t *rows;
+    size_t row_bytes;
+    int64_t n_rows;
+    const float *dx, *sx;
+    const int32_t *xsum;
+} host_amx_act;
+
+/* out (T, N) columns 16 group .. 16 group + 15 (those below N) = act . w^T (+ bias),
+ * from w->packed. scratch: host__amx_thread_scratch_bytes(w->ne0), this worker's own.
+ * *configured_rows tracks this thread's tile configuration (start at 0) and
+ * host__amx_release ends it once the worker's share is done. Only in the amx set. */
+void host__amx_group(const dev_tensor *w, int64_t group, const host_amx_act *act, float *out, const float *bias,
+                     void *scratch, int *configured_rows);
+void host__amx_release(int *configured_rows);
 
 /* ---- thread pool (threadpool.c) ----
  * A fixed set of worker threads that run one task function at a time, split by
@@ -88,7 +123,7 @@ typedef struct host_backend {
     dev_backend base; /* must stay first */
     host_pool *pool;
     char name[64];
-    void **arenas; /* activation allocations, freed at destroy */
+    void **arenas; /* activation arenas and the amx set's packed weights, freed at destroy */
     int n_arenas;
     /* Scratch for quantized activations and per-thread work, grown only outside steps
      * (see host__scratch_reserve); sized for the largest step at model load. */
@@ -114,6 +149,8 @@ typedef struct host_kv {
 
 /* Ensures the scratch area holds at least nbytes (64-byte aligned). */
 sp_status host__scratch_reserve(host_backend *hb, size_t nbytes);
+/* The amx set: fills w->packed with w's rows in tile order (host_amx.c). */
+sp_status host__amx_pack(host_backend *hb, dev_tensor *w);
 
 /* Ops (host_ops.c, host_matmul.c, host_attention.c). */
 void host__embed(dev_backend *dev, float *x, const dev_tensor *emb, const dev_step *step);

@@ -13,6 +13,10 @@
  * decode-shaped kernel, HOST_DOT_WROWS weight rows per call, and the leftover weight
  * rows one by one. All give each output element the same bits, so a token's result
  * never depends on T or on the rest of the batch.
+ *
+ * In the amx set, weights the set repacked (w->packed) take the tile kernel instead
+ * (host_amx.c): a tile is one group of 16 weight rows against every activation row, in
+ * tiles of 16 rows, and phase (1) also writes each row's block scales as floats.
  */
 #include <string.h>
 
@@ -34,18 +38,51 @@ typedef struct matmul_task {
     host_vec_dot_fn dot;
     host_vec_dot_rows_fn dot_rows;   /* NULL: none for this type, every row through dot */
     host_vec_dot_wrows_fn dot_wrows; /* NULL: none for this type */
+    /* the amx set with repacked weights: the tile kernel's inputs, else amx.rows == NULL */
+    host_amx_act amx;
+    float *amx_dx, *amx_sx;   /* (T, K/32) each; sx only for Q8_1 activations */
+    int32_t *amx_xsum;        /* (T, K/32); only for Q8_0 activations */
+    char *amx_worker_scratch; /* one amx_worker_bytes slice per worker */
+    size_t amx_worker_bytes;
+    quant_type act_type;
 } matmul_task;
 
 static void matmul_quantize_rows(void *ctx, int ith, int nth) {
     matmul_task *t = ctx;
     int64_t begin, end;
     host__split(t->rows, ith, nth, &begin, &end);
-    for (int64_t r = begin; r < end; r++)
-        t->quantize((char *)t->act + (size_t)r * t->act_row_bytes, t->in + r * t->k, t->k);
+    const int64_t nb = t->k / QUANT_QK;
+    for (int64_t r = begin; r < end; r++) {
+        char *row = (char *)t->act + (size_t)r * t->act_row_bytes;
+        t->quantize(row, t->in + r * t->k, t->k);
+        if (t->amx.rows)
+            host__amx_act_scales(t->act_type, row, t->k, t->amx_dx + r * nb, t->amx_sx ? t->amx_sx + r * nb : NULL,
+                                 t->amx_xsum ? t->amx_xsum + r * nb : NULL);
+    }
+}
+
+/* The amx set's tiles: each is one group of 16 packed weight rows. */
+static void matmul_amx_tiles(matmul_task *t, int ith, int nth) {
+    int64_t tile_begin, tile_end;
+    host__split(t->first_tile[t->n_parts], ith, nth, &tile_begin, &tile_end);
+    void *scratch = t->amx_worker_scratch + (size_t)ith * t->amx_worker_bytes;
+    int configured_rows = 0;
+    int p = 0;
+    for (int64_t tile = tile_begin; tile < tile_end; tile++) {
+        while (tile >= t->first_tile[p + 1]) p++;
+        const float *bias = t->parts[p].bias ? (const float *)t->parts[p].bias->data : NULL;
+        host__amx_group(t->parts[p].w, tile - t->first_tile[p], &t->amx, t->parts[p].out, bias, scratch,
+                        &configured_rows);
+    }
+    host__amx_release(&configured_rows);
 }
 
 static void matmul_tiles(void *ctx, int ith, int nth) {
     matmul_task *t = ctx;
+    if (t->amx.rows) {
+        matmul_amx_tiles(t, ith, nth);
+        return;
+    }
     int64_t tile_begin, tile_end;
     host__split(t->first_tile[t->n_parts], ith, nth, &tile_begin, &tile_end);
     int p = 0;
@@ -92,6 +129,33 @@ static void matmul_tiles(void *ctx, int ith, int nth) {
     }
 }
 
+static size_t align64(size_t n) {
+    return (n + 63) & ~(size_t)63;
+}
+
+/* Carves the amx kernel's buffers from the scratch after the quantized activations
+ * (host_reserve sized it for them). */
+static void amx_prepare(host_backend *hb, matmul_task *t) {
+    const size_t nb = (size_t)(t->k / QUANT_QK), scale_bytes = (size_t)t->rows * nb * sizeof(float);
+    char *base = hb->scratch;
+    size_t used = align64(t->act_row_bytes * (size_t)t->rows);
+    t->amx_dx = (float *)(base + used);
+    used = align64(used + scale_bytes);
+    t->amx_sx = t->act_type == QUANT_Q8_1 ? (float *)(base + used) : NULL;
+    t->amx_xsum = t->act_type == QUANT_Q8_1 ? NULL : (int32_t *)(base + used); /* the same size */
+    used = align64(used + scale_bytes);
+    t->amx_worker_scratch = base + used;
+    t->amx_worker_bytes = align64(host__amx_thread_scratch_bytes(t->k));
+    used += t->amx_worker_bytes * (size_t)host__pool_threads(hb->pool);
+    SP_ASSERT(used <= hb->scratch_bytes); /* see host_reserve */
+    t->amx = (host_amx_act){.rows = t->act,
+                            .row_bytes = t->act_row_bytes,
+                            .n_rows = t->rows,
+                            .dx = t->amx_dx,
+                            .sx = t->amx_sx,
+                            .xsum = t->amx_xsum};
+}
+
 /* Parts of one weight type: one quantization of the input, one dispatch of tiles. */
 static void matmul_same_type(host_backend *hb, const dev_matmul_part *parts, int n_parts, const float *in,
                              int64_t rows) {
@@ -119,6 +183,8 @@ static void matmul_same_type(host_backend *hb, const dev_matmul_part *parts, int
         task.act_row_bytes = quant_row_bytes(act_type, task.k);
         SP_ASSERT(task.act_row_bytes * (size_t)rows <= hb->scratch_bytes); /* see dev_reserve */
         task.act = hb->scratch;
+        task.act_type = act_type;
+        if (hb->base.cpu_isa == DEV_CPU_ISA_AMX && w0->packed) amx_prepare(hb, &task);
         if (rows * task.k < 4096)
             matmul_quantize_rows(&task, 0, 1);
         else

@@ -548,10 +548,25 @@ static const host_quantize_fn quantize_avx2[QUANT_TYPE_LIMIT] = {0};
 /* ---- dispatch ------------------------------------------------------------------------- */
 
 /* avx512 runs the avx2 one-row kernels: its own instructions pay in the multi-row
- * kernels (host_quant_dot_wrows.c), and the numbers stay the same. */
+ * kernels (host_quant_dot_wrows.c), and the numbers stay the same. amx runs avx512's
+ * except for the types it repacks. */
+static float dot_amx_q4_0(const void *w, const void *a, int64_t n) {
+    return host__amx_dot(QUANT_Q4_0, w, a, n);
+}
+static float dot_amx_q4_1(const void *w, const void *a, int64_t n) {
+    return host__amx_dot(QUANT_Q4_1, w, a, n);
+}
+static float dot_amx_q8_0(const void *w, const void *a, int64_t n) {
+    return host__amx_dot(QUANT_Q8_0, w, a, n);
+}
+
 host_vec_dot_fn host__vec_dot_for(dev_cpu_isa isa, quant_type t) {
     SP_ASSERT(isa != DEV_CPU_ISA_AUTO);
     if ((unsigned)t >= QUANT_TYPE_LIMIT) return NULL;
+    /* the amx set's own arithmetic for the types it repacks (host_amx.c) */
+    if (isa == DEV_CPU_ISA_AMX && t == QUANT_Q4_0) return dot_amx_q4_0;
+    if (isa == DEV_CPU_ISA_AMX && t == QUANT_Q4_1) return dot_amx_q4_1;
+    if (isa == DEV_CPU_ISA_AMX && t == QUANT_Q8_0) return dot_amx_q8_0;
     return isa >= DEV_CPU_ISA_AVX2 ? dot_avx2[t] : dot_generic[t];
 }
 

@@ -125,7 +125,8 @@ ROWS_ENTRY(avx512, HOST_AVX512_TARGET, avx512_dot_u8s8)
 
 host_vec_dot_rows_fn host__vec_dot_rows_for(dev_cpu_isa isa, quant_type t) {
     if ((unsigned)t >= QUANT_TYPE_LIMIT || isa < DEV_CPU_ISA_AVX2) return NULL;
-    return isa == DEV_CPU_ISA_AVX512 ? dot_rows_avx512[t] : dot_rows_avx2[t];
+    if (isa == DEV_CPU_ISA_AMX && host__amx_takes(t)) return NULL; /* its own arithmetic: host_amx.c */
+    return isa >= DEV_CPU_ISA_AVX512 ? dot_rows_avx512[t] : dot_rows_avx2[t];
 }
 
 #else /* !HOST_SIMD_AVX2 */

@@ -172,7 +172,8 @@ static const host_vec_dot_wrows_fn wrows_avx512[QUANT_TYPE_LIMIT] = {
 
 host_vec_dot_wrows_fn host__vec_dot_wrows_for(dev_cpu_isa isa, quant_type t) {
     if ((unsigned)t >= QUANT_TYPE_LIMIT || isa < DEV_CPU_ISA_AVX2) return NULL;
-    return isa == DEV_CPU_ISA_AVX512 ? wrows_avx512[t] : wrows_avx2[t];
+    if (isa == DEV_CPU_ISA_AMX && host__amx_takes(t)) return NULL; /* its own arithmetic: host_amx.c */
+    return isa >= DEV_CPU_ISA_AVX512 ? wrows_avx512[t] : wrows_avx2[t];
 }
 
 #else /* !HOST_SIMD_AVX2 */

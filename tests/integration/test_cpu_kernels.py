@@ -1,6 +1,6 @@
 """--cpu-isa: the CPU kernel set is chosen at run time, named at start and in /metrics, a
-set the machine lacks (or an unknown one) is refused with exit 2 naming it, and every set
-the machine runs gives the same greedy text."""
+set the machine lacks (or an unknown one) is refused with exit 2 naming it, avx2 and
+avx512 give the same greedy text, and amx (an arithmetic of its own) serves sensible text."""
 import re
 import subprocess
 
@@ -20,6 +20,8 @@ def cpu_flags() -> set:
 FLAGS = cpu_flags()
 HAS_AVX512 = {"avx512f", "avx512bw", "avx512vl", "avx512_vnni"} <= FLAGS
 HAS_AVX2 = {"avx2", "fma", "f16c"} <= FLAGS
+# Linux lists amx_* only where it enables the tile state
+HAS_AMX = HAS_AVX512 and {"amx_tile", "amx_int8"} <= FLAGS
 
 
 def generate(spindle_bin, model, *flags):
@@ -51,8 +53,29 @@ def test_a_set_the_cpu_lacks_is_refused_or_runs_when_present(spindle_bin, storie
         assert "--cpu-isa" in r.stderr and "AVX-512" in r.stderr
 
 
+def test_amx_is_refused_or_runs_when_present(spindle_bin, default_model):
+    if HAS_AMX:
+        server = Server(spindle_bin, default_model, "--cpu-isa", "amx")
+        try:
+            assert "threads, amx)" in server.log_text()
+            metrics = server.request("GET", "/metrics")[2]
+            assert 'spindle_cpu_kernels_info{set="amx"} 1' in metrics
+            status, _, body = server.request("POST", "/v1/completions",
+                                             {"prompt": "The capital of France is", "max_tokens": 8,
+                                              "temperature": 0})
+            assert status == 200, body
+            assert "Paris" in body["choices"][0]["text"], body
+        finally:
+            assert server.stop() == 0
+    else:
+        r = subprocess.run([spindle_bin, "serve", "--model", default_model, "--device", "cpu", "--cpu-isa", "amx"],
+                           capture_output=True, text=True, timeout=30)
+        assert r.returncode == 2
+        assert "--cpu-isa" in r.stderr and "AMX" in r.stderr
+
+
 def test_auto_names_the_best_set_at_start_and_in_metrics(spindle_bin, stories_model):
-    best = "avx512" if HAS_AVX512 else "avx2" if HAS_AVX2 else "generic"
+    best = "amx" if HAS_AMX else "avx512" if HAS_AVX512 else "avx2" if HAS_AVX2 else "generic"
     server = Server(spindle_bin, stories_model)
     try:
         assert f"threads, {best}" in server.log_text()

@@ -11,6 +11,9 @@
 #include <string.h>
 
 #include "gpu/host/host_quant_dot.c"
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
+#endif
 
 static bool cpu_has_avx2(void) {
     return host__cpu_features().avx2;
@@ -293,8 +296,14 @@ Test(quant_dot, auto_picks_the_best_set_the_cpu_runs) {
     const host_cpu_features f = host__cpu_features();
     dev_cpu_isa isa;
     cr_assert_eq(host__isa_resolve(DEV_CPU_ISA_AUTO, &isa), SP_OK);
-    cr_expect_eq(isa, f.avx512 ? DEV_CPU_ISA_AVX512 : f.avx2 ? DEV_CPU_ISA_AVX2 : DEV_CPU_ISA_GENERIC);
+    cr_expect_eq(isa, f.amx      ? DEV_CPU_ISA_AMX
+                      : f.avx512 ? DEV_CPU_ISA_AVX512
+                      : f.avx2   ? DEV_CPU_ISA_AVX2
+                                 : DEV_CPU_ISA_GENERIC);
     cr_expect(!f.avx512 || f.avx2, "AVX-512 without AVX2");
+    cr_expect(!f.amx || f.avx512, "AMX without AVX-512");
+    cr_expect_eq(dev_cpu_isa_check(DEV_CPU_ISA_AMX) == SP_OK, f.amx);
+    if (!f.amx) cr_expect(strstr(sp_last_error(), "amx") != NULL, "%s", sp_last_error());
     cr_expect_eq(dev_cpu_isa_check(DEV_CPU_ISA_AVX512) == SP_OK, f.avx512);
     if (!f.avx512) cr_expect(strstr(sp_last_error(), "avx512") != NULL, "%s", sp_last_error());
     cr_expect_eq(dev_cpu_isa_check(DEV_CPU_ISA_AVX2) == SP_OK, f.avx2);
@@ -309,12 +318,16 @@ Test(quant_dot, auto_picks_the_best_set_the_cpu_runs) {
                      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
                      __builtin_cpu_supports("avx512vnni"),
                  "avx512");
+    /* gcc 12 knows no "amx-tile" for __builtin_cpu_supports: CPUID leaf 7's EDX bits 24/25 */
+    unsigned eax, ebx, ecx, edx;
+    __cpuid_count(7, 0, eax, ebx, ecx, edx);
+    if (!(edx & (1u << 24)) || !(edx & (1u << 25))) cr_expect(!f.amx, "amx without CPUID's AMX tile/int8 bits");
 #endif
     cr_log_info("this CPU: avx2 %d, avx512 %d, amx %d", f.avx2, f.avx512, f.amx);
 }
 
 Test(quant_dot, set_names_parse_and_print) {
-    for (int i = DEV_CPU_ISA_AUTO; i <= DEV_CPU_ISA_AVX512; i++) {
+    for (int i = DEV_CPU_ISA_AUTO; i <= DEV_CPU_ISA_AMX; i++) {
         dev_cpu_isa back;
         cr_expect_eq(dev_cpu_isa_parse(dev_cpu_isa_name((dev_cpu_isa)i), &back), SP_OK);
         cr_expect_eq(back, (dev_cpu_isa)i);
@@ -325,4 +338,5 @@ Test(quant_dot, set_names_parse_and_print) {
     cr_expect_str_eq(dev_cpu_isa_rounding(DEV_CPU_ISA_AVX512), "avx2");
     cr_expect_str_eq(dev_cpu_isa_rounding(DEV_CPU_ISA_AVX2), "avx2");
     cr_expect_str_eq(dev_cpu_isa_rounding(DEV_CPU_ISA_GENERIC), "generic");
+    cr_expect_str_eq(dev_cpu_isa_rounding(DEV_CPU_ISA_AMX), "amx");
 }

@@ -150,6 +150,13 @@ Test(forward, quantized_logits_do_not_depend_on_the_batch_with_avx512) {
     env_close(&e);
 }
 
+Test(forward, quantized_logits_do_not_depend_on_the_batch_with_amx) {
+    fwd_env e;
+    env_open_model(&e, testdata_default_model(), 2, DEV_CPU_ISA_AMX);
+    check_batch_invariance(&e);
+    env_close(&e);
+}
+
 /* One sequence's decode logits under the avx2 and the avx512 set, on the default model
  * (Q4_1 layers, Q8_0 embeddings): the same bits, so results do not depend on the CPU. */
 Test(forward, avx512_set_gives_the_avx2_sets_logits) {
