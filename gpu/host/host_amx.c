@@ -19,7 +19,7 @@
  * HOW isum IS FORMED. The weights are kept unsigned, u = q + bias (Q8_0: bias 128, the
  * byte with its top bit flipped; Q4_0: bias 8, the nibble; Q4_1: bias 0), and
  *     isum = sum(x * u) - bias * sum(x)
- * with sum(x) of each activation block computed once per row (host__amx_act_scales).
+ * with sum(x) of each activation block computed once per row (host__amx_act_row).
  * Tiles form sum(x * u) with TDPBSUD (signed activations, unsigned weights); rows of a
  * step too few to fill a tile use AVX-512 VNNI (vpdpbusd: unsigned weights, signed
  * activations) over the same packed bytes. Both are exact, so both give the same isum.
@@ -40,6 +40,8 @@
 
 enum {
     AMX_GROUP_ROWS = 16,                      /* weight rows per group: one tile's columns */
+    AMX_TILE_ROWS = 16,                       /* activation rows per tile */
+    AMX_ACT_TILE_BLOCK = AMX_TILE_ROWS * 32,  /* bytes of one block of a tile of activations */
     AMX_QK = 32,                              /* elements per block: one tile multiply */
     AMX_UNPACKED_BLOCK = AMX_GROUP_ROWS * 32, /* bytes of one block's quants as int8 */
     AMX_C_BYTES = 16 * 64,                    /* one 16 x 16 int32 result tile */
@@ -96,23 +98,28 @@ void host__amx_pack_group(quant_type t, int64_t k, int64_t n, const void *src, i
     }
 }
 
-void host__amx_act_scales(quant_type act_type, const void *act_row, int64_t k, float *dx, float *sx, int32_t *xsum) {
+void host__amx_act_row(quant_type act_type, const void *act_row, int64_t k, int64_t r, uint8_t *tiled, float *dx,
+                       float *sx, int32_t *xsum) {
     const int64_t nb = k / AMX_QK;
-    const size_t block = quant_row_bytes(act_type, k) / (size_t)nb;
+    const size_t block = quant_row_bytes(act_type, k) / (size_t)nb, qs = act_type == QUANT_Q8_1 ? 4 : 2;
+    /* tile r / 16, row r % 16 of each block's 16 x 32 bytes */
+    const size_t tile = (size_t)(r / AMX_TILE_ROWS) * (size_t)nb * AMX_TILE_ROWS, row = (size_t)(r % AMX_TILE_ROWS);
     const uint8_t *a = act_row;
     for (int64_t b = 0; b < nb; b++, a += block) {
+        const size_t at = tile + (size_t)b * AMX_TILE_ROWS + row;
+        memcpy(tiled + at * AMX_QK, a + qs, AMX_QK);
         uint16_t d;
         memcpy(&d, a, 2);
-        dx[b] = quant_f16_to_f32(d);
+        dx[at] = quant_f16_to_f32(d);
         if (act_type == QUANT_Q8_1) {
             uint16_t s;
             memcpy(&s, a + 2, 2);
-            sx[b] = quant_f16_to_f32(s);
+            sx[at] = quant_f16_to_f32(s);
         } else {
-            const int8_t *x = (const int8_t *)(a + 2);
+            const int8_t *x = (const int8_t *)(a + qs);
             int32_t sum = 0;
             for (int i = 0; i < AMX_QK; i++) sum += x[i];
-            xsum[b] = sum;
+            xsum[at] = sum;
         }
     }
 }
@@ -239,11 +246,10 @@ static HOST_AMX_TARGET inline void block_quants(const uint8_t *q, bool nibbles, 
     }
 }
 
-/* What one call multiplies: m_rows activation rows (from act, row_bytes apart; their
- * scales nb apart) against one group. */
+/* What one call multiplies: one tile of up to 16 activation rows (their block b at act +
+ * b * 512, row m 32 bytes further each; scales at b * 16 + m) against one group. */
 typedef struct amx_operands {
-    const uint8_t *act; /* the first row's first block */
-    size_t row_bytes, act_block, act_qs;
+    const uint8_t *act;
     const float *dx, *sx; /* sx: Q4_1 only, else NULL */
     const int32_t *xsum;  /* bias != 0 only */
     int32_t bias;
@@ -259,7 +265,7 @@ typedef struct amx_operands {
  * row m, lane j = weight row j. */
 static HOST_AMX_TARGET inline __attribute__((always_inline)) __m512
 scale_block(const amx_operands *o, int m, int64_t b, __m512i usum, __m512 dw, __m512 mw, __m512 acc) {
-    const size_t at = (size_t)m * (size_t)o->nb + (size_t)b;
+    const size_t at = (size_t)b * AMX_TILE_ROWS + (size_t)m;
     if (o->bias) usum = _mm512_sub_epi32(usum, _mm512_set1_epi32(o->bias * o->xsum[at]));
     const __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(o->dx[at]));
     acc = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(usum), acc);
@@ -285,8 +291,7 @@ static HOST_AMX_TARGET void vnni_rows(const amx_operands *o, int m_rows, __m512 
         block_quants(blk + o->quants, o->nibbles, w);
         const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk)), mw = block_mins(o, blk);
         for (int m = 0; m < m_rows; m++) {
-            const int32_t *x =
-                (const int32_t *)(o->act + (size_t)m * o->row_bytes + (size_t)b * o->act_block + o->act_qs);
+            const int32_t *x = (const int32_t *)(o->act + (size_t)b * AMX_ACT_TILE_BLOCK + (size_t)m * AMX_QK);
             __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
             for (int k4 = 0; k4 < 8; k4 += 2) {
                 s0 = _mm512_dpbusd_epi32(s0, w[k4], _mm512_set1_epi32(x[k4]));
@@ -310,57 +315,118 @@ static HOST_AMX_TARGET inline const uint8_t *tile_weights(const amx_operands *o,
     return o->unpacked ? o->unpacked + (size_t)b * AMX_UNPACKED_BLOCK : o->group + (size_t)b * o->gbb + o->quants;
 }
 
-/* Issues block b's tile multiply into tile set (b & 1) and stores its sums to c[b & 1]. */
-#define AMX_ISSUE(o, b)                                                            \
-    do {                                                                           \
-        const uint8_t *a_ = (o)->act + (size_t)(b) * (o)->act_block + (o)->act_qs; \
-        if ((b)&1) {                                                               \
-            _tile_loadd(TILE_A1, a_, (long)(o)->row_bytes);                        \
-            _tile_loadd(TILE_B1, tile_weights((o), (b)), 64);                      \
-            _tile_zero(TILE_C1);                                                   \
-            _tile_dpbsud(TILE_C1, TILE_A1, TILE_B1);                               \
-            _tile_stored(TILE_C1, (o)->c[1], 64);                                  \
-        } else {                                                                   \
-            _tile_loadd(TILE_A0, a_, (long)(o)->row_bytes);                        \
-            _tile_loadd(TILE_B0, tile_weights((o), (b)), 64);                      \
-            _tile_zero(TILE_C0);                                                   \
-            _tile_dpbsud(TILE_C0, TILE_A0, TILE_B0);                               \
-            _tile_stored(TILE_C0, (o)->c[0], 64);                                  \
-        }                                                                          \
+/* Block b's tile multiply, into tile set (b & 1). */
+#define AMX_MULTIPLY(o, b)                                             \
+    do {                                                               \
+        const uint8_t *a_ = (o)->act + (size_t)(b)*AMX_ACT_TILE_BLOCK; \
+        if ((b)&1) {                                                   \
+            _tile_loadd(TILE_A1, a_, AMX_QK);                          \
+            _tile_loadd(TILE_B1, tile_weights((o), (b)), 64);          \
+            _tile_zero(TILE_C1);                                       \
+            _tile_dpbsud(TILE_C1, TILE_A1, TILE_B1);                   \
+        } else {                                                       \
+            _tile_loadd(TILE_A0, a_, AMX_QK);                          \
+            _tile_loadd(TILE_B0, tile_weights((o), (b)), 64);          \
+            _tile_zero(TILE_C0);                                       \
+            _tile_dpbsud(TILE_C0, TILE_A0, TILE_B0);                   \
+        }                                                              \
     } while (0)
 
-/* The tile path. Always inlined, so the 16-row call keeps acc in registers. */
-static HOST_AMX_TARGET inline __attribute__((always_inline)) void tile_rows(const amx_operands *o, int m_rows,
-                                                                            __m512 *acc) {
+/* TILESTORED of one result tile (64-byte rows) to dst, with the bytes it writes as the
+ * asm's output. The compiler header's form clobbers all memory, which would keep the
+ * accumulators below out of registers. Two levels so the tile number is expanded. */
+#define AMX_STORE_TILE(tile, dst) AMX_STORE_TILE_(tile, dst)
+#define AMX_STORE_TILE_(tile, dst)                               \
+    __asm__ volatile("tilestored %%tmm" #tile ", (%1,%2,1)"      \
+                     : "=m"(*(int32_t(*)[AMX_C_BYTES / 4])(dst)) \
+                     : "r"(dst), "r"((long)64))
+
+/* Block b's sums, from tile set (b & 1) to c[b & 1]. */
+#define AMX_STORE(o, b)                         \
+    do {                                        \
+        if ((b)&1)                              \
+            AMX_STORE_TILE(TILE_C1, (o)->c[1]); \
+        else                                    \
+            AMX_STORE_TILE(TILE_C0, (o)->c[0]); \
+    } while (0)
+
+/* Where one call's results go: row m of the call at out + m * stride, the lanes in mask,
+ * plus bias_v when has_bias. */
+typedef struct amx_dest {
+    float *out;
+    size_t stride;
+    __mmask16 mask;
+    bool has_bias;
+    __m512 bias_v;
+} amx_dest;
+
+enum amx_kind { AMX_WITH_MIN, AMX_WITH_BIAS }; /* Q4_1; Q4_0 and Q8_0 */
+
+/* The tile path: block b + 1 multiplies while block b is scaled, and its sums are stored
+ * only after, so the store does not wait on the multiply in front of the scaling. Always
+ * inlined into wrappers with constant m_rows and kind, so acc stays in registers; the
+ * operands are copied into locals because every tile store clobbers memory. */
+static HOST_AMX_TARGET inline __attribute__((always_inline)) void
+tile_rows(const amx_operands *op, const int m_rows, const enum amx_kind kind, const amx_dest *d) {
+    const amx_operands o = *op;
+    const int64_t nb = o.nb;
+    __m512 acc[16];
     for (int m = 0; m < m_rows; m++) acc[m] = _mm512_setzero_ps();
-    AMX_ISSUE(o, 0);
-    for (int64_t b = 0; b < o->nb; b++) {
-        if (b + 1 < o->nb) AMX_ISSUE(o, b + 1);
-        const uint8_t *blk = o->group + (size_t)b * o->gbb;
-        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk)), mw = block_mins(o, blk);
-        const int32_t *c = o->c[b & 1];
+    AMX_MULTIPLY(&o, 0);
+    AMX_STORE(&o, 0);
+    for (int64_t b = 0; b < nb; b++) {
+        if (b + 1 < nb) AMX_MULTIPLY(&o, b + 1);
+        const uint8_t *blk = o.group + (size_t)b * o.gbb;
+        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk));
+        const int32_t *c = o.c[b & 1];
+        const float *dx = o.dx + b * AMX_TILE_ROWS;
+        if (kind == AMX_WITH_MIN) {
+            const __m512 mw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + 32)));
+            const float *sx = o.sx + b * AMX_TILE_ROWS;
 #pragma GCC unroll 16
-        for (int m = 0; m < m_rows; m++) acc[m] = scale_block(o, m, b, _mm512_load_si512(c + 16 * m), dw, mw, acc[m]);
+            for (int m = 0; m < m_rows; m++) {
+                const __m512 isum = _mm512_cvtepi32_ps(_mm512_load_si512(c + 16 * m));
+                acc[m] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(dx[m])), isum, acc[m]);
+                acc[m] = _mm512_fmadd_ps(mw, _mm512_set1_ps(sx[m]), acc[m]);
+            }
+        } else {
+            const int32_t *xsum = o.xsum + b * AMX_TILE_ROWS;
+#pragma GCC unroll 16
+            for (int m = 0; m < m_rows; m++) {
+                const __m512i usum = _mm512_load_si512(c + 16 * m);
+                const __m512 isum = _mm512_cvtepi32_ps(_mm512_sub_epi32(usum, _mm512_set1_epi32(o.bias * xsum[m])));
+                acc[m] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(dx[m])), isum, acc[m]);
+            }
+        }
+        if (b + 1 < nb) AMX_STORE(&o, b + 1);
     }
+#pragma GCC unroll 16
+    for (int m = 0; m < m_rows; m++)
+        _mm512_mask_storeu_ps(d->out + (size_t)m * d->stride, d->mask,
+                              d->has_bias ? _mm512_add_ps(acc[m], d->bias_v) : acc[m]);
 }
 
-static HOST_AMX_TARGET void tile_rows_16(const amx_operands *o, __m512 *acc) {
-    tile_rows(o, 16, acc);
+static HOST_AMX_TARGET __attribute__((noinline)) void tile_rows_16_min(const amx_operands *o, const amx_dest *d) {
+    tile_rows(o, 16, AMX_WITH_MIN, d);
 }
 
-static HOST_AMX_TARGET void tile_rows_few(const amx_operands *o, int m_rows, __m512 *acc) {
-    tile_rows(o, m_rows, acc);
+static HOST_AMX_TARGET __attribute__((noinline)) void tile_rows_16_bias(const amx_operands *o, const amx_dest *d) {
+    tile_rows(o, 16, AMX_WITH_BIAS, d);
+}
+
+static HOST_AMX_TARGET __attribute__((noinline)) void tile_rows_few(const amx_operands *o, int m_rows,
+                                                                    const amx_dest *d) {
+    if (o->sx)
+        tile_rows(o, m_rows, AMX_WITH_MIN, d);
+    else
+        tile_rows(o, m_rows, AMX_WITH_BIAS, d);
 }
 
 HOST_AMX_TARGET void host__amx_group(const dev_tensor *w, int64_t group, const host_amx_act *act, float *out,
                                      const float *bias, void *scratch, int *configured_rows) {
     const int64_t k = w->ne0, n = w->ne1, nb = k / AMX_QK, n0 = group * AMX_GROUP_ROWS;
-    const quant_type at = quant_vec_dot_type(w->type);
     uint8_t *unpacked = scratch;
     amx_operands o = {
-        .row_bytes = act->row_bytes,
-        .act_block = act->row_bytes / (size_t)nb,
-        .act_qs = at == QUANT_Q8_1 ? 4 : 2,
         .bias = w->type == QUANT_Q8_0   ? 128
                 : w->type == QUANT_Q4_0 ? 8
                                         : 0,
@@ -375,33 +441,40 @@ HOST_AMX_TARGET void host__amx_group(const dev_tensor *w, int64_t group, const h
     if (o.nibbles && act->n_rows >= AMX_MIN_TILE_ROWS) {
         unpack_q4_group(&o, unpacked);
         o.unpacked = unpacked;
+        __asm__ volatile("" ::: "memory"); /* the tile loads' asm does not say it reads them */
     }
     const int64_t valid = n - n0 < AMX_GROUP_ROWS ? n - n0 : AMX_GROUP_ROWS;
     const __mmask16 mask = (__mmask16)((1u << valid) - 1u);
     const __m512 bias_v = bias ? _mm512_maskz_loadu_ps(mask, bias + n0) : _mm512_setzero_ps();
     for (int64_t m0 = 0; m0 < act->n_rows; m0 += 16) {
         const int m_rows = act->n_rows - m0 < 16 ? (int)(act->n_rows - m0) : 16;
-        o.act = act->rows + (size_t)m0 * act->row_bytes;
+        o.act = act->tiled + (size_t)m0 * (size_t)nb * AMX_QK;
         o.dx = act->dx + (size_t)m0 * (size_t)nb;
         o.sx = act->sx ? act->sx + (size_t)m0 * (size_t)nb : NULL;
         o.xsum = act->xsum ? act->xsum + (size_t)m0 * (size_t)nb : NULL;
-        __m512 acc[16];
+        const amx_dest d = {.out = out + (size_t)m0 * (size_t)n + (size_t)n0,
+                            .stride = (size_t)n,
+                            .mask = mask,
+                            .has_bias = bias != NULL,
+                            .bias_v = bias_v};
         if (m_rows < AMX_MIN_TILE_ROWS) {
+            __m512 acc[AMX_MIN_TILE_ROWS];
             vnni_rows(&o, m_rows, acc);
-        } else {
-            if (*configured_rows != m_rows) {
-                amx_configure(m_rows);
-                *configured_rows = m_rows;
-            }
-            if (m_rows == 16)
-                tile_rows_16(&o, acc);
-            else
-                tile_rows_few(&o, m_rows, acc);
+            for (int m = 0; m < m_rows; m++)
+                _mm512_mask_storeu_ps(d.out + (size_t)m * d.stride, mask,
+                                      bias ? _mm512_add_ps(acc[m], bias_v) : acc[m]);
+            continue;
         }
-        for (int m = 0; m < m_rows; m++) {
-            __m512 v = bias ? _mm512_add_ps(acc[m], bias_v) : acc[m];
-            _mm512_mask_storeu_ps(out + (size_t)(m0 + m) * (size_t)n + (size_t)n0, mask, v);
+        if (*configured_rows != m_rows) {
+            amx_configure(m_rows);
+            *configured_rows = m_rows;
         }
+        if (m_rows == 16 && o.sx)
+            tile_rows_16_min(&o, &d);
+        else if (m_rows == 16)
+            tile_rows_16_bias(&o, &d);
+        else
+            tile_rows_few(&o, m_rows, &d);
     }
 }
 

@@ -64,8 +64,10 @@ static sp_status host_reserve(dev_backend *dev, int64_t max_tokens, int64_t max_
         return sp_fail(SP_ERR_INVALID_ARG, "reserve: %lld x %lld overflows", (long long)max_tokens,
                        (long long)max_width);
     if (hb->base.cpu_isa == DEV_CPU_ISA_AMX) {
-        /* the activations' float scales and each worker's unpacked weights (host_matmul.c) */
-        size_t scales = (size_t)max_tokens * (size_t)(max_width / 32 + 1) * 2 * sizeof(float) + 128;
+        /* the activations in tile order with their float scales, and each worker's unpacked
+         * weights (host_matmul.c's amx_prepare) */
+        size_t scales =
+            (size_t)(max_tokens + 15) / 16 * 16 * (size_t)(max_width / 32 + 1) * (32 + 2 * sizeof(float)) + 192;
         size_t workers = (size_t)host__pool_threads(hb->pool) * (host__amx_thread_scratch_bytes(max_width) + 64);
         bytes += scales + workers;
     }

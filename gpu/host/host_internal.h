@@ -71,18 +71,21 @@ size_t host__amx_packed_bytes(quant_type t, int64_t k, int64_t n);
 void host__amx_pack_group(quant_type t, int64_t k, int64_t n, const void *src, int64_t group, void *dst);
 /* Bytes of scratch one worker needs for weights of row length k (64-byte aligned). */
 size_t host__amx_thread_scratch_bytes(int64_t k);
-/* An activation row's block scales as floats into dx; Q8_1's sums as floats into sx, or
- * for Q8_0 each block's integer sum into xsum (the other one is unused). */
-void host__amx_act_scales(quant_type act_type, const void *act_row, int64_t k, float *dx, float *sx, int32_t *xsum);
+/* Activation row r (quantized, act_type Q8_0 or Q8_1, k elements) in the tiles' layout:
+ * rows in tiles of 16, and per tile and block the 16 rows' 32 quants adjacent (tiled,
+ * 512 bytes per tile-block) and their scales adjacent (dx; Q8_1's sums as floats in sx,
+ * or Q8_0's integer block sums in xsum; the other unused). Arrays for T rows hold T
+ * rounded up to 16 rows. */
+void host__amx_act_row(quant_type act_type, const void *act_row, int64_t k, int64_t r, uint8_t *tiled, float *dx,
+                       float *sx, int32_t *xsum);
 /* The amx arithmetic for one weight row w (file format) and activation row a, in
  * portable C: bit for bit what the tiles give that pair. */
 float host__amx_dot(quant_type t, const void *w, const void *a, int64_t n);
 
-/* The activation side of an amx matmul: n_rows quantized rows and their scales, (n_rows,
- * k / 32) each (sx: Q8_1 only, xsum: Q8_0 only, else NULL). */
+/* The activation side of an amx matmul: n_rows rows as host__amx_act_row lays them out
+ * (sx: Q8_1 only, xsum: Q8_0 only, else NULL). */
 typedef struct host_amx_act {
-    const uint8_t *rows;
-    size_t row_bytes;
+    const uint8_t *tiled;
     int64_t n_rows;
     const float *dx, *sx;
     const int32_t *xsum;

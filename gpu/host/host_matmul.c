@@ -38,10 +38,11 @@ typedef struct matmul_task {
     host_vec_dot_fn dot;
     host_vec_dot_rows_fn dot_rows;   /* NULL: none for this type, every row through dot */
     host_vec_dot_wrows_fn dot_wrows; /* NULL: none for this type */
-    /* the amx set with repacked weights: the tile kernel's inputs, else amx.rows == NULL */
+    /* the amx set with repacked weights: the tile kernel's inputs, else amx.tiled == NULL */
     host_amx_act amx;
-    float *amx_dx, *amx_sx;   /* (T, K/32) each; sx only for Q8_1 activations */
-    int32_t *amx_xsum;        /* (T, K/32); only for Q8_0 activations */
+    uint8_t *amx_tiled;       /* the writable arrays behind amx (host__amx_act_row) */
+    float *amx_dx, *amx_sx;   /* sx only for Q8_1 activations */
+    int32_t *amx_xsum;        /* only for Q8_0 activations */
     char *amx_worker_scratch; /* one amx_worker_bytes slice per worker */
     size_t amx_worker_bytes;
     quant_type act_type;
@@ -51,13 +52,10 @@ static void matmul_quantize_rows(void *ctx, int ith, int nth) {
     matmul_task *t = ctx;
     int64_t begin, end;
     host__split(t->rows, ith, nth, &begin, &end);
-    const int64_t nb = t->k / QUANT_QK;
     for (int64_t r = begin; r < end; r++) {
         char *row = (char *)t->act + (size_t)r * t->act_row_bytes;
         t->quantize(row, t->in + r * t->k, t->k);
-        if (t->amx.rows)
-            host__amx_act_scales(t->act_type, row, t->k, t->amx_dx + r * nb, t->amx_sx ? t->amx_sx + r * nb : NULL,
-                                 t->amx_xsum ? t->amx_xsum + r * nb : NULL);
+        if (t->amx.tiled) host__amx_act_row(t->act_type, row, t->k, r, t->amx_tiled, t->amx_dx, t->amx_sx, t->amx_xsum);
     }
 }
 
@@ -79,7 +77,7 @@ static void matmul_amx_tiles(matmul_task *t, int ith, int nth) {
 
 static void matmul_tiles(void *ctx, int ith, int nth) {
     matmul_task *t = ctx;
-    if (t->amx.rows) {
+    if (t->amx.tiled) {
         matmul_amx_tiles(t, ith, nth);
         return;
     }
@@ -136,9 +134,12 @@ static size_t align64(size_t n) {
 /* Carves the amx kernel's buffers from the scratch after the quantized activations
  * (host_reserve sized it for them). */
 static void amx_prepare(host_backend *hb, matmul_task *t) {
-    const size_t nb = (size_t)(t->k / QUANT_QK), scale_bytes = (size_t)t->rows * nb * sizeof(float);
+    const size_t nb = (size_t)(t->k / QUANT_QK), tiled_rows = (size_t)(t->rows + 15) / 16 * 16;
+    const size_t scale_bytes = tiled_rows * nb * sizeof(float);
     char *base = hb->scratch;
     size_t used = align64(t->act_row_bytes * (size_t)t->rows);
+    t->amx_tiled = (uint8_t *)(base + used);
+    used = align64(used + tiled_rows * nb * QUANT_QK);
     t->amx_dx = (float *)(base + used);
     used = align64(used + scale_bytes);
     t->amx_sx = t->act_type == QUANT_Q8_1 ? (float *)(base + used) : NULL;
@@ -148,12 +149,8 @@ static void amx_prepare(host_backend *hb, matmul_task *t) {
     t->amx_worker_bytes = align64(host__amx_thread_scratch_bytes(t->k));
     used += t->amx_worker_bytes * (size_t)host__pool_threads(hb->pool);
     SP_ASSERT(used <= hb->scratch_bytes); /* see host_reserve */
-    t->amx = (host_amx_act){.rows = t->act,
-                            .row_bytes = t->act_row_bytes,
-                            .n_rows = t->rows,
-                            .dx = t->amx_dx,
-                            .sx = t->amx_sx,
-                            .xsum = t->amx_xsum};
+    t->amx =
+        (host_amx_act){.tiled = t->amx_tiled, .n_rows = t->rows, .dx = t->amx_dx, .sx = t->amx_sx, .xsum = t->amx_xsum};
 }
 
 /* Parts of one weight type: one quantization of the input, one dispatch of tiles. */
