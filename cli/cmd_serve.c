@@ -65,6 +65,7 @@ static void serve_args_fill(serve_args *a) {
         .host = c->host,
         .port = (int)c->port,
         .http_threads = (int)c->http_threads,
+        .prep_threads = (int)c->prep_threads,
         .max_body_bytes = (size_t)c->max_body_bytes,
         .max_connections = (int)c->max_connections,
         .keepalive_s = c->keepalive,

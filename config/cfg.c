@@ -47,6 +47,8 @@ const cfg_key cfg__keys[] = {
     STR("host", "host", host, false, "ADDR", "address to listen on", NULL),
     INT("port", "port", port, 0, 65535, false, "port (0 = any free port)", NULL),
     INT("http_threads", "http-threads", http_threads, 1, 64, false, "HTTP threads", NULL),
+    INT("prep_threads", "prep-threads", prep_threads, 1, 64, false,
+        "threads that parse, render and tokenize request bodies (smallest first), off the HTTP threads", NULL),
     INT("max_body_bytes", "max-body-bytes", max_body_bytes, 1024, 1L << 30, false, "largest request body", NULL),
     INT("max_connections", "max-connections", max_connections, 1, 1 << 20, false, "open connections at once", NULL),
     INT("max_connections_per_client", "max-connections-per-client", max_connections_per_client, 0, 1 << 20, false,
@@ -115,6 +117,7 @@ void cfg_settings_init(cfg_settings *s) {
         .cuda_gemv = CFG_GEMV_AUTO,
         .port = 8080,
         .http_threads = 2,
+        .prep_threads = 1,
         .max_body_bytes = 1 << 20,
         .max_connections = 4096,
         .idle_timeout = 75, /* above nginx's 60 s upstream keepalive, so nginx closes first */

@@ -27,7 +27,7 @@
 /* The file read when --config is not given, if it exists. */
 #define CFG_DEFAULT_PATH "/etc/spindle/spindle.yaml"
 /* How many settings there are (the rows of cfg.c's key table). */
-#define CFG_KEY_COUNT 44
+#define CFG_KEY_COUNT 45
 
 typedef enum cfg_device {
     CFG_DEVICE_AUTO, /* CUDA when built and present, else the CPU */
@@ -74,6 +74,7 @@ typedef struct cfg_settings {
     char *host;
     int64_t port; /* 0: any free port */
     int64_t http_threads;
+    int64_t prep_threads;
     int64_t max_body_bytes;
     int64_t max_connections;
     int64_t max_connections_per_client; /* open connections from one address; 0: no limit */

@@ -19,6 +19,7 @@
 #include <sys/socket.h>
 
 #include "common/log.h"
+#include "common/assert.h"
 #include "server/server_internal.h"
 
 struct srv_http {
@@ -200,14 +201,6 @@ static enum MHD_Result handle_metrics(srv_conn *conn) {
     return send_body(conn, 200, text, "text/plain; version=0.0.4", NULL, NULL);
 }
 
-static enum MHD_Result handle_json_endpoint(srv_conn *conn,
-                                            json_t *(*fn)(const char *, size_t, const srv_model_info *, srv_error *)) {
-    srv_error err;
-    json_t *body = fn(conn->body, conn->body_len, &conn->app->model, &err);
-    if (!body) return srv__send_error(conn, &err);
-    return srv__send_json(conn, 200, body);
-}
-
 typedef enum route_kind {
     ROUTE_HEALTH,
     ROUTE_READY,
@@ -276,6 +269,51 @@ static enum MHD_Result cors_preflight(srv_conn *conn, const struct route *found)
     return srv__queue_response(conn, MHD_HTTP_NO_CONTENT, resp);
 }
 
+/* ---- bodies prepared off the HTTP threads (prep.c) ---- */
+
+/* A preparation worker's job: the body's parsing, template rendering and tokenizing. */
+static void prep_work(srv_conn *conn) {
+    const srv_model_info *mi = &conn->app->model;
+    switch ((route_kind)conn->prep_route) {
+    case ROUTE_TOKENIZE: conn->prep_json = srv_tokenize(conn->body, conn->body_len, mi, &conn->prep_err); break;
+    case ROUTE_DETOKENIZE: conn->prep_json = srv_detokenize(conn->body, conn->body_len, mi, &conn->prep_err); break;
+    case ROUTE_CHAT:
+    case ROUTE_COMPLETIONS:
+        conn->prep_status =
+            srv_request_parse(conn->prep_route == ROUTE_CHAT ? SRV_ENDPOINT_CHAT : SRV_ENDPOINT_COMPLETIONS, conn->body,
+                              conn->body_len, mi, &conn->request, &conn->prep_err);
+        conn->have_request = conn->prep_status == SP_OK;
+        break;
+    default: SP_ASSERT(!"not a prepared route");
+    }
+}
+
+/* Chat, completions, tokenize and detokenize: the first call hands the body to the
+ * workers (the connection waits suspended); the call after answers from their result. */
+static enum MHD_Result prepared_route(srv_conn *conn, route_kind kind) {
+    srv_error err;
+    pthread_mutex_lock(&conn->lock);
+    srv_prep_state state = conn->prep_state;
+    pthread_mutex_unlock(&conn->lock);
+    if (state == SRV_PREP_NONE) {
+        conn->prep_route = (int)kind;
+        if (srv__prep_submit(conn->app->prep, conn, prep_work)) return MHD_YES;
+        state = SRV_PREP_CANCELLED; /* the workers are stopping */
+    }
+    if (state == SRV_PREP_QUEUED) return MHD_YES; /* suspended: not called until resumed */
+    if (state == SRV_PREP_CANCELLED) {
+        srv_error_make(&err, SRV_ERROR_UNAVAILABLE, NULL, "the server is shutting down");
+        return srv__send_error(conn, &err);
+    }
+    if (kind == ROUTE_TOKENIZE || kind == ROUTE_DETOKENIZE) {
+        json_t *body = conn->prep_json;
+        conn->prep_json = NULL;
+        return body ? srv__send_json(conn, 200, body) : srv__send_error(conn, &conn->prep_err);
+    }
+    if (conn->prep_status != SP_OK) return srv__send_error(conn, &conn->prep_err);
+    return srv__generation_start(conn, kind == ROUTE_CHAT ? SRV_ENDPOINT_CHAT : SRV_ENDPOINT_COMPLETIONS);
+}
+
 static const struct route *find_route(const char *url) {
     for (size_t i = 0; i < sizeof ROUTES / sizeof ROUTES[0]; i++)
         if (strcmp(url, ROUTES[i].path) == 0) return &ROUTES[i];
@@ -338,10 +376,10 @@ static enum MHD_Result route(srv_conn *conn, const char *url, const char *method
     }
     switch (found->kind) {
     case ROUTE_MODELS: return srv__send_json(conn, 200, srv_render_models(&conn->app->model));
-    case ROUTE_CHAT: return srv__generation_start(conn, SRV_ENDPOINT_CHAT);
-    case ROUTE_COMPLETIONS: return srv__generation_start(conn, SRV_ENDPOINT_COMPLETIONS);
-    case ROUTE_TOKENIZE: return handle_json_endpoint(conn, srv_tokenize);
-    case ROUTE_DETOKENIZE: return handle_json_endpoint(conn, srv_detokenize);
+    case ROUTE_CHAT:
+    case ROUTE_COMPLETIONS:
+    case ROUTE_TOKENIZE:
+    case ROUTE_DETOKENIZE: return prepared_route(conn, found->kind);
     default: return MHD_NO;
     }
 }
@@ -526,6 +564,7 @@ static void on_completed(void *cls, struct MHD_Connection *connection, void **co
     }
     if (conn->dispatched) atomic_fetch_sub(&app->live_generations, 1);
     if (conn->have_request) srv_request_free(&conn->request);
+    json_decref(conn->prep_json); /* prepared, never sent */
     pthread_mutex_destroy(&conn->lock);
     free(conn->reqs);
     free(conn->choices);
@@ -576,6 +615,13 @@ static sp_status admin_start(srv_http *h, const struct addrinfo *main_addr) {
     return SP_OK;
 }
 
+/* The preparation workers' end where the daemon never started (no handler ran). */
+static void prep_end(srv_app *app) {
+    srv__prep_stop(app->prep);
+    srv__prep_free(app->prep);
+    app->prep = NULL;
+}
+
 sp_status srv_http_start(srv_app *app, srv_http **out) {
     if (app->http.admin_port > 0 && app->http.admin_port == app->http.port)
         return sp_fail(SP_ERR_INVALID_ARG, "--admin-port %d is --port's too: give the probes a port of their own",
@@ -593,11 +639,18 @@ sp_status srv_http_start(srv_app *app, srv_http **out) {
         return sp_fail(SP_ERR_NOMEM, "out of memory");
     }
     h->app = app;
+    sp_status prep = srv__prep_start(app->http.prep_threads, &app->prep);
+    if (prep != SP_OK) {
+        freeaddrinfo(addr);
+        free(h);
+        return prep;
+    }
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
     if (addr->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
     sp_status sec = srv_http_security_init(&app->http, &h->security, &flags);
     if (sec != SP_OK) {
         freeaddrinfo(addr);
+        prep_end(app);
         srv_http_security_free(&h->security);
         free(h);
         return sec;
@@ -614,6 +667,7 @@ sp_status srv_http_start(srv_app *app, srv_http **out) {
         if (st != SP_OK) {
             freeaddrinfo(addr);
             MHD_stop_daemon(h->daemon);
+            prep_end(app);
             srv_http_security_free(&h->security);
             free(h);
             return st;
@@ -621,6 +675,7 @@ sp_status srv_http_start(srv_app *app, srv_http **out) {
     }
     freeaddrinfo(addr);
     if (!h->daemon) {
+        prep_end(app);
         srv_http_security_free(&h->security);
         free(h);
         if (flags & MHD_USE_TLS)
@@ -648,7 +703,10 @@ int srv_http_admin_port(const srv_http *h) {
 void srv_http_stop(srv_http *h) {
     if (!h) return;
     if (h->admin) MHD_stop_daemon(h->admin);
+    srv__prep_stop(h->app->prep); /* no suspended preparation may outlive the daemon */
     MHD_stop_daemon(h->daemon);
+    srv__prep_free(h->app->prep);
+    h->app->prep = NULL;
     srv_http_security_free(&h->security);
     free(h);
 }

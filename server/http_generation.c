@@ -17,6 +17,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/assert.h"
 #include "server/server_internal.h"
 
 enum { STREAM_BLOCK_BYTES = 16 * 1024 };
@@ -273,10 +274,7 @@ enum MHD_Result srv__generation_continue(srv_conn *conn) {
 
 enum MHD_Result srv__generation_start(srv_conn *conn, srv_endpoint endpoint) {
     srv_app *app = conn->app;
-    srv_error err;
-    if (srv_request_parse(endpoint, conn->body, conn->body_len, &app->model, &conn->request, &err) != SP_OK)
-        return srv__send_error(conn, &err);
-    conn->have_request = true;
+    SP_ASSERT(conn->have_request); /* parsed by a preparation worker (prep.c) */
     const srv_request *rq = &conn->request;
     int n = rq->n_prompts * rq->n;
     conn->reqs = calloc((size_t)n, sizeof *conn->reqs);

@@ -214,10 +214,13 @@ json_t *srv_detokenize(const char *body, size_t len, const srv_model_info *mi, s
  * - The main thread (cmd_serve.c) owns srv_app: it starts the HTTP daemon, loads the
  *   model (while /health answers 503), creates the scheduler, and on a signal shuts
  *   everything down in order.
- * - libmicrohttpd's pool threads (`--http-threads`, epoll) run every handler: they
- *   parse, render templates, tokenize and submit; then a generation's connection is
- *   suspended and costs no thread until the scheduler's notify resumes it. That is how
- *   thousands of open streams fit on two cores.
+ * - libmicrohttpd's pool threads (`--http-threads`, epoll) run every handler. A request
+ *   whose body must be parsed, rendered or tokenized (chat, completions, tokenize,
+ *   detokenize) is suspended and handed to the preparation workers (`--prep-threads`,
+ *   prep.c), smallest body first, so a megabyte of text never stalls the probes and small
+ *   requests these threads serve; resumed, the handler submits or answers. A
+ *   generation's connection is then suspended again and costs no thread until the
+ *   scheduler's notify resumes it. That is how thousands of open streams fit on two cores.
  * - The scheduler thread only calls srv_conn's notify (resume the connection); it never
  *   writes to a socket.
  * - The watcher thread (watch.c) polls the sockets of generating requests for hang-ups
@@ -243,6 +246,7 @@ typedef struct srv_http_config {
     const char *host;               /* address to bind ("127.0.0.1", "0.0.0.0", "::1") */
     int port;                       /* 0: any free port (srv_http_port tells which) */
     int http_threads;               /* libmicrohttpd pool threads */
+    int prep_threads;               /* workers that parse, render and tokenize bodies (prep.c) */
     size_t max_body_bytes;          /* larger bodies: 413 */
     int max_connections;            /* open connections at once */
     double keepalive_s;             /* SSE comment after this much quiet */
@@ -282,6 +286,7 @@ typedef struct srv_app {
     srv_watch *watch;
     _Atomic long live_generations; /* accepted generation requests whose connection is open */
     struct srv_auth *_Atomic auth; /* security (auth.c): the API keys; NULL until loaded at start */
+    struct srv_prep *prep;         /* the preparation workers (prep.c): srv_http_start to srv_http_stop */
 } srv_app;
 
 typedef struct srv_http srv_http;

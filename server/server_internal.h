@@ -110,6 +110,15 @@ sp_status srv__chat_tokenize(const srv_model_info *mi, const char *text, size_t 
  */
 
 typedef struct srv_conn srv_conn;
+
+/* Where a connection's body preparation stands (prep.c). */
+typedef enum srv_prep_state {
+    SRV_PREP_NONE,     /* not submitted */
+    SRV_PREP_QUEUED,   /* the connection is suspended until a worker is done */
+    SRV_PREP_DONE,     /* the prep_* fields hold the result */
+    SRV_PREP_CANCELLED /* shutdown came first: answer 503 */
+} srv_prep_state;
+
 /* One choice of a generation (http_generation.c). */
 typedef struct srv_choice srv_choice;
 
@@ -148,6 +157,13 @@ struct srv_conn {
     size_t copy_text_cap;
     sched_token *copy_tokens, *copy_top;
     size_t copy_tokens_cap, copy_top_cap;
+    /* preparation off the HTTP threads (prep.c): written by a worker under lock before it
+     * resumes the connection; read by the handler after */
+    srv_prep_state prep_state;
+    int prep_route;        /* http.c's route kind being prepared */
+    json_t *prep_json;     /* a JSON endpoint's answer; NULL: prep_err says why */
+    sp_status prep_status; /* a generation's srv_request_parse (into request) */
+    srv_error prep_err;
     /* metrics and access log (HTTP threads) */
     double started; /* sched_now() at the first handler call */
     int status;     /* the status srv__queue_response answered; 0: none (yet) */
@@ -160,6 +176,19 @@ struct srv_conn {
 /* Queues resp (takes ownership of it) with what every answer carries (CORS) and
  * records the status for metrics and the access log. */
 enum MHD_Result srv__queue_response(srv_conn *conn, int status, struct MHD_Response *resp);
+
+/* prep.c: the preparation workers (see its DESIGN). fn runs on a worker and fills conn's
+ * prep_* fields. */
+typedef struct srv_prep srv_prep;
+typedef void (*srv_prep_fn)(srv_conn *conn);
+sp_status srv__prep_start(int n_threads, srv_prep **out);
+/* From a handler with the whole body: suspends the connection and queues fn(conn); false
+ * (nothing queued, not suspended) once stopping. */
+bool srv__prep_submit(srv_prep *p, srv_conn *conn, srv_prep_fn fn);
+/* Joins the workers and resumes queued connections as cancelled; then refuses jobs. */
+void srv__prep_stop(srv_prep *p);
+/* After the HTTP daemon has stopped. */
+void srv__prep_free(srv_prep *p);
 
 /* retry_after.c: the seconds a 429 asks the client to wait: the queue's length over the
  * measured drain rate, jittered by up to half either way, within 1..60. */
@@ -188,9 +217,10 @@ const char *srv__phase_refusal(srv_phase phase, const srv_app *app);
 
 /* ---- http_generation.c: a generation's connection (HTTP threads) ---- */
 
-/* POST /v1/chat/completions and /v1/completions: parses conn's body, submits one
- * scheduler request per choice, watches the socket, then answers a stream at once or
- * suspends until the choices are done. */
+/* POST /v1/chat/completions and /v1/completions, once a preparation worker has parsed
+ * conn's body into conn->request (have_request): submits one scheduler request per
+ * choice, watches the socket, then answers a stream at once or suspends until the
+ * choices are done. */
 enum MHD_Result srv__generation_start(srv_conn *conn, srv_endpoint endpoint);
 /* A non-streaming generation's handler call after a resume: answers once every
  * choice is done, suspends again otherwise. */
