@@ -204,6 +204,7 @@ static sp_status serve_load(const serve_args *a, srv_app *app, serve_state *s) {
         .max_n = (int)a->cfg.max_n,
         .max_sequences = (int)a->cfg.max_sequences_per_request,
         .max_tokens = (int32_t)a->cfg.max_tokens,
+        .default_max_tokens = (int32_t)a->cfg.default_max_tokens,
         .created = (int64_t)time(NULL),
         .cpu_kernels = dev_cpu_kernels(s->dev) != DEV_CPU_ISA_AUTO ? dev_cpu_isa_name(dev_cpu_kernels(s->dev)) : NULL};
     if ((st = srv_model_info_init_template(&app->model, model_gguf(s->model), a->chat_template)) != SP_OK) return st;

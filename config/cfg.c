@@ -82,6 +82,9 @@ const cfg_key cfg__keys[] = {
         "most sequences (prompts times n) one request may ask for, 0 = no bound", NULL),
     INT("max_tokens", "max-tokens", max_tokens, 0, 1 << 24, false,
         "largest max_tokens a request may ask for, 0 = the context", NULL),
+    INT("default_max_tokens", "default-max-tokens", default_max_tokens, 0, 1 << 24, false,
+        "max_tokens of a request that gives none (within --max-tokens and the context), 0 = what the context leaves",
+        NULL),
     /* security */
     LIST("api_keys", "api-key", api_keys, "KEY", "API key clients send as `Authorization: Bearer KEY` (repeatable)"),
     STR("api_key_file", "api-key-file", api_key_file, true, "PATH", "file of API keys, one per line, reread on SIGHUP",
@@ -131,6 +134,7 @@ void cfg_settings_init(cfg_settings *s) {
         .max_n = 16,
         .max_sequences_per_request = 64,
         .max_tokens = 0,
+        .default_max_tokens = 4096,
         .log_format = CFG_LOG_TEXT,
         .access_log = true,
         .log_prompts = false,

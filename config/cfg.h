@@ -27,7 +27,7 @@
 /* The file read when --config is not given, if it exists. */
 #define CFG_DEFAULT_PATH "/etc/spindle/spindle.yaml"
 /* How many settings there are (the rows of cfg.c's key table). */
-#define CFG_KEY_COUNT 45
+#define CFG_KEY_COUNT 46
 
 typedef enum cfg_device {
     CFG_DEVICE_AUTO, /* CUDA when built and present, else the CPU */
@@ -98,6 +98,7 @@ typedef struct cfg_settings {
     int64_t max_n;                     /* most choices a request may ask for (n) */
     int64_t max_sequences_per_request; /* prompts times n; 0: no bound */
     int64_t max_tokens;                /* largest max_tokens a request may ask for; 0: the context */
+    int64_t default_max_tokens;        /* max_tokens of a request without one; 0: what the context leaves */
     /* security */
     cfg_list api_keys;  /* --api-key (repeatable), api_keys */
     char *api_key_file; /* one key per line; NULL: none */

@@ -426,7 +426,9 @@ static int64_t request_sum(int64_t a, int64_t b) {
 }
 
 /* Each prompt plus its completion within the context: the request's max_tokens, or by
- * default what the context leaves after the prompt (at most --max-tokens). The messages follow OpenAI's. */
+ * default what the context leaves after the prompt, at most --default-max-tokens and
+ * --max-tokens (so no request's budget is unbounded by accident). The messages follow
+ * OpenAI's. */
 static sp_status request_fit_context(const srv_model_info *mi, srv_request *r, int64_t max_tokens, srv_error *err) {
     bool chat = r->endpoint == SRV_ENDPOINT_CHAT;
     const char *param = chat ? "messages" : "prompt";
@@ -455,8 +457,9 @@ static sp_status request_fit_context(const srv_model_info *mi, srv_request *r, i
                              "tokens, which leaves no room for the completion. Please reduce the length of the %s.",
                              (long long)ctx, chat ? "messages" : "prompt", (long long)p, chat ? "messages" : "prompt");
         }
-        int64_t room = ctx - p; /* the default: what the context leaves, capped by --max-tokens */
+        int64_t room = ctx - p; /* the default: what the context leaves, capped */
         if (mi->max_tokens > 0 && room > mi->max_tokens) room = mi->max_tokens;
+        if (mi->default_max_tokens > 0 && room > mi->default_max_tokens) room = mi->default_max_tokens;
         r->max_tokens[k] = (int32_t)(max_tokens > 0 ? max_tokens : room);
     }
     r->params.max_tokens = r->max_tokens[0];

@@ -1,7 +1,8 @@
 """One request cannot occupy the server: a request asking for more sequences (prompts
 times n) than --max-sequences-per-request is a 400 naming the count and the setting, and
 within the bound requests take turns for batch slots, so a small request sent while a
-large one runs is answered long before the large one ends."""
+large one runs is answered long before the large one ends. A request without max_tokens
+gets at most --default-max-tokens."""
 import threading
 import time
 
@@ -20,6 +21,21 @@ def test_too_many_sequences_is_a_400_naming_the_bound(spindle_bin, stories_model
         status, _, body = server.request("POST", "/v1/completions",
                                          {"prompt": ["Lily", "Tom"], "n": 4, "max_tokens": 4})
         assert status == 200 and len(body["choices"]) == 8
+    finally:
+        assert server.stop() == 0
+
+
+def test_a_request_without_max_tokens_gets_the_default_cap(spindle_bin, stories_model):
+    server = Server(spindle_bin, stories_model, "--default-max-tokens", "6")
+    try:
+        status, _, body = server.request("POST", "/v1/completions",
+                                         {"prompt": "Once upon a time", "ignore_eos": True})
+        assert status == 200, body
+        assert body["usage"]["completion_tokens"] == 6 and body["choices"][0]["finish_reason"] == "length"
+        # a named max_tokens is the client's choice
+        status, _, body = server.request("POST", "/v1/completions",
+                                         {"prompt": "Once upon a time", "ignore_eos": True, "max_tokens": 20})
+        assert status == 200 and body["usage"]["completion_tokens"] == 20
     finally:
         assert server.stop() == 0
 

@@ -749,3 +749,28 @@ Test(srv_errors, long_message_cut_at_a_character) {
     cr_expect_str_eq(text + strlen(text) - 2, "\n\n");
     free(text);
 }
+
+/* A request without max_tokens gets what the context leaves, at most --default-max-tokens
+ * and --max-tokens; one that names it gets it (within --max-tokens). */
+Test(srv_request, absent_max_tokens_is_capped_by_the_defaults) {
+    fixture_smol();
+    srv_request r;
+    fx.mi.default_max_tokens = 100;
+    parse_ok(SRV_ENDPOINT_CHAT, "{" CHAT_HI "}", &r);
+    cr_expect_eq(r.max_tokens[0], 100);
+    cr_expect_eq(r.params.max_tokens, 100);
+    srv_request_free(&r);
+    parse_ok(SRV_ENDPOINT_CHAT, "{" CHAT_HI ",\"max_tokens\":300}", &r);
+    cr_expect_eq(r.max_tokens[0], 300, "a named max_tokens is not the default's business");
+    srv_request_free(&r);
+    fx.mi.max_tokens = 50; /* the hard cap is lower: it wins */
+    parse_ok(SRV_ENDPOINT_CHAT, "{" CHAT_HI "}", &r);
+    cr_expect_eq(r.max_tokens[0], 50);
+    srv_request_free(&r);
+    fx.mi.max_tokens = 0;
+    fx.mi.default_max_tokens = 100000; /* above the room the context leaves */
+    parse_ok(SRV_ENDPOINT_CHAT, "{" CHAT_HI "}", &r);
+    cr_expect_eq(r.max_tokens[0], 2048 - r.prompt_lens[0]);
+    srv_request_free(&r);
+    fixture_close();
+}
