@@ -98,7 +98,7 @@ LOADGEN_LDLIBS := -lcurl -ljansson -lm
 TEST_SRC := $(wildcard tests/unit/*/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all test layers unit-test integration-test run debug setup fuzz bench bench-template bench-serve format format-check clean install
+.PHONY: all test layers unit-test integration-test run debug setup fuzz bench bench-template bench-serve bench-soak format format-check clean install
 
 all: $(BUILD)/spindle $(BUILD)/mkmodel
 
@@ -174,6 +174,11 @@ $(BUILD)/mem_bandwidth: bench/mem_bandwidth.c
 # shared-prefix prompts); writes the serve section of docs/benchmarks.md and its plot.
 bench-serve: setup all $(BUILD)/loadgen
 	@$(PYTHON) bench/bench_serve.py --bin $(BUILD)/spindle --loadgen $(BUILD)/loadgen --model $(MODEL)
+
+# Normal clients beside each front-end attack in turn for 10 minutes: latency per phase,
+# RSS, failed requests; writes the soak section of docs/benchmarks.md.
+bench-soak: setup all
+	@$(PYTHON) bench/bench_soak.py --bin $(BUILD)/spindle --model $(MODEL)
 
 # Chat-template rendering, spindle vs jinja2; writes its section of docs/benchmarks.md.
 bench-template: setup $(BUILD)/bench_template

@@ -107,6 +107,7 @@ sp_status sched_submit(sched *s, sched_request *const *reqs, int n) {
         double timeout = r->params.timeout_s > 0 ? r->params.timeout_s : s->cfg.request_timeout_s;
         r->deadline = timeout > 0 ? r->out.timings.arrival + timeout : 0;
         r->arrival_no = s->next_arrival_no++;
+        r->group = reqs[0]->arrival_no; /* reqs[0] is numbered first */
         r->turn = atomic_load_explicit(&s->turn_admitted, memory_order_relaxed) + i;
         r->in_queue_count = true;
         r->state = SCHED_SEQ_QUEUED;

@@ -88,6 +88,7 @@ static sp_status sched_alloc_arrays(sched *s) {
     s->match_ids = malloc(sizeof(int32_t) * (size_t)s->max_blocks_per_seq);
     s->step_logit_rows = malloc(sizeof(int32_t) * b);
     s->step_reqs = malloc(sizeof(sched_request *) * b);
+    s->decode_candidates = malloc(sizeof(sched_request *) * b);
     s->step_chunk = malloc(sizeof(int32_t) * b);
     s->step_prefill = malloc(sizeof(bool) * b);
     s->step_logit_of = malloc(sizeof(int32_t) * b);
@@ -101,8 +102,9 @@ static sp_status sched_alloc_arrays(sched *s) {
     for (int32_t id = 0; id < s->n_vocab; id++) n_eog += tok_is_eog(s->vocab, id);
     s->eog_ids = malloc(sizeof(int32_t) * (size_t)(n_eog > 0 ? n_eog : 1));
     if (!s->step_tokens || !s->step_pos || !s->step_seq || !s->step_seq_len || !s->step_block_table || !s->match_ids ||
-        !s->step_logit_rows || !s->step_reqs || !s->step_chunk || !s->step_prefill || !s->step_logit_of ||
-        !s->running || !s->sample_rows || !s->sample_results || !s->piece || !s->text_work || !s->eog_ids)
+        !s->step_logit_rows || !s->step_reqs || !s->decode_candidates || !s->step_chunk || !s->step_prefill ||
+        !s->step_logit_of || !s->running || !s->sample_rows || !s->sample_results || !s->piece || !s->text_work ||
+        !s->eog_ids)
         return sp_fail(SP_ERR_NOMEM, "scheduler: out of memory for its step arrays");
     for (int32_t id = 0; id < s->n_vocab; id++)
         if (tok_is_eog(s->vocab, id)) s->eog_ids[s->n_eog++] = id;
@@ -118,6 +120,7 @@ static void sched_free_arrays(sched *s) {
     free(s->match_ids);
     free(s->step_logit_rows);
     free(s->step_reqs);
+    free(s->decode_candidates);
     free(s->step_chunk);
     free(s->step_prefill);
     free(s->step_logit_of);

@@ -22,6 +22,10 @@
 #include "model/model.h"
 #include "scheduler/sched.h"
 
+/* tick.c's fair share of decode rows: while several submissions decode, one adds at most
+ * this many rows per step, or as many as the largest other one. */
+enum { SCHED_FAIR_DECODE_ROWS = 8 };
+
 /* ---- KV block manager (kv_blocks.c): bookkeeping of block ids only ------------- */
 
 /* The block ids one sequence owns, in position order (block b holds positions
@@ -143,6 +147,7 @@ struct sched_request {
     /* its turn for a batch slot (policy.c): the scheduler's turn when it was submitted,
      * plus its place among the sequences submitted together (one HTTP request) */
     int64_t turn;
+    uint64_t group;      /* the arrival_no of the first sequence submitted with it (one HTTP request) */
     double deadline;     /* sched_now() seconds; 0 = none */
     bool in_queue_count; /* still counted in the queue's bounds (not yet admitted) */
     sched_request *next, *prev;
@@ -152,7 +157,8 @@ struct sched_request {
     int32_t n_tokens;   /* prompt + sampled */
     int32_t n_computed; /* tokens whose K/V are in the cache (0 again after preemption) */
     kv_seq kv;
-    uint64_t rng; /* the sampler's generator: advances only when this sequence samples */
+    uint64_t rng;              /* the sampler's generator: advances only when this sequence samples */
+    uint64_t last_decode_tick; /* the tick it last had a decode row (tick.c's fair share) */
     tok_decoder dec;
     sched_stop stop;
     double last_token_at; /* sched_now() of its last sampled token (inter-token latency); 0: none yet */
@@ -247,6 +253,8 @@ struct sched {
     int32_t *step_tokens, *step_pos, *step_seq;                 /* (max_batch_tokens) */
     int32_t *step_seq_len, *step_block_table, *step_logit_rows; /* (S), (S, max_blocks), (S) */
     sched_request **step_reqs;                                  /* (S) */
+    sched_request **decode_candidates;                          /* (max_batch_size) tick.c's fair share */
+    uint64_t tick_no;                                           /* ticks that planned a step */
     int32_t *step_chunk;                                        /* (S) tokens fed per sequence */
     bool *step_prefill;                                         /* (S) chunk is prompt/recompute */
     int32_t *step_logit_of;                                     /* (S) logits row, or -1 */

@@ -7,6 +7,7 @@
  *            for that position; when none is free, the policy's victim is preempted
  *            (blocks freed, generated tokens, sampler, decoder and stop state kept; back
  *            to the waiting list, later recomputed by prefilling prompt + generated).
+ *            Rows are shared fairly between submissions (plan_decode).
  *   Continue prefills of admitted sequences, oldest first, then
  *   Start    admit from the waiting list in policy order while max_batch_size allows
  *            and the pool holds the whole feed's blocks plus the watermark (all of
@@ -29,6 +30,7 @@
  * things it touches are a request's output (under the request's lock), the cancel
  * flags and the atomic counters.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/assert.h"
@@ -191,11 +193,57 @@ static void admit(sched *s, sched_request *r, double now) {
     pthread_mutex_unlock(&r->lock);
 }
 
+/* Decode candidates by submission, and within one the longest since its last row first. */
+static int cmp_decode_candidates(const void *pa, const void *pb) {
+    const sched_request *a = *(sched_request *const *)pa, *b = *(sched_request *const *)pb;
+    if (a->group != b->group) return a->group < b->group ? -1 : 1;
+    if (a->last_decode_tick != b->last_decode_tick) return a->last_decode_tick < b->last_decode_tick ? -1 : 1;
+    return a->arrival_no < b->arrival_no ? -1 : a->arrival_no > b->arrival_no;
+}
+
+/* The decode rows, shared fairly between submissions (HTTP requests): when sequences of
+ * more than one decode, a submission adds at most max(SCHED_FAIR_DECODE_ROWS, the rows of
+ * the largest other one), those that waited longest first; the rest wait a tick. So 64
+ * sequences of one request do not make every step 64 rows long for a one-sequence
+ * request beside them, while a lone request, or many small ones, decode all at once.
+ * Waiting a tick changes no token: each row's result is its own (batch invariance). */
+static void plan_decode(sched *s, step_build *b) {
+    int n = 0;
+    for (int i = 0; i < s->n_running; i++)
+        if (seq_is_decode(s->running[i])) s->decode_candidates[n++] = s->running[i];
+    if (n == 0) return;
+    qsort(s->decode_candidates, (size_t)n, sizeof *s->decode_candidates, cmp_decode_candidates);
+    /* the two largest submissions' row counts */
+    int largest = 0, second = 0, groups = 0;
+    for (int i = 0, run; i < n; i += run) {
+        for (run = 1; i + run < n && s->decode_candidates[i + run]->group == s->decode_candidates[i]->group; run++) {
+        }
+        groups++;
+        if (run > largest) {
+            second = largest;
+            largest = run;
+        } else if (run > second) {
+            second = run;
+        }
+    }
+    s->tick_no++;
+    for (int i = 0, run; i < n; i += run) {
+        for (run = 1; i + run < n && s->decode_candidates[i + run]->group == s->decode_candidates[i]->group; run++) {
+        }
+        int others = run == largest ? second : largest; /* the largest other submission */
+        int cap = groups == 1 ? run : others > SCHED_FAIR_DECODE_ROWS ? others : SCHED_FAIR_DECODE_ROWS;
+        for (int k = 0; k < run && k < cap && b->n_tokens < s->cfg.max_batch_tokens; k++) {
+            sched_request *r = s->decode_candidates[i + k];
+            r->last_decode_tick = s->tick_no;
+            step_add(s, b, r, 1, false);
+        }
+    }
+}
+
 /* Builds the step: decode rows, then continuing prefills, then admitted ones. */
 static void plan_step(sched *s, step_build *b, double now) {
     decode_reserve_blocks(s);
-    for (int i = 0; i < s->n_running && b->n_tokens < s->cfg.max_batch_tokens; i++)
-        if (seq_is_decode(s->running[i])) step_add(s, b, s->running[i], 1, false);
+    plan_decode(s, b);
 
     int32_t budget = s->cfg.max_batch_tokens - b->n_tokens;
     if (budget > s->cfg.max_prefill_tokens) budget = s->cfg.max_prefill_tokens;

@@ -275,8 +275,19 @@ static enum MHD_Result cors_preflight(srv_conn *conn, const struct route *found)
 static void prep_work(srv_conn *conn) {
     const srv_model_info *mi = &conn->app->model;
     switch ((route_kind)conn->prep_route) {
-    case ROUTE_TOKENIZE: conn->prep_json = srv_tokenize(conn->body, conn->body_len, mi, &conn->prep_err); break;
-    case ROUTE_DETOKENIZE: conn->prep_json = srv_detokenize(conn->body, conn->body_len, mi, &conn->prep_err); break;
+    case ROUTE_TOKENIZE:
+    case ROUTE_DETOKENIZE: {
+        /* serialized here too: a megabyte of ids is a costly json_dumps */
+        json_t *answer = conn->prep_route == ROUTE_TOKENIZE
+                             ? srv_tokenize(conn->body, conn->body_len, mi, &conn->prep_err)
+                             : srv_detokenize(conn->body, conn->body_len, mi, &conn->prep_err);
+        if (answer) {
+            conn->prep_text = json_dumps(answer, SRV_JSON_FLAGS);
+            json_decref(answer);
+            if (!conn->prep_text) srv_error_make(&conn->prep_err, SRV_ERROR_INTERNAL, NULL, "out of memory");
+        }
+        break;
+    }
     case ROUTE_CHAT:
     case ROUTE_COMPLETIONS:
         conn->prep_status =
@@ -306,9 +317,10 @@ static enum MHD_Result prepared_route(srv_conn *conn, route_kind kind) {
         return srv__send_error(conn, &err);
     }
     if (kind == ROUTE_TOKENIZE || kind == ROUTE_DETOKENIZE) {
-        json_t *body = conn->prep_json;
-        conn->prep_json = NULL;
-        return body ? srv__send_json(conn, 200, body) : srv__send_error(conn, &conn->prep_err);
+        char *text = conn->prep_text;
+        conn->prep_text = NULL; /* the response frees it */
+        return text ? send_body(conn, 200, text, "application/json", NULL, NULL)
+                    : srv__send_error(conn, &conn->prep_err);
     }
     if (conn->prep_status != SP_OK) return srv__send_error(conn, &conn->prep_err);
     return srv__generation_start(conn, kind == ROUTE_CHAT ? SRV_ENDPOINT_CHAT : SRV_ENDPOINT_COMPLETIONS);
@@ -564,7 +576,7 @@ static void on_completed(void *cls, struct MHD_Connection *connection, void **co
     }
     if (conn->dispatched) atomic_fetch_sub(&app->live_generations, 1);
     if (conn->have_request) srv_request_free(&conn->request);
-    json_decref(conn->prep_json); /* prepared, never sent */
+    free(conn->prep_text); /* prepared, never sent */
     pthread_mutex_destroy(&conn->lock);
     free(conn->reqs);
     free(conn->choices);

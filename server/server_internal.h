@@ -161,7 +161,7 @@ struct srv_conn {
      * resumes the connection; read by the handler after */
     srv_prep_state prep_state;
     int prep_route;        /* http.c's route kind being prepared */
-    json_t *prep_json;     /* a JSON endpoint's answer; NULL: prep_err says why */
+    char *prep_text;       /* a JSON endpoint's answer, serialized; NULL: prep_err says why */
     sp_status prep_status; /* a generation's srv_request_parse (into request) */
     srv_error prep_err;
     /* metrics and access log (HTTP threads) */

@@ -717,3 +717,48 @@ Test(sched_tick, heartbeat_stays_fresh_when_idle) {
     sched_destroy(s);
     env_close(&e);
 }
+
+/* tick.c's fair share of decode rows: beside a submission of 24 sequences, a one-sequence
+ * request gets a row every step while the 24 take turns at SCHED_FAIR_DECODE_ROWS rows,
+ * so it ends well before any of them; and every sequence's tokens are those it makes
+ * alone (waiting a tick changes nothing). */
+Test(sched_tick, one_request_cannot_fill_every_decode_row, .timeout = 60) {
+    enum { BIG = 24, TOKENS = 24 };
+    tick_env e;
+    env_open(&e, 2);
+    int32_t prompts[BIG + 1][64];
+    sched_request_params p[BIG + 1];
+    for (int i = 0; i <= BIG; i++) {
+        int32_t n = make_prompt(&e, i == BIG ? "The small one" : "Once upon a time", i, prompts[i], 64);
+        p[i] = base_params(prompts[i], n, TOKENS);
+    }
+    sched_config c = tick_config();
+    sched *s;
+    cr_assert_eq(sched_create(&c, e.m, &s), SP_OK);
+    sched_request *r[BIG + 1];
+    for (int i = 0; i <= BIG; i++) r[i] = make_request(&p[i]);
+    cr_assert_eq(sched_submit(s, r, BIG), SP_OK, "%s", sp_last_error()); /* one submission of 24 */
+    cr_assert_eq(sched_submit(s, &r[BIG], 1), SP_OK);
+    cr_assert_eq(sched_start(s), SP_OK);
+    for (int i = 0; i <= BIG; i++) wait_done(r[i], 30);
+    double small_done = sched_request_output(r[BIG])->timings.finished, first_big_done = 1e300;
+    for (int i = 0; i < BIG; i++)
+        if (sched_request_output(r[i])->timings.finished < first_big_done)
+            first_big_done = sched_request_output(r[i])->timings.finished;
+    cr_assert_lt(small_done, first_big_done, "the one-sequence request ended after a sequence of the 24");
+    result together[BIG + 1];
+    for (int i = 0; i <= BIG; i++) capture(r[i], &together[i]);
+    sched_destroy(s);
+    for (int i = 0; i <= BIG; i++) sched_request_release(r[i]);
+
+    /* the same tokens as alone, for the small one and two of the 24 */
+    const int check[3] = {0, BIG - 1, BIG};
+    for (int k = 0; k < 3; k++) {
+        result alone;
+        sched_stats st;
+        run_all(&e, &c, &p[check[k]], 1, &alone, &st);
+        assert_same_tokens(&alone, &together[check[k]], "fair share against alone");
+        cr_assert_eq(together[check[k]].completion_tokens, TOKENS);
+    }
+    env_close(&e);
+}
