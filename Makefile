@@ -41,6 +41,7 @@ SCHED_SRC     := scheduler/sched.c scheduler/queue.c scheduler/request.c schedul
                  scheduler/tick.c scheduler/end_tick.c scheduler/stop_match.c scheduler/sched_metrics.c
 CONFIG_SRC    := config/cfg.c config/cfg_yaml.c config/cfg_args.c
 SERVER_SRC    := server/http.c server/http_generation.c server/http_framing.c server/http_security.c server/prep.c \
+                 server/deadlines.c \
                  server/watch.c server/metrics.c \
                  server/errors.c server/openai_fields.c server/openai_request.c server/openai_response.c \
                  server/chat.c server/tokenize.c server/auth.c server/notify.c server/access_log.c \

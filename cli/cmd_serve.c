@@ -70,6 +70,8 @@ static void serve_args_fill(serve_args *a) {
         .max_connections = (int)c->max_connections,
         .keepalive_s = c->keepalive,
         .connection_timeout = (int)c->idle_timeout,
+        .header_timeout = (int)c->header_timeout,
+        .body_timeout = (int)c->body_timeout,
         .max_connections_per_client = (int)c->max_connections_per_client,
         .admin_port = (int)c->admin_port,
         .max_header_bytes = (size_t)c->max_header_bytes,

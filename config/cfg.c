@@ -55,6 +55,10 @@ const cfg_key cfg__keys[] = {
         "open connections from one address, 0 = no limit (behind a proxy all come from its address)", NULL),
     INT("idle_timeout", "idle-timeout", idle_timeout, 1, 86400, false,
         "seconds a connection may stay quiet before it is closed (a generation waiting is not quiet)", NULL),
+    INT("header_timeout", "header-timeout", header_timeout, 1, 86400, false,
+        "seconds a request's headers may take in all (a trickle does not extend it)", NULL),
+    INT("body_timeout", "body-timeout", body_timeout, 1, 86400, false,
+        "seconds a request's body may take in all once its headers are in", NULL),
     INT("admin_port", "admin-port", admin_port, 0, 65535, false,
         "a second port serving only /health, /ready and /metrics (probes), 0 = none", NULL),
     FLT("keepalive", "keepalive", keepalive, 0.05, 3600, "S", "SSE comment after S quiet seconds"),
@@ -124,6 +128,8 @@ void cfg_settings_init(cfg_settings *s) {
         .max_body_bytes = 1 << 20,
         .max_connections = 4096,
         .idle_timeout = 75, /* above nginx's 60 s upstream keepalive, so nginx closes first */
+        .header_timeout = 30,
+        .body_timeout = 60,
         .keepalive = 5,
         .max_header_bytes = 32768,
         /* the scheduler's knobs, from common/sched_defaults.h (sched_config_default()

@@ -27,7 +27,7 @@
 /* The file read when --config is not given, if it exists. */
 #define CFG_DEFAULT_PATH "/etc/spindle/spindle.yaml"
 /* How many settings there are (the rows of cfg.c's key table). */
-#define CFG_KEY_COUNT 46
+#define CFG_KEY_COUNT 48
 
 typedef enum cfg_device {
     CFG_DEVICE_AUTO, /* CUDA when built and present, else the CPU */
@@ -79,6 +79,8 @@ typedef struct cfg_settings {
     int64_t max_connections;
     int64_t max_connections_per_client; /* open connections from one address; 0: no limit */
     int64_t idle_timeout;               /* seconds a connection may stay quiet (not while generating) */
+    int64_t header_timeout;             /* seconds a request's headers may take in all */
+    int64_t body_timeout;               /* seconds its body may take in all, from its headers */
     int64_t admin_port;                 /* a second port for /health, /ready, /metrics only; 0: none */
     double keepalive;                   /* seconds of quiet before an SSE comment */
     int64_t max_header_bytes;

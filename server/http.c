@@ -411,6 +411,25 @@ static bool body_append(srv_conn *conn, const char *data, size_t len) {
            (memcpy(conn->body + conn->body_len, data, len), conn->body_len += len, true);
 }
 
+/* libmicrohttpd's connection notifications: a connection's header and body deadlines
+ * (deadlines.c) live from its start to just before its socket is closed. */
+static void on_connection(void *cls, struct MHD_Connection *connection, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code) {
+    srv_app *app = cls;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *info = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_FD);
+        *socket_context = info ? srv__deadline_open(app->deadlines, info->connect_fd) : NULL;
+    } else {
+        srv__deadline_close(app->deadlines, *socket_context);
+        *socket_context = NULL;
+    }
+}
+
+static void deadline_phase(srv_app *app, struct MHD_Connection *connection, srv_deadline_phase phase) {
+    const union MHD_ConnectionInfo *info = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    if (info) srv__deadline_set(app->deadlines, info->socket_context, phase);
+}
+
 /* Both daemons' request handler; admin: the --admin-port daemon (probes and metrics). */
 static enum MHD_Result serve_request(srv_app *app, bool admin, struct MHD_Connection *connection, const char *url,
                                      const char *method, const char *upload_data, size_t *upload_data_size,
@@ -425,7 +444,8 @@ static enum MHD_Result serve_request(srv_app *app, bool admin, struct MHD_Connec
         conn->watched._slot = -1;
         pthread_mutex_init(&conn->lock, NULL);
         *con_cls = conn;
-        conn->started = sched_now(); /* metrics and access log */
+        conn->started = sched_now();                        /* metrics and access log */
+        deadline_phase(app, connection, SRV_DEADLINE_BODY); /* the headers are in */
         snprintf(conn->method, sizeof conn->method, "%s", method);
         snprintf(conn->path, sizeof conn->path, "%s", url);
         /* refuse ambiguous framing before the body is read, and close the connection so
@@ -448,7 +468,10 @@ static enum MHD_Result serve_request(srv_app *app, bool admin, struct MHD_Connec
         }
         enum MHD_Result refused;
         if (!admit_key(conn, url, method, &refused)) return refused; /* security: before the body */
-        if (admin) return route(conn, url, method);                  /* probes have no body: answer at once */
+        if (admin) {                                                 /* probes have no body: answer at once */
+            deadline_phase(app, connection, SRV_DEADLINE_NONE);
+            return route(conn, url, method);
+        }
         return MHD_YES;
     }
     if (*upload_data_size > 0) {
@@ -457,6 +480,7 @@ static enum MHD_Result serve_request(srv_app *app, bool admin, struct MHD_Connec
         return ok ? MHD_YES : MHD_NO;
     }
     if (conn->dispatched) return srv__generation_continue(conn); /* resumed: a non-streaming answer may be ready */
+    deadline_phase(app, connection, SRV_DEADLINE_NONE);          /* the body is in */
     return route(conn, url, method);
 }
 
@@ -560,8 +584,8 @@ static void conn_account(srv_conn *conn, enum MHD_RequestTerminationCode toe) {
 
 static void on_completed(void *cls, struct MHD_Connection *connection, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
-    (void)connection;
     srv_app *app = cls;
+    if (connection) deadline_phase(app, connection, SRV_DEADLINE_NEXT_REQUEST);
     srv_conn *conn = *con_cls;
     if (!conn) return;
     *con_cls = NULL;
@@ -617,7 +641,7 @@ static sp_status admin_start(srv_http *h, const struct addrinfo *main_addr) {
                                 MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL, MHD_OPTION_SOCK_ADDR, addr->ai_addr,
                                 MHD_OPTION_CONNECTION_LIMIT, 64u, MHD_OPTION_PER_IP_CONNECTION_LIMIT, 8u,
                                 MHD_OPTION_CONNECTION_TIMEOUT, 5u, MHD_OPTION_NOTIFY_COMPLETED, on_completed, app,
-                                MHD_OPTION_END);
+                                MHD_OPTION_NOTIFY_CONNECTION, on_connection, app, MHD_OPTION_END);
     freeaddrinfo(addr);
     if (!h->admin)
         return sp_fail(SP_ERR_IO, "--admin-port %d: cannot listen on %s (in use, or not an address of this machine)",
@@ -627,11 +651,14 @@ static sp_status admin_start(srv_http *h, const struct addrinfo *main_addr) {
     return SP_OK;
 }
 
-/* The preparation workers' end where the daemon never started (no handler ran). */
+/* The preparation workers' and the deadlines' end where the daemon never started (no
+ * handler ran). */
 static void prep_end(srv_app *app) {
     srv__prep_stop(app->prep);
     srv__prep_free(app->prep);
     app->prep = NULL;
+    srv__deadlines_stop(app->deadlines);
+    app->deadlines = NULL;
 }
 
 sp_status srv_http_start(srv_app *app, srv_http **out) {
@@ -652,6 +679,15 @@ sp_status srv_http_start(srv_app *app, srv_http **out) {
     }
     h->app = app;
     sp_status prep = srv__prep_start(app->http.prep_threads, &app->prep);
+    if (prep == SP_OK) {
+        prep = srv__deadlines_start(app->http.header_timeout, app->http.body_timeout, app->http.connection_timeout,
+                                    &app->deadlines);
+        if (prep != SP_OK) {
+            srv__prep_stop(app->prep);
+            srv__prep_free(app->prep);
+            app->prep = NULL;
+        }
+    }
     if (prep != SP_OK) {
         freeaddrinfo(addr);
         free(h);
@@ -673,7 +709,8 @@ sp_status srv_http_start(srv_app *app, srv_http **out) {
         MHD_OPTION_CONNECTION_LIMIT, (unsigned)app->http.max_connections, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
         (unsigned)app->http.max_connections_per_client, MHD_OPTION_CONNECTION_TIMEOUT,
         (unsigned)app->http.connection_timeout, MHD_OPTION_NOTIFY_COMPLETED, on_completed, app,
-        MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u, MHD_OPTION_ARRAY, h->security.options, MHD_OPTION_END);
+        MHD_OPTION_NOTIFY_CONNECTION, on_connection, app, MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u, MHD_OPTION_ARRAY,
+        h->security.options, MHD_OPTION_END);
     if (h->daemon && app->http.admin_port > 0) {
         sp_status st = admin_start(h, addr);
         if (st != SP_OK) {
@@ -719,6 +756,8 @@ void srv_http_stop(srv_http *h) {
     MHD_stop_daemon(h->daemon);
     srv__prep_free(h->app->prep);
     h->app->prep = NULL;
+    srv__deadlines_stop(h->app->deadlines); /* no connection is left to notify it */
+    h->app->deadlines = NULL;
     srv_http_security_free(&h->security);
     free(h);
 }

@@ -252,6 +252,8 @@ typedef struct srv_http_config {
     int max_connections;            /* open connections at once */
     double keepalive_s;             /* SSE comment after this much quiet */
     int connection_timeout;         /* seconds an idle connection is kept (not counting suspended ones) */
+    int header_timeout;             /* seconds for a request's headers, in all (deadlines.c) */
+    int body_timeout;               /* seconds for a request's body, in all, once its headers are in */
     int max_connections_per_client; /* from one address; 0: no limit */
     int admin_port;                 /* probes and metrics only, on the same host; 0: none */
     size_t max_header_bytes;        /* request line + headers per connection (libmicrohttpd's memory limit) */
@@ -285,9 +287,10 @@ typedef struct srv_app {
     srv_model_info model;       /* (ready) */
     sched *sched;               /* (ready) until shutdown */
     srv_watch *watch;
-    _Atomic long live_generations; /* accepted generation requests whose connection is open */
-    struct srv_auth *_Atomic auth; /* security (auth.c): the API keys; NULL until loaded at start */
-    struct srv_prep *prep;         /* the preparation workers (prep.c): srv_http_start to srv_http_stop */
+    _Atomic long live_generations;   /* accepted generation requests whose connection is open */
+    struct srv_auth *_Atomic auth;   /* security (auth.c): the API keys; NULL until loaded at start */
+    struct srv_prep *prep;           /* the preparation workers (prep.c): srv_http_start to srv_http_stop */
+    struct srv_deadlines *deadlines; /* header and body deadlines (deadlines.c): the same span */
 } srv_app;
 
 typedef struct srv_http srv_http;

@@ -190,6 +190,22 @@ void srv__prep_stop(srv_prep *p);
 /* After the HTTP daemon has stopped. */
 void srv__prep_free(srv_prep *p);
 
+/* deadlines.c: total-time limits on a request's headers and body (see its comment). */
+typedef struct srv_deadlines srv_deadlines;
+typedef struct srv_deadline srv_deadline; /* one connection's */
+typedef enum srv_deadline_phase {
+    SRV_DEADLINE_BODY,        /* the headers are in: the body within body_s */
+    SRV_DEADLINE_NONE,        /* the request is in: nothing timed here */
+    SRV_DEADLINE_NEXT_REQUEST /* answered: the next request's headers within idle_s + header_s */
+} srv_deadline_phase;
+sp_status srv__deadlines_start(double header_s, double body_s, double idle_s, srv_deadlines **out);
+void srv__deadlines_stop(srv_deadlines *d); /* after the daemons have stopped */
+/* A new connection (its headers due within header_s); NULL when out of memory (untimed). */
+srv_deadline *srv__deadline_open(srv_deadlines *d, int fd);
+/* Before libmicrohttpd closes the socket. */
+void srv__deadline_close(srv_deadlines *d, srv_deadline *e);
+void srv__deadline_set(srv_deadlines *d, srv_deadline *e, srv_deadline_phase phase);
+
 /* retry_after.c: the seconds a 429 asks the client to wait: the queue's length over the
  * measured drain rate, jittered by up to half either way, within 1..60. */
 int srv__retry_after_s(const sched *s);

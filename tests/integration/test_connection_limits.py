@@ -129,3 +129,63 @@ def test_the_admin_port_cannot_be_the_main_port(spindle_bin, stories_model):
     r = subprocess.run([spindle_bin, "serve", "--model", stories_model, "--port", "18431", "--admin-port", "18431"],
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 2 and "--admin-port 18431" in r.stderr and "port of their own" in r.stderr
+
+
+def trickle_until_closed(s: socket.socket, data: bytes, every: float, limit: float):
+    """Sends data a byte every `every` seconds; the seconds until the server closed the
+    connection, or None when it was still open after `limit`."""
+    t0 = time.monotonic()
+    s.settimeout(every)
+    for i in range(len(data)):
+        if time.monotonic() - t0 > limit:
+            return None
+        try:
+            s.send(data[i:i + 1])
+            if s.recv(4096) == b"":
+                return time.monotonic() - t0
+        except socket.timeout:
+            continue
+        except OSError:
+            return time.monotonic() - t0
+    return None
+
+
+def test_a_trickled_header_is_cut_off_at_the_header_timeout(spindle_bin, stories_model):
+    # a byte every 0.3 s would keep the connection for ever under --idle-timeout alone
+    server = Server(spindle_bin, stories_model, "--header-timeout", "2", "--idle-timeout", "30")
+    try:
+        (s,) = open_idle(server.port, 1)
+        took = trickle_until_closed(s, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 200, 0.3, 10)
+        s.close()
+        assert took is not None and 1.5 < took < 4.0, took
+        status, _, body = server.request("POST", "/v1/completions", {"prompt": "Lily", "max_tokens": 4})
+        assert status == 200 and body["usage"]["completion_tokens"] == 4
+    finally:
+        assert server.stop() == 0
+
+
+def test_a_trickled_body_is_cut_off_at_the_body_timeout(spindle_bin, stories_model):
+    server = Server(spindle_bin, stories_model, "--body-timeout", "2", "--idle-timeout", "30")
+    try:
+        (s,) = open_idle(server.port, 1)
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: 200\r\n\r\n")
+        took = trickle_until_closed(s, b'{"prompt": "' + b"a" * 180 + b'"}', 0.3, 10)
+        s.close()
+        assert took is not None and 1.5 < took < 4.0, took
+    finally:
+        assert server.stop() == 0
+
+
+def test_a_kept_alive_connection_cannot_trickle_its_next_request(spindle_bin, stories_model):
+    server = Server(spindle_bin, stories_model, "--header-timeout", "2", "--idle-timeout", "2")
+    try:
+        (s,) = open_idle(server.port, 1)
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert b"200" in s.recv(4096).split(b"\r\n")[0]
+        # the next request may take the idle timeout plus the header timeout, in all
+        took = trickle_until_closed(s, b"GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 200, 0.3, 12)
+        s.close()
+        assert took is not None and 3.5 < took < 6.5, took
+    finally:
+        assert server.stop() == 0
