@@ -270,9 +270,11 @@ class Soak:
         clients = [threading.Thread(target=self.normal_client, args=(i,)) for i in range(self.args.clients)]
         for c in clients:
             c.start()
-        per_phase = self.args.duration / len(PHASES)
+        per_phase = self.args.duration / len(self.args.phases)
         notes = {}
-        for phase in PHASES:
+        self.phase_ends = {}
+        t_start = time.time()
+        for phase in self.args.phases:
             self.phase = phase
             until = time.time() + per_phase
             print(f"soak: phase {phase} for {per_phase:.0f} s", file=sys.stderr, flush=True)
@@ -284,6 +286,7 @@ class Soak:
                 # normal clients' (their latency is the server's, not this script's GIL)
                 notes[phase] = run_in_child(getattr(self, f"attack_{phase}"), until)
                 time.sleep(max(0.0, until - time.time()))
+            self.phase_ends[phase] = time.time() - t_start
         self.phase = "done"
         self.stop_all.set()
         for c in clients:
@@ -293,7 +296,8 @@ class Soak:
 
 
 def report(soak, notes, rc, args):
-    samples = [s for s in soak.samples if s[0] in PHASES]
+    phases = args.phases
+    samples = [s for s in soak.samples if s[0] in phases]
     with open(os.path.join(args.raw, "samples.json"), "w") as f:
         json.dump({"samples": samples, "rss": soak.rss, "notes": notes}, f)
     lines = [
@@ -306,17 +310,20 @@ def report(soak, notes, rc, args):
         "sending completions of 16 tokens back to back; the server with `--admin-port`, "
         "`--max-connections-per-client 2048`, defaults otherwise",
         "",
-        "| phase | attack | normal requests | p50 s | p99 s | p99 / baseline | failed |",
-        "|---|---|---:|---:|---:|---:|---:|",
+        "| phase | attack | normal requests | p50 s | p99 s | p99 / baseline | failed | RSS at its end (MiB) |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     base_p99 = None
     total_failed = 0
-    for phase in PHASES:
+    for phase in phases:
+        end = soak.phase_ends.get(phase)
+        at_end = [m for t, m in soak.rss if end is not None and t <= end]
+        rss_end = f"{at_end[-1]:.0f}" if at_end else "–"
         lat = sorted(s[1] for s in samples if s[0] == phase and s[3])
         failed = sum(1 for s in samples if s[0] == phase and not s[3])
         total_failed += failed
         if not lat:
-            lines.append(f"| {phase} | {notes.get(phase, '')} | 0 | – | – | – | {failed} |")
+            lines.append(f"| {phase} | {notes.get(phase, '')} | 0 | – | – | – | {failed} | {rss_end} |")
             continue
         p50 = statistics.median(lat)
         p99 = lat[min(len(lat) - 1, int(0.99 * len(lat)))]
@@ -324,7 +331,7 @@ def report(soak, notes, rc, args):
             base_p99 = p99
         ratio = f"{p99 / base_p99:.2f}" if base_p99 else "–"
         lines.append(f"| {phase} | {notes.get(phase, '')} | {len(lat) + failed} | {p50:.3f} | {p99:.3f} | {ratio} "
-                     f"| {failed} |")
+                     f"| {failed} | {rss_end} |")
     rss = [m for _, m in soak.rss]
     lines += [
         "",
@@ -345,8 +352,13 @@ def main():
     p.add_argument("--model", default=os.path.join(root, "models", "SmolLM2-135M-Instruct.Q4_1.gguf"))
     p.add_argument("--duration", type=float, default=600.0, help="seconds in all (default 600)")
     p.add_argument("--clients", type=int, default=4)
+    p.add_argument("--phases", default=",".join(PHASES),
+                   help="comma-separated, baseline first (default: all)")
     p.add_argument("--out", default=os.path.join(root, "docs", "benchmarks.md"))
     args = p.parse_args()
+    args.phases = args.phases.split(",")
+    if args.phases[0] != "baseline" or any(ph not in PHASES for ph in args.phases):
+        sys.exit(f"soak: --phases must start with baseline and name only {', '.join(PHASES)}")
     args.command = "python3 bench/bench_soak.py " + " ".join(sys.argv[1:])
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     args.raw = os.path.join(root, "build", "bench", f"soak-{stamp}")

@@ -93,3 +93,19 @@ Test(policy, requests_take_turns_within_a_priority) {
     check_waiting_order(SCHED_POLICY_PRIORITY, r, 5, want);
     for (int i = 0; i < 5; i++) free(r[i]);
 }
+
+/* The KV pool fills while a request of three running sequences (submission 1, turns 3..5)
+ * and a one-sequence request that came after it (submission 4, whose turn, 5, ties with
+ * the big one's last) run: the big request gives back a sequence, its latest. Under the
+ * priority policy the class that goes last still comes first. */
+Test(policy, victim_comes_from_the_submission_with_most_running_sequences) {
+    sched_request *r[4] = {fake_in_unit(1, 0, 3), fake_in_unit(2, 0, 4), fake_in_unit(3, 0, 5), fake_in_unit(4, 0, 5)};
+    for (int i = 0; i < 3; i++) r[i]->group = 1;
+    r[3]->group = 4;
+    cr_assert_eq(sched__policy_victim(SCHED_POLICY_FCFS, r, 4), 2, "the big request's latest turn, not the small one");
+    cr_assert_eq(sched__policy_victim(SCHED_POLICY_PRIORITY, r, 4), 2);
+    r[3]->params.priority = 1; /* the small one is of a class that goes last */
+    cr_assert_eq(sched__policy_victim(SCHED_POLICY_PRIORITY, r, 4), 3);
+    cr_assert_eq(sched__policy_victim(SCHED_POLICY_FCFS, r, 4), 2, "fcfs ignores priority");
+    for (int i = 0; i < 4; i++) free(r[i]);
+}
