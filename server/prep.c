@@ -11,6 +11,11 @@
  * - Order: the smallest queued body first, so small requests keep their latency behind
  *   large ones, unless the oldest job has waited PREP_MAX_WAIT_S: then it goes first, so
  *   no large body waits forever.
+ * - Budget: bodies of PREP_LARGE_BYTES or more get at most PREP_LARGE_SHARE of the
+ *   workers' time: after one took t seconds the next waits t * (1 / share - 1), small ones
+ *   going on meanwhile. A flood of megabyte bodies then costs a fifth of a core, not
+ *   one, and the generations beside it keep their pace; a single large body is not
+ *   delayed.
  * - Ownership: a queued or running job's srv_conn stays valid, since libmicrohttpd neither
  *   times out nor completes a suspended connection. The worker writes only the conn's
  *   prep_* fields, under conn->lock, before it resumes the connection.
@@ -19,14 +24,17 @@
  *   suspended connection; later submissions are refused; srv__prep_free once the daemon
  *   has stopped and no handler can submit.
  */
+#include <stddef.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "common/thread.h"
 #include "scheduler/sched.h"
 #include "server/server_internal.h"
 
-enum { PREP_MAX_THREADS = 64 };
-#define PREP_MAX_WAIT_S 1.0
+enum { PREP_MAX_THREADS = 64, PREP_LARGE_BYTES = 64 * 1024 };
+#define PREP_MAX_WAIT_S  1.0
+#define PREP_LARGE_SHARE 0.2
 
 typedef struct prep_job {
     srv_conn *conn;
@@ -40,18 +48,39 @@ struct srv_prep {
     prep_job *jobs; /* (n_jobs) queued, unordered */
     size_t n_jobs, cap_jobs;
     bool stopping;
+    double large_ready_at; /* sched_now() before which no large body starts (Budget) */
     pthread_t threads[PREP_MAX_THREADS];
     int n_threads;
 };
 
-/* The job to run next (the lock held, n_jobs > 0): see Order above. */
-static size_t pick(const srv_prep *p, double now) {
-    size_t oldest = 0, smallest = 0;
-    for (size_t i = 1; i < p->n_jobs; i++) {
-        if (p->jobs[i].queued_at < p->jobs[oldest].queued_at) oldest = i;
-        if (p->jobs[i].conn->body_len < p->jobs[smallest].conn->body_len) smallest = i;
+static bool is_large(const prep_job *job) {
+    return job->conn->body_len >= PREP_LARGE_BYTES;
+}
+
+/* The job to run next (the lock held), see Order and Budget above; -1 when none may start
+ * before large_ready_at. */
+static ptrdiff_t pick(const srv_prep *p, double now) {
+    const bool large_ok = now >= p->large_ready_at;
+    ptrdiff_t oldest = -1, smallest = -1;
+    for (size_t i = 0; i < p->n_jobs; i++) {
+        if (!large_ok && is_large(&p->jobs[i])) continue;
+        if (oldest < 0 || p->jobs[i].queued_at < p->jobs[oldest].queued_at) oldest = (ptrdiff_t)i;
+        if (smallest < 0 || p->jobs[i].conn->body_len < p->jobs[smallest].conn->body_len) smallest = (ptrdiff_t)i;
     }
+    if (oldest < 0) return -1;
     return now - p->jobs[oldest].queued_at >= PREP_MAX_WAIT_S ? oldest : smallest;
+}
+
+/* Waits on the condition until `at` (sched_now() seconds) at the latest. */
+static void wait_until(srv_prep *p, double at) {
+    double left = at - sched_now();
+    if (left <= 0) return;
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    long ns = (long)(left * 1e9) + until.tv_nsec;
+    until.tv_sec += ns / 1000000000L;
+    until.tv_nsec = ns % 1000000000L;
+    pthread_cond_timedwait(&p->wake, &p->lock, &until);
 }
 
 /* Publishes the result state and lets libmicrohttpd call the handler again. */
@@ -68,13 +97,24 @@ static void *worker(void *arg) {
     for (;;) {
         while (!p->stopping && p->n_jobs == 0) pthread_cond_wait(&p->wake, &p->lock);
         if (p->stopping) break;
-        size_t i = pick(p, sched_now());
+        ptrdiff_t i = pick(p, sched_now());
+        if (i < 0) { /* only large bodies, over their budget: until it refills or a job comes */
+            wait_until(p, p->large_ready_at);
+            continue;
+        }
         prep_job job = p->jobs[i];
         p->jobs[i] = p->jobs[--p->n_jobs];
         pthread_mutex_unlock(&p->lock);
+        const bool large = is_large(&job); /* conn may be gone once resumed */
+        double start = sched_now();
         job.fn(job.conn);
+        double end = sched_now();
         finish(job.conn, SRV_PREP_DONE);
         pthread_mutex_lock(&p->lock);
+        if (large) {
+            double ready = end + (end - start) * (1.0 / PREP_LARGE_SHARE - 1.0);
+            if (ready > p->large_ready_at) p->large_ready_at = ready;
+        }
     }
     pthread_mutex_unlock(&p->lock);
     return NULL;
