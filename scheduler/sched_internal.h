@@ -24,7 +24,7 @@
 
 /* tick.c's fair share of decode rows: while several submissions decode, one adds at most
  * this many rows per step, or as many as the largest other one. */
-enum { SCHED_FAIR_DECODE_ROWS = 4 };
+enum { SCHED_FAIR_DECODE_ROWS = 2 };
 
 /* ---- KV block manager (kv_blocks.c): bookkeeping of block ids only ------------- */
 
