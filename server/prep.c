@@ -129,7 +129,7 @@ sp_status srv__prep_start(int n_threads, srv_prep **out) {
     pthread_cond_init(&p->wake, NULL);
     for (int i = 0; i < n_threads; i++) {
         char name[16];
-        snprintf(name, sizeof name, "spindle-prep-%d", i);
+        snprintf(name, sizeof name, "spindle-prep-%u", (unsigned)i % 100u); /* i < PREP_MAX_THREADS */
         sp_status st = sp_thread_start(&p->threads[i], name, worker, p);
         if (st != SP_OK) {
             srv__prep_stop(p);
