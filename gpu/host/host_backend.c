@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/log.h"
 #include "gpu/host/host_internal.h"
 
 static const char *host_name(const dev_backend *dev) {
@@ -189,8 +190,13 @@ sp_status host_backend_create(const dev_options *opts, dev_backend **out) {
     hb->base.n_threads = n;
     hb->base.cpu_isa = isa;
     if (isa == DEV_CPU_ISA_AMX && (st = host__amx_request_tiles()) != SP_OK) {
-        free(hb);
-        return st;
+        if (opts->cpu_isa != DEV_CPU_ISA_AUTO) {
+            free(hb);
+            return st;
+        }
+        /* auto: the next best set rather than no backend */
+        sp_log_warn("cpu backend: %s; using the avx512 set", sp_last_error());
+        hb->base.cpu_isa = isa = DEV_CPU_ISA_AVX512;
     }
     st = host__pool_create(n, &hb->pool);
     if (st != SP_OK) {
