@@ -308,7 +308,9 @@ static enum MHD_Result prepared_route(srv_conn *conn, route_kind kind) {
     pthread_mutex_unlock(&conn->lock);
     if (state == SRV_PREP_NONE) {
         conn->prep_route = (int)kind;
-        if (srv__prep_submit(conn->app->prep, conn, prep_work)) return MHD_YES;
+        sp_status st = srv__prep_submit(conn->app->prep, conn, prep_work);
+        if (st == SP_OK) return MHD_YES;
+        if (st != SP_ERR_UNAVAILABLE) return srv__send_status_error(conn, st, sp_last_error());
         state = SRV_PREP_CANCELLED; /* the workers are stopping */
     }
     if (state == SRV_PREP_QUEUED) return MHD_YES; /* suspended: not called until resumed */

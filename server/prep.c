@@ -17,8 +17,10 @@
  *   one, and the generations beside it keep their pace; a single large body is not
  *   delayed.
  * - Ownership: a queued or running job's srv_conn stays valid, since libmicrohttpd neither
- *   times out nor completes a suspended connection. The worker writes only the conn's
- *   prep_* fields, under conn->lock, before it resumes the connection.
+ *   times out nor completes a suspended connection. The job writes the conn's prep_*
+ *   fields (and a generation's parsed request); then prep_state is set under conn->lock
+ *   and the connection resumed, and the handler reads prep_state under that lock before
+ *   the rest. The worker never touches the conn after resuming it.
  * - Shutdown: srv__prep_stop lets running jobs finish and marks queued ones cancelled and
  *   resumes them (their handlers answer 503), so libmicrohttpd is never stopped with a
  *   suspended connection; later submissions are refused; srv__prep_free once the daemon
@@ -76,7 +78,7 @@ static void wait_until(srv_prep *p, double at) {
     double left = at - sched_now();
     if (left <= 0) return;
     struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
+    clock_gettime(CLOCK_MONOTONIC, &until); /* the condition's clock (srv__prep_start) */
     long ns = (long)(left * 1e9) + until.tv_nsec;
     until.tv_sec += ns / 1000000000L;
     until.tv_nsec = ns % 1000000000L;
@@ -126,7 +128,11 @@ sp_status srv__prep_start(int n_threads, srv_prep **out) {
     srv_prep *p = calloc(1, sizeof *p);
     if (!p) return sp_fail(SP_ERR_NOMEM, "out of memory");
     pthread_mutex_init(&p->lock, NULL);
-    pthread_cond_init(&p->wake, NULL);
+    pthread_condattr_t attr; /* timed waits on the monotonic clock: a wall-clock step must not stall them */
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&p->wake, &attr);
+    pthread_condattr_destroy(&attr);
     for (int i = 0; i < n_threads; i++) {
         char name[16];
         snprintf(name, sizeof name, "spindle-prep-%u", (unsigned)i % 100u); /* i < PREP_MAX_THREADS */
@@ -142,10 +148,14 @@ sp_status srv__prep_start(int n_threads, srv_prep **out) {
     return SP_OK;
 }
 
-bool srv__prep_submit(srv_prep *p, srv_conn *conn, srv_prep_fn fn) {
+sp_status srv__prep_submit(srv_prep *p, srv_conn *conn, srv_prep_fn fn) {
     pthread_mutex_lock(&p->lock);
-    bool ok = !p->stopping && srv__grow((void **)&p->jobs, &p->cap_jobs, p->n_jobs + 1, sizeof *p->jobs);
-    if (ok) {
+    sp_status st = SP_OK;
+    if (p->stopping)
+        st = sp_fail(SP_ERR_UNAVAILABLE, "the server is shutting down");
+    else if (!srv__grow((void **)&p->jobs, &p->cap_jobs, p->n_jobs + 1, sizeof *p->jobs))
+        st = sp_fail(SP_ERR_NOMEM, "out of memory for the preparation queue");
+    if (st == SP_OK) {
         conn->prep_state = SRV_PREP_QUEUED;
         /* suspended before any worker can resume it: the lock is held until queued */
         MHD_suspend_connection(conn->connection);
@@ -153,7 +163,7 @@ bool srv__prep_submit(srv_prep *p, srv_conn *conn, srv_prep_fn fn) {
         pthread_cond_signal(&p->wake);
     }
     pthread_mutex_unlock(&p->lock);
-    return ok;
+    return st;
 }
 
 void srv__prep_stop(srv_prep *p) {

@@ -182,9 +182,9 @@ enum MHD_Result srv__queue_response(srv_conn *conn, int status, struct MHD_Respo
 typedef struct srv_prep srv_prep;
 typedef void (*srv_prep_fn)(srv_conn *conn);
 sp_status srv__prep_start(int n_threads, srv_prep **out);
-/* From a handler with the whole body: suspends the connection and queues fn(conn); false
- * (nothing queued, not suspended) once stopping. */
-bool srv__prep_submit(srv_prep *p, srv_conn *conn, srv_prep_fn fn);
+/* From a handler with the whole body: suspends the connection and queues fn(conn). Else
+ * nothing is queued nor suspended: SP_ERR_UNAVAILABLE once stopping, SP_ERR_NOMEM. */
+sp_status srv__prep_submit(srv_prep *p, srv_conn *conn, srv_prep_fn fn);
 /* Joins the workers and resumes queued connections as cancelled; then refuses jobs. */
 void srv__prep_stop(srv_prep *p);
 /* After the HTTP daemon has stopped. */

@@ -39,7 +39,7 @@
 #include "gpu/host/host_internal.h"
 
 enum {
-    AMX_GROUP_ROWS = 16,                      /* weight rows per group: one tile's columns */
+    AMX_GROUP_ROWS = HOST_AMX_GROUP_ROWS,     /* weight rows per group: one tile's columns */
     AMX_TILE_ROWS = 16,                       /* activation rows per tile */
     AMX_ACT_TILE_BLOCK = AMX_TILE_ROWS * 32,  /* bytes of one block of a tile of activations */
     AMX_QK = 32,                              /* elements per block: one tile multiply */
@@ -365,7 +365,7 @@ enum amx_kind { AMX_WITH_MIN, AMX_WITH_BIAS }; /* Q4_1; Q4_0 and Q8_0 */
 /* The tile path: block b + 1 multiplies while block b is scaled, and its sums are stored
  * only after, so the store does not wait on the multiply in front of the scaling. Always
  * inlined into wrappers with constant m_rows and kind, so acc stays in registers; the
- * operands are copied into locals because every tile store clobbers memory. */
+ * operands are copied into locals so nothing is reloaded around the tile asm. */
 static HOST_AMX_TARGET inline __attribute__((always_inline)) void
 tile_rows(const amx_operands *op, const int m_rows, const enum amx_kind kind, const amx_dest *d) {
     const amx_operands o = *op;

@@ -64,6 +64,7 @@ typedef void (*host_vec_dot_wrows_fn)(const void *w, size_t w_stride, const void
 host_vec_dot_wrows_fn host__vec_dot_wrows_for(dev_cpu_isa isa, quant_type t);
 
 /* ---- the amx set (host_amx.c): Q4_0/Q4_1/Q8_0 weights repacked for AMX tiles ---- */
+enum { HOST_AMX_GROUP_ROWS = 16 };  /* weight rows per packed group (host_matmul.c's tiles) */
 bool host__amx_takes(quant_type t); /* whether the amx set repacks weights of type t */
 size_t host__amx_packed_bytes(quant_type t, int64_t k, int64_t n);
 /* Writes group `group` (weight rows 16 group .. 16 group + 15) of the (n, k) weight src,

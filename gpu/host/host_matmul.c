@@ -24,6 +24,7 @@
 
 /* Weight rows per tile: 16 rows of 576 Q4_1 elements are 5.6 KiB, well inside L1. */
 enum { MATMUL_TILE_N = 16, MATMUL_MAX_PARTS = 8 };
+_Static_assert((int)MATMUL_TILE_N == (int)HOST_AMX_GROUP_ROWS, "the amx set's tiles are its packed groups");
 
 typedef struct matmul_task {
     const dev_matmul_part *parts; /* n_parts weights of one type and width K */
