@@ -14,4 +14,11 @@
  * was started and the message names the thread: SP_ERR_NOMEM. */
 sp_status sp_thread_start(pthread_t *out, const char *name, void *(*thread_main)(void *), void *arg);
 
+/* Timed waits on CLOCK_MONOTONIC, so a step of the wall clock (NTP, a VM resumed) never
+ * stretches or cuts one. sp_cond_init_monotonic makes a condition for them (pthread's
+ * return code); sp_cond_wait_for waits on it, holding mutex, for at most seconds (<= 0:
+ * returns at once) and returns pthread_cond_timedwait's code (0 or ETIMEDOUT). */
+int sp_cond_init_monotonic(pthread_cond_t *cond);
+int sp_cond_wait_for(pthread_cond_t *cond, pthread_mutex_t *mutex, double seconds);
+
 #endif

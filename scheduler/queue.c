@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "common/assert.h"
+#include "common/thread.h"
 #include "scheduler/sched_internal.h"
 
 static void stat_add(_Atomic int64_t *c, int64_t n) {
@@ -145,12 +146,7 @@ void sched__wake(sched *s) {
 bool sched__queue_take(sched *s, bool idle, double timeout_s) {
     pthread_mutex_lock(&s->lock);
     if (idle && !s->queue_head && !s->stopping && !s->wake_pending) {
-        struct timespec until;
-        clock_gettime(CLOCK_MONOTONIC, &until);
-        long long ns = (long long)until.tv_nsec + (long long)(timeout_s * 1e9);
-        until.tv_sec += (time_t)(ns / 1000000000LL);
-        until.tv_nsec = (long)(ns % 1000000000LL);
-        int rc = pthread_cond_timedwait(&s->wake, &s->lock, &until);
+        int rc = sp_cond_wait_for(&s->wake, &s->lock, timeout_s);
         SP_ASSERT(rc == 0 || rc == ETIMEDOUT);
     }
     s->wake_pending = false;

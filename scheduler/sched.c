@@ -184,12 +184,7 @@ sp_status sched_create(const sched_config *config, model *m, sched **out) {
     atomic_init(&s->queued, 0);
     atomic_init(&s->queued_tokens, 0);
 
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    int rc_cond = pthread_cond_init(&s->wake, &ca);
-    pthread_condattr_destroy(&ca);
-    if (rc_cond != 0) {
+    if (sp_cond_init_monotonic(&s->wake) != 0) {
         free(s);
         return sp_fail(SP_ERR_NOMEM, "scheduler: cannot create its condition variable");
     }

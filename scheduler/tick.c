@@ -201,6 +201,13 @@ static int cmp_decode_candidates(const void *pa, const void *pb) {
     return a->arrival_no < b->arrival_no ? -1 : a->arrival_no > b->arrival_no;
 }
 
+/* How many of the sorted candidates from i on belong to candidate i's submission. */
+static int group_run(sched_request *const *c, int i, int n) {
+    int run = 1;
+    while (i + run < n && c[i + run]->group == c[i]->group) run++;
+    return run;
+}
+
 /* The decode rows, shared fairly between submissions (HTTP requests): when sequences of
  * more than one decode, a submission adds at most max(SCHED_FAIR_DECODE_ROWS, the rows of
  * the largest other one), those that waited longest first; the rest wait a tick. So 64
@@ -216,8 +223,7 @@ static void plan_decode(sched *s, step_build *b) {
     /* the two largest submissions' row counts */
     int largest = 0, second = 0, groups = 0;
     for (int i = 0, run; i < n; i += run) {
-        for (run = 1; i + run < n && s->decode_candidates[i + run]->group == s->decode_candidates[i]->group; run++) {
-        }
+        run = group_run(s->decode_candidates, i, n);
         groups++;
         if (run > largest) {
             second = largest;
@@ -228,8 +234,7 @@ static void plan_decode(sched *s, step_build *b) {
     }
     s->tick_no++;
     for (int i = 0, run; i < n; i += run) {
-        for (run = 1; i + run < n && s->decode_candidates[i + run]->group == s->decode_candidates[i]->group; run++) {
-        }
+        run = group_run(s->decode_candidates, i, n);
         int others = run == largest ? second : largest; /* the largest other submission */
         int cap = groups == 1 ? run : others > SCHED_FAIR_DECODE_ROWS ? others : SCHED_FAIR_DECODE_ROWS;
         for (int k = 0; k < run && k < cap && b->n_tokens < s->cfg.max_batch_tokens; k++) {

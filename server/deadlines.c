@@ -50,14 +50,7 @@ static void *reaper(void *arg) {
     srv_deadlines *d = arg;
     pthread_mutex_lock(&d->lock);
     while (!d->stopping) {
-        struct timespec until;
-        clock_gettime(CLOCK_MONOTONIC, &until); /* the condition's clock (srv__deadlines_start) */
-        until.tv_nsec += DEADLINE_PERIOD_MS * 1000000L;
-        if (until.tv_nsec >= 1000000000L) {
-            until.tv_sec++;
-            until.tv_nsec -= 1000000000L;
-        }
-        pthread_cond_timedwait(&d->stop_cond, &d->lock, &until);
+        sp_cond_wait_for(&d->stop_cond, &d->lock, DEADLINE_PERIOD_MS / 1000.0);
         double now = sched_now();
         for (int i = 0; i < d->n; i++) {
             srv_deadline *e = d->entries[i];
@@ -76,11 +69,7 @@ sp_status srv__deadlines_start(double header_s, double body_s, double idle_s, sr
     srv_deadlines *d = calloc(1, sizeof *d);
     if (!d) return sp_fail(SP_ERR_NOMEM, "out of memory");
     pthread_mutex_init(&d->lock, NULL);
-    pthread_condattr_t attr; /* timed waits on the monotonic clock: a wall-clock step must not stall them */
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    pthread_cond_init(&d->stop_cond, &attr);
-    pthread_condattr_destroy(&attr);
+    sp_cond_init_monotonic(&d->stop_cond);
     d->header_s = header_s;
     d->body_s = body_s;
     d->idle_s = idle_s;

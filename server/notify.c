@@ -197,15 +197,6 @@ static void notify_report(srv_notify *n, bool periodic) {
     }
 }
 
-static struct timespec notify_deadline(double after_s) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    long long ns = (long long)t.tv_nsec + (long long)(after_s * 1e9);
-    t.tv_sec += (time_t)(ns / 1000000000LL);
-    t.tv_nsec = (long)(ns % 1000000000LL);
-    return t;
-}
-
 static void *notify_main(void *arg) {
     srv_notify *n = arg;
     double next = sched_now(); /* the first period reports at once */
@@ -217,9 +208,8 @@ static void *notify_main(void *arg) {
         if (periodic) next += n->period_s * (1 + (int)((now - next) / n->period_s)); /* no burst after a stall */
         notify_report(n, periodic);
         double wait_s = next - sched_now();
-        struct timespec until = notify_deadline(wait_s < NOTIFY_POLL_S ? (wait_s > 0 ? wait_s : 0) : NOTIFY_POLL_S);
         pthread_mutex_lock(&n->lock);
-        if (!n->stopping) pthread_cond_timedwait(&n->stop_cond, &n->lock, &until);
+        if (!n->stopping) sp_cond_wait_for(&n->stop_cond, &n->lock, wait_s < NOTIFY_POLL_S ? wait_s : NOTIFY_POLL_S);
     }
     pthread_mutex_unlock(&n->lock);
     return NULL;
@@ -234,11 +224,7 @@ sp_status srv_notify_start(srv_app *app, srv_notify **out) {
     n->watchdog_s = notify_watchdog_s();
     n->period_s = n->watchdog_s > 0 ? n->watchdog_s / 2 : NOTIFY_STATUS_PERIOD_S;
     pthread_mutex_init(&n->lock, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&n->stop_cond, &ca);
-    pthread_condattr_destroy(&ca);
+    sp_cond_init_monotonic(&n->stop_cond);
     sp_status st = sp_thread_start(&n->thread, "sd-watchdog", notify_main, n);
     if (st != SP_OK) {
         pthread_mutex_destroy(&n->lock);

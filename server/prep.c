@@ -73,18 +73,6 @@ static ptrdiff_t pick(const srv_prep *p, double now) {
     return now - p->jobs[oldest].queued_at >= PREP_MAX_WAIT_S ? oldest : smallest;
 }
 
-/* Waits on the condition until `at` (sched_now() seconds) at the latest. */
-static void wait_until(srv_prep *p, double at) {
-    double left = at - sched_now();
-    if (left <= 0) return;
-    struct timespec until;
-    clock_gettime(CLOCK_MONOTONIC, &until); /* the condition's clock (srv__prep_start) */
-    long ns = (long)(left * 1e9) + until.tv_nsec;
-    until.tv_sec += ns / 1000000000L;
-    until.tv_nsec = ns % 1000000000L;
-    pthread_cond_timedwait(&p->wake, &p->lock, &until);
-}
-
 /* Publishes the result state and lets libmicrohttpd call the handler again. */
 static void finish(srv_conn *conn, srv_prep_state state) {
     pthread_mutex_lock(&conn->lock);
@@ -101,7 +89,7 @@ static void *worker(void *arg) {
         if (p->stopping) break;
         ptrdiff_t i = pick(p, sched_now());
         if (i < 0) { /* only large bodies, over their budget: until it refills or a job comes */
-            wait_until(p, p->large_ready_at);
+            sp_cond_wait_for(&p->wake, &p->lock, p->large_ready_at - sched_now());
             continue;
         }
         prep_job job = p->jobs[i];
@@ -128,11 +116,7 @@ sp_status srv__prep_start(int n_threads, srv_prep **out) {
     srv_prep *p = calloc(1, sizeof *p);
     if (!p) return sp_fail(SP_ERR_NOMEM, "out of memory");
     pthread_mutex_init(&p->lock, NULL);
-    pthread_condattr_t attr; /* timed waits on the monotonic clock: a wall-clock step must not stall them */
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    pthread_cond_init(&p->wake, &attr);
-    pthread_condattr_destroy(&attr);
+    sp_cond_init_monotonic(&p->wake);
     for (int i = 0; i < n_threads; i++) {
         char name[16];
         snprintf(name, sizeof name, "spindle-prep-%u", (unsigned)i % 100u); /* i < PREP_MAX_THREADS */

@@ -64,14 +64,7 @@ static void *watch_main(void *arg) {
     pthread_mutex_lock(&wt->lock);
     while (!wt->stopping) {
         watch_tick(wt);
-        struct timespec until;
-        clock_gettime(CLOCK_REALTIME, &until);
-        until.tv_nsec += WATCH_PERIOD_MS * 1000000L;
-        if (until.tv_nsec >= 1000000000L) {
-            until.tv_sec++;
-            until.tv_nsec -= 1000000000L;
-        }
-        pthread_cond_timedwait(&wt->stop_cond, &wt->lock, &until);
+        sp_cond_wait_for(&wt->stop_cond, &wt->lock, WATCH_PERIOD_MS / 1000.0);
     }
     pthread_mutex_unlock(&wt->lock);
     return NULL;
@@ -81,7 +74,7 @@ sp_status srv_watch_create(double keepalive_s, srv_watch **out) {
     srv_watch *wt = calloc(1, sizeof *wt);
     if (!wt) return sp_fail(SP_ERR_NOMEM, "watcher: out of memory");
     pthread_mutex_init(&wt->lock, NULL);
-    pthread_cond_init(&wt->stop_cond, NULL);
+    sp_cond_init_monotonic(&wt->stop_cond);
     wt->keepalive_s = keepalive_s;
     sp_status st = sp_thread_start(&wt->thread, "http-watch", watch_main, wt);
     if (st != SP_OK) {

@@ -80,8 +80,7 @@ void host__amx_pack_group(quant_type t, int64_t k, int64_t n, const void *src, i
     const size_t gbb = group_block_bytes(t), row_bytes = quant_row_bytes(t, k);
     const size_t src_block = row_bytes / (size_t)nb, src_qs = t == QUANT_Q4_1 ? 4 : 2;
     const int k4_rows = t == QUANT_Q8_0 ? 8 : 4;
-    uint8_t *out = (uint8_t *)dst + (size_t)group * (size_t)nb * gbb;
-    memset(out, 0, (size_t)nb * gbb);
+    uint8_t *out = (uint8_t *)dst + (size_t)group * (size_t)nb * gbb; /* zeroed: rows past n stay 0 */
     for (int r = 0; r < AMX_GROUP_ROWS; r++) {
         int64_t row = group * AMX_GROUP_ROWS + r;
         if (row >= n) break;
@@ -173,7 +172,7 @@ static void pack_groups(void *ctx, int ith, int nth) {
 
 sp_status host__amx_pack(host_backend *hb, dev_tensor *w) {
     void *dst;
-    /* an arena: owned by the backend, freed at destroy */
+    /* an arena: owned by the backend, freed at destroy, and zeroed (what pack_group needs) */
     sp_status st = dev_arena_alloc(&hb->base, host__amx_packed_bytes(w->type, w->ne0, w->ne1), &dst);
     if (st != SP_OK) return st;
     pack_task task = {.w = w, .dst = dst, .groups = (w->ne1 + AMX_GROUP_ROWS - 1) / AMX_GROUP_ROWS};

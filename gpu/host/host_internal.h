@@ -68,7 +68,8 @@ enum { HOST_AMX_GROUP_ROWS = 16 };  /* weight rows per packed group (host_matmul
 bool host__amx_takes(quant_type t); /* whether the amx set repacks weights of type t */
 size_t host__amx_packed_bytes(quant_type t, int64_t k, int64_t n);
 /* Writes group `group` (weight rows 16 group .. 16 group + 15) of the (n, k) weight src,
- * in its file format, into dst, the packed weight's start. */
+ * in its file format, into dst, the packed weight's start, zeroed beforehand (the rows
+ * past n are left as zeros). */
 void host__amx_pack_group(quant_type t, int64_t k, int64_t n, const void *src, int64_t group, void *dst);
 /* Bytes of scratch one worker needs for weights of row length k (64-byte aligned). */
 size_t host__amx_thread_scratch_bytes(int64_t k);

@@ -16,7 +16,8 @@
  *
  * In the amx set, weights the set repacked (w->packed) take the tile kernel instead
  * (host_amx.c): a tile is one group of 16 weight rows against every activation row, in
- * tiles of 16 rows, and phase (1) also writes each row's block scales as floats.
+ * tiles of 16 rows, and phase (1) also copies each quantized row into tile order with
+ * its block scales as floats (host__amx_act_row).
  */
 #include <string.h>
 
