@@ -190,6 +190,7 @@ int cmd_generate(int argc, char **argv) {
     const char *finish = "length";
     double t1 = now_seconds();
     while (generated < a.max_tokens) {
+        sampler.rng = sample_rng_at(a.sampling.seed, (int64_t)n_prompt + generated); /* as the server draws */
         int32_t id = sample_token(&a.sampling, &sampler, s.logits);
         generated++;
         if (!a.ignore_eos && tok_is_eog(vocab, id)) {

@@ -101,6 +101,12 @@ static void serve_args_fill(serve_args *a) {
     a->sched.queue_max_tokens = c->queue_max_tokens;
     a->sched.policy = c->policy == CFG_POLICY_PRIORITY ? SCHED_POLICY_PRIORITY : SCHED_POLICY_FCFS;
     a->sched.request_timeout_s = c->request_timeout;
+    a->sched.spec_k = (int)c->spec_k;
+    a->sched.spec_ngram_min = (int)c->spec_ngram_min;
+    a->sched.spec_ngram_max = (int)c->spec_ngram_max;
+    a->sched.spec_suffix_bytes = c->spec_suffix_mb << 20;
+    /* serve_parse checked the proposer list */
+    (void)cfg_speculative(c, &a->sched.spec_ngram, &a->sched.spec_suffix);
 }
 
 /* Defaults, then the config file, then the flags (config/cfg.h). Returns -1 when the
@@ -114,6 +120,8 @@ static int serve_parse(int argc, char **argv, serve_args *a) {
     int rc = -1;
     sp_status st = cfg_parse_args(c, argc, argv, CFG_DEFAULT_PATH, &action);
     if (st == SP_OK && (!c->model || !c->host)) st = sp_fail(SP_ERR_NOMEM, "out of memory");
+    bool ngram, suffix;
+    if (st == SP_OK && action == CFG_ACTION_RUN) st = cfg_speculative(c, &ngram, &suffix);
     if (st != SP_OK) {
         fprintf(stderr, "spindle: error: %s\n", sp_last_error());
         rc = cmd_exit_status(st);

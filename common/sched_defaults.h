@@ -13,7 +13,13 @@
 #define SP_SCHED_DEFAULT_FIELDS                                                                                  \
     .kv_cache_mb = 512 /* MiB */, .gpu_memory_fraction = 0.9, .block_size = 16, .max_batch_size = 64,            \
     .max_batch_tokens = 512, .max_prefill_tokens = 256, .queue_max_requests = 4096, .queue_max_tokens = 4000000, \
-    .prefix_cache = true
+    .prefix_cache = true, .spec_k = 8, .spec_ngram_min = 2, .spec_ngram_max = 5
+
+/* speculative decoding's proposers: "auto" (every one built; the gate decides) */
+#define SP_SCHED_DEFAULT_SPECULATIVE "auto"
+
+/* the suffix cache's budget: spec_suffix_mb in the settings, spec_suffix_bytes in the scheduler */
+#define SP_SCHED_DEFAULT_SPEC_SUFFIX_MB 64
 
 /* request_timeout in the settings, request_timeout_s in the scheduler; 0 = none */
 #define SP_SCHED_DEFAULT_REQUEST_TIMEOUT_S 600

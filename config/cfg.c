@@ -80,6 +80,17 @@ const cfg_key cfg__keys[] = {
     ENUM("policy", "policy", policy, POLICIES, "admission and preemption order"),
     FLT("request_timeout", "request-timeout", request_timeout, 0, 1e7, "S", "seconds a request may take, 0 = none"),
     BOOL("prefix_cache", "prefix-cache", prefix_cache, "reuse the KV of prompt prefixes computed before"),
+    /* speculative decoding */
+    STR("speculative", "speculative", speculative, false, "LIST",
+        "draft proposers: off, auto (all; a measured gate switches each off where it loses), or a comma list of ngram "
+        "(prompt lookup), suffix (earlier outputs of the same API key)", NULL),
+    INT("spec_k", "spec-k", spec_k, 1, 16, false, "most draft tokens per sequence and step", NULL),
+    INT("spec_ngram_min", "spec-ngram-min", spec_ngram_min, 1, 64, false, "prompt lookup: shortest n-gram matched",
+        NULL),
+    INT("spec_ngram_max", "spec-ngram-max", spec_ngram_max, 1, 64, false,
+        "prompt lookup: longest n-gram matched (>= --spec-ngram-min)", NULL),
+    INT("spec_suffix_mb", "spec-suffix-mb", spec_suffix_mb, 1, 1 << 20, false,
+        "the suffix cache's budget in MiB (prompts and outputs of finished requests)", NULL),
     /* request limits */
     INT("max_n", "max-n", max_n, 1, 16, false, "most choices one request may ask for (n)", NULL),
     INT("max_sequences_per_request", "max-sequences-per-request", max_sequences_per_request, 0, 1 << 20, false,
@@ -137,6 +148,7 @@ void cfg_settings_init(cfg_settings *s) {
         SP_SCHED_DEFAULT_FIELDS,
         .policy = CFG_POLICY_FCFS,
         .request_timeout = SP_SCHED_DEFAULT_REQUEST_TIMEOUT_S,
+        .spec_suffix_mb = SP_SCHED_DEFAULT_SPEC_SUFFIX_MB,
         .max_n = 16,
         .max_sequences_per_request = 64,
         .max_tokens = 0,
@@ -151,6 +163,35 @@ void cfg_settings_init(cfg_settings *s) {
      * fails on the missing model or binds the default address */
     s->model = strdup(CFG_DEFAULT_MODEL);
     s->host = strdup("127.0.0.1");
+    s->speculative = strdup(SP_SCHED_DEFAULT_SPECULATIVE);
+}
+
+sp_status cfg_speculative(const cfg_settings *s, bool *ngram, bool *suffix) {
+    *ngram = *suffix = false;
+    if (s->spec_ngram_min > s->spec_ngram_max)
+        return sp_fail(SP_ERR_INVALID_ARG, "--spec-ngram-min %lld is above --spec-ngram-max %lld",
+                       (long long)s->spec_ngram_min, (long long)s->spec_ngram_max);
+    const char *text = s->speculative ? s->speculative : SP_SCHED_DEFAULT_SPECULATIVE;
+    if (strcmp(text, "off") == 0) return SP_OK;
+    if (strcmp(text, "auto") == 0) return *ngram = *suffix = true, SP_OK;
+    char quoted[96];
+    for (const char *p = text;;) {
+        size_t n = strcspn(p, ",");
+        if (n == 5 && strncmp(p, "ngram", n) == 0) {
+            *ngram = true;
+        } else if (n == 6 && strncmp(p, "suffix", n) == 0) {
+            *suffix = true;
+        } else if ((n == 5 && strncmp(p, "draft", n) == 0) || (n == 4 && strncmp(p, "self", n) == 0)) {
+            return sp_fail(SP_ERR_INVALID_ARG, "--speculative: the %.*s proposer is not built yet (use ngram, suffix)",
+                           (int)n, p);
+        } else {
+            return sp_fail(SP_ERR_INVALID_ARG,
+                           "--speculative: expected off, auto or a comma list of ngram, suffix; got '%s'",
+                           cfg__quote(text, quoted, sizeof quoted));
+        }
+        if (!p[n]) return SP_OK;
+        p += n + 1;
+    }
 }
 
 void cfg__list_clear(cfg_settings *s, const cfg_key *k) {

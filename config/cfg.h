@@ -27,7 +27,7 @@
 /* The file read when --config is not given, if it exists. */
 #define CFG_DEFAULT_PATH "/etc/spindle/spindle.yaml"
 /* How many settings there are (the rows of cfg.c's key table). */
-#define CFG_KEY_COUNT 48
+#define CFG_KEY_COUNT 53
 
 typedef enum cfg_device {
     CFG_DEVICE_AUTO, /* CUDA when built and present, else the CPU */
@@ -96,6 +96,12 @@ typedef struct cfg_settings {
     cfg_policy policy;
     double request_timeout; /* seconds; 0: none */
     bool prefix_cache;      /* share computed KV blocks of equal prefixes */
+    /* speculative decoding */
+    char *speculative;      /* off, auto, or a comma list of proposers (cfg_speculative) */
+    int64_t spec_k;         /* most draft tokens per sequence and step */
+    int64_t spec_ngram_min; /* n-gram lookup: shortest match */
+    int64_t spec_ngram_max; /* and longest */
+    int64_t spec_suffix_mb; /* the suffix cache's budget */
     /* request limits */
     int64_t max_n;                     /* most choices a request may ask for (n) */
     int64_t max_sequences_per_request; /* prompts times n; 0: no bound */
@@ -120,6 +126,11 @@ typedef struct cfg_settings {
     int _line[CFG_KEY_COUNT];     /* 0: default, -1: command line, else the file's line */
     bool _flagged[CFG_KEY_COUNT]; /* a list key given on the command line (it replaces the file's) */
 } cfg_settings;
+
+/* The proposers `speculative` names: "off" (none), "auto" (every one built), or a comma
+ * list of ngram, suffix (draft and self are refused: not built yet). Checks
+ * spec_ngram_min <= spec_ngram_max too. A bad value fails naming the flag. */
+sp_status cfg_speculative(const cfg_settings *s, bool *ngram, bool *suffix);
 
 /* Fills s with the defaults (those of `spindle serve --help`). Free with
  * cfg_settings_free. */

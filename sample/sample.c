@@ -504,6 +504,14 @@ double sample_rng_uniform(uint64_t *state) {
     return (double)(splitmix64_next(state) >> 11) * (1.0 / 9007199254740992.0);
 }
 
+uint64_t sample_rng_at(uint64_t seed, int64_t position) {
+    /* the position through one splitmix64 step of its own, folded into the seed, then
+     * mixed again: nearby (seed, position) pairs give unrelated states */
+    uint64_t p = (uint64_t)position;
+    uint64_t z = seed ^ splitmix64_next(&p);
+    return splitmix64_next(&z);
+}
+
 /* One of c[0..n), each with probability proportional to exp((logit - max) * inv_t).
  * c holds the token whose logit is max, so the total is at least 1. */
 static int32_t candidates_draw(sample_state *s, const sample_candidate *c, int32_t n, float max, float inv_t,

@@ -69,6 +69,13 @@ void sample_state_free(sample_state *s);
  * draws wherever the logits are. */
 double sample_rng_uniform(uint64_t *state);
 
+/* The generator state for the draw of the token at `position` (its index in the
+ * sequence, prompt included) of a sequence seeded with seed: a pure function of the two
+ * (counter-based randomness). A token's draw therefore never depends on how many draws
+ * came before it, which lets speculative decoding sample several positions of one
+ * sequence in one step and still choose exactly what one-at-a-time decoding chooses. */
+uint64_t sample_rng_at(uint64_t seed, int64_t position);
+
 /* Index of the largest logit (the lowest id among equals); 0 when all are NaN. */
 int32_t sample_argmax(const float *logits, int32_t n_vocab);
 

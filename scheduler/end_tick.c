@@ -8,7 +8,9 @@
  *      alternatives, and later the chosen token's log-probability;
  *   2. end-of-generation ids masked while fewer than min_tokens were generated (unless
  *      ignore_eos, where they are ordinary tokens);
- *   3. logit bias and penalties, then the draw with the sequence's own generator;
+ *   3. logit bias and penalties, then the draw with the generator of the token's
+ *      position (sample_rng_at: a pure function of seed and position, so a draft
+ *      row's draw is the one one-at-a-time decoding would make there);
  *   4. end-of-generation (finish STOP: counted in completion_tokens, no text, not in
  *      output.tokens), max_tokens or max_seq_len (LENGTH), else text: the decoder's
  *      piece goes through stop matching (from min_tokens on), which commits what can
@@ -51,6 +53,7 @@ static void request_retire(sched *s, sched_request *r, sched_finish f, sp_status
     case SCHED_FINISH_STOP:
     case SCHED_FINISH_LENGTH:
         stat_add(&s->stats.finished, 1);
+        sched__spec_remember(s, r);
         sched__metrics_observe_finished(&s->metrics, &r->out.timings); /* done: only this thread wrote it */
         break;
     case SCHED_FINISH_CANCELLED: stat_add(&s->stats.cancelled, 1); break;
@@ -71,9 +74,9 @@ void sched__request_end(sched *s, sched_request *r, sched_finish f, sp_status er
     request_retire(s, r, f, err);
 }
 
-void sched__sample_row(const sched *s, const sched_request *r, dev_sample_row *row) {
+void sched__sample_row(const sched *s, const sched_request *r, int32_t ahead, dev_sample_row *row) {
     const sched_request_params *p = &r->params;
-    int32_t n_generated = r->n_tokens - p->n_prompt;
+    int32_t n_generated = r->n_tokens + ahead - p->n_prompt;
     (void)s;
     *row = (dev_sample_row){
         .params = &p->sampling,
@@ -83,15 +86,14 @@ void sched__sample_row(const sched *s, const sched_request *r, dev_sample_row *r
         .n_generated = n_generated,
         .mask_eog = n_generated < p->min_tokens && !p->ignore_eos,
         .top_logprobs = p->top_logprobs,
-        .rng = r->rng,
+        .rng = sample_rng_at(p->sampling.seed, (int64_t)r->n_tokens + ahead),
     };
 }
 
-void sched__emit(sched *s, sched_request *r, const dev_sample_result *drawn, double now) {
+bool sched__emit(sched *s, sched_request *r, const dev_sample_result *drawn, double now) {
     const sched_request_params *p = &r->params;
     const int32_t tok = drawn->token;
     const float logprob = drawn->logprob;
-    r->rng = drawn->rng;
     SP_ASSERT(r->n_tokens < p->n_prompt + p->max_tokens);
     r->tokens[r->n_tokens++] = tok;
     int32_t n_generated = r->n_tokens - p->n_prompt;
@@ -142,11 +144,12 @@ void sched__emit(sched *s, sched_request *r, const dev_sample_result *drawn, dou
     stat_add(&s->stats.generated_tokens, 1);
     if (r->last_token_at > 0) sched__metrics_observe(&s->metrics, SCHED_HIST_INTER_TOKEN, now - r->last_token_at);
     r->last_token_at = now;
-    if (finish == SCHED_FINISH_NONE) return;
+    if (finish == SCHED_FINISH_NONE) return true;
     for (int i = 0; i < s->n_running; i++)
         if (s->running[i] == r) {
             sched__running_remove(s, i);
             break;
         }
     request_retire(s, r, finish, err);
+    return false;
 }

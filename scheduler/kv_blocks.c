@@ -205,21 +205,31 @@ bool kv__blocks_grow(kv_blocks *kb, kv_seq *seq, int32_t n_blocks) {
     return true;
 }
 
+/* Drops seq's last block: to the LRU when cached, to the free list otherwise. */
+static void drop_last_block(kv_blocks *kb, kv_seq *seq) {
+    int32_t id = seq->ids[--seq->n];
+    SP_ASSERT(kb->ref[id] > 0);
+    if (--kb->ref[id] > 0) return; /* another sequence shares it */
+    if (kb->registered[id]) {
+        lru_push_tail(kb, id);
+    } else {
+        SP_ASSERT(kb->n_free < kb->n_total);
+        kb->free_ids[kb->n_free++] = id;
+    }
+}
+
 void kv__blocks_release(kv_blocks *kb, kv_seq *seq) {
     /* last block first: a cached chain's tail is evicted before its head, and free
      * blocks go back so the sequence's first block is popped first next time */
-    while (seq->n > 0) {
-        int32_t id = seq->ids[--seq->n];
-        SP_ASSERT(kb->ref[id] > 0);
-        if (--kb->ref[id] > 0) continue; /* another sequence shares it */
-        if (kb->registered[id]) {
-            lru_push_tail(kb, id);
-        } else {
-            SP_ASSERT(kb->n_free < kb->n_total);
-            kb->free_ids[kb->n_free++] = id;
-        }
-    }
+    while (seq->n > 0) drop_last_block(kb, seq);
     seq->n_hashed = 0;
+    update_stats(kb);
+}
+
+void kv__blocks_truncate(kv_blocks *kb, kv_seq *seq, int32_t n_blocks) {
+    if (n_blocks < 0) n_blocks = 0;
+    while (seq->n > n_blocks) drop_last_block(kb, seq);
+    if (seq->n_hashed > seq->n) seq->n_hashed = 0; /* hashed again from the first block when registered */
     update_stats(kb);
 }
 

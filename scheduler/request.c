@@ -136,7 +136,7 @@ sp_status sched__request_prepare(sched_request *r, int block_size) {
     r->n_tokens = p->n_prompt;
     r->n_computed = 0;
     r->kv = kv;
-    r->rng = p->sampling.seed; /* as sample_state_init seeds it */
+    r->spec_k = 0; /* spec_tick.c starts it at the configured k */
     tok_decoder_init(&r->dec, false);
     r->dec.at_start = false; /* the generated text continues the prompt */
     r->stop.n_held = 0;

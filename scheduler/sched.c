@@ -27,9 +27,14 @@ sched_config sched_config_default(void) {
     /* the knobs `spindle serve` also takes: common/sched_defaults.h, which
      * config/cfg.c's defaults read too */
     return (sched_config){
-        SP_SCHED_DEFAULT_FIELDS, .policy = SCHED_POLICY_FCFS, .request_timeout_s = SP_SCHED_DEFAULT_REQUEST_TIMEOUT_S,
+        SP_SCHED_DEFAULT_FIELDS,
+        .policy = SCHED_POLICY_FCFS,
+        .request_timeout_s = SP_SCHED_DEFAULT_REQUEST_TIMEOUT_S,
         .max_seq_len = 0, /* the model's training context */
         .kv_watermark = 0.01,
+        .spec_ngram = true, /* SP_SCHED_DEFAULT_SPECULATIVE: auto */
+        .spec_suffix = true,
+        .spec_suffix_bytes = (int64_t)SP_SCHED_DEFAULT_SPEC_SUFFIX_MB << 20,
     };
 }
 
@@ -62,6 +67,14 @@ sp_status sched_config_validate(const sched_config *c) {
                        c->max_seq_len);
     if (!(c->kv_watermark >= 0 && c->kv_watermark < 1))
         return sp_fail(SP_ERR_INVALID_ARG, "kv_watermark %g must be in [0, 1)", c->kv_watermark);
+    if (c->spec_k < 1 || c->spec_k > SCHED_SPEC_MAX_K)
+        return sp_fail(SP_ERR_INVALID_ARG, "spec_k %d must be between 1 and %d", c->spec_k, SCHED_SPEC_MAX_K);
+    if (c->spec_ngram_min < 1 || c->spec_ngram_max < c->spec_ngram_min || c->spec_ngram_max > 64)
+        return sp_fail(SP_ERR_INVALID_ARG, "spec_ngram_min %d and spec_ngram_max %d must satisfy 1 <= min <= max <= 64",
+                       c->spec_ngram_min, c->spec_ngram_max);
+    if (c->spec_suffix && c->spec_suffix_bytes < ((int64_t)64 << 10))
+        return sp_fail(SP_ERR_INVALID_ARG, "spec_suffix_bytes %lld must be at least 64 KiB",
+                       (long long)c->spec_suffix_bytes);
     if (!(c->gpu_memory_fraction > 0 && c->gpu_memory_fraction <= 1))
         return sp_fail(SP_ERR_INVALID_ARG, "gpu_memory_fraction %g must be in (0, 1]", c->gpu_memory_fraction);
     return SP_OK;
@@ -86,15 +99,17 @@ static sp_status sched_alloc_arrays(sched *s) {
     s->step_seq_len = malloc(sizeof(int32_t) * b);
     s->step_block_table = calloc(b * (size_t)s->max_blocks_per_seq, sizeof(int32_t));
     s->match_ids = malloc(sizeof(int32_t) * (size_t)s->max_blocks_per_seq);
-    s->step_logit_rows = malloc(sizeof(int32_t) * b);
+    s->step_logit_rows = malloc(sizeof(int32_t) * t); /* every row of a draft wants logits */
     s->step_reqs = malloc(sizeof(sched_request *) * b);
     s->decode_candidates = malloc(sizeof(sched_request *) * b);
     s->step_chunk = malloc(sizeof(int32_t) * b);
     s->step_prefill = malloc(sizeof(bool) * b);
     s->step_logit_of = malloc(sizeof(int32_t) * b);
     s->running = malloc(sizeof(sched_request *) * b);
-    s->sample_rows = malloc(sizeof(dev_sample_row) * b);
-    s->sample_results = malloc(sizeof(dev_sample_result) * b);
+    s->sample_rows = malloc(sizeof(dev_sample_row) * t);
+    s->sample_results = malloc(sizeof(dev_sample_result) * t);
+    s->step_n_draft = malloc(sizeof(int32_t) * b);
+    s->step_proposer = malloc(sizeof(int8_t) * b);
     s->piece_cap = tok_max_token_bytes(s->vocab) + 64;
     s->piece = malloc(2 * s->piece_cap);
     s->text_work = malloc(SCHED_MAX_STOP_BYTES + 2 * s->piece_cap);
@@ -104,7 +119,7 @@ static sp_status sched_alloc_arrays(sched *s) {
     if (!s->step_tokens || !s->step_pos || !s->step_seq || !s->step_seq_len || !s->step_block_table || !s->match_ids ||
         !s->step_logit_rows || !s->step_reqs || !s->decode_candidates || !s->step_chunk || !s->step_prefill ||
         !s->step_logit_of || !s->running || !s->sample_rows || !s->sample_results || !s->piece || !s->text_work ||
-        !s->eog_ids)
+        !s->eog_ids || !s->step_n_draft || !s->step_proposer)
         return sp_fail(SP_ERR_NOMEM, "scheduler: out of memory for its step arrays");
     for (int32_t id = 0; id < s->n_vocab; id++)
         if (tok_is_eog(s->vocab, id)) s->eog_ids[s->n_eog++] = id;
@@ -130,6 +145,8 @@ static void sched_free_arrays(sched *s) {
     free(s->piece);
     free(s->text_work);
     free(s->eog_ids);
+    free(s->step_n_draft);
+    free(s->step_proposer);
 }
 
 /* What a GPU backend still allocates after the pool: decode padding's scratch KV block
@@ -209,6 +226,7 @@ sp_status sched_create(const sched_config *config, model *m, sched **out) {
     s->max_blocks_per_seq = kv__blocks_for_tokens(s->cfg.max_seq_len, s->cfg.block_size);
     s->watermark_blocks = (int32_t)(s->cfg.kv_watermark * n_blocks);
     if ((st = sched_alloc_arrays(s)) != SP_OK) goto fail;
+    if ((st = sched__spec_init(s)) != SP_OK) goto fail;
     if ((st = model_kv_create(m, n_blocks, s->cfg.block_size, &s->kv)) != SP_OK) {
         sp_fail_prefix(st, "KV cache of %d blocks", n_blocks);
         goto fail;
@@ -273,6 +291,7 @@ void sched_destroy(sched *s) {
 
     if (s->kv) dev_kv_destroy(model_device(s->m), s->kv);
     kv__blocks_free(&s->blocks);
+    sched__spec_free(s);
     sched_free_arrays(s);
     pthread_mutex_destroy(&s->lock);
     pthread_cond_destroy(&s->wake);
@@ -306,6 +325,7 @@ void sched_get_stats(const sched *s, sched_stats *out) {
     out->kv_blocks_used = kv__blocks_used(&s->blocks);
     out->kv_blocks_total = s->blocks.n_total;
     out->kv_blocks_cached = kv__blocks_cached(&s->blocks);
+    sched__spec_stats(s, out);
 }
 
 const sched_config *sched_get_config(const sched *s) {

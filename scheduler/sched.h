@@ -56,7 +56,20 @@ typedef struct sched_config {
     int32_t max_seq_len;        /* context limit of one sequence (prompt + generated) */
     double kv_watermark;        /* fraction of blocks kept free at admission for growth */
     bool prefix_cache;          /* share computed full KV blocks between requests with the same prefix */
+    /* speculative decoding (scheduler/spec/): proposers the gate may use; none: off */
+    bool spec_ngram;           /* prompt lookup over a sequence's own tokens */
+    bool spec_suffix;          /* the suffix cache shared by requests of one tenant */
+    int spec_k;                /* most draft tokens per sequence and step, 1..SCHED_SPEC_MAX_K */
+    int spec_ngram_min;        /* shortest n-gram prompt lookup matches (>= 1) */
+    int spec_ngram_max;        /* longest (>= spec_ngram_min, <= 64) */
+    int64_t spec_suffix_bytes; /* the suffix cache's budget (>= 64 KiB when spec_suffix) */
 } sched_config;
+
+/* The most draft tokens a sequence proposes in one step. */
+enum { SCHED_SPEC_MAX_K = 16 };
+/* The proposers, as sched_stats indexes them (names: sched_spec_proposer_name). */
+enum { SCHED_SPEC_NGRAM, SCHED_SPEC_SUFFIX, SCHED_SPEC_PROPOSERS };
+const char *sched_spec_proposer_name(int proposer);
 
 sched_config sched_config_default(void);
 /* Checks ranges and consistency; SP_ERR_INVALID_ARG naming the field. */
@@ -75,6 +88,8 @@ typedef struct sched_request_params {
     int priority;           /* lower runs first under the priority policy */
     double timeout_s;       /* <= 0: the scheduler's default */
     sample_params sampling; /* logit_bias array is copied */
+    bool no_speculation;    /* never draft for this request (its output is the same either way) */
+    uint64_t tenant;        /* who may share its text in the suffix cache (an API key's hash; 0: none) */
 } sched_request_params;
 
 enum { SCHED_MAX_STOP = 16, SCHED_MAX_STOP_BYTES = 256, SCHED_MAX_TOP_LOGPROBS = 20 };
@@ -171,6 +186,14 @@ typedef struct sched_stats {
     int32_t kv_blocks_cached;    /* in the prefix cache (held or not) */
     int64_t prefix_query_tokens; /* tokens of admitted feeds (prefix cache on) */
     int64_t prefix_hit_tokens;   /* of those, served from the cache */
+    /* speculative decoding, per proposer (SCHED_SPEC_NGRAM, SCHED_SPEC_SUFFIX) */
+    int64_t spec_proposed[SCHED_SPEC_PROPOSERS]; /* draft tokens put in steps */
+    int64_t spec_accepted[SCHED_SPEC_PROPOSERS]; /* of those, accepted */
+    int64_t spec_drafts[SCHED_SPEC_PROPOSERS];   /* drafts (runs of draft tokens) verified */
+    int64_t spec_switches[SCHED_SPEC_PROPOSERS]; /* the gate turned it on or off */
+    bool spec_enabled[SCHED_SPEC_PROPOSERS];     /* the gate's verdict for the last step's width */
+    int64_t spec_accepted_at[SCHED_SPEC_MAX_K];  /* drafts whose token at position i was accepted */
+    int64_t spec_suffix_bytes;                   /* held by the suffix cache */
 } sched_stats;
 
 /* Creates the scheduler for m with its KV pool (sized from config->kv_cache_mb, or on a

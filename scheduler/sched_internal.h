@@ -21,6 +21,7 @@
 
 #include "model/model.h"
 #include "scheduler/sched.h"
+#include "scheduler/spec/spec.h"
 
 /* tick.c's fair share of decode rows: while several submissions decode, one adds at most
  * this many rows per step, or as many as the largest other one. */
@@ -87,6 +88,10 @@ void kv__prefix_take(kv_blocks *kb, kv_seq *seq, const int32_t *ids, int32_t n, 
 /* Registers seq's full blocks among its first n_computed positions (tokens[]) in the
  * cache, so later sequences with the same prefix find them. */
 void kv__prefix_register(kv_blocks *kb, kv_seq *seq, const int32_t *tokens, int32_t n_computed);
+
+/* Gives back seq's blocks beyond its first n_blocks (speculation's rejected drafts):
+ * each goes to the prefix cache's LRU when registered, else to the free list. */
+void kv__blocks_truncate(kv_blocks *kb, kv_seq *seq, int32_t n_blocks);
 
 /* Caller owns seq->ids; free with kv__seq_free (after kv__blocks_release). */
 sp_status kv__seq_init(kv_seq *seq, int32_t cap);
@@ -157,7 +162,7 @@ struct sched_request {
     int32_t n_tokens;   /* prompt + sampled */
     int32_t n_computed; /* tokens whose K/V are in the cache (0 again after preemption) */
     kv_seq kv;
-    uint64_t rng;              /* the sampler's generator: advances only when this sequence samples */
+    int spec_k;                /* its adaptive draft length (spec_tick.c), 1..cfg.spec_k */
     uint64_t last_decode_tick; /* the tick it last had a decode row (tick.c's fair share) */
     tok_decoder dec;
     sched_stop stop;
@@ -203,6 +208,15 @@ void sched__metrics_snapshot(const sched_metrics *m, sched_hist_id id, sched_his
 /* ---- the scheduler ---------------------------------------------------------------- */
 
 /* Operational counters (sched_stats); relaxed atomics, each value on its own. */
+/* Speculative decoding's counters (sched_stats), per proposer where indexed. */
+typedef struct sched_spec_counters {
+    _Atomic int64_t proposed[SCHED_SPEC_PROPOSERS], accepted[SCHED_SPEC_PROPOSERS], drafts[SCHED_SPEC_PROPOSERS],
+        switches[SCHED_SPEC_PROPOSERS];
+    _Atomic int64_t accepted_at[SCHED_SPEC_MAX_K];
+    _Atomic bool enabled[SCHED_SPEC_PROPOSERS];
+    _Atomic int64_t suffix_bytes;
+} sched_spec_counters;
+
 typedef struct sched_counters {
     _Atomic int64_t submitted, rejected_queue_requests, rejected_queue_tokens, rejected_shutdown, rejected_invalid,
         finished, cancelled, errors, timeouts, preemptions, ticks, prompt_tokens, generated_tokens, prefix_query_tokens,
@@ -260,8 +274,15 @@ struct sched {
     int32_t *step_logit_of;                                     /* (S) logits row, or -1 */
     dev_sample_row *sample_rows;                                /* (S) each logit row's draw, for dev_sample */
     dev_sample_result *sample_results;                          /* (S) the tokens it chose */
-    char *piece;     /* (2 * piece_cap) decoded text of one token (push, then flush) */
-    char *text_work; /* (SCHED_MAX_STOP_BYTES + 2 * piece_cap) held text + piece, for stop matching */
+    int32_t *step_n_draft; /* (S) draft tokens after sequence q's decode row (its rows: 1 + n_draft) */
+    int8_t *step_proposer; /* (S) the spec_proposer of those drafts; -1: none */
+    char *piece;           /* (2 * piece_cap) decoded text of one token (push, then flush) */
+    char *text_work;       /* (SCHED_MAX_STOP_BYTES + 2 * piece_cap) held text + piece, for stop matching */
+
+    /* speculative decoding (spec_tick.c): the scheduler thread */
+    spec_gate gate;
+    spec_suffix *suffix; /* NULL: the suffix proposer is not used */
+    sched_spec_counters spec_stats;
 
     sched_counters stats;
     sched_metrics metrics; /* histograms, observed lock-free (sched_metrics.c) */
@@ -296,17 +317,42 @@ void sched__request_end(sched *s, sched_request *r, sched_finish f, sp_status er
  * when there was nothing to run (idle). Scheduler thread. */
 bool sched__tick(sched *s);
 
-/* The draw of r's next token as dev_sample takes it (end_tick.c): its sampling
- * parameters, prompt and generated tokens for the penalties, the end-of-generation
- * mask while under min_tokens, logprobs, and its generator state. Borrows r's arrays
- * until the step ends. Scheduler thread. */
-void sched__sample_row(const sched *s, const sched_request *r, dev_sample_row *row);
+/* The draw of the token at r->tokens[r->n_tokens + ahead] as dev_sample takes it
+ * (end_tick.c): its sampling parameters, prompt and generated tokens for the penalties
+ * (the `ahead` drafts before it counted as accepted), the end-of-generation mask while
+ * under min_tokens, logprobs, and the generator state of that position (sample_rng_at).
+ * Borrows r's arrays until the step ends. Scheduler thread. */
+void sched__sample_row(const sched *s, const sched_request *r, int32_t ahead, dev_sample_row *row);
 
-/* Appends the token dev_sample chose for r (and its generator state) to the output
- * (end_tick.c); ends r when it finished. Scheduler thread. */
-void sched__emit(sched *s, sched_request *r, const dev_sample_result *drawn, double now);
+/* Appends the token dev_sample chose for r to the output (end_tick.c); ends r when it
+ * finished. Returns whether r still runs. Scheduler thread. */
+bool sched__emit(sched *s, sched_request *r, const dev_sample_result *drawn, double now);
 
 /* Removes running[i] from the running set (keeps the order). */
 void sched__running_remove(sched *s, int i);
+
+/* ---- speculative decoding (spec_tick.c) ---------------------------------------------- */
+
+/* The suffix cache and the gate from s->cfg (sched_create); freed by sched__spec_free. */
+sp_status sched__spec_init(sched *s);
+void sched__spec_free(sched *s);
+/* Its counters into out (any thread). */
+void sched__spec_stats(const sched *s, sched_stats *out);
+/* Drafts for the n decode sequences chosen for a step, within `budget` extra rows: each
+ * one's draft tokens go to r->tokens[n_tokens ..) (its KV blocks grown to hold them),
+ * their count to n_draft[i] and their proposer to proposer[i] (-1: none). */
+void sched__spec_plan(sched *s, sched_request *const *chosen, int n, int32_t budget, int32_t *n_draft,
+                      int8_t *proposer);
+/* After the step: r's decode row and n_draft draft rows were sampled into results
+ * (1 + n_draft, in order). Emits the accepted drafts and the target's token after them,
+ * each through sched__emit (which may end r), records acceptance, and gives back the KV
+ * blocks past what was accepted. Returns the tokens emitted. */
+int32_t sched__spec_verify(sched *s, sched_request *r, int32_t n_draft, int proposer, const dev_sample_result *results,
+                           double now);
+/* A decode-only step of width sequences at mean depth took seconds and delivered tokens. */
+void sched__spec_observe(sched *s, int width, double depth, double seconds, int64_t tokens,
+                         const int64_t drafts[SPEC_N_PROPOSERS]);
+/* r finished without error: its prompt and output join the suffix cache. */
+void sched__spec_remember(sched *s, const sched_request *r);
 
 #endif

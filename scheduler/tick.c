@@ -7,7 +7,9 @@
  *            for that position; when none is free, the policy's victim is preempted
  *            (blocks freed, generated tokens, sampler, decoder and stop state kept; back
  *            to the waiting list, later recomputed by prefilling prompt + generated).
- *            Rows are shared fairly between submissions (plan_decode).
+ *            Rows are shared fairly between submissions (plan_decode); then each
+ *            chosen sequence may add draft rows (spec_tick.c) from the rows that
+ *            decode and this tick's prefill leave.
  *   Continue prefills of admitted sequences, oldest first, then
  *   Start    admit from the waiting list in policy order while max_batch_size allows
  *            and the pool holds the whole feed's blocks plus the watermark (all of
@@ -19,12 +21,14 @@
  *   step     one model_forward_sample; logits only for rows that complete a sequence's feed,
  *            each drawn from where it was computed (dev_sample: only tokens come back);
  *            the full blocks it completed are registered in the prefix cache.
- *   end_tick sample, append, detokenize, stop (end_tick.c).
+ *   end_tick sample, append, detokenize, stop (end_tick.c); a decode row's drafts are
+ *            verified first and the accepted run emitted (spec_tick.c).
  *
  * A sequence's tokens depend only on its own prompt, parameters and seed: the CPU
  * backend computes each row independently of the batch, a recomputed or chunked
- * prefill writes the same K/V as an unchunked one, and the sampler's generator is
- * per sequence and advances only when that sequence samples.
+ * prefill writes the same K/V as an unchunked one, and every draw's generator is a pure
+ * function of the sequence's seed and the token's position (sample_rng_at), so drafts
+ * verified in one step choose what one-at-a-time decoding would.
  *
  * DESIGN (threads). Everything here runs on the scheduler thread; the only shared
  * things it touches are a request's output (under the request's lock), the cancel
@@ -116,9 +120,12 @@ static void decode_reserve_blocks(sched *s) {
     }
 }
 
-/* Appends chunk tokens of r's pending feed to the step. */
-static void step_add(sched *s, step_build *b, sched_request *r, int32_t chunk, bool prefill) {
+/* Appends chunk tokens of r's pending feed to the step, then n_draft draft tokens
+ * (r->tokens past n_tokens) with logits for each of them too. */
+static void step_add(sched *s, step_build *b, sched_request *r, int32_t chunk, bool prefill, int32_t n_draft,
+                     int proposer) {
     int32_t q = b->n_seqs++;
+    chunk += n_draft;
     SP_ASSERT(q < s->cfg.max_batch_size && b->n_tokens + chunk <= s->cfg.max_batch_tokens);
     for (int32_t j = 0; j < chunk; j++) {
         int32_t t = b->n_tokens++;
@@ -131,12 +138,14 @@ static void step_add(sched *s, step_build *b, sched_request *r, int32_t chunk, b
     s->step_reqs[q] = r;
     s->step_chunk[q] = chunk;
     s->step_prefill[q] = prefill;
+    s->step_n_draft[q] = n_draft;
+    s->step_proposer[q] = (int8_t)proposer;
     s->step_seq_len[q] = seq_len;
     memcpy(s->step_block_table + (size_t)q * (size_t)s->max_blocks_per_seq, r->kv.ids,
            sizeof(int32_t) * (size_t)r->kv.n);
-    if (seq_len == r->n_tokens) {
+    if (seq_len == r->n_tokens + n_draft) { /* the feed's last row, and every draft row */
         s->step_logit_of[q] = b->n_logits;
-        s->step_logit_rows[b->n_logits++] = b->n_tokens - 1;
+        for (int32_t j = n_draft; j >= 0; j--) s->step_logit_rows[b->n_logits++] = b->n_tokens - 1 - j;
     } else {
         s->step_logit_of[q] = -1;
     }
@@ -208,6 +217,16 @@ static int group_run(sched_request *const *c, int i, int n) {
     return run;
 }
 
+/* The prefill rows this tick would take: pending feeds of running sequences and the
+ * waiting list's head, up to max_prefill_tokens. */
+static int32_t prefill_demand(const sched *s) {
+    int64_t demand = 0;
+    for (int i = 0; i < s->n_running; i++)
+        if (!seq_is_decode(s->running[i])) demand += s->running[i]->n_tokens - s->running[i]->n_computed;
+    if (s->wait_head && s->n_running < s->cfg.max_batch_size) demand += s->wait_head->n_tokens;
+    return demand < s->cfg.max_prefill_tokens ? (int32_t)demand : s->cfg.max_prefill_tokens;
+}
+
 /* The decode rows, shared fairly between submissions (HTTP requests): when sequences of
  * more than one decode, a submission adds at most max(SCHED_FAIR_DECODE_ROWS, the rows of
  * the largest other one), those that waited longest first; the rest wait a tick. So 64
@@ -233,15 +252,23 @@ static void plan_decode(sched *s, step_build *b) {
         }
     }
     s->tick_no++;
+    int chosen = 0; /* compacted to the front of decode_candidates */
     for (int i = 0, run; i < n; i += run) {
         run = group_run(s->decode_candidates, i, n);
         int others = run == largest ? second : largest; /* the largest other submission */
         int cap = groups == 1 ? run : others > SCHED_FAIR_DECODE_ROWS ? others : SCHED_FAIR_DECODE_ROWS;
-        for (int k = 0; k < run && k < cap && b->n_tokens < s->cfg.max_batch_tokens; k++) {
+        for (int k = 0; k < run && k < cap && chosen < s->cfg.max_batch_tokens; k++) {
             sched_request *r = s->decode_candidates[i + k];
             r->last_decode_tick = s->tick_no;
-            step_add(s, b, r, 1, false);
+            s->decode_candidates[chosen++] = r;
         }
+    }
+    /* drafts take the rows the decode rows and this tick's prefill leave */
+    int32_t spare = s->cfg.max_batch_tokens - chosen - prefill_demand(s);
+    sched__spec_plan(s, s->decode_candidates, chosen, spare, s->step_n_draft + b->n_seqs, s->step_proposer + b->n_seqs);
+    for (int i = 0; i < chosen; i++) {
+        int32_t q = b->n_seqs;
+        step_add(s, b, s->decode_candidates[i], 1, false, s->step_n_draft[q], s->step_proposer[q]);
     }
 }
 
@@ -257,7 +284,7 @@ static void plan_step(sched *s, step_build *b, double now) {
         if (seq_is_decode(r)) continue;
         int32_t pending = r->n_tokens - r->n_computed;
         int32_t chunk = pending < budget ? pending : budget;
-        step_add(s, b, r, chunk, true);
+        step_add(s, b, r, chunk, true, 0, -1);
         budget -= chunk;
     }
     while (budget > 0 && s->wait_head && s->n_running < s->cfg.max_batch_size && admit_fits(s, s->wait_head)) {
@@ -265,7 +292,7 @@ static void plan_step(sched *s, step_build *b, double now) {
         admit(s, r, now);
         int32_t pending = r->n_tokens - r->n_computed;
         int32_t chunk = pending < budget ? pending : budget;
-        step_add(s, b, r, chunk, true);
+        step_add(s, b, r, chunk, true, 0, -1);
         budget -= chunk;
     }
 }
@@ -320,7 +347,9 @@ bool sched__tick(sched *s) {
         .logit_rows = s->step_logit_rows,
     };
     for (int32_t q = 0; q < b.n_seqs; q++)
-        if (s->step_logit_of[q] >= 0) sched__sample_row(s, s->step_reqs[q], &s->sample_rows[s->step_logit_of[q]]);
+        if (s->step_logit_of[q] >= 0)
+            for (int32_t j = 0; j <= s->step_n_draft[q]; j++)
+                sched__sample_row(s, s->step_reqs[q], j, &s->sample_rows[s->step_logit_of[q] + j]);
     const dev_sample_vocab vocab = {s->n_vocab, s->eog_ids, s->n_eog};
     double t0 = sched_now();
     sp_status st = model_forward_sample(s->m, s->kv, &step, &vocab, s->sample_rows, s->sample_results);
@@ -332,12 +361,17 @@ bool sched__tick(sched *s) {
         return true;
     }
 
-    int64_t prefilled = 0;
+    int64_t prefilled = 0, delivered = 0, drafts[SPEC_N_PROPOSERS] = {0};
+    double depth = 0;
+    bool decode_only = true;
     for (int32_t q = 0; q < b.n_seqs; q++) {
         sched_request *r = s->step_reqs[q];
-        r->n_computed += s->step_chunk[q];
-        kv__prefix_register(&s->blocks, &r->kv, r->tokens, r->n_computed);
-        if (s->step_prefill[q]) prefilled += s->step_chunk[q];
+        if (s->step_prefill[q]) {
+            r->n_computed += s->step_chunk[q];
+            kv__prefix_register(&s->blocks, &r->kv, r->tokens, r->n_computed);
+            prefilled += s->step_chunk[q];
+            decode_only = false;
+        }
         int32_t prompt_done = r->n_computed < r->params.n_prompt ? r->n_computed : r->params.n_prompt;
         pthread_mutex_lock(&r->lock);
         if (s->step_prefill[q])
@@ -346,9 +380,18 @@ bool sched__tick(sched *s) {
             r->out.timings.decode_s += t1 - t0;
         if (prompt_done > r->out.prefilled) r->out.prefilled = prompt_done;
         pthread_mutex_unlock(&r->lock);
-        if (s->step_logit_of[q] >= 0) sched__emit(s, r, &s->sample_results[s->step_logit_of[q]], t1);
+        const dev_sample_result *results = s->step_logit_of[q] >= 0 ? &s->sample_results[s->step_logit_of[q]] : NULL;
+        if (s->step_prefill[q]) {
+            if (results) sched__emit(s, r, results, t1);
+            continue;
+        }
+        /* a decode row, perhaps with drafts after it */
+        depth += r->n_tokens;
+        if (s->step_proposer[q] >= 0) drafts[s->step_proposer[q]] += s->step_n_draft[q];
+        delivered += sched__spec_verify(s, r, s->step_n_draft[q], s->step_proposer[q], results, t1);
     }
     stat_add(&s->stats.prompt_tokens, prefilled);
+    if (decode_only) sched__spec_observe(s, b.n_seqs, depth / b.n_seqs, sched_now() - now, delivered, drafts);
     tick_observe(s, now, &b);
     return true;
 }

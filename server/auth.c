@@ -221,21 +221,36 @@ sp_status srv_auth_reload(srv_auth *a) {
     return SP_OK;
 }
 
+/* The token of `Bearer <token>` (RFC 6750: "Bearer" in any case, whitespace, the
+ * token), its length in *len; NULL (and 0) when the header is not that. */
+static const char *bearer_token(const char *authorization, size_t *len) {
+    const char *s = authorization ? authorization : "";
+    while (*s == ' ' || *s == '\t') s++;
+    *len = 0;
+    if (strncasecmp(s, "Bearer", 6) != 0 || (s[6] != ' ' && s[6] != '\t')) return NULL;
+    const char *key = s + 6;
+    while (*key == ' ' || *key == '\t') key++;
+    size_t n = strlen(key);
+    while (n > 0 && (key[n - 1] == ' ' || key[n - 1] == '\t')) n--;
+    *len = n;
+    return n > 0 ? key : NULL;
+}
+
+uint64_t srv_auth_tenant(srv_auth *a, const char *authorization) {
+    if (!a || srv_auth_key_count(a) == 0) return 0;
+    size_t len;
+    const char *key = bearer_token(authorization, &len);
+    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a: only equality matters, never the key itself */
+    for (size_t i = 0; key && i < len; i++) h = (h ^ (unsigned char)key[i]) * 0x100000001b3ull;
+    return h == 0 ? 1 : h;
+}
+
 bool srv_auth_check(srv_auth *a, const char *authorization, srv_error *err) {
     auth_keys *set = auth_acquire(a);
     bool ok = set->n == 0; /* no keys configured: authentication is off */
     if (!ok) {
-        /* RFC 6750: "Bearer" (any case), whitespace, the token */
-        const char *s = authorization ? authorization : "";
-        while (*s == ' ' || *s == '\t') s++;
-        const char *key = NULL;
-        size_t len = 0;
-        if (strncasecmp(s, "Bearer", 6) == 0 && (s[6] == ' ' || s[6] == '\t')) {
-            key = s + 6;
-            while (*key == ' ' || *key == '\t') key++;
-            len = strlen(key);
-            while (len > 0 && (key[len - 1] == ' ' || key[len - 1] == '\t')) len--;
-        }
+        size_t len;
+        const char *key = bearer_token(authorization, &len);
         if (len == 0)
             srv_error_make(err, SRV_ERROR_UNAUTHORIZED, NULL,
                            "You didn't provide an API key. You need to provide your API key in an Authorization "

@@ -280,10 +280,14 @@ enum MHD_Result srv__generation_start(srv_conn *conn, srv_endpoint endpoint) {
     conn->reqs = calloc((size_t)n, sizeof *conn->reqs);
     conn->choices = calloc((size_t)n, sizeof *conn->choices);
     if (!conn->reqs || !conn->choices) return srv__send_status_error(conn, SP_ERR_NOMEM, "out of memory");
+    uint64_t tenant =
+        srv_auth_tenant(atomic_load(&app->auth),
+                        MHD_lookup_connection_value(conn->connection, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION));
     for (int p = 0; p < rq->n_prompts; p++) {
         for (int c = 0; c < rq->n; c++) {
             int i = p * rq->n + c;
             sched_request_params params = srv_request_choice_params(rq, p, c);
+            params.tenant = tenant;
             sp_status st = sched_request_create(&params, &conn->reqs[i]);
             if (st != SP_OK) return srv__send_status_error(conn, st, sp_last_error());
             conn->n_reqs = i + 1;

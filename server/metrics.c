@@ -50,6 +50,39 @@ static void metric(strbuf *b, const char *name, const char *type, const char *he
                   value);
 }
 
+/* One labelled family per proposer: name{proposer="ngram"} value. */
+static void metric_by_proposer(strbuf *b, const char *name, const char *type, const char *help,
+                               const int64_t *by_proposer) {
+    strbuf_printf(b, "# HELP spindle_%s %s\n# TYPE spindle_%s %s\n", name, help, name, type);
+    for (int p = 0; p < SCHED_SPEC_PROPOSERS; p++)
+        strbuf_printf(b, "spindle_%s{proposer=\"%s\"} %lld\n", name, sched_spec_proposer_name(p),
+                      (long long)by_proposer[p]);
+}
+
+/* Speculative decoding: what each proposer drafted and got accepted, acceptance by draft
+ * position, the gate's state. */
+static void render_spec(strbuf *b, const sched_stats *st) {
+    metric_by_proposer(b, "spec_proposed_tokens_total", "counter", "draft tokens put into steps, by proposer",
+                       st->spec_proposed);
+    metric_by_proposer(b, "spec_accepted_tokens_total", "counter", "of those, accepted (equal to the target's token)",
+                       st->spec_accepted);
+    metric_by_proposer(b, "spec_drafts_total", "counter",
+                       "drafts verified (mean accepted length: accepted tokens / drafts)", st->spec_drafts);
+    metric_by_proposer(b, "spec_gate_switches_total", "counter", "times the gate turned a proposer on or off",
+                       st->spec_switches);
+    int64_t enabled[SCHED_SPEC_PROPOSERS];
+    for (int p = 0; p < SCHED_SPEC_PROPOSERS; p++) enabled[p] = st->spec_enabled[p];
+    metric_by_proposer(b, "spec_gate_enabled", "gauge",
+                       "1 while the gate lets a proposer draft at the width of the last step", enabled);
+    strbuf_printf(b, "# HELP spindle_spec_accepted_by_position_total drafts whose token at this position (0: the "
+                     "first) was accepted\n# TYPE spindle_spec_accepted_by_position_total counter\n");
+    for (int i = 0; i < SCHED_SPEC_MAX_K; i++)
+        strbuf_printf(b, "spindle_spec_accepted_by_position_total{position=\"%d\"} %lld\n", i,
+                      (long long)st->spec_accepted_at[i]);
+    metric(b, "spec_suffix_cache_bytes", "gauge", "bytes the speculative suffix cache holds",
+           (double)st->spec_suffix_bytes);
+}
+
 static void render_http_requests(strbuf *b) {
     strbuf_printf(b, "# HELP spindle_http_requests_total HTTP requests by endpoint (the route path; other: unknown "
                      "paths) and the status answered (499: the client left before an answer)\n"
@@ -143,6 +176,7 @@ char *srv_metrics_render(const srv_app *app, const sched *s) {
                (double)st.prefix_hit_tokens);
         metric(&b, "scheduler_heartbeat_age_seconds", "gauge", "seconds since the scheduler thread last ticked or woke",
                sched_seconds_since_heartbeat(s));
+        render_spec(&b, &st);
         for (size_t i = 0; i < sizeof HISTOGRAMS / sizeof HISTOGRAMS[0]; i++) {
             sched_hist_snapshot h;
             sched_get_histogram(s, HISTOGRAMS[i].id, &h);

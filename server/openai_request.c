@@ -269,6 +269,11 @@ static sp_status request_options(const json_t *root, const srv_model_info *mi, s
     if ((st = request_stop(root, r, err)) != SP_OK) return st;
     if ((st = request_logprobs(root, r, err)) != SP_OK) return st;
     if ((st = srv__read_bool(root, "ignore_eos", &r->params.ignore_eos, NULL, err)) != SP_OK) return st;
+    /* speculative: a spindle extension; false keeps this request's rows draft-free
+     * (its output is the same either way, only the speed differs) */
+    bool speculative = true;
+    if ((st = srv__read_bool(root, "speculative", &speculative, NULL, err)) != SP_OK) return st;
+    r->params.no_speculation = !speculative;
     if ((st = srv__read_int(root, "priority", INT32_MIN, INT32_MAX, &i, &given, err)) != SP_OK) return st;
     if (given) r->params.priority = (int)i;
     if ((st = srv__read_string(root, "user", &s, &len, NULL, err)) != SP_OK) return st; /* accepted, unused */

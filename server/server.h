@@ -359,6 +359,10 @@ int srv_auth_key_count(srv_auth *a);
  * `Bearer <one of the keys>`, compared in constant time. When not, fills err with
  * OpenAI's 401 (invalid_request_error, invalid_api_key). Always true with no keys. */
 bool srv_auth_check(srv_auth *a, const char *authorization, srv_error *err);
+/* Who a request speaks for, for what requests may share (the speculative suffix
+ * cache): a hash of its API key; 0 when authentication is off (a is NULL or has no
+ * keys). Call after srv_auth_check accepted the header. */
+uint64_t srv_auth_tenant(srv_auth *a, const char *authorization);
 
 /* ---- systemd (notify.c) ---- */
 

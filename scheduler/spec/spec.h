@@ -1,0 +1,132 @@
+/* spec.h: speculative decoding's parts that know nothing of requests: the proposers
+ * (n-gram prompt lookup over a sequence's own tokens, the suffix cache shared across
+ * requests) and the gate that measures whether speculation pays. Private to scheduler/:
+ * scheduler/spec_tick.c puts drafts into the step and verifies them.
+ *
+ * How a draft goes through a tick (docs/architecture.md has the picture): a decoding
+ * sequence asks the proposers the gate allows for up to k tokens that may follow its
+ * last one; its step rows are then its last token and those k drafts, every row with
+ * logits. Each row is sampled as if the drafts before it were accepted, with the draw of
+ * that row's position (sample_rng_at), so the target's token at a row is exactly the one
+ * one-at-a-time decoding would choose. Drafts are accepted while they equal those
+ * tokens; the first target token that differs (or the one after the last draft) is
+ * appended too. Output is identical with speculation on or off.
+ *
+ * DESIGN (threads). Everything here belongs to the scheduler thread.
+ */
+#ifndef SP_SPEC_H
+#define SP_SPEC_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/status.h"
+
+/* The proposers built so far; the gate keeps an estimate for each. */
+typedef enum spec_proposer { SPEC_NGRAM, SPEC_SUFFIX, SPEC_N_PROPOSERS } spec_proposer;
+
+/* The most drafts a sequence proposes in one step (--spec-k's upper bound). */
+enum { SPEC_MAX_K = 16 };
+
+const char *spec_proposer_name(spec_proposer p); /* "ngram", "suffix" */
+
+/* ---- n-gram / prompt lookup (spec_ngram.c) -------------------------------------- */
+
+/* Finds the longest n in [ngram_min, ngram_max] such that the last n tokens of
+ * tokens[0..n_tokens) occurred earlier in them, takes the latest such occurrence, and
+ * copies up to max_draft of the tokens that followed it into draft. Returns how many
+ * (0: no match); *match_len gets n. O(n_tokens * ngram_max) at worst. */
+int spec_ngram_propose(const int32_t *tokens, int32_t n_tokens, int ngram_min, int ngram_max, int32_t *draft,
+                       int max_draft, int *match_len);
+
+/* ---- the suffix cache across requests (spec_suffix.c) ---------------------------- */
+
+/* Token sequences (prompts and outputs of requests that finished without error) of
+ * every tenant (an API key; 0 without keys), indexed by their contexts of 2, 4, 8 and 16
+ * tokens, each context remembering its most frequent continuation (a majority vote).
+ * Bounded in bytes; the least recently used sequences go first. A tenant's proposals
+ * come only from its own sequences. */
+typedef struct spec_suffix spec_suffix;
+
+/* max_bytes: documents and index together (at least 64 KiB). Caller owns *out. */
+sp_status spec_suffix_create(int64_t max_bytes, spec_suffix **out);
+void spec_suffix_destroy(spec_suffix *sc);
+/* Remembers tokens[0..n) for tenant (copied), evicting the least recently used
+ * sequences until it fits. Sequences larger than a quarter of the budget keep only their
+ * last quarter; shorter than 3 tokens, nothing. Allocates; O(n) hashing. */
+void spec_suffix_add(spec_suffix *sc, uint64_t tenant, const int32_t *tokens, int32_t n);
+/* Up to max_draft tokens that followed the longest indexed context equal to the end of
+ * tokens[0..n) in tenant's sequences; fewer the shorter the match and the weaker its
+ * vote. Returns how many. A hit makes its sequence the most recently used. Never
+ * allocates. */
+int spec_suffix_propose(spec_suffix *sc, uint64_t tenant, const int32_t *tokens, int32_t n, int32_t *draft,
+                        int max_draft);
+int64_t spec_suffix_bytes(const spec_suffix *sc); /* held now: index, slots and tokens */
+
+/* ---- the gate (spec_gate.c) ------------------------------------------------------ */
+
+/* Per batch-width bucket (the decoding sequences of a step: 1, 2-3, 4-7, ... 128+), the
+ * gate keeps an EWMA of delivered tokens per second of step time, with its mean
+ * deviation, for steps without drafts ("off") and for steps whose drafts came mostly
+ * from each proposer ("on"), folded in windows of SPEC_GATE_WINDOW steps. A proposer is
+ * switched off in a bucket when off beats it by more than max(5%, the relative
+ * deviations of both) in two windows in a row. An off proposer is probed again after a
+ * while (it alone may draft until a window of its steps is measured), and a bucket whose
+ * drafts never stop re-measures off the same way. The probe interval doubles after each
+ * probe that confirms a loss, so a losing proposer costs ever less. An estimate goes
+ * stale when the mean context depth changes more than twofold from where it was
+ * measured. Only decode-only steps are measured (a prefill chunk's time is not the
+ * decode's). */
+enum {
+    SPEC_GATE_BUCKETS = 8,
+    SPEC_GATE_WINDOW = 4,     /* steps per measurement */
+    SPEC_GATE_PROBE_MIN = 32, /* steps before the first probe of an off proposer (or of off) */
+    SPEC_GATE_PROBE_MAX = 2048
+};
+
+typedef struct spec_gate_slot {
+    double rate;  /* EWMA tokens/s (valid when windows > 0) */
+    double dev;   /* EWMA |window rate - rate| */
+    double depth; /* mean context depth it was measured at */
+    int windows;  /* windows folded in (0: unknown) */
+    /* the window being filled */
+    int steps;
+    double tokens, seconds, depth_sum;
+} spec_gate_slot;
+
+typedef struct spec_gate_bucket {
+    spec_gate_slot off;
+    spec_gate_slot on[SPEC_N_PROPOSERS];
+    bool enabled[SPEC_N_PROPOSERS];       /* the gate's verdict */
+    int losses[SPEC_N_PROPOSERS];         /* windows in a row that off won */
+    int64_t next_probe[SPEC_N_PROPOSERS]; /* step at which an off proposer is probed */
+    int64_t probe_every[SPEC_N_PROPOSERS];
+    int64_t next_off_probe; /* step at which off is re-measured while drafts never stop */
+    int64_t off_probe_every;
+    int64_t steps; /* decode-only steps seen in this bucket */
+} spec_gate_bucket;
+
+typedef struct spec_gate {
+    bool available[SPEC_N_PROPOSERS]; /* chosen by --speculative */
+    spec_gate_bucket buckets[SPEC_GATE_BUCKETS];
+    int probing;     /* -2: none; -1: off is being measured; else the proposer probed alone */
+    int probe_bucket;
+    int probe_steps; /* steps left before a probe gives up waiting for its window */
+    int last_bucket; /* of the last planned step (metrics) */
+    int64_t switches[SPEC_N_PROPOSERS]; /* verdict changes (metrics) */
+} spec_gate;
+
+void spec_gate_init(spec_gate *g, const bool available[SPEC_N_PROPOSERS]);
+/* The bucket of a step with `width` decoding sequences. */
+int spec_gate_bucket_of(int width);
+/* Which proposers may draft in the next step, whose decode rows come from `width`
+ * sequences at mean context depth `depth`: allowed[p]. Starts a probe when one is due. */
+void spec_gate_plan(spec_gate *g, int width, double depth, bool allowed[SPEC_N_PROPOSERS]);
+/* A decode-only step of `width` sequences ran for seconds and delivered tokens;
+ * drafts[p]: the draft rows each proposer put in it. */
+void spec_gate_observe(spec_gate *g, int width, double depth, double seconds, int64_t tokens,
+                       const int64_t drafts[SPEC_N_PROPOSERS]);
+/* Whether p is on in the bucket of the last planned step (metrics). */
+bool spec_gate_enabled(const spec_gate *g, spec_proposer p);
+
+#endif

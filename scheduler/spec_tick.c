@@ -1,0 +1,198 @@
+/* spec_tick.c: speculative decoding's part of the tick. tick.c chooses the decode rows;
+ * here each chosen sequence may add k draft rows after its decode row (plan), and after
+ * the step its accepted run is emitted and the KV of rejected drafts given back (verify).
+ *
+ *   plan    the gate (scheduler/spec/spec_gate.c) says which proposers may draft at this
+ *           width; each sequence takes the longer of the n-gram and the suffix cache's
+ *           draft, up to its adaptive k, the tokens it may still generate less one, the
+ *           context, and the step's spare rows. Drafts are written after the sequence's
+ *           last token in r->tokens (the penalties of each verify row then count the
+ *           drafts before it as accepted), and its KV blocks grow to hold them while the
+ *           pool keeps its watermark (else the draft shrinks to the blocks it holds).
+ *   verify  row j's token is what one-at-a-time decoding would sample at that position
+ *           (same logits, same penalties, the same draw: sample_rng_at). Draft j is
+ *           accepted while it equals row j's token; the first row whose token differs,
+ *           or the row after the last draft, gives one more token. So the output is the
+ *           output without speculation, token for token.
+ *
+ * The adaptive k of a sequence doubles after a fully accepted draft (up to spec_k) and
+ * falls to the accepted length plus one after a miss: a sequence that stopped copying
+ * wastes few rows, one that copies long runs gets them.
+ *
+ * DESIGN (threads). Scheduler thread; the counters are atomics read by sched_get_stats.
+ */
+#include <string.h>
+
+#include "common/assert.h"
+#include "scheduler/sched_internal.h"
+
+_Static_assert((int)SCHED_SPEC_NGRAM == (int)SPEC_NGRAM && (int)SCHED_SPEC_SUFFIX == (int)SPEC_SUFFIX &&
+                   (int)SCHED_SPEC_PROPOSERS == (int)SPEC_N_PROPOSERS,
+               "sched_stats indexes proposers as spec.h numbers them");
+_Static_assert((int)SCHED_SPEC_MAX_K == (int)SPEC_MAX_K, "one bound on the draft length");
+
+static void stat_add(_Atomic int64_t *c, int64_t n) {
+    atomic_fetch_add_explicit(c, n, memory_order_relaxed);
+}
+
+const char *sched_spec_proposer_name(int proposer) {
+    return proposer >= 0 && proposer < SPEC_N_PROPOSERS ? spec_proposer_name((spec_proposer)proposer) : "?";
+}
+
+sp_status sched__spec_init(sched *s) {
+    bool available[SPEC_N_PROPOSERS] = {[SPEC_NGRAM] = s->cfg.spec_ngram, [SPEC_SUFFIX] = s->cfg.spec_suffix};
+    spec_gate_init(&s->gate, available);
+    for (int p = 0; p < SPEC_N_PROPOSERS; p++)
+        atomic_store_explicit(&s->spec_stats.enabled[p], available[p], memory_order_relaxed);
+    if (!s->cfg.spec_suffix) return SP_OK;
+    sp_status st = spec_suffix_create(s->cfg.spec_suffix_bytes, &s->suffix);
+    return st == SP_OK ? SP_OK : sp_fail_prefix(st, "the speculative suffix cache");
+}
+
+void sched__spec_free(sched *s) {
+    spec_suffix_destroy(s->suffix);
+    s->suffix = NULL;
+}
+
+void sched__spec_stats(const sched *s, sched_stats *out) {
+    const sched_spec_counters *c = &s->spec_stats;
+    for (int p = 0; p < SCHED_SPEC_PROPOSERS; p++) {
+        out->spec_proposed[p] = atomic_load_explicit(&c->proposed[p], memory_order_relaxed);
+        out->spec_accepted[p] = atomic_load_explicit(&c->accepted[p], memory_order_relaxed);
+        out->spec_drafts[p] = atomic_load_explicit(&c->drafts[p], memory_order_relaxed);
+        out->spec_switches[p] = atomic_load_explicit(&c->switches[p], memory_order_relaxed);
+        out->spec_enabled[p] = atomic_load_explicit(&c->enabled[p], memory_order_relaxed);
+    }
+    for (int i = 0; i < SCHED_SPEC_MAX_K; i++)
+        out->spec_accepted_at[i] = atomic_load_explicit(&c->accepted_at[i], memory_order_relaxed);
+    out->spec_suffix_bytes = atomic_load_explicit(&c->suffix_bytes, memory_order_relaxed);
+}
+
+/* The gate's verdicts and switch counts, for the metrics. */
+static void publish_gate(sched *s) {
+    for (int p = 0; p < SPEC_N_PROPOSERS; p++) {
+        atomic_store_explicit(&s->spec_stats.enabled[p], spec_gate_enabled(&s->gate, (spec_proposer)p),
+                              memory_order_relaxed);
+        atomic_store_explicit(&s->spec_stats.switches[p], s->gate.switches[p], memory_order_relaxed);
+    }
+}
+
+/* The most draft tokens r may take now: its adaptive k, less what would pass max_tokens
+ * or the context (the token after the last draft must fit too), within budget. */
+static int32_t draft_room(const sched *s, sched_request *r, int32_t budget) {
+    if (r->spec_k <= 0) r->spec_k = s->cfg.spec_k;
+    int32_t k = r->spec_k;
+    int32_t to_generate = r->params.n_prompt + r->params.max_tokens - r->n_tokens;
+    int32_t to_context = s->cfg.max_seq_len - r->n_tokens;
+    if (k > to_generate - 1) k = to_generate - 1;
+    if (k > to_context - 1) k = to_context - 1;
+    if (k > budget) k = budget;
+    return k;
+}
+
+/* r's best draft of at most k tokens from the allowed proposers, into draft; returns its
+ * length and sets *who. The longer wins; the n-gram of r's own tokens on a tie. */
+static int32_t draft_propose(sched *s, const sched_request *r, const bool allowed[SPEC_N_PROPOSERS], int32_t k,
+                             int32_t *draft, int *who) {
+    int32_t best = 0;
+    *who = -1;
+    if (allowed[SPEC_NGRAM]) {
+        int match = 0;
+        best = spec_ngram_propose(r->tokens, r->n_tokens, s->cfg.spec_ngram_min, s->cfg.spec_ngram_max, draft, k,
+                                  &match);
+        if (best > 0) *who = SPEC_NGRAM;
+    }
+    if (allowed[SPEC_SUFFIX] && s->suffix) {
+        int32_t other[SPEC_MAX_K];
+        int32_t n = spec_suffix_propose(s->suffix, r->params.tenant, r->tokens, r->n_tokens, other, k);
+        if (n > best) {
+            memcpy(draft, other, sizeof *draft * (size_t)n);
+            best = n;
+            *who = SPEC_SUFFIX;
+        }
+    }
+    return best;
+}
+
+/* Grows r's blocks to hold n_draft more positions while the pool keeps its watermark;
+ * returns how many of them r can hold. */
+static int32_t draft_reserve(sched *s, sched_request *r, int32_t n_draft) {
+    int B = s->cfg.block_size;
+    int32_t need = kv__blocks_for_tokens((int64_t)r->n_tokens + n_draft, B);
+    int32_t extra = need - r->kv.n;
+    if (extra <= 0) return n_draft;
+    if (kv__blocks_available(&s->blocks) - extra >= s->watermark_blocks && kv__blocks_grow(&s->blocks, &r->kv, need))
+        return n_draft;
+    int32_t held = r->kv.n * B - r->n_tokens; /* the positions its blocks already hold */
+    return held < n_draft ? held : n_draft;
+}
+
+void sched__spec_plan(sched *s, sched_request *const *chosen, int n, int32_t budget, int32_t *n_draft,
+                      int8_t *proposer) {
+    for (int i = 0; i < n; i++) {
+        n_draft[i] = 0;
+        proposer[i] = -1;
+    }
+    if (n == 0 || budget <= 0 || !(s->cfg.spec_ngram || s->cfg.spec_suffix)) return;
+    double depth = 0;
+    for (int i = 0; i < n; i++) depth += chosen[i]->n_tokens;
+    bool allowed[SPEC_N_PROPOSERS];
+    spec_gate_plan(&s->gate, n, depth / n, allowed);
+    publish_gate(s);
+    for (int i = 0; i < n && budget > 0; i++) {
+        sched_request *r = chosen[i];
+        if (r->params.no_speculation) continue;
+        int32_t k = draft_room(s, r, budget);
+        if (k <= 0) continue;
+        int32_t draft[SPEC_MAX_K];
+        int who;
+        int32_t m = draft_propose(s, r, allowed, k, draft, &who);
+        if (m > 0) m = draft_reserve(s, r, m);
+        if (m <= 0) continue;
+        memcpy(r->tokens + r->n_tokens, draft, sizeof *draft * (size_t)m);
+        n_draft[i] = m;
+        proposer[i] = (int8_t)who;
+        budget -= m;
+        stat_add(&s->spec_stats.proposed[who], m);
+    }
+}
+
+int32_t sched__spec_verify(sched *s, sched_request *r, int32_t n_draft, int proposer, const dev_sample_result *results,
+                           double now) {
+    const int32_t n_before = r->n_tokens;
+    int32_t accepted = 0;
+    while (accepted < n_draft && results[accepted].token == r->tokens[n_before + accepted]) accepted++;
+    if (n_draft > 0) {
+        stat_add(&s->spec_stats.drafts[proposer], 1);
+        stat_add(&s->spec_stats.accepted[proposer], accepted);
+        for (int32_t i = 0; i < accepted; i++) stat_add(&s->spec_stats.accepted_at[i], 1);
+        if (accepted == n_draft) {
+            r->spec_k = r->spec_k * 2 > s->cfg.spec_k ? s->cfg.spec_k : r->spec_k * 2;
+        } else {
+            r->spec_k = accepted + 1;
+        }
+    }
+    /* the decode row and the accepted drafts are computed; the row after them is the
+     * next step's decode row. Only accepted tokens reach the prefix cache, and the blocks
+     * past the next decode row's position go back. All of it before the emits: an emit
+     * that ends r releases it. */
+    r->n_computed = n_before + accepted;
+    kv__prefix_register(&s->blocks, &r->kv, r->tokens, r->n_computed);
+    kv__blocks_truncate(&s->blocks, &r->kv, kv__blocks_for_tokens((int64_t)n_before + accepted + 1, s->cfg.block_size));
+    for (int32_t j = 0; j <= accepted; j++)
+        if (!sched__emit(s, r, &results[j], now)) return j + 1;
+    return accepted + 1;
+}
+
+void sched__spec_observe(sched *s, int width, double depth, double seconds, int64_t tokens,
+                         const int64_t drafts[SPEC_N_PROPOSERS]) {
+    if (!(s->cfg.spec_ngram || s->cfg.spec_suffix)) return;
+    spec_gate_observe(&s->gate, width, depth, seconds, tokens, drafts);
+    publish_gate(s);
+}
+
+void sched__spec_remember(sched *s, const sched_request *r) {
+    if (!s->suffix) return;
+    spec_suffix_add(s->suffix, r->params.tenant, r->tokens, r->n_tokens);
+    atomic_store_explicit(&s->spec_stats.suffix_bytes, spec_suffix_bytes(s->suffix), memory_order_relaxed);
+}
