@@ -98,8 +98,8 @@ static int32_t draft_propose(sched *s, const sched_request *r, const bool allowe
     *who = -1;
     if (allowed[SPEC_NGRAM]) {
         int match = 0;
-        best = spec_ngram_propose(r->tokens, r->n_tokens, s->cfg.spec_ngram_min, s->cfg.spec_ngram_max, draft, k,
-                                  &match);
+        best =
+            spec_ngram_propose(r->tokens, r->n_tokens, s->cfg.spec_ngram_min, s->cfg.spec_ngram_max, draft, k, &match);
         if (best > 0) *who = SPEC_NGRAM;
     }
     if (allowed[SPEC_SUFFIX] && s->suffix) {

@@ -109,10 +109,10 @@ typedef struct spec_gate_bucket {
 typedef struct spec_gate {
     bool available[SPEC_N_PROPOSERS]; /* chosen by --speculative */
     spec_gate_bucket buckets[SPEC_GATE_BUCKETS];
-    int probing;     /* -2: none; -1: off is being measured; else the proposer probed alone */
+    int probing; /* -2: none; -1: off is being measured; else the proposer probed alone */
     int probe_bucket;
-    int probe_steps; /* steps left before a probe gives up waiting for its window */
-    int last_bucket; /* of the last planned step (metrics) */
+    int probe_steps;                    /* steps left before a probe gives up waiting for its window */
+    int last_bucket;                    /* of the last planned step (metrics) */
     int64_t switches[SPEC_N_PROPOSERS]; /* verdict changes (metrics) */
 } spec_gate;
 

@@ -148,10 +148,22 @@ def test_metrics_move_as_requests_are_served(spindle_bin, stories_model):
         assert value(after, "spindle_tick_duration_seconds_count") == value(after, "spindle_ticks_total")
         assert value(after, "spindle_tokens_per_tick_count") == value(after, "spindle_ticks_total")
         assert value(after, "spindle_tick_duration_seconds_sum") > 0
-        # the steps computed every prompt token not served from the prefix cache, and every
-        # generated token but each request's last
+        # the steps computed every prompt token not served from the prefix cache, every
+        # generated token but each request's last, and every rejected draft token
         cached = sum(u.prompt_tokens_details.cached_tokens for u in usages)
-        assert delta(before, after, "spindle_tokens_per_tick_sum") == prompt - cached + generated - finished
+        rejected = sum(delta(before, after, "spindle_spec_proposed_tokens_total", proposer=p) -
+                       delta(before, after, "spindle_spec_accepted_tokens_total", proposer=p)
+                       for p in ("ngram", "suffix"))
+        assert delta(before, after, "spindle_tokens_per_tick_sum") == \
+            prompt - cached + generated - finished + rejected
+        # speculation: accepted drafts are part of what was proposed, by position too
+        for p in ("ngram", "suffix"):
+            assert 0 <= delta(before, after, "spindle_spec_accepted_tokens_total", proposer=p) <= \
+                delta(before, after, "spindle_spec_proposed_tokens_total", proposer=p)
+        accepted = sum(delta(before, after, "spindle_spec_accepted_tokens_total", proposer=p)
+                       for p in ("ngram", "suffix"))
+        assert sum(delta(before, after, "spindle_spec_accepted_by_position_total", position=str(i))
+                   for i in range(16)) == accepted
 
         # the access log: one JSON line per request, no prompt unless asked
         entries = access_lines(server)

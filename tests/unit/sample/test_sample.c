@@ -96,10 +96,12 @@ static void reference_distribution(const sample_params *p, const float *logits, 
     free(c);
 }
 
-/* Draws n_draws tokens and checks them against prob: never a token of probability 0,
+/* Draws n_draws tokens and checks them against prob (counter_based: each draw with the
+ * generator of its own position, sample_rng_at(seed, d), as the scheduler draws): never a token of probability 0,
  * and a chi-square over the tokens expected at least 5 times (the rest pooled) within
  * about five standard deviations of its mean. The seed is fixed, so this is exact. */
-static void check_frequencies(const sample_params *p, const float *logits, int32_t n_vocab, int n_draws) {
+static void check_frequencies(const sample_params *p, const float *logits, int32_t n_vocab, int n_draws,
+                              bool counter_based) {
     double *prob = malloc(sizeof *prob * (size_t)n_vocab);
     int *count = calloc((size_t)n_vocab, sizeof *count);
     cr_assert(prob && count);
@@ -107,6 +109,7 @@ static void check_frequencies(const sample_params *p, const float *logits, int32
     sample_state s;
     cr_assert_eq(sample_state_init(&s, n_vocab, p->seed), SP_OK);
     for (int d = 0; d < n_draws; d++) {
+        if (counter_based) s.rng = sample_rng_at(p->seed, d);
         int32_t id = sample_token(p, &s, logits);
         cr_assert(id >= 0 && id < n_vocab);
         count[id]++;
@@ -647,7 +650,7 @@ Test(sample_token, top_k_ties_keep_the_lower_ids) {
         cr_assert(id % 10 == 3 || id < 6, "token %d is not among the 15 best", id); /* ties: ids 0, 1, 2, 4, 5 */
     }
     sample_state_free(&s);
-    check_frequencies(&p, logits, V, 50000);
+    check_frequencies(&p, logits, V, 50000, false);
 }
 
 Test(sample_token, top_p_and_min_p_cut_the_tail) {
@@ -670,9 +673,9 @@ Test(sample_token, frequencies_without_a_cut) {
     test_seed(31);
     for (int i = 0; i < V; i++) logits[i] = test_normal(2.0);
     sample_params p = params_with(0.7f, 0, 1.0f, 0.0f, 1);
-    check_frequencies(&p, logits, V, 100000);
+    check_frequencies(&p, logits, V, 100000, false);
     p = params_with(1.6f, 0, 1.0f, 0.0f, 2);
-    check_frequencies(&p, logits, V, 100000);
+    check_frequencies(&p, logits, V, 100000, false);
 }
 
 Test(sample_token, frequencies_with_top_k) {
@@ -681,9 +684,9 @@ Test(sample_token, frequencies_with_top_k) {
     test_seed(32);
     for (int i = 0; i < V; i++) logits[i] = test_normal(2.0);
     sample_params p = params_with(0.9f, 10, 1.0f, 0.0f, 3);
-    check_frequencies(&p, logits, V, 100000);
+    check_frequencies(&p, logits, V, 100000, false);
     p = params_with(1.3f, 50, 0.9f, 0.02f, 4);
-    check_frequencies(&p, logits, V, 100000);
+    check_frequencies(&p, logits, V, 100000, false);
 }
 
 Test(sample_token, frequencies_with_top_p) {
@@ -692,9 +695,9 @@ Test(sample_token, frequencies_with_top_p) {
     test_seed(33);
     for (int i = 0; i < V; i++) logits[i] = test_normal(2.0);
     sample_params p = params_with(1.0f, 0, 0.8f, 0.0f, 5);
-    check_frequencies(&p, logits, V, 100000);
+    check_frequencies(&p, logits, V, 100000, false);
     p = params_with(0.5f, 0, 0.95f, 0.0f, 6);
-    check_frequencies(&p, logits, V, 100000);
+    check_frequencies(&p, logits, V, 100000, false);
 }
 
 Test(sample_token, frequencies_with_min_p) {
@@ -703,20 +706,20 @@ Test(sample_token, frequencies_with_min_p) {
     test_seed(34);
     for (int i = 0; i < V; i++) logits[i] = test_normal(2.0);
     sample_params p = params_with(1.0f, 0, 1.0f, 0.1f, 7);
-    check_frequencies(&p, logits, V, 100000);
+    check_frequencies(&p, logits, V, 100000, false);
     p = params_with(0.8f, 0, 0.9f, 0.05f, 8);
-    check_frequencies(&p, logits, V, 100000);
+    check_frequencies(&p, logits, V, 100000, false);
 }
 
 Test(sample_token, frequencies_over_a_full_vocabulary) {
     float *logits = malloc(sizeof *logits * BIG_VOCAB);
     lm_like_logits(logits, BIG_VOCAB, 35);
     sample_params p = params_with(0.8f, 0, 0.95f, 0.0f, 9);
-    check_frequencies(&p, logits, BIG_VOCAB, 4000);
+    check_frequencies(&p, logits, BIG_VOCAB, 4000, false);
     p = params_with(0.8f, 40, 1.0f, 0.0f, 10);
-    check_frequencies(&p, logits, BIG_VOCAB, 4000);
+    check_frequencies(&p, logits, BIG_VOCAB, 4000, false);
     p = params_with(1.0f, 0, 1.0f, 0.0f, 11);
-    check_frequencies(&p, logits, BIG_VOCAB, 4000);
+    check_frequencies(&p, logits, BIG_VOCAB, 4000, false);
     free(logits);
 }
 
@@ -793,5 +796,30 @@ Test(sample_token, vocabulary_not_a_multiple_of_the_block) {
     for (int i = 0; i < 1000; i++) hits += sample_token(&p, &s, logits) == 36;
     cr_assert_geq(hits, 995);
     sample_state_free(&s);
-    check_frequencies(&p, logits, V, 20000);
+    check_frequencies(&p, logits, V, 20000, false);
+}
+
+/* Counter-based draws (what speculative decoding relies on): one generator per position,
+ * derived from (seed, position), still samples the target distribution, and a position's
+ * draw does not depend on the draws before it. */
+Test(sample_token, counter_based_draws_follow_the_distribution) {
+    float *logits = malloc(sizeof *logits * BIG_VOCAB);
+    cr_assert(logits);
+    for (int32_t i = 0; i < BIG_VOCAB; i++) logits[i] = (float)(-0.0004 * i) + (i % 97 == 0 ? 3.0f : 0.0f);
+    sample_params p = params_with(0.9f, 0, 0.95f, 0, 77);
+    check_frequencies(&p, logits, BIG_VOCAB, 20000, true);
+    p = params_with(1.0f, 50, 1.0f, 0, 78);
+    check_frequencies(&p, logits, BIG_VOCAB, 20000, true);
+    free(logits);
+}
+
+Test(sample_token, a_position_s_draw_is_a_pure_function_of_seed_and_position) {
+    cr_assert_eq(sample_rng_at(5, 100), sample_rng_at(5, 100));
+    cr_assert_neq(sample_rng_at(5, 100), sample_rng_at(5, 101));
+    cr_assert_neq(sample_rng_at(5, 100), sample_rng_at(6, 100));
+    /* neighbouring seeds (n > 1 choices use seed + i) give unrelated streams */
+    int same_low_bit = 0;
+    for (int64_t pos = 0; pos < 1000; pos++)
+        same_low_bit += (sample_rng_at(9, pos) & 1) == (sample_rng_at(10, pos) & 1);
+    cr_assert(same_low_bit > 400 && same_low_bit < 600, "%d of 1000 agree", same_low_bit);
 }

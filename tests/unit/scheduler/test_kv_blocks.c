@@ -286,3 +286,56 @@ Test(kv_prefix, a_prefix_computed_twice_at_once_stays_one_chain) {
     kv__seq_free(&b);
     kv__blocks_free(&kb);
 }
+
+/* Speculation's rollback: random growth, truncation to a random length (the accepted
+ * part), registration of what was computed, and release, over several sequences with
+ * the prefix cache on. The pool's accounting holds at every step and every block is
+ * free or evictable at the end. */
+Test(kv_blocks, truncate_churn_keeps_the_accounting_and_frees_everything) {
+    enum { SEQS = 6, CAP = 12, B = 4 };
+    kv_blocks kb;
+    cr_assert_eq(kv__blocks_init(&kb, 40, B, true), SP_OK);
+    kv_seq seq[SEQS];
+    int32_t tokens[SEQS][CAP * B];
+    int32_t computed[SEQS] = {0};
+    for (int i = 0; i < SEQS; i++) {
+        cr_assert_eq(kv__seq_init(&seq[i], CAP), SP_OK);
+        for (int t = 0; t < CAP * B; t++) tokens[i][t] = (i % 2) * 1000 + t; /* pairs share prefixes */
+    }
+    uint64_t rng = 42;
+    for (int round = 0; round < 5000; round++) {
+        rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+        int i = (int)((rng >> 33) % SEQS), op = (int)((rng >> 20) % 8);
+        kv_seq *s = &seq[i];
+        if (op < 4) { /* drafts: grow by a few blocks when the pool allows */
+            int32_t want = s->n + 1 + (int32_t)((rng >> 10) % 3);
+            if (want > CAP) want = CAP;
+            int32_t before = s->n;
+            bool ok = kv__blocks_grow(&kb, s, want);
+            cr_assert(ok ? s->n == want : s->n == before, "grow is all or none");
+        } else if (op < 7) { /* verify: what was accepted is computed, the rest goes back */
+            int32_t keep = s->n == 0 ? 0 : (int32_t)((rng >> 8) % (uint64_t)(s->n + 1));
+            int32_t n_computed = keep * B - (int32_t)((rng >> 4) % B);
+            if (n_computed < 0) n_computed = 0;
+            if (n_computed < computed[i]) n_computed = computed[i] <= keep * B ? computed[i] : keep * B;
+            computed[i] = n_computed;
+            kv__prefix_register(&kb, s, tokens[i], n_computed);
+            kv__blocks_truncate(&kb, s, keep);
+            cr_assert_eq(s->n, keep);
+        } else {
+            kv__blocks_release(&kb, s);
+            computed[i] = 0;
+        }
+        int32_t held = 0;
+        for (int k = 0; k < kb.n_total; k++) held += kb.ref[k] > 0;
+        cr_assert_eq(kv__blocks_used(&kb), held, "round %d: used %d, held %d", round, kv__blocks_used(&kb), held);
+        cr_assert_eq(kb.n_free + kb.n_evictable + held, kb.n_total, "round %d: every block is somewhere", round);
+    }
+    for (int i = 0; i < SEQS; i++) {
+        kv__blocks_release(&kb, &seq[i]);
+        kv__seq_free(&seq[i]);
+    }
+    cr_assert_eq(kv__blocks_used(&kb), 0);
+    cr_assert_eq(kv__blocks_available(&kb), kb.n_total);
+    kv__blocks_free(&kb);
+}

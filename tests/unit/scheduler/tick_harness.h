@@ -83,7 +83,7 @@ static inline sched_request *make_request(const sched_request_params *p) {
 /* What a test compares, copied out under the request's lock. */
 typedef struct result {
     int32_t ids[RESULT_MAX_TOKENS];
-    float logprobs[RESULT_MAX_TOKENS];    /* 0 unless asked */
+    float logprobs[RESULT_MAX_TOKENS];     /* 0 unless asked */
     sched_token top[RESULT_MAX_TOKENS][2]; /* the first two alternatives, when asked */
     int32_t n_tokens;
     char text[16384];
@@ -106,8 +106,8 @@ static inline void capture(sched_request *r, result *out) {
         out->ids[i] = o->tokens[i].id;
         out->logprobs[i] = o->tokens[i].logprob;
         for (int k = 0; k < 2; k++)
-            out->top[i][k] = k < o->top_logprobs ? o->top[(size_t)i * (size_t)o->top_logprobs + (size_t)k]
-                                                 : (sched_token){-1, 0};
+            out->top[i][k] =
+                k < o->top_logprobs ? o->top[(size_t)i * (size_t)o->top_logprobs + (size_t)k] : (sched_token){-1, 0};
     }
     out->n_tokens = o->n_tokens;
     memcpy(out->text, o->text, o->text_len);
@@ -147,7 +147,7 @@ static inline int32_t n_tokens_now(sched_request *r) {
 /* Runs n requests (each submitted alone, in order) through a fresh scheduler with
  * config c until all are done; results into out (n), stats into st. */
 static inline void run_all(tick_env *e, const sched_config *c, const sched_request_params *params, int n, result *out,
-                    sched_stats *st) {
+                           sched_stats *st) {
     sched *s;
     cr_assert_eq(sched_create(c, e->m, &s), SP_OK, "%s", sp_last_error());
     sched_request **reqs = calloc((size_t)n, sizeof *reqs);

@@ -1,0 +1,124 @@
+/* test_spec_gate.c: the speculation gate on synthetic step timings: a proposer that
+ * loses is switched off after two losing windows, probed again later with an interval
+ * that doubles while it keeps losing, switched back on when it wins; one that wins stays
+ * on; buckets are independent; noise within the margin switches nothing; a change of
+ * context depth makes an estimate stale. */
+#include <criterion/criterion.h>
+
+#include "scheduler/spec/spec.h"
+
+static const bool BOTH[SPEC_N_PROPOSERS] = {true, true};
+
+/* One decode-only step as the scheduler reports it: with drafts from p (or none when
+ * p < 0), delivering `rate` tokens per second. */
+static void step(spec_gate *g, int width, int p, double rate) {
+    int64_t drafts[SPEC_N_PROPOSERS] = {0};
+    if (p >= 0) drafts[p] = 4 * width;
+    spec_gate_observe(g, width, 100, 100 / rate, 100, drafts);
+}
+
+/* Runs n steps at width: each drafts with the first allowed proposer, at on_rate, or
+ * without drafts at off_rate. Returns how many steps drafted. */
+static int run(spec_gate *g, int width, int n, double off_rate, double on_rate) {
+    int drafted = 0;
+    for (int i = 0; i < n; i++) {
+        bool allowed[SPEC_N_PROPOSERS];
+        spec_gate_plan(g, width, 100, allowed);
+        int p = allowed[SPEC_NGRAM] ? SPEC_NGRAM : allowed[SPEC_SUFFIX] ? SPEC_SUFFIX : -1;
+        step(g, width, p, p >= 0 ? on_rate : off_rate);
+        drafted += p >= 0;
+    }
+    return drafted;
+}
+
+Test(spec_gate, buckets_are_powers_of_two) {
+    cr_assert_eq(spec_gate_bucket_of(1), 0);
+    cr_assert_eq(spec_gate_bucket_of(2), 1);
+    cr_assert_eq(spec_gate_bucket_of(3), 1);
+    cr_assert_eq(spec_gate_bucket_of(4), 2);
+    cr_assert_eq(spec_gate_bucket_of(64), 6);
+    cr_assert_eq(spec_gate_bucket_of(100000), SPEC_GATE_BUCKETS - 1);
+}
+
+Test(spec_gate, a_winning_proposer_stays_on) {
+    spec_gate g;
+    spec_gate_init(&g, BOTH);
+    int drafted = run(&g, 1, 2000, 100, 250);
+    cr_assert(spec_gate_enabled(&g, SPEC_NGRAM));
+    cr_assert_eq(g.switches[SPEC_NGRAM], 0);
+    /* off is re-measured now and then, ever more rarely while on keeps winning */
+    cr_assert_gt(drafted, 2000 * 9 / 10, "drafted %d of 2000 steps", drafted);
+    cr_assert_lt(drafted, 2000, "off was measured too");
+}
+
+Test(spec_gate, a_losing_proposer_is_switched_off_and_costs_ever_less) {
+    spec_gate g;
+    spec_gate_init(&g, BOTH);
+    /* compute-bound: drafts make each step slower than they pay */
+    run(&g, 64, 200, 1000, 700);
+    cr_assert(!spec_gate_enabled(&g, SPEC_NGRAM), "ngram lost and is off");
+    cr_assert(!spec_gate_enabled(&g, SPEC_SUFFIX), "suffix lost and is off");
+    int early = run(&g, 64, 2000, 1000, 700);
+    int late = run(&g, 64, 8000, 1000, 700);
+    cr_assert_lt(early, 2000 / 10, "probes only: %d of 2000 steps drafted", early);
+    cr_assert_lt(late, 8000 / 50, "the probe interval grew: %d of 8000 steps drafted", late);
+    cr_assert_gt(late, 0, "still probed now and then");
+}
+
+Test(spec_gate, a_probe_that_wins_switches_it_back_on) {
+    spec_gate g;
+    spec_gate_init(&g, BOTH);
+    run(&g, 8, 200, 1000, 700);
+    cr_assert(!spec_gate_enabled(&g, SPEC_NGRAM));
+    int64_t switches = g.switches[SPEC_NGRAM];
+    run(&g, 8, 2000, 1000, 2000); /* the workload turned copy-heavy */
+    cr_assert(spec_gate_enabled(&g, SPEC_NGRAM));
+    cr_assert_gt(g.switches[SPEC_NGRAM], switches);
+}
+
+Test(spec_gate, buckets_decide_independently) {
+    spec_gate g;
+    spec_gate_init(&g, BOTH);
+    run(&g, 64, 300, 1000, 700); /* wide steps lose */
+    run(&g, 1, 300, 100, 250);   /* narrow ones win */
+    bool allowed[SPEC_N_PROPOSERS];
+    spec_gate_plan(&g, 1, 100, allowed);
+    cr_assert(spec_gate_enabled(&g, SPEC_NGRAM), "on at width 1");
+    spec_gate_plan(&g, 64, 100, allowed);
+    cr_assert(!spec_gate_enabled(&g, SPEC_NGRAM), "off at width 64");
+}
+
+Test(spec_gate, noise_within_the_margin_switches_nothing) {
+    spec_gate g;
+    spec_gate_init(&g, BOTH);
+    /* on is 2% slower than off: inside the 5% margin */
+    run(&g, 4, 3000, 1000, 980);
+    cr_assert(spec_gate_enabled(&g, SPEC_NGRAM));
+    cr_assert_eq(g.switches[SPEC_NGRAM], 0);
+}
+
+Test(spec_gate, an_estimate_from_another_depth_is_stale) {
+    spec_gate g;
+    spec_gate_init(&g, BOTH);
+    run(&g, 16, 200, 1000, 700);
+    cr_assert(!spec_gate_enabled(&g, SPEC_NGRAM));
+    /* the contexts grew fourfold: the loss is re-measured at once, not after the interval */
+    bool allowed[SPEC_N_PROPOSERS];
+    spec_gate_plan(&g, 16, 400, allowed);
+    cr_assert(allowed[SPEC_NGRAM] || allowed[SPEC_SUFFIX], "a stale loss is probed at once");
+}
+
+Test(spec_gate, unavailable_proposers_never_draft) {
+    spec_gate g;
+    const bool none[SPEC_N_PROPOSERS] = {false, false};
+    spec_gate_init(&g, none);
+    cr_assert_eq(run(&g, 1, 500, 100, 1000), 0);
+    const bool suffix_only[SPEC_N_PROPOSERS] = {false, true};
+    spec_gate_init(&g, suffix_only);
+    for (int i = 0; i < 100; i++) {
+        bool allowed[SPEC_N_PROPOSERS];
+        spec_gate_plan(&g, 1, 100, allowed);
+        cr_assert(!allowed[SPEC_NGRAM]);
+        step(&g, 1, allowed[SPEC_SUFFIX] ? SPEC_SUFFIX : -1, 200);
+    }
+}
