@@ -101,7 +101,7 @@ LOADGEN_LDLIBS := -lcurl -ljansson -lm
 TEST_SRC := $(wildcard tests/unit/*/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all test layers unit-test integration-test run debug setup fuzz bench bench-template bench-serve bench-soak format format-check clean install
+.PHONY: all test layers unit-test integration-test run debug setup fuzz bench bench-template bench-serve bench-spec bench-soak format format-check clean install
 
 all: $(BUILD)/spindle $(BUILD)/mkmodel
 
@@ -163,7 +163,7 @@ FUZZ_SECONDS ?= 60
 fuzz:
 	@tools/fuzz.sh $(FUZZ_SECONDS)
 
-bench: setup all bench-template bench-serve $(BUILD)/mem_bandwidth
+bench: setup all bench-template bench-serve bench-spec $(BUILD)/mem_bandwidth
 	@$(BUILD)/mem_bandwidth
 	@bench/bench_kernels.sh
 	@bench/bench_profile.sh
@@ -177,6 +177,16 @@ $(BUILD)/mem_bandwidth: bench/mem_bandwidth.c
 # shared-prefix prompts); writes the serve section of docs/benchmarks.md and its plot.
 bench-serve: setup all $(BUILD)/loadgen
 	@$(PYTHON) bench/bench_serve.py --bin $(BUILD)/spindle --loadgen $(BUILD)/loadgen --model $(MODEL)
+
+# Speculative decoding: spindle with it, without it, and llama-server with its own lookup
+# speculation, on copy-heavy, agentic multi-turn and prose datasets at concurrency 1-64,
+# plus what one sampled row costs (bench_draw); writes the spec section of
+# docs/benchmarks.md.
+bench-spec: setup all $(BUILD)/loadgen $(BUILD)/bench_draw
+	@$(PYTHON) bench/bench_spec.py --bin $(BUILD)/spindle --draw-bin $(BUILD)/bench_draw --model $(MODEL)
+
+$(BUILD)/bench_draw: bench/bench_draw.c $(LIB)
+	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDLIBS) $(CUDA_LIBS)
 
 # Normal clients beside each front-end attack in turn for 10 minutes: latency per phase,
 # RSS, failed requests; writes the soak section of docs/benchmarks.md.

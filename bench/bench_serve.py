@@ -126,6 +126,20 @@ def spindle_kv_bytes_per_token(a, raw):
     raise RuntimeError("spindle /metrics has no spindle_kv_blocks_total")
 
 
+def peer_binary(peer_dir, name, say):
+    """peer_dir/build/bin/name, built by tools/peer_build.sh first when it is missing (15+ minutes
+    on 2 cores). No peer_dir: build/peer-<the set tools/peer_isa.sh picks for this CPU>."""
+    if not peer_dir:
+        isa = subprocess.run([os.path.join(ROOT, "tools", "peer_isa.sh")], capture_output=True, text=True,
+                             check=True).stdout.strip()
+        peer_dir = f"build/peer-{isa}"
+    path = os.path.join(peer_dir, "build", "bin", name)
+    if not os.access(path, os.X_OK):
+        say(f"no {path}; building the peer (15+ minutes on 2 cores)")
+        subprocess.run([os.path.join(ROOT, "tools", "peer_build.sh"), peer_dir], check=True)
+    return path
+
+
 def tool_versions(a):
     info = {"spindle_commit": git_commit(), "model": os.path.relpath(os.path.abspath(a.model), ROOT),
             "cpu": cpu_model(), "cpus": os.cpu_count(), "threads": a.threads}
@@ -410,16 +424,7 @@ def main():
             sys.exit(f"bench-serve: {path}: {what} not found")
     if "spindle" in a.servers and not os.path.exists(a.bin):
         sys.exit(f"bench-serve: {a.bin}: spindle not built (make all)")
-    a.llama_server = None
-    if "llama.cpp" in a.servers:
-        if not a.peer_dir:  # the build of the set tools/peer_isa.sh picks for this CPU
-            isa = subprocess.run([os.path.join(ROOT, "tools", "peer_isa.sh")], capture_output=True, text=True,
-                                 check=True).stdout.strip()
-            a.peer_dir = f"build/peer-{isa}"
-        a.llama_server = os.path.join(a.peer_dir, "build", "bin", "llama-server")
-        if not os.access(a.llama_server, os.X_OK):
-            log(f"no {a.llama_server}; building the peer (15+ minutes on 2 cores)")
-            subprocess.run([os.path.join(ROOT, "tools", "peer_build.sh"), a.peer_dir], check=True)
+    a.llama_server = peer_binary(a.peer_dir, "llama-server", log) if "llama.cpp" in a.servers else None
     raw = do_run(a)
     do_report(a, raw)
 

@@ -25,8 +25,7 @@ static void host_destroy(dev_backend *dev) {
     free(hb->arenas);
     free(hb->scratch);
     free(hb->attn_scratch);
-    sample_state_free(&hb->sampler);
-    free(hb->raw_logits);
+    host__sample_free(hb);
     free(hb);
 }
 

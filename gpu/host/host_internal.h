@@ -139,9 +139,11 @@ typedef struct host_backend {
      * grown only when a KV cache is created: host__attention_scratch_bytes per thread. */
     void *attn_scratch;
     size_t attn_scratch_bytes;
-    /* dev_sample's scratch (host_sample.c), sized for sampler_vocab entries on first use. */
-    sample_state sampler;
-    float *raw_logits;
+    /* dev_sample's scratch (host_sample.c), one per worker (rows are sampled in
+     * parallel), sized for sampler_vocab entries on first use. */
+    sample_state *samplers; /* (n_samplers) */
+    float **raw_logits;     /* (n_samplers) each (sampler_vocab) */
+    int n_samplers;
     int32_t sampler_vocab;
 } host_backend;
 
@@ -151,6 +153,9 @@ typedef struct host_kv {
     size_t layer_stride;  /* elements per layer (K and V) */
     size_t pool_stride;   /* elements per K (or V) pool of one layer */
 } host_kv;
+
+/* Frees dev_sample's per-worker scratch (host_sample.c). */
+void host__sample_free(host_backend *hb);
 
 /* Ensures the scratch area holds at least nbytes (64-byte aligned). */
 sp_status host__scratch_reserve(host_backend *hb, size_t nbytes);

@@ -114,8 +114,9 @@ static int64_t sum(const int64_t *v, int n) {
 /* The requests with the given proposers, two passes, among 31 others or alone, against
  * speculation off; asserts drafts were made and accepted (a vacuous pass is a fail). */
 static void check_identical(bool ngram, bool suffix, int batch_size) {
-    tick_env e;
+    tick_env e, e2;
     env_open(&e, 1);
+    env_open(&e2, 2); /* speculation on two threads: rows are sampled in parallel */
     static int32_t prompts[SPEC_N][SPEC_PROMPT_CAP];
     static sched_request_params p[SPEC_N];
     spec_params(&e, prompts, p);
@@ -126,7 +127,7 @@ static void check_identical(bool ngram, bool suffix, int batch_size) {
     drive(&e, &c, p, SPEC_N, 2, off, &st_off, NULL);
     c = spec_config(ngram, suffix);
     c.max_batch_size = batch_size;
-    drive(&e, &c, p, SPEC_N, 2, on, &st_on, NULL);
+    drive(&e2, &c, p, SPEC_N, 2, on, &st_on, NULL);
     for (int i = 0; i < 2 * SPEC_N; i++) {
         char what[64];
         snprintf(what, sizeof what, "pass %d request %d", i / SPEC_N, i % SPEC_N);
@@ -144,6 +145,7 @@ static void check_identical(bool ngram, bool suffix, int batch_size) {
                 ngram, suffix, batch_size, (long long)st_off.ticks, (long long)st_on.ticks,
                 (long long)st_on.spec_accepted[0], (long long)st_on.spec_proposed[0], (long long)st_on.spec_accepted[1],
                 (long long)st_on.spec_proposed[1]);
+    env_close(&e2);
     env_close(&e);
 }
 

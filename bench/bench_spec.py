@@ -1,0 +1,568 @@
+#!/usr/bin/env python3
+"""Speculative-decoding benchmark: spindle with speculation (`--speculative auto`), spindle
+without it (`--speculative off`) and llama.cpp's llama-server with its own draft-free n-gram
+speculation, side by side in one sitting, on the datasets of bench/spec_datasets.py (copy-heavy,
+agentic multi-turn, free prose).
+
+For each dataset and each concurrency C (1, 4, 16, 64) it starts each server fresh on the same
+GGUF with the same threads and room for C sequences, waits for its /health, sends one warm-up
+request, reads /metrics, runs the conversations with at most C in flight (each conversation's
+turns one after another, every turn carrying the server's own earlier answers), reads /metrics
+again, and stops it. Requests are streaming /v1/chat/completions, temperature 0, a fixed
+max_tokens. The three servers take turns, and the order flips at every point, so drift in the
+machine's speed hits all alike. It then checks that spindle's answers with speculation equal
+its answers without (same prompts, greedy: they must, token for token) and writes the "spec"
+section of docs/benchmarks.md: delivered output tokens/s, the ratios spec/off and
+spec/llama-server, median TTFT, draft acceptance per proposer (from the /metrics deltas), and
+the mismatch count. Raw per-request JSON (texts included) and server logs stay in
+build/bench/spec-<time>/.
+
+    python3 bench/bench_spec.py --peer-dir /work/peer/avx512     the full run, about 20 minutes on 2 cores
+    python3 bench/bench_spec.py --quick                          smoke test: C=4, 4 prompts, 2 turns (~2 min)
+    python3 bench/bench_spec.py --report-from build/bench/spec-<time>     rewrite the report only
+
+spindle's flags come from `spindle serve --help`: without --speculative (an older build) the
+spec and off runs are the same server, and the report says so. llama-server's speculation flags
+come from its --help (--spec-type with the ngram types); a build without them runs without
+speculation, and the report says so.
+"""
+import argparse
+import concurrent.futures
+import datetime
+import http.client
+import json
+import os
+import re
+import shlex
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import spec_datasets  # noqa: E402
+from bench_serve import ServerProcess, git_commit, http_get, peer_binary, spindle_kv_bytes_per_token  # noqa: E402
+from report_section import cpu_model, write_section  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+VARIANTS = ("spec", "off", "llama.cpp")  # spindle --speculative auto, spindle --speculative off, llama-server
+# llama-server's draft-free speculation, both kinds spindle has and with spindle's draft length:
+# ngram-simple looks the last n tokens up in the sequence's own tokens (spindle's ngram, prompt
+# lookup); ngram-mod is a hash pool of n-grams shared by all slots (cross-request, like
+# spindle's suffix cache). The first that drafts wins.
+LLAMA_SPEC_DEFAULT = ("--spec-type ngram-simple,ngram-mod --spec-ngram-simple-size-n 3 --spec-ngram-simple-size-m 8 "
+                      "--spec-ngram-mod-n-match 16 --spec-ngram-mod-n-min 2 --spec-ngram-mod-n-max 8")
+
+
+def log(msg):
+    print(f"bench-spec: {msg}", file=sys.stderr, flush=True)
+
+
+def help_flags(argv):
+    """The --flags an executable's help text names."""
+    out = subprocess.run(argv, capture_output=True, text=True)
+    return set(re.findall(r"(?<![\w-])--[a-z][\w-]*", out.stdout + out.stderr))
+
+
+# ---- the servers' command lines --------------------------------------------------------------
+
+def spindle_argv(a, variant, c, ctx, kv_mb):
+    """spindle with room for c sequences of ctx tokens (--max-batch-size is llama-server's -np,
+    --ctx-size its per-slot context, the KV cache sized to hold them), then the variant's flags."""
+    extra = a.spindle_spec_args if variant == "spec" else a.spindle_off_args
+    device = ["--device", a.device] if a.device and "--device" in a.spindle_flags else []
+    return lambda port: [a.bin, "serve", "--model", a.model, "--host", "127.0.0.1", "--port", str(port),
+                         "--threads", str(a.threads), "--max-batch-size", str(c), "--ctx-size", str(ctx),
+                         "--kv-cache-mb", str(kv_mb), "--no-access-log", *device, *extra]
+
+
+def llama_argv(a, c, ctx):
+    """llama-server as bench_serve.py runs it (continuous batching, c slots of ctx tokens, CPU
+    only) with /metrics on and its speculation flags."""
+    return lambda port: [a.llama_server, "-m", a.model, "-t", str(a.threads), "-tb", str(a.threads), "-cb",
+                         "-np", str(c), "-c", str(c * ctx), "-ngl", "0", "--metrics", "--host", "127.0.0.1",
+                         "--port", str(port), *a.llama_spec]
+
+
+def resolve_spindle_flags(a):
+    """Drops the variant flags this spindle lacks (before --speculative existed: none)."""
+    a.spindle_flags = help_flags([a.bin, "serve", "--help"])
+    a.notes = []
+    spec, off = shlex.split(a.spec_args), shlex.split(a.off_args)
+    missing = sorted({x for x in spec + off if x.startswith("--") and x not in a.spindle_flags})
+    if missing:
+        a.notes.append(f"this spindle has no {', '.join(missing)}: the spec and off runs used the same flags "
+                       "(the comparison spec/off measures nothing)")
+        log(a.notes[-1])
+        spec = off = []
+    a.spindle_spec_args, a.spindle_off_args = spec, off
+
+
+def resolve_llama_spec(a):
+    """llama-server's speculation flags, or none (with a note) when this build lacks them."""
+    flags = help_flags([a.llama_server, "--help"])
+    wanted = shlex.split(a.llama_spec_args)
+    missing = sorted({x for x in wanted if x.startswith("-") and x not in flags})
+    if missing:
+        a.notes.append(f"llama-server has no {', '.join(missing)}: it ran WITHOUT speculation")
+        log(a.notes[-1])
+        wanted = []
+    a.llama_spec = wanted
+
+
+# ---- the client ------------------------------------------------------------------------------
+
+def stream_chat(url, messages, max_tokens, timeout):
+    """One streaming chat completion, greedy: a record of its text, TTFT (send to the first
+    chunk with text), E2E and the usage the server reports."""
+    u = urllib.parse.urlparse(url)
+    body = {"messages": messages, "max_tokens": max_tokens, "temperature": 0, "stream": True,
+            "stream_options": {"include_usage": True}}
+    rec = {"text": "", "ttft": None, "e2e": None, "prompt_tokens": None, "completion_tokens": None,
+           "cached_tokens": None, "finish_reason": None, "error": None}
+    t0 = time.monotonic()
+    rec["start"] = t0
+    conn = http.client.HTTPConnection(u.hostname, u.port, timeout=timeout)
+    try:
+        conn.request("POST", "/v1/chat/completions", body=json.dumps(body),
+                     headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        if resp.status != 200:
+            rec["error"] = f"HTTP {resp.status}: {resp.read()[:200].decode('utf-8', 'replace')}"
+            return rec
+        parts = []
+        for line in resp:
+            if not line.startswith(b"data:"):
+                continue
+            data = line[5:].strip()
+            if data == b"[DONE]":
+                break
+            chunk = json.loads(data)
+            if chunk.get("error"):
+                rec["error"] = json.dumps(chunk["error"])[:200]
+                break
+            for ch in chunk.get("choices") or []:
+                piece = (ch.get("delta") or {}).get("content")
+                if piece:
+                    if rec["ttft"] is None:
+                        rec["ttft"] = time.monotonic() - t0
+                    parts.append(piece)
+                rec["finish_reason"] = ch.get("finish_reason") or rec["finish_reason"]
+            usage = chunk.get("usage")
+            if usage:
+                rec["prompt_tokens"] = usage.get("prompt_tokens")
+                rec["completion_tokens"] = usage.get("completion_tokens")
+                rec["cached_tokens"] = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
+        rec["text"] = "".join(parts)
+        if rec["completion_tokens"] is None and not rec["error"]:
+            rec["error"] = "no usage in the stream"
+    except (OSError, http.client.HTTPException, ValueError) as e:
+        rec["error"] = f"{type(e).__name__}: {e}"
+    finally:
+        conn.close()
+        rec["end"] = time.monotonic()
+        rec["e2e"] = rec["end"] - t0
+    return rec
+
+
+def run_conversations(url, convs, system, c, max_tokens, timeout):
+    """Every conversation, at most c at once, each turn after the previous one's answer; returns
+    (records in conversation and turn order, wall seconds from the first send to the last end)."""
+    records = [[] for _ in convs]
+    lock = threading.Lock()
+
+    def one(i):
+        messages = [{"role": "system", "content": system}] if system else []
+        for turn, user in enumerate(convs[i]):
+            messages.append({"role": "user", "content": user})
+            rec = stream_chat(url, messages, max_tokens, timeout)
+            rec.update(conv=i, turn=turn)
+            with lock:
+                records[i].append(rec)
+            if rec["error"]:
+                return
+            messages.append({"role": "assistant", "content": rec["text"]})
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=c) as pool:
+        list(pool.map(one, range(len(convs))))
+    flat = [r for conv in records for r in conv]
+    t0 = min(r["start"] for r in flat)
+    wall = max(r["end"] for r in flat) - t0
+    for r in flat:  # times relative to the point's start
+        r["start"], r["end"] = r["start"] - t0, r["end"] - t0
+    return flat, wall
+
+
+# ---- /metrics ----------------------------------------------------------------------------------
+
+METRIC_LINE = re.compile(r"^([a-zA-Z_:][\w:]*)(\{[^}]*\})?\s+(\S+)$")
+# spindle: spindle_spec_{proposed,accepted}_tokens_total{proposer="..."} (spindle_spec_proposed_total
+# also read), spindle_spec_drafts_total; llama-server: llamacpp:spec_decode_num_*_total
+SPEC_METRIC = re.compile(r"^(?:spindle_spec_(proposed|accepted|drafts)(?:_tokens)?_total|"
+                         r"llamacpp:spec_decode_num_(draft|accepted|drafts)(?:_tokens)?_total)$")
+
+
+def spec_counters(url, llama_label):
+    """{proposer: {"proposed": n, "accepted": n, "drafts": n}} from a server's /metrics now."""
+    status, text = http_get(url + "/metrics", timeout=10)
+    out = {}
+    if status != 200:
+        return out
+    for line in text.splitlines():
+        m = METRIC_LINE.match(line)
+        if not m or not (k := SPEC_METRIC.match(m.group(1))):
+            continue
+        kind = k.group(1) or {"draft": "proposed", "accepted": "accepted", "drafts": "drafts"}[k.group(2)]
+        label = re.search(r'proposer="([^"]*)"', m.group(2) or "")
+        proposer = label.group(1) if label else llama_label
+        out.setdefault(proposer, {})[kind] = float(m.group(3))
+    return out
+
+
+def counters_delta(before, after):
+    return {p: {k: v - before.get(p, {}).get(k, 0.0) for k, v in kinds.items()} for p, kinds in after.items()}
+
+
+# ---- the run -------------------------------------------------------------------------------------
+
+def num_conversations(a, dataset, c):
+    if a.num_prompts:
+        return max(a.num_prompts, c) if dataset == "agentic" else a.num_prompts
+    if dataset == "agentic":  # c conversations in flight need c conversations
+        return max(c, a.min_conversations)
+    return min(a.max_prompts, max(a.min_prompts, a.num_prompts_per_concurrency * c))
+
+
+def context_tokens(a, dataset, convs):
+    """Per-sequence context to provision: the longest conversation's text at 2 bytes a token
+    (these prompts run 3-4), its answers, and 64 tokens of chat template; a multiple of 256."""
+    system = spec_datasets.system_prompt(dataset) or ""
+    longest = max(len(system) + sum(len(t) for t in conv) for conv in convs)
+    turns = max(len(conv) for conv in convs)
+    need = longest // 2 + turns * (a.max_tokens + 32) + 64
+    return (need + 255) // 256 * 256
+
+
+def run_point(a, raw, dataset, c, variant, rep, convs, ctx, kv_mb):
+    name = f"{dataset}-c{c}-{variant.replace('.', '')}-r{rep}"
+    argv_for_port = spindle_argv(a, variant, c, ctx, kv_mb) if variant != "llama.cpp" else llama_argv(a, c, ctx)
+    spec_type = a.llama_spec.index("--spec-type") if "--spec-type" in a.llama_spec else -1
+    llama_label = a.llama_spec[spec_type + 1] if 0 <= spec_type < len(a.llama_spec) - 1 else "none"
+    t0 = time.monotonic()
+    try:
+        srv = ServerProcess(argv_for_port, os.path.join(raw, name + ".log"))
+    except RuntimeError as e:
+        log(f"{name}: {e}")
+        return {"error": str(e)}
+    try:
+        warm = stream_chat(srv.url, [{"role": "user", "content": "Say hello."}], 8, a.timeout)
+        if warm["error"]:
+            log(f"{name}: warm-up failed: {warm['error']}")
+        before = spec_counters(srv.url, llama_label)
+        records, wall = run_conversations(srv.url, convs, spec_datasets.system_prompt(dataset), c, a.max_tokens,
+                                          a.timeout)
+        spec = counters_delta(before, spec_counters(srv.url, llama_label))
+    finally:
+        srv.stop()
+    ok = [r for r in records if not r["error"]]
+    out_tokens = sum(r["completion_tokens"] for r in ok)
+    result = {"dataset": dataset, "concurrency": c, "variant": variant, "repeat": rep, "argv": srv.argv,
+              "conversations": len(convs), "requests": len(records), "completed": len(ok),
+              "failed": len(records) - len(ok), "wall_s": wall, "output_tokens": out_tokens,
+              "prompt_tokens": sum(r["prompt_tokens"] or 0 for r in ok),
+              "output_throughput": out_tokens / wall if wall > 0 else 0.0,
+              "median_ttft_ms": 1000 * statistics.median([r["ttft"] for r in ok if r["ttft"] is not None] or [0]),
+              "spec": spec, "records": records}
+    with open(os.path.join(raw, name + ".json"), "w") as f:
+        json.dump(result, f, indent=1)
+    errs = {r["error"] for r in records if r["error"]}
+    log(f"{name}: {len(ok)}/{len(records)} done, {result['output_throughput']:.1f} output tok/s, "
+        f"TTFT median {result['median_ttft_ms']:.0f} ms, drafts {describe_acceptance(spec) or '-'} "
+        f"({time.monotonic() - t0:.0f} s){' errors: ' + '; '.join(sorted(errs))[:300] if errs else ''}")
+    return result
+
+
+def do_run(a):
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    raw = a.raw_dir or os.path.join(ROOT, "build", "bench", f"spec-{stamp}")
+    os.makedirs(raw, exist_ok=True)
+    load = os.getloadavg()[0]
+    if load > (os.cpu_count() or 1) / 2:
+        log(f"warning: load average {load:.2f} on {os.cpu_count()} CPUs: the machine is busy, results will be noisy")
+    variants = [v for v in a.variants.split(",") if v]
+    kv_per_token = spindle_kv_bytes_per_token(a, raw) if {"spec", "off"} & set(variants) else 0
+    meta = {"args": {k: v for k, v in vars(a).items() if k != "spindle_flags"}, "command": a.command,
+            "started": stamp, "load_before": load, "variants": variants, "notes": a.notes,
+            "spindle_commit": git_commit(), "model": os.path.relpath(os.path.abspath(a.model), ROOT),
+            "cpu": cpu_model(), "cpus": os.cpu_count(), "threads": a.threads}
+    if a.llama_server:
+        out = subprocess.run([a.llama_server, "--version"], capture_output=True, text=True)
+        line = next((l for l in (out.stdout + out.stderr).splitlines() if l.startswith("version:")), "version: ?")
+        meta["llama_version"] = line.split(":", 1)[1].strip()
+    points = []
+    k = 0
+    for dataset in a.datasets.split(","):
+        for c in [int(x) for x in a.concurrency.split(",")]:
+            convs = spec_datasets.conversations(dataset, num_conversations(a, dataset, c), a.seed, a.turns)
+            ctx = context_tokens(a, dataset, convs)
+            # room for c sequences of the context, plus an eighth for partly used blocks
+            kv_mb = max(64, int(kv_per_token * c * ctx * 1.125 / 2**20) + 1)
+            for rep in range(a.repeats):
+                order = variants if k % 2 == 0 else variants[::-1]
+                k += 1
+                for variant in order:
+                    r = run_point(a, raw, dataset, c, variant, rep, convs, ctx, kv_mb)
+                    points.append({"dataset": dataset, "concurrency": c, "variant": variant, "repeat": rep,
+                                   "ctx": ctx, **({"error": r["error"]} if "error" in r and "records" not in r
+                                                  else {"result": f"{dataset}-c{c}-{variant.replace('.', '')}"
+                                                                  f"-r{rep}.json"})})
+    meta["points"] = points
+    meta["load_after"] = os.getloadavg()[0]
+    with open(os.path.join(raw, "meta.json"), "w") as f:
+        json.dump(meta, f, indent=2)
+    log(f"raw results in {os.path.relpath(raw, ROOT)}")
+    return raw
+
+
+# ---- the report ------------------------------------------------------------------------------------
+
+def load_meta(raw):
+    with open(os.path.join(raw, "meta.json")) as f:
+        meta = json.load(f)
+    for p in meta["points"]:
+        p["r"] = None
+        if p.get("result"):
+            with open(os.path.join(raw, p["result"])) as f:
+                p["r"] = json.load(f)
+    return meta
+
+
+def describe_acceptance(spec):
+    """'ngram 71% of 512, suffix 90% of 40': accepted / proposed draft tokens per proposer."""
+    parts = []
+    for p, k in sorted(spec.items()):
+        if k.get("proposed"):
+            parts.append(f"{p} {100 * k.get('accepted', 0) / k['proposed']:.0f}% of {k['proposed']:.0f}")
+        elif p != "none":
+            parts.append(f"{p} 0 drafted")
+    return ", ".join(parts)
+
+
+def median_of(results, key):
+    vals = [r[key] for r in results if r]
+    return statistics.median(vals) if vals else None
+
+
+def ratio(x, y):
+    return f"{x / y:.2f}x" if x and y else "-"
+
+
+def mismatches(meta):
+    """{(dataset, c): (compared, differing, [first few (conv, turn)])}: spindle's answers with
+    speculation against without, request by request, in every repeat."""
+    out = {}
+    for p in meta["points"]:
+        if p["variant"] != "spec" or not p["r"]:
+            continue
+        twin = next((q for q in meta["points"] if q["variant"] == "off" and q["dataset"] == p["dataset"] and
+                     q["concurrency"] == p["concurrency"] and q["repeat"] == p["repeat"] and q["r"]), None)
+        if not twin:
+            continue
+        off = {(r["conv"], r["turn"]): r for r in twin["r"]["records"] if not r["error"]}
+        key = (p["dataset"], p["concurrency"])
+        n, bad, where = out.get(key, (0, 0, []))
+        for r in p["r"]["records"]:
+            o = off.get((r["conv"], r["turn"]))
+            if r["error"] or not o:
+                continue
+            n += 1
+            if r["text"] != o["text"] or r["completion_tokens"] != o["completion_tokens"]:
+                bad += 1
+                where.append((r["conv"], r["turn"]))
+        out[key] = (n, bad, where)
+    return out
+
+
+DATASET_TITLES = {
+    "copy": "Copy-heavy (rename a function in a given file, reformat given JSON, quote a given document)",
+    "agentic": "Agentic multi-turn (recurring tool outputs across turns and conversations)",
+    "prose": "Free prose (story prompts)",
+}
+
+
+def dataset_table(meta, dataset, mism):
+    pts = [p for p in meta["points"] if p["dataset"] == dataset]
+    lines = ["| concurrency | server | requests done / failed | output tokens (mean) | output tok/s | "
+             "TTFT median (ms) | spec / off | spec / llama-server | drafts: accepted of proposed | "
+             "spec = off answers |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    names = {"spec": "spindle, speculation auto", "off": "spindle, speculation off",
+             "llama.cpp": "llama-server" + (", n-gram speculation" if meta["args"].get("llama_spec") else "")}
+    for c in sorted({p["concurrency"] for p in pts}):
+        by = {v: [p["r"] for p in pts if p["concurrency"] == c and p["variant"] == v] for v in VARIANTS}
+        tput = {v: median_of(by[v], "output_throughput") for v in VARIANTS}
+        for v in meta["variants"]:
+            rs = [r for r in by[v] if r]
+            if not rs:
+                err = next((p.get("error", "?") for p in pts if p["concurrency"] == c and p["variant"] == v), "?")
+                lines.append(f"| {c} | {names[v]} | error: {err[:80]} |" + " |" * 7)
+                continue
+            done, failed = sum(r["completed"] for r in rs), sum(r["failed"] for r in rs)
+            mean_out = sum(r["output_tokens"] for r in rs) / max(1, done)
+            spec = {}
+            for r in rs:
+                for prop, kinds in r["spec"].items():
+                    for kk, val in kinds.items():
+                        spec.setdefault(prop, {}).setdefault(kk, 0.0)
+                        spec[prop][kk] += val
+            same = ""
+            if v == "spec" and (dataset, c) in mism:
+                n, bad, _ = mism[(dataset, c)]
+                same = f"{n - bad} / {n}"
+            ratios = (f"{ratio(tput['spec'], tput['off'])} | {ratio(tput['spec'], tput['llama.cpp'])}"
+                      if v == "spec" else " | ")
+            lines.append(f"| {c} | {names[v]} | {done} / {failed} | {mean_out:.0f} | {tput[v]:.1f} | "
+                         f"{median_of(rs, 'median_ttft_ms'):.0f} | {ratios} | {describe_acceptance(spec) or '-'} | "
+                         f"{same} |")
+    return lines
+
+
+def do_report(a, raw):
+    meta = load_meta(raw)
+    args = meta["args"]
+    mism = mismatches(meta)
+    compared = sum(n for n, _, _ in mism.values())
+    differing = sum(bad for _, bad, _ in mism.values())
+    llama_spec = " ".join(args.get("llama_spec") or []) or "none"
+    repeats = f", {args['repeats']} runs per point (medians)" if args["repeats"] > 1 else ""
+    lines = [f"## Speculative decoding: spindle with and without, and llama-server "
+             f"({os.path.basename(meta['model'])}, CPU)", ""]
+    body = [
+        f"- Machine: {meta['cpu']}, {meta['cpus']} logical CPUs; load average {meta['load_before']:.2f} before, "
+        f"{meta['load_after']:.2f} after",
+        f"- spindle: commit `{meta['spindle_commit']}`; llama.cpp: `{meta.get('llama_version', 'not run')}` "
+        "(vendor/llama.cpp of llama-cpp-python 0.3.36, built by tools/peer_build.sh)",
+        f"- Command: `{meta['command']}` (raw results: `{os.path.relpath(raw, ROOT)}`)",
+        "",
+    ]
+    body += [f"**Note: {n}**" for n in meta.get("notes", [])] + ([""] if meta.get("notes") else [])
+    body += [
+        f"Three servers on the same GGUF with {meta['threads']} threads, started fresh for every point (so no "
+        f"cache carries over), with room for C sequences: spindle `--max-batch-size C --ctx-size N` and a KV "
+        f"cache that holds them, with `{' '.join(args['spindle_spec_args']) or '(no flag)'}` (spec) or "
+        f"`{' '.join(args['spindle_off_args']) or '(no flag)'}` (off); llama-server `-cb -np C -c C*N -ngl 0` "
+        f"with `{llama_spec}` (its draft-free speculation: ngram-simple looks the last tokens up in the "
+        "sequence itself, like spindle's ngram proposer; ngram-mod is an n-gram pool shared by all slots, "
+        "like spindle's suffix cache; draft length as spindle's `--spec-k`), its other settings at their "
+        f"defaults. A Python client streams `/v1/chat/completions` (temperature 0, max_tokens "
+        f"{args['max_tokens']}, no ignore_eos), at most C conversations at once, after one warm-up request; "
+        f"{describe_counts(args)}. The servers take turns, the first one changing at every point{repeats}. "
+        "Output tok/s: completion tokens of all requests / (last end - first send). TTFT: send to the first "
+        "chunk with text. Drafts: the /metrics deltas over the timed part, accepted / proposed draft tokens per "
+        "proposer (spindle: `spindle_spec_*_total{proposer}`; llama-server: `llamacpp:spec_decode_num_*`, all "
+        "its types together). spec = off answers: spindle's answer texts and token counts with speculation "
+        "equal to those without, request by request.",
+        "",
+        "Datasets (generated by bench/spec_datasets.py from a seed; the same text for every server):",
+        "- **copy**: one request each, in turn: a ~35-line Python file with \"rename function X to Y and print "
+        "the complete updated file\"; a minified JSON document of 5-7 records with \"reformat with 2-space "
+        "indentation, keep every key and value\"; a 4-paragraph project document with \"what does it say about "
+        "X? answer only with sentences quoted exactly\".",
+        f"- **agentic**: coding-agent conversations of {args['turns']} turns sent one after another (each turn "
+        "carries the server's own earlier answers), one system prompt for all; the user turns are tool outputs "
+        "from one 6-file repository (`cat src/X.py`, a pytest failure log quoting that file, the same `cat` "
+        "again, the log again) with a request to explain or print the fixed function or file. The same file "
+        "and log recur across turns and across conversations.",
+        "- **prose**: \"write a short story about <who> in <where> who <what>\" (little to copy).",
+        "",
+        f"**spindle's answers with speculation equal those without: {compared - differing} of {compared} requests "
+        f"({differing} mismatches).**",
+    ]
+    if differing:
+        body += [f"- mismatches in {d}, C={c}: (conversation, turn) {w[:8]}" for (d, c), (_, bad, w)
+                 in sorted(mism.items()) if bad]
+    for dataset in args["datasets"].split(","):
+        body += ["", f"### {DATASET_TITLES.get(dataset, dataset)}", ""] + dataset_table(meta, dataset, mism)
+    text = "\n".join(lines + body) + "\n"
+    write_section(a.out, "spec", text)
+    print(text)
+    return differing
+
+
+def describe_counts(args):
+    if args["num_prompts"]:
+        return f"{args['num_prompts']} conversations per point (agentic: at least C)"
+    return (f"max({args['min_prompts']}, {args['num_prompts_per_concurrency']} x C) requests per point for copy "
+            f"and prose, at most {args['max_prompts']}; max({args['min_conversations']}, C) conversations for "
+            f"agentic")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bin", default="build/spindle", help="spindle binary")
+    ap.add_argument("--peer-dir", default=os.environ.get("PEER_DIR"),
+                    help="llama.cpp build, its llama-server in PEER_DIR/build/bin (tools/peer_build.sh makes it "
+                         "when missing; default build/peer-<isa>)")
+    ap.add_argument("--model", default="models/SmolLM2-135M-Instruct.Q4_1.gguf")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--device", default="cpu", help="spindle --device (passed when it has the flag; '' = not)")
+    ap.add_argument("--variants", default=",".join(VARIANTS), help="which of spec,off,llama.cpp to run")
+    ap.add_argument("--spec-args", default="--speculative auto --spec-k 8", help="spindle's flags for the spec run")
+    ap.add_argument("--off-args", default="--speculative off", help="spindle's flags for the off run")
+    ap.add_argument("--llama-spec-args", default=LLAMA_SPEC_DEFAULT,
+                    help="llama-server's speculation flags ('' = none)")
+    ap.add_argument("--concurrency", default="1,4,16,64")
+    ap.add_argument("--datasets", default=",".join(spec_datasets.DATASETS))
+    ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--turns", type=int, default=3, help="turns per agentic conversation (1-4)")
+    ap.add_argument("--num-prompts-per-concurrency", type=int, default=2)
+    ap.add_argument("--min-prompts", type=int, default=4)
+    ap.add_argument("--max-prompts", type=int, default=64)
+    ap.add_argument("--min-conversations", type=int, default=2, help="agentic conversations at least (and C)")
+    ap.add_argument("--num-prompts", type=int, default=0, help="the same number at every point (overrides the above)")
+    ap.add_argument("--repeats", type=int, default=1, help="runs per point (fresh servers each); medians reported")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--timeout", type=float, default=600.0, help="seconds per request")
+    ap.add_argument("--quick", action="store_true",
+                    help="smoke test: C=4, 4 prompts, 2 turns, report into the raw dir unless --out")
+    ap.add_argument("--out", default=None, help="report whose spec section is rewritten (default docs/benchmarks.md)")
+    ap.add_argument("--raw-dir", default=None, help="default build/bench/spec-<time>")
+    ap.add_argument("--report-from", default=None, metavar="RAW_DIR", help="only rewrite the report from a raw dir")
+    a = ap.parse_args()
+    a.command = "python3 bench/bench_spec.py" + "".join(" " + shlex.quote(x) for x in sys.argv[1:])
+    if a.quick:
+        a.concurrency, a.num_prompts, a.turns = "4", 4, 2
+    if a.report_from:
+        a.out = a.out or "docs/benchmarks.md"
+        sys.exit(1 if do_report(a, a.report_from) else 0)
+    unknown = set(a.variants.split(",")) - set(VARIANTS)
+    if unknown:
+        ap.error(f"--variants: unknown {', '.join(sorted(unknown))} (known: {', '.join(VARIANTS)})")
+    unknown = set(a.datasets.split(",")) - set(spec_datasets.DATASETS)
+    if unknown:
+        ap.error(f"--datasets: unknown {', '.join(sorted(unknown))} (known: {', '.join(spec_datasets.DATASETS)})")
+    if not 1 <= a.turns <= 4:
+        ap.error("--turns: 1 to 4")
+    if not os.path.exists(a.model):
+        sys.exit(f"bench-spec: {a.model}: model not found (make setup fetches it)")
+    if not os.path.exists(a.bin):
+        sys.exit(f"bench-spec: {a.bin}: spindle not built (make all)")
+    resolve_spindle_flags(a)
+    a.llama_server, a.llama_spec = None, []
+    if "llama.cpp" in a.variants:
+        a.llama_server = peer_binary(a.peer_dir, "llama-server", log)
+        resolve_llama_spec(a)
+    a.raw_dir = a.raw_dir or os.path.join(ROOT, "build", "bench",
+                                          f"spec-{datetime.datetime.now().strftime('%Y%m%d-%H%M%S')}")
+    a.out = a.out or (os.path.join(a.raw_dir, "report.md") if a.quick else "docs/benchmarks.md")
+    raw = do_run(a)
+    differing = do_report(a, raw)
+    if differing:
+        log(f"{differing} answers differ with speculation on and off")
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
