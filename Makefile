@@ -25,7 +25,7 @@ export SPINDLE_TESTDATA
 COMMON_SRC    := common/status.c common/log.c common/strbuf.c common/thread.c
 QUANT_SRC     := quant/quant.c quant/quant_kquants.c
 SAMPLE_SRC    := sample/sample.c
-GGUF_SRC      := gguf/gguf.c gguf/gguf_access.c
+GGUF_SRC      := gguf/gguf.c gguf/gguf_access.c gguf/gguf_write.c
 TOKENIZER_SRC := tokenizer/tokenizer.c tokenizer/tokenizer_spm.c tokenizer/tokenizer_bpe.c tokenizer/unicode.c
 TEMPLATE_SRC  := template/template_lexer.c template/template_parser.c template/template_parse_expr.c \
                  template/template_value.c template/template_json.c template/template_eval.c \
@@ -49,7 +49,7 @@ SERVER_SRC    := server/http.c server/http_generation.c server/http_framing.c se
                  server/chat.c server/tokenize.c server/auth.c server/notify.c server/access_log.c \
                  server/retry_after.c
 # cli/: everything but main.c goes into the library, so unit tests link it too
-CLI_SRC       := cli/cli_session.c cli/cmd_generate.c cli/cmd_inspect.c cli/cmd_bench.c \
+CLI_SRC       := cli/cli_session.c cli/cmd_generate.c cli/cmd_inspect.c cli/cmd_bench.c cli/cmd_quantize.c \
                  cli/cmd_template.c cli/cmd_serve.c
 
 LIB_SRC := $(COMMON_SRC) $(QUANT_SRC) $(SAMPLE_SRC) $(GGUF_SRC) $(TOKENIZER_SRC) $(TEMPLATE_SRC) \

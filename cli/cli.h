@@ -18,6 +18,7 @@ int cmd_generate(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_template(int argc, char **argv);
+int cmd_quantize(int argc, char **argv);
 
 /* Exit status for a failed status: 2 for problems with the input (usage, model file,
  * unsupported format), 1 for everything else. */

@@ -20,6 +20,7 @@ static void usage(FILE *out) {
             "  inspect    print a GGUF model's metadata and tensor table\n"
             "  bench      measure prompt processing and generation speed\n"
             "  template   render a chat template with a JSON context (see spindle template --help)\n"
+            "  quantize   write a GGUF model with its weights in Q8_0, Q4_0, Q4_1 or F16\n"
             "  help       show this text\n",
             SPINDLE_VERSION);
 }
@@ -55,6 +56,7 @@ int main(int argc, char **argv) {
     if (strcmp(argv[1], "inspect") == 0) return cmd_inspect(argc - 1, argv + 1);
     if (strcmp(argv[1], "bench") == 0) return cmd_bench(argc - 1, argv + 1);
     if (strcmp(argv[1], "template") == 0) return cmd_template(argc - 1, argv + 1);
+    if (strcmp(argv[1], "quantize") == 0) return cmd_quantize(argc - 1, argv + 1);
     fprintf(stderr, "spindle: error: unknown command '%s'\n\n", argv[1]);
     usage(stderr);
     return 2;

@@ -16,6 +16,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "common/status.h"
 
@@ -99,6 +100,10 @@ sp_status gguf_get_arr_str(const gguf_file *f, const char *key, uint64_t i, gguf
  * (arrays abbreviated after max_items elements). */
 void gguf_kv_format(const gguf_file *f, int64_t i, char *buf, size_t buflen, int max_items);
 
+/* The i-th key-value pair exactly as the file encodes it (key, value type, value), for
+ * copying it into another file (gguf_write.c): *data points into the mapping. */
+void gguf_kv_raw(const gguf_file *f, int64_t i, const void **data, size_t *n);
+
 /* Tensors. */
 int64_t gguf_tensor_count(const gguf_file *f);
 const gguf_tensor *gguf_tensor_at(const gguf_file *f, int64_t i);
@@ -109,5 +114,34 @@ const gguf_tensor *gguf_find_tensor(const gguf_file *f, const char *name);
 bool gguf_str_eq(gguf_str s, const char *c);
 
 const char *gguf_value_type_name(gguf_value_type t);
+
+/* ---- writing (gguf_write.c): a GGUF v3 file, streamed ---------------------------------
+ * gguf_write_begin writes the header; then exactly n_kv key-value pairs (gguf_write_kv_*),
+ * then the n_tensors tensor infos with gguf_write_tensor_infos, then each tensor's bytes
+ * in the same order with gguf_write_tensor_data (padded to the alignment). Errors are
+ * sticky in the writer and reported by gguf_write_end, which closes the file. */
+typedef struct gguf_writer {
+    FILE *out;
+    const char *path; /* for messages */
+    uint64_t alignment;
+    uint64_t written; /* bytes so far */
+    bool failed;
+} gguf_writer;
+
+/* A tensor to write: its name, type, shape; nbytes follows from them (quant_row_bytes). */
+typedef struct gguf_write_tensor {
+    gguf_str name;
+    uint32_t type;
+    uint32_t n_dims;
+    int64_t ne[GGUF_MAX_DIMS];
+} gguf_write_tensor;
+
+sp_status gguf_write_begin(gguf_writer *w, const char *path, uint64_t alignment, int64_t n_tensors, int64_t n_kv);
+void gguf_write_kv_raw(gguf_writer *w, const void *data, size_t n);
+void gguf_write_kv_u32(gguf_writer *w, const char *key, uint32_t v);
+void gguf_write_tensor_infos(gguf_writer *w, const gguf_write_tensor *t, int64_t n);
+void gguf_write_tensor_data(gguf_writer *w, const void *data, size_t n);
+/* Flushes and closes; SP_ERR_IO naming the file when anything failed. */
+sp_status gguf_write_end(gguf_writer *w);
 
 #endif

@@ -357,3 +357,24 @@ void gguf_kv_format(const gguf_file *f, int64_t i, char *buf, size_t buflen, int
     buf[t.len] = '\0';
     if (t.full && buflen > 4) memcpy(buf + buflen - 4, "...", 4);
 }
+
+void gguf_kv_raw(const gguf_file *f, int64_t i, const void **data, size_t *n) {
+    SP_ASSERT(i >= 0 && i < f->n_kv);
+    const gguf_kv *kv = &f->kvs[i];
+    /* the entry starts at the key's 8-byte length; the value ends by its type (all of it
+     * was bounds-checked at open) */
+    const uint8_t *start = (const uint8_t *)kv->key.ptr - 8;
+    uint64_t end = kv->pos;
+    if (kv->type == GGUF_TYPE_STRING) {
+        end += 8 + gguf__load_u(f->base + kv->pos, 8);
+    } else if (kv->type == GGUF_TYPE_ARRAY) {
+        if (kv->elem_type == GGUF_TYPE_STRING)
+            end = kv->n == 0 ? kv->pos : kv->str_pos[kv->n - 1] + 8 + gguf__load_u(f->base + kv->str_pos[kv->n - 1], 8);
+        else
+            end += kv->n * gguf__value_type_sizes[kv->elem_type];
+    } else {
+        end += gguf__value_type_sizes[kv->type];
+    }
+    *data = start;
+    *n = (size_t)(f->base + end - start);
+}
