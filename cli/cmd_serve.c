@@ -105,8 +105,13 @@ static void serve_args_fill(serve_args *a) {
     a->sched.spec_ngram_min = (int)c->spec_ngram_min;
     a->sched.spec_ngram_max = (int)c->spec_ngram_max;
     a->sched.spec_suffix_bytes = c->spec_suffix_mb << 20;
-    /* serve_parse checked the proposer list */
-    (void)cfg_speculative(c, &a->sched.spec_ngram, &a->sched.spec_suffix);
+    /* serve_parse checked the proposer list; serve_load loads the draft model */
+    cfg_proposers use;
+    (void)cfg_speculative(c, &use);
+    a->sched.spec_ngram = use.ngram;
+    a->sched.spec_suffix = use.suffix;
+    a->sched.spec_draft = use.draft;
+    a->sched.draft_kv_cache_mb = c->draft_kv_cache_mb;
 }
 
 /* Defaults, then the config file, then the flags (config/cfg.h). Returns -1 when the
@@ -120,8 +125,8 @@ static int serve_parse(int argc, char **argv, serve_args *a) {
     int rc = -1;
     sp_status st = cfg_parse_args(c, argc, argv, CFG_DEFAULT_PATH, &action);
     if (st == SP_OK && (!c->model || !c->host)) st = sp_fail(SP_ERR_NOMEM, "out of memory");
-    bool ngram, suffix;
-    if (st == SP_OK && action == CFG_ACTION_RUN) st = cfg_speculative(c, &ngram, &suffix);
+    cfg_proposers use;
+    if (st == SP_OK && action == CFG_ACTION_RUN) st = cfg_speculative(c, &use);
     if (st != SP_OK) {
         fprintf(stderr, "spindle: error: %s\n", sp_last_error());
         rc = cmd_exit_status(st);
@@ -171,6 +176,7 @@ static void model_names(const char *path, const char *override, char *file, size
 typedef struct serve_state {
     dev_backend *dev;
     model *model;
+    model *draft; /* --draft-model, or NULL */
     srv_http *http;
     char file_name[256];
     char served_name[256];
@@ -197,6 +203,11 @@ static sp_status serve_load(const serve_args *a, srv_app *app, serve_state *s) {
     if ((st = model_load(a->model, s->dev, &mopts, &s->model)) != SP_OK) return st;
     const model_hparams *hp = model_get_hparams(s->model);
     sched_config cfg = a->sched;
+    if (a->cfg.draft_model && cfg.spec_draft) {
+        if ((st = model_load(a->cfg.draft_model, s->dev, &mopts, &s->draft)) != SP_OK)
+            return sp_fail_prefix(st, "--draft-model");
+        cfg.draft_model = s->draft;
+    }
     if (a->ctx_size > hp->n_ctx_train) {
         return sp_fail(SP_ERR_RANGE, "--ctx-size %ld exceeds the model's training context of %d tokens", a->ctx_size,
                        hp->n_ctx_train);
@@ -354,6 +365,7 @@ int cmd_serve(int argc, char **argv) {
     serve_shutdown(&app, &s, graceful ? 5.0 : 0.5);
     srv_auth_destroy(app.auth); /* security: after the HTTP threads are gone */
     srv_model_info_free(&app.model);
+    model_destroy(s.draft); /* after the scheduler that borrowed it */
     model_destroy(s.model);
     dev_destroy(s.dev);
     pthread_rwlock_destroy(&app.lifecycle);

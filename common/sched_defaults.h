@@ -21,6 +21,9 @@
 /* the suffix cache's budget: spec_suffix_mb in the settings, spec_suffix_bytes in the scheduler */
 #define SP_SCHED_DEFAULT_SPEC_SUFFIX_MB 64
 
+/* the draft model's KV pool in MiB (draft_kv_cache_mb in both) */
+#define SP_SCHED_DEFAULT_DRAFT_KV_CACHE_MB 64
+
 /* request_timeout in the settings, request_timeout_s in the scheduler; 0 = none */
 #define SP_SCHED_DEFAULT_REQUEST_TIMEOUT_S 600
 

@@ -91,6 +91,11 @@ const cfg_key cfg__keys[] = {
         "prompt lookup: longest n-gram matched (>= --spec-ngram-min)", NULL),
     INT("spec_suffix_mb", "spec-suffix-mb", spec_suffix_mb, 1, 1 << 20, false,
         "the suffix cache's budget in MiB (prompts and outputs of finished requests)", NULL),
+    STR("draft_model", "draft-model", draft_model, true, "FILE",
+        "a smaller GGUF model with the model's vocabulary that drafts for it (e.g. its own Q4_1 from spindle "
+        "quantize)", "(default: none)"),
+    INT("draft_kv_cache_mb", "draft-kv-cache-mb", draft_kv_cache_mb, 1, 1 << 24, false,
+        "the draft model's KV cache budget in MiB", NULL),
     /* request limits */
     INT("max_n", "max-n", max_n, 1, 16, false, "most choices one request may ask for (n)", NULL),
     INT("max_sequences_per_request", "max-sequences-per-request", max_sequences_per_request, 0, 1 << 20, false,
@@ -149,6 +154,7 @@ void cfg_settings_init(cfg_settings *s) {
         .policy = CFG_POLICY_FCFS,
         .request_timeout = SP_SCHED_DEFAULT_REQUEST_TIMEOUT_S,
         .spec_suffix_mb = SP_SCHED_DEFAULT_SPEC_SUFFIX_MB,
+        .draft_kv_cache_mb = SP_SCHED_DEFAULT_DRAFT_KV_CACHE_MB,
         .max_n = 16,
         .max_sequences_per_request = 64,
         .max_tokens = 0,
@@ -166,27 +172,33 @@ void cfg_settings_init(cfg_settings *s) {
     s->speculative = strdup(SP_SCHED_DEFAULT_SPECULATIVE);
 }
 
-sp_status cfg_speculative(const cfg_settings *s, bool *ngram, bool *suffix) {
-    *ngram = *suffix = false;
+sp_status cfg_speculative(const cfg_settings *s, cfg_proposers *out) {
+    *out = (cfg_proposers){0};
     if (s->spec_ngram_min > s->spec_ngram_max)
         return sp_fail(SP_ERR_INVALID_ARG, "--spec-ngram-min %lld is above --spec-ngram-max %lld",
                        (long long)s->spec_ngram_min, (long long)s->spec_ngram_max);
     const char *text = s->speculative ? s->speculative : SP_SCHED_DEFAULT_SPECULATIVE;
     if (strcmp(text, "off") == 0) return SP_OK;
-    if (strcmp(text, "auto") == 0) return *ngram = *suffix = true, SP_OK;
+    if (strcmp(text, "auto") == 0) {
+        *out = (cfg_proposers){.ngram = true, .suffix = true, .draft = s->draft_model != NULL};
+        return SP_OK;
+    }
     char quoted[96];
     for (const char *p = text;;) {
         size_t n = strcspn(p, ",");
         if (n == 5 && strncmp(p, "ngram", n) == 0) {
-            *ngram = true;
+            out->ngram = true;
         } else if (n == 6 && strncmp(p, "suffix", n) == 0) {
-            *suffix = true;
-        } else if ((n == 5 && strncmp(p, "draft", n) == 0) || (n == 4 && strncmp(p, "self", n) == 0)) {
-            return sp_fail(SP_ERR_INVALID_ARG, "--speculative: the %.*s proposer is not built yet (use ngram, suffix)",
-                           (int)n, p);
+            out->suffix = true;
+        } else if (n == 5 && strncmp(p, "draft", n) == 0) {
+            if (!s->draft_model) return sp_fail(SP_ERR_INVALID_ARG, "--speculative: draft needs --draft-model FILE");
+            out->draft = true;
+        } else if (n == 4 && strncmp(p, "self", n) == 0) {
+            return sp_fail(SP_ERR_INVALID_ARG,
+                           "--speculative: the self proposer is not built yet (use ngram, suffix, draft)");
         } else {
             return sp_fail(SP_ERR_INVALID_ARG,
-                           "--speculative: expected off, auto or a comma list of ngram, suffix; got '%s'",
+                           "--speculative: expected off, auto or a comma list of ngram, suffix, draft; got '%s'",
                            cfg__quote(text, quoted, sizeof quoted));
         }
         if (!p[n]) return SP_OK;

@@ -27,7 +27,7 @@
 /* The file read when --config is not given, if it exists. */
 #define CFG_DEFAULT_PATH "/etc/spindle/spindle.yaml"
 /* How many settings there are (the rows of cfg.c's key table). */
-#define CFG_KEY_COUNT 53
+#define CFG_KEY_COUNT 55
 
 typedef enum cfg_device {
     CFG_DEVICE_AUTO, /* CUDA when built and present, else the CPU */
@@ -97,11 +97,13 @@ typedef struct cfg_settings {
     double request_timeout; /* seconds; 0: none */
     bool prefix_cache;      /* share computed KV blocks of equal prefixes */
     /* speculative decoding */
-    char *speculative;      /* off, auto, or a comma list of proposers (cfg_speculative) */
-    int64_t spec_k;         /* most draft tokens per sequence and step */
-    int64_t spec_ngram_min; /* n-gram lookup: shortest match */
-    int64_t spec_ngram_max; /* and longest */
-    int64_t spec_suffix_mb; /* the suffix cache's budget */
+    char *speculative;         /* off, auto, or a comma list of proposers (cfg_speculative) */
+    int64_t spec_k;            /* most draft tokens per sequence and step */
+    int64_t spec_ngram_min;    /* n-gram lookup: shortest match */
+    int64_t spec_ngram_max;    /* and longest */
+    int64_t spec_suffix_mb;    /* the suffix cache's budget */
+    char *draft_model;         /* a smaller model of the same vocabulary that drafts; NULL: none */
+    int64_t draft_kv_cache_mb; /* its KV pool */
     /* request limits */
     int64_t max_n;                     /* most choices a request may ask for (n) */
     int64_t max_sequences_per_request; /* prompts times n; 0: no bound */
@@ -127,10 +129,14 @@ typedef struct cfg_settings {
     bool _flagged[CFG_KEY_COUNT]; /* a list key given on the command line (it replaces the file's) */
 } cfg_settings;
 
-/* The proposers `speculative` names: "off" (none), "auto" (every one built), or a comma
- * list of ngram, suffix (draft and self are refused: not built yet). Checks
- * spec_ngram_min <= spec_ngram_max too. A bad value fails naming the flag. */
-sp_status cfg_speculative(const cfg_settings *s, bool *ngram, bool *suffix);
+/* The proposers `speculative` names: "off" (none), "auto" (every one available: draft
+ * only with draft_model), or a comma list of ngram, suffix, draft (which needs
+ * draft_model); self is refused (not built yet). Checks spec_ngram_min <=
+ * spec_ngram_max too. A bad value fails naming the flag. */
+typedef struct cfg_proposers {
+    bool ngram, suffix, draft;
+} cfg_proposers;
+sp_status cfg_speculative(const cfg_settings *s, cfg_proposers *out);
 
 /* Fills s with the defaults (those of `spindle serve --help`). Free with
  * cfg_settings_free. */

@@ -47,6 +47,7 @@ static void output_finish_locked(sched_request *r, sched_finish f, sp_status err
  * reference dropped. r must not be running any more. */
 static void request_retire(sched *s, sched_request *r, sched_finish f, sp_status err) {
     kv__blocks_release(&s->blocks, &r->kv);
+    sched__spec_release(s, r);
     sched__queue_uncount(s, r);
     r->state = SCHED_SEQ_DONE;
     switch (f) {

@@ -96,6 +96,7 @@ static void request_unprepare(sched_request *r) {
     free(r->tokens);
     r->tokens = NULL;
     kv__seq_free(&r->kv);
+    kv__seq_free(&r->draft_kv);
     pthread_mutex_lock(&r->lock);
     free(r->out.tokens);
     free(r->out.top);
@@ -121,9 +122,13 @@ sp_status sched__request_prepare(sched_request *r, int block_size) {
     sched_token *top =
         r->out.top_logprobs > 0 ? malloc(sizeof *top * (size_t)p->max_tokens * (size_t)r->out.top_logprobs) : NULL;
     char *text = malloc(text_cap);
-    kv_seq kv = {0};
-    if (!tokens || !out_tokens || (r->out.top_logprobs > 0 && !top) || !text ||
-        kv__seq_init(&kv, kv__blocks_for_tokens(total, block_size)) != SP_OK) {
+    kv_seq kv = {0}, draft_kv = {0};
+    int32_t cap = kv__blocks_for_tokens(total, block_size);
+    bool kv_ok = kv__seq_init(&kv, cap) == SP_OK;
+    bool draft_ok = kv__seq_init(&draft_kv, cap) == SP_OK; /* the draft model's blocks (spec_draft.c) */
+    if (!tokens || !out_tokens || (r->out.top_logprobs > 0 && !top) || !text || !kv_ok || !draft_ok) {
+        if (kv_ok) kv__seq_free(&kv);
+        if (draft_ok) kv__seq_free(&draft_kv);
         free(tokens);
         free(out_tokens);
         free(top);
@@ -136,6 +141,8 @@ sp_status sched__request_prepare(sched_request *r, int block_size) {
     r->n_tokens = p->n_prompt;
     r->n_computed = 0;
     r->kv = kv;
+    r->draft_kv = draft_kv;
+    r->draft_computed = 0;
     r->spec_k = 0; /* spec_tick.c starts it at the configured k */
     tok_decoder_init(&r->dec, false);
     r->dec.at_start = false; /* the generated text continues the prompt */
@@ -173,6 +180,7 @@ void sched_request_release(sched_request *r) {
     SP_ASSERT(before > 0);
     if (before != 1) return;
     if (r->kv.ids) kv__seq_free(&r->kv);
+    if (r->draft_kv.ids) kv__seq_free(&r->draft_kv);
     free(r->tokens);
     free((void *)r->params.prompt);
     free(r->stop_data);

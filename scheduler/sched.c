@@ -35,6 +35,7 @@ sched_config sched_config_default(void) {
         .spec_ngram = true, /* SP_SCHED_DEFAULT_SPECULATIVE: auto */
         .spec_suffix = true,
         .spec_suffix_bytes = (int64_t)SP_SCHED_DEFAULT_SPEC_SUFFIX_MB << 20,
+        .draft_kv_cache_mb = SP_SCHED_DEFAULT_DRAFT_KV_CACHE_MB,
     };
 }
 
@@ -212,6 +213,8 @@ sp_status sched_create(const sched_config *config, model *m, sched **out) {
     }
 
     int32_t n_blocks = 0;
+    /* the draft model's pool first: on a GPU the target's takes its share of what is left */
+    if ((st = sched__draft_init(s)) != SP_OK) goto fail;
     if ((st = sched_pool_blocks(s, &n_blocks)) != SP_OK) goto fail;
     if ((st = kv__blocks_init(&s->blocks, n_blocks, s->cfg.block_size, s->cfg.prefix_cache)) != SP_OK) goto fail;
     /* one sequence can never be longer than the whole pool: say so once, and make the
@@ -292,6 +295,7 @@ void sched_destroy(sched *s) {
     if (s->kv) dev_kv_destroy(model_device(s->m), s->kv);
     kv__blocks_free(&s->blocks);
     sched__spec_free(s);
+    sched__draft_free(s);
     sched_free_arrays(s);
     pthread_mutex_destroy(&s->lock);
     pthread_cond_destroy(&s->wake);

@@ -63,12 +63,15 @@ typedef struct sched_config {
     int spec_ngram_min;        /* shortest n-gram prompt lookup matches (>= 1) */
     int spec_ngram_max;        /* longest (>= spec_ngram_min, <= 64) */
     int64_t spec_suffix_bytes; /* the suffix cache's budget (>= 64 KiB when spec_suffix) */
+    bool spec_draft;           /* a smaller model of the same vocabulary drafts (draft_model) */
+    model *draft_model;        /* borrowed, on the same device; must outlive the scheduler */
+    int64_t draft_kv_cache_mb; /* the draft model's own KV pool (CPU) */
 } sched_config;
 
 /* The most draft tokens a sequence proposes in one step. */
 enum { SCHED_SPEC_MAX_K = 16 };
 /* The proposers, as sched_stats indexes them (names: sched_spec_proposer_name). */
-enum { SCHED_SPEC_NGRAM, SCHED_SPEC_SUFFIX, SCHED_SPEC_PROPOSERS };
+enum { SCHED_SPEC_NGRAM, SCHED_SPEC_SUFFIX, SCHED_SPEC_DRAFT, SCHED_SPEC_PROPOSERS };
 const char *sched_spec_proposer_name(int proposer);
 
 sched_config sched_config_default(void);

@@ -163,6 +163,8 @@ struct sched_request {
     int32_t n_computed; /* tokens whose K/V are in the cache (0 again after preemption) */
     kv_seq kv;
     int spec_k;                /* its adaptive draft length (spec_tick.c), 1..cfg.spec_k */
+    kv_seq draft_kv;           /* its blocks in the draft model's pool (spec_draft.c) */
+    int32_t draft_computed;    /* leading tokens whose K/V the draft model holds */
     uint64_t last_decode_tick; /* the tick it last had a decode row (tick.c's fair share) */
     tok_decoder dec;
     sched_stop stop;
@@ -281,7 +283,10 @@ struct sched {
 
     /* speculative decoding (spec_tick.c): the scheduler thread */
     spec_gate gate;
-    spec_suffix *suffix; /* NULL: the suffix proposer is not used */
+    spec_suffix *suffix;            /* NULL: the suffix proposer is not used */
+    dev_kv *draft_kv;               /* the draft model's KV pool (NULL: no draft model) */
+    kv_blocks draft_blocks;         /* its block ids (no prefix cache) */
+    struct draft_slot *draft_slots; /* (S) the sequences of one tick's draft model run */
     sched_spec_counters spec_stats;
 
     sched_counters stats;
@@ -354,5 +359,32 @@ void sched__spec_observe(sched *s, int width, double depth, double seconds, int6
                          const int64_t drafts[SPEC_N_PROPOSERS]);
 /* r finished without error: its prompt and output join the suffix cache. */
 void sched__spec_remember(sched *s, const sched_request *r);
+/* r ends or is preempted: its draft model blocks go back. */
+void sched__spec_release(sched *s, sched_request *r);
+
+/* ---- the draft model (spec_draft.c) ----------------------------------------------- */
+
+/* The draft model's KV pool and step arrays, when cfg.draft_model is set (after its
+ * vocabulary was checked against the target's). */
+sp_status sched__draft_init(sched *s);
+void sched__draft_free(sched *s);
+/* One sequence of a draft model run: what it asks for and what it got. */
+typedef struct draft_slot {
+    sched_request *r;
+    int32_t want;  /* draft tokens it may take */
+    int32_t got;   /* draft tokens written after its last token */
+    int32_t chunk; /* tokens it feeds in the catch-up step */
+    int32_t limit; /* draft tokens it will still draw this tick (0: none) */
+} draft_slot;
+
+/* Drafts for slots[0..n) (sequences without a draft yet), up to slot.want tokens each:
+ * runs the draft model (catching each sequence up on what it has not seen, then one token
+ * at a time, batched across the sequences), sampling every draft token as the target
+ * will (its row, its position's draw). Writes the drafts after each sequence's last
+ * token and their count to slot.got (0: none this tick). Uses the step arrays: call
+ * before the step is built. */
+void sched__draft_propose(sched *s, draft_slot *slots, int n);
+/* After verification: the draft model's K/V is valid up to n_valid tokens of r. */
+void sched__draft_rollback(sched *s, sched_request *r, int32_t n_valid);
 
 #endif

@@ -27,7 +27,7 @@
 #include "scheduler/sched_internal.h"
 
 _Static_assert((int)SCHED_SPEC_NGRAM == (int)SPEC_NGRAM && (int)SCHED_SPEC_SUFFIX == (int)SPEC_SUFFIX &&
-                   (int)SCHED_SPEC_PROPOSERS == (int)SPEC_N_PROPOSERS,
+                   (int)SCHED_SPEC_DRAFT == (int)SPEC_DRAFT && (int)SCHED_SPEC_PROPOSERS == (int)SPEC_N_PROPOSERS,
                "sched_stats indexes proposers as spec.h numbers them");
 _Static_assert((int)SCHED_SPEC_MAX_K == (int)SPEC_MAX_K, "one bound on the draft length");
 
@@ -40,7 +40,8 @@ const char *sched_spec_proposer_name(int proposer) {
 }
 
 sp_status sched__spec_init(sched *s) {
-    bool available[SPEC_N_PROPOSERS] = {[SPEC_NGRAM] = s->cfg.spec_ngram, [SPEC_SUFFIX] = s->cfg.spec_suffix};
+    bool available[SPEC_N_PROPOSERS] = {
+        [SPEC_NGRAM] = s->cfg.spec_ngram, [SPEC_SUFFIX] = s->cfg.spec_suffix, [SPEC_DRAFT] = s->draft_kv != NULL};
     spec_gate_init(&s->gate, available);
     for (int p = 0; p < SPEC_N_PROPOSERS; p++)
         atomic_store_explicit(&s->spec_stats.enabled[p], available[p], memory_order_relaxed);
@@ -127,18 +128,25 @@ static int32_t draft_reserve(sched *s, sched_request *r, int32_t n_draft) {
     return held < n_draft ? held : n_draft;
 }
 
+static bool spec_any(const sched *s) {
+    return s->cfg.spec_ngram || s->cfg.spec_suffix || s->draft_kv;
+}
+
 void sched__spec_plan(sched *s, sched_request *const *chosen, int n, int32_t budget, int32_t *n_draft,
                       int8_t *proposer) {
     for (int i = 0; i < n; i++) {
         n_draft[i] = 0;
         proposer[i] = -1;
     }
-    if (n == 0 || budget <= 0 || !(s->cfg.spec_ngram || s->cfg.spec_suffix)) return;
+    if (n == 0 || budget <= 0 || !spec_any(s)) return;
     double depth = 0;
     for (int i = 0; i < n; i++) depth += chosen[i]->n_tokens;
     bool allowed[SPEC_N_PROPOSERS];
     spec_gate_plan(&s->gate, n, depth / n, allowed);
     publish_gate(s);
+    /* the free proposers first; the draft model takes the sequences they had nothing for
+     * (its drafts cost a model run), n_draft[i] meanwhile holding what each may take */
+    int n_model = 0;
     for (int i = 0; i < n && budget > 0; i++) {
         sched_request *r = chosen[i];
         if (r->params.no_speculation) continue;
@@ -147,13 +155,38 @@ void sched__spec_plan(sched *s, sched_request *const *chosen, int n, int32_t bud
         int32_t draft[SPEC_MAX_K];
         int who;
         int32_t m = draft_propose(s, r, allowed, k, draft, &who);
-        if (m > 0) m = draft_reserve(s, r, m);
-        if (m <= 0) continue;
-        memcpy(r->tokens + r->n_tokens, draft, sizeof *draft * (size_t)m);
+        if (m > 0) {
+            memcpy(r->tokens + r->n_tokens, draft, sizeof *draft * (size_t)m);
+        } else if (allowed[SPEC_DRAFT] && s->draft_kv) {
+            m = k;
+            who = SPEC_DRAFT;
+            n_model++;
+        } else {
+            continue;
+        }
         n_draft[i] = m;
         proposer[i] = (int8_t)who;
         budget -= m;
-        stat_add(&s->spec_stats.proposed[who], m);
+    }
+    if (n_model > 0) { /* batched across those sequences: their drafts land in r->tokens */
+        draft_slot *slots = s->draft_slots;
+        int j = 0;
+        for (int i = 0; i < n; i++)
+            if (proposer[i] == SPEC_DRAFT) slots[j++] = (draft_slot){.r = chosen[i], .want = n_draft[i]};
+        sched__draft_propose(s, slots, n_model);
+        j = 0;
+        for (int i = 0; i < n; i++)
+            if (proposer[i] == SPEC_DRAFT) n_draft[i] = slots[j++].got;
+    }
+    for (int i = 0; i < n; i++) { /* the target's KV for the drafts, within the watermark */
+        if (proposer[i] < 0) continue;
+        int32_t m = n_draft[i] > 0 ? draft_reserve(s, chosen[i], n_draft[i]) : 0;
+        n_draft[i] = m;
+        if (m <= 0) {
+            proposer[i] = -1;
+            continue;
+        }
+        stat_add(&s->spec_stats.proposed[proposer[i]], m);
     }
 }
 
@@ -178,6 +211,7 @@ int32_t sched__spec_verify(sched *s, sched_request *r, int32_t n_draft, int prop
      * that ends r releases it. */
     r->n_computed = n_before + accepted;
     kv__prefix_register(&s->blocks, &r->kv, r->tokens, r->n_computed);
+    sched__draft_rollback(s, r, r->n_computed);
     kv__blocks_truncate(&s->blocks, &r->kv, kv__blocks_for_tokens((int64_t)n_before + accepted + 1, s->cfg.block_size));
     for (int32_t j = 0; j <= accepted; j++)
         if (!sched__emit(s, r, &results[j], now)) return j + 1;
@@ -186,9 +220,15 @@ int32_t sched__spec_verify(sched *s, sched_request *r, int32_t n_draft, int prop
 
 void sched__spec_observe(sched *s, int width, double depth, double seconds, int64_t tokens,
                          const int64_t drafts[SPEC_N_PROPOSERS]) {
-    if (!(s->cfg.spec_ngram || s->cfg.spec_suffix)) return;
+    if (!spec_any(s)) return;
     spec_gate_observe(&s->gate, width, depth, seconds, tokens, drafts);
     publish_gate(s);
+}
+
+void sched__spec_release(sched *s, sched_request *r) {
+    if (!s->draft_kv) return;
+    kv__blocks_release(&s->draft_blocks, &r->draft_kv);
+    r->draft_computed = 0;
 }
 
 void sched__spec_remember(sched *s, const sched_request *r) {

@@ -91,6 +91,7 @@ static void tick_preempt(sched *s, int i) {
     sched_request *r = s->running[i];
     sched__running_remove(s, i);
     kv__blocks_release(&s->blocks, &r->kv);
+    sched__spec_release(s, r);
     r->n_computed = 0;
     r->state = SCHED_SEQ_WAITING;
     sched__waiting_insert(s, r);

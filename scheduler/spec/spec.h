@@ -22,13 +22,14 @@
 
 #include "common/status.h"
 
-/* The proposers built so far; the gate keeps an estimate for each. */
-typedef enum spec_proposer { SPEC_NGRAM, SPEC_SUFFIX, SPEC_N_PROPOSERS } spec_proposer;
+/* The proposers built so far; the gate keeps an estimate for each. The draft model's
+ * drafts are made by scheduler/spec_draft.c (it runs a model); the others here. */
+typedef enum spec_proposer { SPEC_NGRAM, SPEC_SUFFIX, SPEC_DRAFT, SPEC_N_PROPOSERS } spec_proposer;
 
 /* The most drafts a sequence proposes in one step (--spec-k's upper bound). */
 enum { SPEC_MAX_K = 16 };
 
-const char *spec_proposer_name(spec_proposer p); /* "ngram", "suffix" */
+const char *spec_proposer_name(spec_proposer p); /* "ngram", "suffix", "draft" */
 
 /* ---- n-gram / prompt lookup (spec_ngram.c) -------------------------------------- */
 

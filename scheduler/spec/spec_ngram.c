@@ -11,6 +11,7 @@ const char *spec_proposer_name(spec_proposer p) {
     switch (p) {
     case SPEC_NGRAM: return "ngram";
     case SPEC_SUFFIX: return "suffix";
+    case SPEC_DRAFT: return "draft";
     case SPEC_N_PROPOSERS: break;
     }
     return "?";

@@ -153,15 +153,15 @@ def test_metrics_move_as_requests_are_served(spindle_bin, stories_model):
         cached = sum(u.prompt_tokens_details.cached_tokens for u in usages)
         rejected = sum(delta(before, after, "spindle_spec_proposed_tokens_total", proposer=p) -
                        delta(before, after, "spindle_spec_accepted_tokens_total", proposer=p)
-                       for p in ("ngram", "suffix"))
+                       for p in ("ngram", "suffix", "draft"))
         assert delta(before, after, "spindle_tokens_per_tick_sum") == \
             prompt - cached + generated - finished + rejected
         # speculation: accepted drafts are part of what was proposed, by position too
-        for p in ("ngram", "suffix"):
+        for p in ("ngram", "suffix", "draft"):
             assert 0 <= delta(before, after, "spindle_spec_accepted_tokens_total", proposer=p) <= \
                 delta(before, after, "spindle_spec_proposed_tokens_total", proposer=p)
         accepted = sum(delta(before, after, "spindle_spec_accepted_tokens_total", proposer=p)
-                       for p in ("ngram", "suffix"))
+                       for p in ("ngram", "suffix", "draft"))
         assert sum(delta(before, after, "spindle_spec_accepted_by_position_total", position=str(i))
                    for i in range(16)) == accepted
 

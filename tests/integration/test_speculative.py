@@ -130,10 +130,11 @@ def test_the_suffix_cache_is_never_shared_across_api_keys(spindle_bin, default_m
     (["--spec-k", "0"], "--spec-k"),
     (["--spec-k", "17"], "--spec-k"),
     (["--speculative", "ngram,bogus"], "--speculative"),
-    (["--speculative", "draft"], "--speculative"),
     (["--speculative", "self"], "--speculative"),
     (["--spec-ngram-min", "6", "--spec-ngram-max", "3"], "--spec-ngram-min"),
     (["--spec-suffix-mb", "0"], "--spec-suffix-mb"),
+    (["--speculative", "draft"], "--speculative"),
+    (["--draft-kv-cache-mb", "0"], "--draft-kv-cache-mb"),
 ])
 def test_bad_speculation_flags_exit_2_naming_the_flag(spindle_bin, stories_model, flags, named):
     out = subprocess.run([spindle_bin, "serve", "--model", stories_model, "--port", "0", *flags],
@@ -145,5 +146,34 @@ def test_bad_speculation_flags_exit_2_naming_the_flag(spindle_bin, stories_model
 
 def test_help_documents_every_speculation_flag(spindle_bin):
     out = subprocess.run([spindle_bin, "serve", "--help"], capture_output=True, text=True, timeout=30)
-    for flag in ("--speculative", "--spec-k", "--spec-ngram-min", "--spec-ngram-max", "--spec-suffix-mb"):
+    for flag in ("--speculative", "--spec-k", "--spec-ngram-min", "--spec-ngram-max", "--spec-suffix-mb",
+                 "--draft-model", "--draft-kv-cache-mb"):
         assert flag in out.stdout
+
+
+def test_a_draft_model_of_another_vocabulary_exits_2(spindle_bin, stories_model, default_model):
+    out = subprocess.run([spindle_bin, "serve", "--model", stories_model, "--port", "0", "--draft-model",
+                          default_model], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2, out.stderr
+    errors = [ln for ln in out.stderr.splitlines() if "error" in ln]
+    assert len(errors) == 1 and "--draft-model" in errors[0] and "vocabulary" in errors[0], out.stderr
+
+
+def test_a_draft_model_quantized_from_the_target_keeps_the_output(spindle_bin, stories_model, tmp_path):
+    draft = tmp_path / "stories260K.Q4_1.gguf"
+    q = subprocess.run([spindle_bin, "quantize", stories_model, str(draft), "Q4_1"], capture_output=True, text=True,
+                       timeout=60)
+    assert q.returncode == 0, q.stderr
+    on = Server(spindle_bin, stories_model, "--draft-model", str(draft), "--speculative", "draft")
+    off = Server(spindle_bin, stories_model, "--speculative", "off")
+    try:
+        for kw in (dict(temperature=0), dict(temperature=0.9, seed=4, frequency_penalty=0.3)):
+            for prompt in ("Once upon a time", "Lily and Tom went to the park"):
+                got = on.client().completions.create(model="stories260K", prompt=prompt, max_tokens=64, **kw)
+                want = off.client().completions.create(model="stories260K", prompt=prompt, max_tokens=64, **kw)
+                assert got.choices[0].text == want.choices[0].text
+        m = on.metrics()
+        assert m['spindle_spec_accepted_tokens_total{proposer="draft"}'] > 0
+        assert m['spindle_spec_proposed_tokens_total{proposer="ngram"}'] == 0
+    finally:
+        assert on.stop() == 0 and off.stop() == 0

@@ -68,8 +68,8 @@ static void check_type(const char *type_name, quant_type type, double tolerance)
         bool big = gguf_str_eq(ta->name, "token_embd.weight") || gguf_str_eq(ta->name, "output.weight");
         /* vectors, rows that are no whole number of blocks, and (under a 4-bit type) the
          * F32 embedding and output keep their type */
-        bool keep = ta->n_dims < 2 || !quant_row_valid(type, ta->ne[0]) ||
-                    (big && (type == QUANT_Q4_0 || type == QUANT_Q4_1));
+        bool keep =
+            ta->n_dims < 2 || !quant_row_valid(type, ta->ne[0]) || (big && (type == QUANT_Q4_0 || type == QUANT_Q4_1));
         quant_type want = keep ? (quant_type)ta->type : type;
         cr_assert_eq(tb->type, (uint32_t)want, "%.*s: type %s", (int)ta->name.len, ta->name.ptr,
                      quant_type_name(tb->type));
@@ -78,9 +78,11 @@ static void check_type(const char *type_name, quant_type type, double tolerance)
         float *ra = malloc(sizeof *ra * (size_t)row), *rb = malloc(sizeof *rb * (size_t)row);
         for (int64_t r = 0; r < rows; r++) {
             quant_dequantize_row((quant_type)ta->type, ra,
-                                 (const uint8_t *)ta->data + (size_t)r * quant_row_bytes((quant_type)ta->type, row), row);
+                                 (const uint8_t *)ta->data + (size_t)r * quant_row_bytes((quant_type)ta->type, row),
+                                 row);
             quant_dequantize_row((quant_type)tb->type, rb,
-                                 (const uint8_t *)tb->data + (size_t)r * quant_row_bytes((quant_type)tb->type, row), row);
+                                 (const uint8_t *)tb->data + (size_t)r * quant_row_bytes((quant_type)tb->type, row),
+                                 row);
             double err = row_error(ra, rb, row);
             cr_assert_leq(err, tb->type == ta->type ? 0.0 : tolerance, "%.*s row %lld: error %g", (int)ta->name.len,
                           ta->name.ptr, (long long)r, err);

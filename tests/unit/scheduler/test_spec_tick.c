@@ -4,6 +4,7 @@
  * strings, max_tokens cutting an accepted run, n > 1, logprobs), alone and among 31
  * others; KV churn with drafts, cancellations and preemptions ends with every block
  * free; the prefix cache never holds a rejected draft token; per-request opt-out. */
+#include "cli/cli.h"
 #include "tests/unit/scheduler/tick_harness.h"
 
 enum { SPEC_N = 32, SPEC_PROMPT_CAP = 96 };
@@ -111,12 +112,28 @@ static int64_t sum(const int64_t *v, int n) {
     return t;
 }
 
+/* A draft model for the tiny model: its own Q4_1 (spindle quantize), loaded on e's
+ * device. Caller destroys it. */
+static model *draft_model_for(tick_env *e) {
+    char in[512], out[96];
+    testdata_path(in, sizeof in, "models/stories260K.gguf");
+    snprintf(out, sizeof out, "/tmp/spindle_test_draft_%d.gguf", (int)getpid());
+    char *argv[] = {"quantize", in, out, "Q4_1", NULL};
+    cr_assert_eq(cmd_quantize(4, argv), 0);
+    model *d;
+    model_options mo = {.max_batch_tokens = TICK_MODEL_BATCH};
+    cr_assert_eq(model_load(out, e->dev, &mo, &d), SP_OK, "%s", sp_last_error());
+    unlink(out);
+    return d;
+}
+
 /* The requests with the given proposers, two passes, among 31 others or alone, against
  * speculation off; asserts drafts were made and accepted (a vacuous pass is a fail). */
-static void check_identical(bool ngram, bool suffix, int batch_size) {
+static void check_identical_with(bool ngram, bool suffix, bool draft, int batch_size) {
     tick_env e, e2;
     env_open(&e, 1);
     env_open(&e2, 2); /* speculation on two threads: rows are sampled in parallel */
+    model *d = draft ? draft_model_for(&e2) : NULL;
     static int32_t prompts[SPEC_N][SPEC_PROMPT_CAP];
     static sched_request_params p[SPEC_N];
     spec_params(&e, prompts, p);
@@ -127,6 +144,8 @@ static void check_identical(bool ngram, bool suffix, int batch_size) {
     drive(&e, &c, p, SPEC_N, 2, off, &st_off, NULL);
     c = spec_config(ngram, suffix);
     c.max_batch_size = batch_size;
+    c.spec_draft = draft;
+    c.draft_model = d;
     drive(&e2, &c, p, SPEC_N, 2, on, &st_on, NULL);
     for (int i = 0; i < 2 * SPEC_N; i++) {
         char what[64];
@@ -136,16 +155,56 @@ static void check_identical(bool ngram, bool suffix, int batch_size) {
     cr_assert_eq(sum(st_off.spec_proposed, SCHED_SPEC_PROPOSERS), 0, "off drafts nothing");
     if (ngram) cr_assert_gt(st_on.spec_accepted[SCHED_SPEC_NGRAM], 0, "ngram drafts were accepted");
     if (suffix) cr_assert_gt(st_on.spec_accepted[SCHED_SPEC_SUFFIX], 0, "suffix drafts were accepted");
+    if (draft) cr_assert_gt(st_on.spec_accepted[SCHED_SPEC_DRAFT], 0, "draft model drafts were accepted");
     if (!ngram) cr_assert_eq(st_on.spec_proposed[SCHED_SPEC_NGRAM], 0);
     if (!suffix) cr_assert_eq(st_on.spec_proposed[SCHED_SPEC_SUFFIX], 0);
+    if (!draft) cr_assert_eq(st_on.spec_proposed[SCHED_SPEC_DRAFT], 0);
     cr_assert_eq(st_on.generated_tokens, st_off.generated_tokens);
     cr_assert_lt(st_on.ticks, st_off.ticks, "accepted drafts save steps");
     cr_assert_eq(st_on.kv_blocks_used, 0);
-    cr_log_info("ngram %d suffix %d batch %d: %lld ticks off, %lld on; accepted %lld/%lld ngram, %lld/%lld suffix",
-                ngram, suffix, batch_size, (long long)st_off.ticks, (long long)st_on.ticks,
+    cr_log_info("ngram %d suffix %d draft %d batch %d: %lld ticks off, %lld on; accepted %lld/%lld ngram, %lld/%lld "
+                "suffix, %lld/%lld draft",
+                ngram, suffix, draft, batch_size, (long long)st_off.ticks, (long long)st_on.ticks,
                 (long long)st_on.spec_accepted[0], (long long)st_on.spec_proposed[0], (long long)st_on.spec_accepted[1],
-                (long long)st_on.spec_proposed[1]);
+                (long long)st_on.spec_proposed[1], (long long)st_on.spec_accepted[2],
+                (long long)st_on.spec_proposed[2]);
+    model_destroy(d);
     env_close(&e2);
+    env_close(&e);
+}
+
+static void check_identical(bool ngram, bool suffix, int batch_size) {
+    check_identical_with(ngram, suffix, false, batch_size);
+}
+
+Test(spec_tick, draft_model_output_identical_among_31_others, .timeout = 120) {
+    check_identical_with(false, false, true, SPEC_N);
+}
+Test(spec_tick, draft_model_output_identical_alone, .timeout = 120) {
+    check_identical_with(false, false, true, 1);
+}
+Test(spec_tick, every_proposer_output_identical_among_31_others, .timeout = 120) {
+    check_identical_with(true, true, true, SPEC_N);
+}
+
+Test(spec_tick, a_draft_model_of_another_vocabulary_is_refused) {
+    tick_env e;
+    env_open(&e, 1);
+    const char *other = testdata_default_model();
+    if (access(other, R_OK) != 0) {
+        env_close(&e);
+        cr_skip_test("the default model %s is absent (run tools/setup.sh)", other);
+    }
+    model *d;
+    model_options mo = {.max_batch_tokens = TICK_MODEL_BATCH};
+    cr_assert_eq(model_load(other, e.dev, &mo, &d), SP_OK, "%s", sp_last_error());
+    sched_config c = spec_config(true, true);
+    c.spec_draft = true;
+    c.draft_model = d;
+    sched *s;
+    cr_assert_eq(sched_create(&c, e.m, &s), SP_ERR_INVALID_ARG);
+    cr_assert(strstr(sp_last_error(), "--draft-model") && strstr(sp_last_error(), "vocabulary"), "%s", sp_last_error());
+    model_destroy(d);
     env_close(&e);
 }
 
@@ -233,6 +292,9 @@ Test(spec_tick, kv_churn_with_drafts_cancellations_and_preemptions_frees_every_b
     c = spec_config(true, true);
     c.kv_cache_mb = 1;
     c.kv_watermark = 0;
+    c.spec_draft = true;
+    c.draft_model = draft_model_for(&e);
+    c.draft_kv_cache_mb = 1; /* small: the drafter's pool runs out too */
     sched *s;
     cr_assert_eq(sched_create(&c, e.m, &s), SP_OK, "%s", sp_last_error());
     /* shrink the pool's usable part: hold most blocks in a dummy sequence */
@@ -272,7 +334,10 @@ Test(spec_tick, kv_churn_with_drafts_cancellations_and_preemptions_frees_every_b
     kv__seq_free(&hog);
     cr_assert_eq(kv__blocks_used(&s->blocks), 0, "every block is free");
     cr_assert_eq(kv__blocks_available(&s->blocks), s->blocks.n_total);
+    cr_assert_eq(kv__blocks_used(&s->draft_blocks), 0, "every draft model block is free");
+    cr_assert_gt(st.spec_accepted[SCHED_SPEC_DRAFT], 0);
     sched_destroy(s);
+    model_destroy(c.draft_model);
     for (int i = 0; i < SPEC_N; i++) sched_request_release(reqs[i]);
     env_close(&e);
 }

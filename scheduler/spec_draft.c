@@ -1,0 +1,189 @@
+/* spec_draft.c: the draft-model proposer. A smaller model of the same vocabulary (for
+ * example the target's own Q4_1, from `spindle quantize`) guesses the next k tokens of
+ * the sequences the cheap proposers had nothing for; the target verifies them in its step
+ * as it does every draft (spec_tick.c).
+ *
+ * The drafter keeps its own KV pool (--draft-kv-cache-mb, block ids in s->draft_blocks,
+ * no prefix cache) and, per sequence, how many leading tokens it has computed
+ * (r->draft_computed). Each tick, for the sequences handed to it:
+ *   round 0  one batched draft step feeds each sequence what the drafter has not seen,
+ *            ending with its last token (a new sequence's whole prompt: a chunked
+ *            prefill, within max_batch_tokens, that may take several ticks before that
+ *            sequence drafts); a sequence whose feed fit gets logits and its first draft
+ *            token.
+ *   round j  one batched step feeds each still-drafting sequence its draft token j - 1
+ *            and samples draft token j, until each has what it wanted (or drew an
+ *            end-of-generation token).
+ * Every draft token is sampled from the drafter's logits with the row the target will use
+ * at that position (penalties over the drafts before it, the same generator of that
+ * position), so where the two models agree the drafter draws the very token the target
+ * will draw: acceptance stays high under sampling, and the output is still exactly the
+ * target's (only equal tokens are accepted).
+ *
+ * After verification the drafter's K/V is valid only up to the accepted tokens
+ * (sched__draft_rollback). A sequence the drafter's pool cannot hold gets no draft.
+ *
+ * DESIGN (threads). Scheduler thread. The draft steps use the scheduler's step arrays
+ * before the target's step is built.
+ */
+#include <string.h>
+
+#include "common/assert.h"
+#include "common/log.h"
+#include "scheduler/sched_internal.h"
+
+/* The draft model must speak the target's tokens, or its drafts mean nothing. */
+static sp_status draft_check_vocab(const sched *s, const model *d) {
+    const tok_vocab *dv = model_vocab(d);
+    if (tok_vocab_size(dv) != s->n_vocab || model_get_hparams(d)->n_vocab != model_get_hparams(s->m)->n_vocab)
+        return sp_fail(SP_ERR_INVALID_ARG, "--draft-model: its vocabulary has %d tokens, the model's %d",
+                       tok_vocab_size(dv), s->n_vocab);
+    for (int32_t id = 0; id < s->n_vocab; id++) {
+        const char *a = tok_token_text(s->vocab, id), *b = tok_token_text(dv, id);
+        if (strcmp(a ? a : "", b ? b : "") != 0)
+            return sp_fail(SP_ERR_INVALID_ARG, "--draft-model: token %d differs from the model's (another vocabulary)",
+                           id);
+    }
+    return SP_OK;
+}
+
+sp_status sched__draft_init(sched *s) {
+    model *d = s->cfg.draft_model;
+    if (!d || !s->cfg.spec_draft) return SP_OK;
+    sp_status st = draft_check_vocab(s, d);
+    if (st != SP_OK) return st;
+    if (model_device(d) != model_device(s->m))
+        return sp_fail(SP_ERR_INVALID_ARG, "--draft-model: must be loaded on the model's device");
+    if (model_max_batch_tokens(d) < s->cfg.max_batch_tokens)
+        return sp_fail(SP_ERR_INVALID_ARG, "--draft-model: loaded for steps of %d tokens, the scheduler's are %d",
+                       model_max_batch_tokens(d), s->cfg.max_batch_tokens);
+    const model_hparams *hp = model_get_hparams(d);
+    dev_kv_shape one = {hp->n_layers, 1, s->cfg.block_size, hp->n_kv_heads, hp->head_dim};
+    int64_t n = s->cfg.draft_kv_cache_mb * ((int64_t)1 << 20) / (int64_t)dev_kv_bytes(&one);
+    if (n < 1)
+        return sp_fail(SP_ERR_INVALID_ARG, "--draft-kv-cache-mb %lld holds no KV block of the draft model",
+                       (long long)s->cfg.draft_kv_cache_mb);
+    if (n > INT32_MAX / 2) n = INT32_MAX / 2;
+    if ((st = kv__blocks_init(&s->draft_blocks, (int32_t)n, s->cfg.block_size, false)) != SP_OK) return st;
+    s->draft_slots = calloc((size_t)s->cfg.max_batch_size, sizeof *s->draft_slots);
+    if (!s->draft_slots) return sp_fail(SP_ERR_NOMEM, "draft model: out of memory");
+    if ((st = model_kv_create(d, (int)n, s->cfg.block_size, &s->draft_kv)) != SP_OK)
+        return sp_fail_prefix(st, "the draft model's KV cache of %lld blocks", (long long)n);
+    sp_log_info("draft model: %d layers, KV cache of %lld blocks (%lld MiB)", hp->n_layers, (long long)n,
+                (long long)s->cfg.draft_kv_cache_mb);
+    return SP_OK;
+}
+
+void sched__draft_free(sched *s) {
+    if (s->draft_kv) dev_kv_destroy(model_device(s->cfg.draft_model), s->draft_kv);
+    s->draft_kv = NULL;
+    if (s->draft_blocks.n_total > 0) kv__blocks_free(&s->draft_blocks);
+    free(s->draft_slots);
+    s->draft_slots = NULL;
+}
+
+void sched__draft_rollback(sched *s, sched_request *r, int32_t n_valid) {
+    if (!s->draft_kv) return;
+    if (r->draft_computed > n_valid) r->draft_computed = n_valid;
+    kv__blocks_truncate(&s->draft_blocks, &r->draft_kv, kv__blocks_for_tokens(r->draft_computed, s->cfg.block_size));
+}
+
+/* Forgets what the drafter holds of r (a failed draft step left it unknown). */
+static void draft_forget(sched *s, sched_request *r) {
+    kv__blocks_release(&s->draft_blocks, &r->draft_kv);
+    r->draft_computed = 0;
+}
+
+/* Puts chunk tokens of r (from position `from`) into the draft step as sequence q, with
+ * logits for the last when `logits`. */
+static void draft_step_add(sched *s, dev_step *st, sched_request *r, int32_t from, int32_t chunk, bool logits) {
+    int32_t q = st->n_seqs++;
+    for (int32_t j = 0; j < chunk; j++) {
+        int32_t t = st->n_tokens++;
+        s->step_tokens[t] = r->tokens[from + j];
+        s->step_pos[t] = from + j;
+        s->step_seq[t] = q;
+    }
+    s->step_seq_len[q] = from + chunk;
+    memcpy(s->step_block_table + (size_t)q * (size_t)s->max_blocks_per_seq, r->draft_kv.ids,
+           sizeof(int32_t) * (size_t)r->draft_kv.n);
+    if (logits) s->step_logit_rows[st->n_logits++] = st->n_tokens - 1;
+}
+
+/* Runs the draft step built in st; false (and every sequence in it forgotten) on failure. */
+static bool draft_run(sched *s, dev_step *st, sched_request *const *in_step) {
+    const dev_sample_vocab vocab = {s->n_vocab, s->eog_ids, s->n_eog};
+    sp_status rc = model_forward_sample(s->cfg.draft_model, s->draft_kv, st, &vocab, s->sample_rows, s->sample_results);
+    if (rc == SP_OK) return true;
+    sp_log_warn("draft model: a draft step failed (%s); those sequences go without drafts", sp_last_error());
+    for (int32_t q = 0; q < st->n_seqs; q++) draft_forget(s, in_step[q]);
+    return false;
+}
+
+/* Adds the sampling row of slot's next draft token (after its got drafts). */
+static void draft_row(sched *s, const draft_slot *slot, int row) {
+    sched__sample_row(s, slot->r, slot->got, &s->sample_rows[row]);
+    s->sample_rows[row].top_logprobs = -1; /* the drafter's log-probabilities are not wanted */
+}
+
+void sched__draft_propose(sched *s, draft_slot *slots, int n) {
+    const int B = s->cfg.block_size;
+    sched_request **in_step = s->step_reqs; /* which sequence each draft step row belongs to */
+    dev_step st = {.tokens = s->step_tokens,
+                   .pos = s->step_pos,
+                   .seq = s->step_seq,
+                   .seq_len = s->step_seq_len,
+                   .block_table = s->step_block_table,
+                   .max_blocks = s->max_blocks_per_seq,
+                   .logit_rows = s->step_logit_rows};
+    /* round 0: catch up, ending with the last token, within one step's tokens */
+    int32_t budget = s->cfg.max_batch_tokens;
+    int rows = 0;
+    for (int i = 0; i < n; i++) {
+        draft_slot *d = &slots[i];
+        sched_request *r = d->r;
+        d->got = d->chunk = d->limit = 0;
+        if (d->want <= 0 || budget <= 0) continue;
+        SP_ASSERT(r->draft_computed <= r->n_tokens - 1);
+        int32_t need = kv__blocks_for_tokens((int64_t)r->n_tokens + d->want - 1, B);
+        if (!kv__blocks_grow(&s->draft_blocks, &r->draft_kv, need)) continue; /* the drafter's pool is full */
+        int32_t pending = r->n_tokens - r->draft_computed;
+        d->chunk = pending < budget ? pending : budget;
+        budget -= d->chunk;
+        bool caught_up = d->chunk == pending;
+        draft_step_add(s, &st, r, r->draft_computed, d->chunk, caught_up);
+        in_step[st.n_seqs - 1] = r;
+        if (caught_up) {
+            d->limit = d->want;
+            draft_row(s, d, rows++);
+        }
+    }
+    if (st.n_seqs == 0 || !draft_run(s, &st, in_step)) return;
+    for (int i = 0; i < n; i++) slots[i].r->draft_computed += slots[i].chunk;
+    /* then one token a round: take each drawn token, feed it to draw the next */
+    for (;;) {
+        int row = 0;
+        for (int i = 0; i < n; i++) {
+            draft_slot *d = &slots[i];
+            if (d->got >= d->limit) continue;
+            int32_t tok = s->sample_results[row++].token;
+            d->r->tokens[d->r->n_tokens + d->got++] = tok;
+            if (!d->r->params.ignore_eos && tok_is_eog(s->vocab, tok)) d->limit = d->got; /* no draft past EOG */
+        }
+        st.n_tokens = st.n_seqs = st.n_logits = 0;
+        rows = 0;
+        for (int i = 0; i < n; i++) {
+            draft_slot *d = &slots[i];
+            if (d->got >= d->limit) continue;
+            draft_step_add(s, &st, d->r, d->r->n_tokens + d->got - 1, 1, true);
+            in_step[st.n_seqs - 1] = d->r;
+            draft_row(s, d, rows++);
+            d->r->draft_computed++;
+        }
+        if (st.n_seqs == 0) return;
+        if (!draft_run(s, &st, in_step)) {
+            for (int i = 0; i < n; i++) slots[i].got = 0;
+            return;
+        }
+    }
+}
