@@ -96,6 +96,9 @@ const cfg_key cfg__keys[] = {
         "quantize)", "(default: none)"),
     INT("draft_kv_cache_mb", "draft-kv-cache-mb", draft_kv_cache_mb, 1, 1 << 24, false,
         "the draft model's KV cache budget in MiB", NULL),
+    INT("self_spec_layers", "self-spec-layers", self_spec_layers, 0, 4096, false,
+        "self-speculation: the model's first N layers and its output head draft (no extra weights), 0 = none; "
+        "below the model's layer count", NULL),
     /* request limits */
     INT("max_n", "max-n", max_n, 1, 16, false, "most choices one request may ask for (n)", NULL),
     INT("max_sequences_per_request", "max-sequences-per-request", max_sequences_per_request, 0, 1 << 20, false,
@@ -180,7 +183,8 @@ sp_status cfg_speculative(const cfg_settings *s, cfg_proposers *out) {
     const char *text = s->speculative ? s->speculative : SP_SCHED_DEFAULT_SPECULATIVE;
     if (strcmp(text, "off") == 0) return SP_OK;
     if (strcmp(text, "auto") == 0) {
-        *out = (cfg_proposers){.ngram = true, .suffix = true, .draft = s->draft_model != NULL};
+        *out = (cfg_proposers){
+            .ngram = true, .suffix = true, .draft = s->draft_model != NULL, .self = s->self_spec_layers > 0};
         return SP_OK;
     }
     char quoted[96];
@@ -194,11 +198,12 @@ sp_status cfg_speculative(const cfg_settings *s, cfg_proposers *out) {
             if (!s->draft_model) return sp_fail(SP_ERR_INVALID_ARG, "--speculative: draft needs --draft-model FILE");
             out->draft = true;
         } else if (n == 4 && strncmp(p, "self", n) == 0) {
-            return sp_fail(SP_ERR_INVALID_ARG,
-                           "--speculative: the self proposer is not built yet (use ngram, suffix, draft)");
+            if (s->self_spec_layers <= 0)
+                return sp_fail(SP_ERR_INVALID_ARG, "--speculative: self needs --self-spec-layers N");
+            out->self = true;
         } else {
             return sp_fail(SP_ERR_INVALID_ARG,
-                           "--speculative: expected off, auto or a comma list of ngram, suffix, draft; got '%s'",
+                           "--speculative: expected off, auto or a comma list of ngram, suffix, draft, self; got '%s'",
                            cfg__quote(text, quoted, sizeof quoted));
         }
         if (!p[n]) return SP_OK;

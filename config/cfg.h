@@ -27,7 +27,7 @@
 /* The file read when --config is not given, if it exists. */
 #define CFG_DEFAULT_PATH "/etc/spindle/spindle.yaml"
 /* How many settings there are (the rows of cfg.c's key table). */
-#define CFG_KEY_COUNT 55
+#define CFG_KEY_COUNT 56
 
 typedef enum cfg_device {
     CFG_DEVICE_AUTO, /* CUDA when built and present, else the CPU */
@@ -104,6 +104,7 @@ typedef struct cfg_settings {
     int64_t spec_suffix_mb;    /* the suffix cache's budget */
     char *draft_model;         /* a smaller model of the same vocabulary that drafts; NULL: none */
     int64_t draft_kv_cache_mb; /* its KV pool */
+    int64_t self_spec_layers;  /* > 0: the model's first this many layers draft; 0: no self-speculation */
     /* request limits */
     int64_t max_n;                     /* most choices a request may ask for (n) */
     int64_t max_sequences_per_request; /* prompts times n; 0: no bound */
@@ -130,11 +131,11 @@ typedef struct cfg_settings {
 } cfg_settings;
 
 /* The proposers `speculative` names: "off" (none), "auto" (every one available: draft
- * only with draft_model), or a comma list of ngram, suffix, draft (which needs
- * draft_model); self is refused (not built yet). Checks spec_ngram_min <=
- * spec_ngram_max too. A bad value fails naming the flag. */
+ * only with draft_model, self only with self_spec_layers), or a comma list of ngram,
+ * suffix, draft (which needs draft_model), self (which needs self_spec_layers). Checks
+ * spec_ngram_min <= spec_ngram_max too. A bad value fails naming the flag. */
 typedef struct cfg_proposers {
-    bool ngram, suffix, draft;
+    bool ngram, suffix, draft, self;
 } cfg_proposers;
 sp_status cfg_speculative(const cfg_settings *s, cfg_proposers *out);
 

@@ -19,6 +19,7 @@
 typedef struct forward_record {
     model *m;
     dev_kv *kv;
+    int64_t n_layers; /* the first n_layers layers run (all, or a self-speculative draft's) */
 } forward_record;
 
 /* Embedding and every layer, for the step's tokens (ds->n_tokens rows: a GPU backend
@@ -36,7 +37,8 @@ static void forward_layers(const void *ctx, const dev_step *ds) {
 
     dev_embed(dev, a->x, &m->token_embd, ds);
     dev_rmsnorm(dev, a->xn, a->x, &m->layers[0].attn_norm, hp->rms_eps, t, d);
-    for (int il = 0; il < hp->n_layers; il++) {
+    const int n_layers = (int)rec->n_layers;
+    for (int il = 0; il < n_layers; il++) {
         const model_layer *l = &m->layers[il];
         /* attention block (xn holds this layer's attention norm of x) */
         const dev_matmul_part qkv[3] = {
@@ -58,21 +60,23 @@ static void forward_layers(const void *ctx, const dev_step *ds) {
         dev_matmul_group(dev, gate_up, 2, a->xn, t);
         dev_swiglu(dev, a->gate, a->gate, a->up, t * hp->n_ff);
         dev_matmul(dev, a->proj, a->gate, &l->w_down, NULL, t);
-        if (il + 1 < hp->n_layers) /* the residual add with the next layer's attention norm */
+        if (il + 1 < n_layers) /* the residual add with the next layer's attention norm */
             dev_add_rmsnorm(dev, a->xn, a->x, a->proj, &m->layers[il + 1].attn_norm, hp->rms_eps, t, d);
         else
             dev_add(dev, a->x, a->x, a->proj, t * d);
     }
 }
 
-/* The step's layers, recorded: what both entry points start with. */
-static sp_status forward_begin(model *m, dev_kv *kv, const dev_step *step, const dev_step **ds) {
+/* The step's first n_layers layers, recorded: what every entry point starts with. */
+static sp_status forward_begin(model *m, dev_kv *kv, const dev_step *step, int n_layers, const dev_step **ds) {
     if (step->n_tokens > m->max_batch_tokens)
         return sp_fail(SP_ERR_INVALID_ARG, "step of %d tokens exceeds max_batch_tokens %d", step->n_tokens,
                        m->max_batch_tokens);
+    if (n_layers < 1 || n_layers > m->hp.n_layers)
+        return sp_fail(SP_ERR_INVALID_ARG, "a step of %d layers for a model of %d", n_layers, m->hp.n_layers);
     sp_status st = dev_step_begin(m->dev, step, m->hp.n_vocab, kv, ds);
     if (st != SP_OK) return st;
-    const forward_record rec = {m, kv};
+    const forward_record rec = {m, kv, n_layers};
     return dev_record(m->dev, *ds, forward_layers, &rec, sizeof rec);
 }
 
@@ -91,7 +95,7 @@ static int32_t logit_chunk(const dev_step *step, int32_t first) {
 
 sp_status model_forward(model *m, dev_kv *kv, const dev_step *step, float *logits) {
     const dev_step *ds;
-    sp_status st = forward_begin(m, kv, step, &ds);
+    sp_status st = forward_begin(m, kv, step, m->hp.n_layers, &ds);
     if (st != SP_OK) return st;
     const size_t n_vocab = (size_t)m->hp.n_vocab;
     for (int32_t first = 0; first < step->n_logits; first += MODEL_LOGIT_ROWS) { /* L rows at a time */
@@ -106,10 +110,16 @@ sp_status model_forward(model *m, dev_kv *kv, const dev_step *step, float *logit
 
 sp_status model_forward_sample(model *m, dev_kv *kv, const dev_step *step, const dev_sample_vocab *vocab,
                                const dev_sample_row *rows, dev_sample_result *results) {
+    return model_forward_sample_layers(m, kv, step, m->hp.n_layers, vocab, rows, results);
+}
+
+sp_status model_forward_sample_layers(model *m, dev_kv *kv, const dev_step *step, int n_layers,
+                                      const dev_sample_vocab *vocab, const dev_sample_row *rows,
+                                      dev_sample_result *results) {
     if (vocab->n_vocab != m->hp.n_vocab)
         return sp_fail(SP_ERR_INVALID_ARG, "sample: vocabulary of %d for a model of %d", vocab->n_vocab, m->hp.n_vocab);
     const dev_step *ds;
-    sp_status st = forward_begin(m, kv, step, &ds);
+    sp_status st = forward_begin(m, kv, step, n_layers, &ds);
     if (st != SP_OK) return st;
     for (int32_t first = 0; first < step->n_logits; first += MODEL_LOGIT_ROWS) {
         int32_t n = logit_chunk(step, first);

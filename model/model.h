@@ -78,4 +78,12 @@ sp_status model_forward(model *m, dev_kv *kv, const dev_step *step, float *logit
 sp_status model_forward_sample(model *m, dev_kv *kv, const dev_step *step, const dev_sample_vocab *vocab,
                                const dev_sample_row *rows, dev_sample_result *results);
 
+/* model_forward_sample through the first n_layers layers only (1..n_layers of the
+ * model), then the output norm and head: the self-speculative drafter. It writes the K/V
+ * of those layers only, which are exactly what the whole model writes there for the
+ * same tokens, so it may share the target's KV cache. */
+sp_status model_forward_sample_layers(model *m, dev_kv *kv, const dev_step *step, int n_layers,
+                                      const dev_sample_vocab *vocab, const dev_sample_row *rows,
+                                      dev_sample_result *results);
+
 #endif

@@ -66,12 +66,13 @@ typedef struct sched_config {
     bool spec_draft;           /* a smaller model of the same vocabulary drafts (draft_model) */
     model *draft_model;        /* borrowed, on the same device; must outlive the scheduler */
     int64_t draft_kv_cache_mb; /* the draft model's own KV pool (CPU) */
+    int self_spec_layers;      /* > 0: the model's first this many layers draft (self-speculative) */
 } sched_config;
 
 /* The most draft tokens a sequence proposes in one step. */
 enum { SCHED_SPEC_MAX_K = 16 };
 /* The proposers, as sched_stats indexes them (names: sched_spec_proposer_name). */
-enum { SCHED_SPEC_NGRAM, SCHED_SPEC_SUFFIX, SCHED_SPEC_DRAFT, SCHED_SPEC_PROPOSERS };
+enum { SCHED_SPEC_NGRAM, SCHED_SPEC_SUFFIX, SCHED_SPEC_DRAFT, SCHED_SPEC_SELF, SCHED_SPEC_PROPOSERS };
 const char *sched_spec_proposer_name(int proposer);
 
 sched_config sched_config_default(void);

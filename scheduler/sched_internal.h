@@ -365,7 +365,7 @@ void sched__spec_release(sched *s, sched_request *r);
 /* ---- the draft model (spec_draft.c) ----------------------------------------------- */
 
 /* The draft model's KV pool and step arrays, when cfg.draft_model is set (after its
- * vocabulary was checked against the target's). */
+ * vocabulary was checked against the target's), and the slots when self-speculating. */
 sp_status sched__draft_init(sched *s);
 void sched__draft_free(sched *s);
 /* One sequence of a draft model run: what it asks for and what it got. */
@@ -379,11 +379,12 @@ typedef struct draft_slot {
 
 /* Drafts for slots[0..n) (sequences without a draft yet), up to slot.want tokens each:
  * runs the draft model (catching each sequence up on what it has not seen, then one token
- * at a time, batched across the sequences), sampling every draft token as the target
- * will (its row, its position's draw). Writes the drafts after each sequence's last
+ * at a time, batched across the sequences), or with self the model's own first
+ * cfg.self_spec_layers layers on its own KV cache (nothing to catch up), sampling every
+ * draft token as the target will (its row, its position's draw). Writes the drafts after each sequence's last
  * token and their count to slot.got (0: none this tick). Uses the step arrays: call
  * before the step is built. */
-void sched__draft_propose(sched *s, draft_slot *slots, int n);
+void sched__draft_propose(sched *s, draft_slot *slots, int n, bool self);
 /* After verification: the draft model's K/V is valid up to n_valid tokens of r. */
 void sched__draft_rollback(sched *s, sched_request *r, int32_t n_valid);
 

@@ -48,8 +48,16 @@ static sp_status draft_check_vocab(const sched *s, const model *d) {
 }
 
 sp_status sched__draft_init(sched *s) {
+    int L = s->cfg.self_spec_layers, n_layers = model_get_hparams(s->m)->n_layers;
+    if (L < 0 || L >= n_layers)
+        return sp_fail(SP_ERR_INVALID_ARG, "--self-spec-layers %d: must be below the model's %d layers", L, n_layers);
     model *d = s->cfg.draft_model;
-    if (!d || !s->cfg.spec_draft) return SP_OK;
+    bool use_draft = d && s->cfg.spec_draft;
+    if ((use_draft || L > 0) && !s->draft_slots) {
+        s->draft_slots = calloc((size_t)s->cfg.max_batch_size, sizeof *s->draft_slots);
+        if (!s->draft_slots) return sp_fail(SP_ERR_NOMEM, "draft model: out of memory");
+    }
+    if (!use_draft) return SP_OK;
     sp_status st = draft_check_vocab(s, d);
     if (st != SP_OK) return st;
     if (model_device(d) != model_device(s->m))
@@ -65,8 +73,6 @@ sp_status sched__draft_init(sched *s) {
                        (long long)s->cfg.draft_kv_cache_mb);
     if (n > INT32_MAX / 2) n = INT32_MAX / 2;
     if ((st = kv__blocks_init(&s->draft_blocks, (int32_t)n, s->cfg.block_size, false)) != SP_OK) return st;
-    s->draft_slots = calloc((size_t)s->cfg.max_batch_size, sizeof *s->draft_slots);
-    if (!s->draft_slots) return sp_fail(SP_ERR_NOMEM, "draft model: out of memory");
     if ((st = model_kv_create(d, (int)n, s->cfg.block_size, &s->draft_kv)) != SP_OK)
         return sp_fail_prefix(st, "the draft model's KV cache of %lld blocks", (long long)n);
     sp_log_info("draft model: %d layers, KV cache of %lld blocks (%lld MiB)", hp->n_layers, (long long)n,
@@ -94,9 +100,25 @@ static void draft_forget(sched *s, sched_request *r) {
     r->draft_computed = 0;
 }
 
+/* Who drafts: the draft model on its own KV pool, or the model's first layers on its own
+ * cache (self). */
+typedef struct drafter {
+    model *m;
+    dev_kv *kv;
+    int n_layers;
+    bool self;
+} drafter;
+
+/* The blocks r's drafts are written into. */
+static const kv_seq *drafter_seq(const drafter *dr, const sched_request *r) {
+    return dr->self ? &r->kv : &r->draft_kv;
+}
+
 /* Puts chunk tokens of r (from position `from`) into the draft step as sequence q, with
  * logits for the last when `logits`. */
-static void draft_step_add(sched *s, dev_step *st, sched_request *r, int32_t from, int32_t chunk, bool logits) {
+static void draft_step_add(sched *s, const drafter *dr, dev_step *st, sched_request *r, int32_t from, int32_t chunk,
+                           bool logits) {
+    const kv_seq *seq = drafter_seq(dr, r);
     int32_t q = st->n_seqs++;
     for (int32_t j = 0; j < chunk; j++) {
         int32_t t = st->n_tokens++;
@@ -105,19 +127,37 @@ static void draft_step_add(sched *s, dev_step *st, sched_request *r, int32_t fro
         s->step_seq[t] = q;
     }
     s->step_seq_len[q] = from + chunk;
-    memcpy(s->step_block_table + (size_t)q * (size_t)s->max_blocks_per_seq, r->draft_kv.ids,
-           sizeof(int32_t) * (size_t)r->draft_kv.n);
+    memcpy(s->step_block_table + (size_t)q * (size_t)s->max_blocks_per_seq, seq->ids, sizeof(int32_t) * (size_t)seq->n);
     if (logits) s->step_logit_rows[st->n_logits++] = st->n_tokens - 1;
 }
 
-/* Runs the draft step built in st; false (and every sequence in it forgotten) on failure. */
-static bool draft_run(sched *s, dev_step *st, sched_request *const *in_step) {
+/* Runs the draft step built in st; false (and, for the draft model, every sequence in it
+ * forgotten) on failure. */
+static bool draft_run(sched *s, const drafter *dr, dev_step *st, sched_request *const *in_step) {
     const dev_sample_vocab vocab = {s->n_vocab, s->eog_ids, s->n_eog};
-    sp_status rc = model_forward_sample(s->cfg.draft_model, s->draft_kv, st, &vocab, s->sample_rows, s->sample_results);
+    sp_status rc =
+        model_forward_sample_layers(dr->m, dr->kv, st, dr->n_layers, &vocab, s->sample_rows, s->sample_results);
     if (rc == SP_OK) return true;
-    sp_log_warn("draft model: a draft step failed (%s); those sequences go without drafts", sp_last_error());
-    for (int32_t q = 0; q < st->n_seqs; q++) draft_forget(s, in_step[q]);
+    sp_log_warn("%s: a draft step failed (%s); those sequences go without drafts",
+                dr->self ? "self-speculation" : "draft model", sp_last_error());
+    if (!dr->self) /* self drafts only wrote where the target's step writes again */
+        for (int32_t q = 0; q < st->n_seqs; q++) draft_forget(s, in_step[q]);
     return false;
+}
+
+/* Makes r's blocks hold the positions its draft of `want` tokens feeds (up to
+ * n_tokens + want - 2); returns how many drafts it can take (0: none). The draft
+ * model's pool has no watermark (it holds nothing else); the target's keeps its own. */
+static int32_t draft_room_blocks(sched *s, const drafter *dr, sched_request *r, int32_t want) {
+    const int B = s->cfg.block_size;
+    int32_t need = kv__blocks_for_tokens((int64_t)r->n_tokens + want - 1, B);
+    if (!dr->self) return kv__blocks_grow(&s->draft_blocks, &r->draft_kv, need) ? want : 0;
+    int32_t extra = need - r->kv.n;
+    if (extra > 0 && kv__blocks_available(&s->blocks) - extra >= s->watermark_blocks &&
+        kv__blocks_grow(&s->blocks, &r->kv, need))
+        return want;
+    int32_t fits = r->kv.n * B - r->n_tokens + 1; /* the positions its blocks hold */
+    return fits < want ? fits : want;
 }
 
 /* Adds the sampling row of slot's next draft token (after its got drafts). */
@@ -126,8 +166,10 @@ static void draft_row(sched *s, const draft_slot *slot, int row) {
     s->sample_rows[row].top_logprobs = -1; /* the drafter's log-probabilities are not wanted */
 }
 
-void sched__draft_propose(sched *s, draft_slot *slots, int n) {
-    const int B = s->cfg.block_size;
+void sched__draft_propose(sched *s, draft_slot *slots, int n, bool self) {
+    const drafter dr =
+        self ? (drafter){s->m, s->kv, s->cfg.self_spec_layers, true}
+             : (drafter){s->cfg.draft_model, s->draft_kv, model_get_hparams(s->cfg.draft_model)->n_layers, false};
     sched_request **in_step = s->step_reqs; /* which sequence each draft step row belongs to */
     dev_step st = {.tokens = s->step_tokens,
                    .pos = s->step_pos,
@@ -144,22 +186,25 @@ void sched__draft_propose(sched *s, draft_slot *slots, int n) {
         sched_request *r = d->r;
         d->got = d->chunk = d->limit = 0;
         if (d->want <= 0 || budget <= 0) continue;
-        SP_ASSERT(r->draft_computed <= r->n_tokens - 1);
-        int32_t need = kv__blocks_for_tokens((int64_t)r->n_tokens + d->want - 1, B);
-        if (!kv__blocks_grow(&s->draft_blocks, &r->draft_kv, need)) continue; /* the drafter's pool is full */
-        int32_t pending = r->n_tokens - r->draft_computed;
+        d->want = draft_room_blocks(s, &dr, r, d->want);
+        if (d->want <= 0) continue; /* the drafter's pool is full */
+        /* self: the model's own cache holds every token before the last */
+        int32_t done_before = dr.self ? r->n_computed : r->draft_computed;
+        SP_ASSERT(done_before <= r->n_tokens - 1);
+        int32_t pending = r->n_tokens - done_before;
         d->chunk = pending < budget ? pending : budget;
         budget -= d->chunk;
         bool caught_up = d->chunk == pending;
-        draft_step_add(s, &st, r, r->draft_computed, d->chunk, caught_up);
+        draft_step_add(s, &dr, &st, r, done_before, d->chunk, caught_up);
         in_step[st.n_seqs - 1] = r;
         if (caught_up) {
             d->limit = d->want;
             draft_row(s, d, rows++);
         }
     }
-    if (st.n_seqs == 0 || !draft_run(s, &st, in_step)) return;
-    for (int i = 0; i < n; i++) slots[i].r->draft_computed += slots[i].chunk;
+    if (st.n_seqs == 0 || !draft_run(s, &dr, &st, in_step)) return;
+    if (!dr.self)
+        for (int i = 0; i < n; i++) slots[i].r->draft_computed += slots[i].chunk;
     /* then one token a round: take each drawn token, feed it to draw the next */
     for (;;) {
         int row = 0;
@@ -175,13 +220,13 @@ void sched__draft_propose(sched *s, draft_slot *slots, int n) {
         for (int i = 0; i < n; i++) {
             draft_slot *d = &slots[i];
             if (d->got >= d->limit) continue;
-            draft_step_add(s, &st, d->r, d->r->n_tokens + d->got - 1, 1, true);
+            draft_step_add(s, &dr, &st, d->r, d->r->n_tokens + d->got - 1, 1, true);
             in_step[st.n_seqs - 1] = d->r;
             draft_row(s, d, rows++);
-            d->r->draft_computed++;
+            if (!dr.self) d->r->draft_computed++;
         }
         if (st.n_seqs == 0) return;
-        if (!draft_run(s, &st, in_step)) {
+        if (!draft_run(s, &dr, &st, in_step)) {
             for (int i = 0; i < n; i++) slots[i].got = 0;
             return;
         }

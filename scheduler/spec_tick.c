@@ -27,7 +27,8 @@
 #include "scheduler/sched_internal.h"
 
 _Static_assert((int)SCHED_SPEC_NGRAM == (int)SPEC_NGRAM && (int)SCHED_SPEC_SUFFIX == (int)SPEC_SUFFIX &&
-                   (int)SCHED_SPEC_DRAFT == (int)SPEC_DRAFT && (int)SCHED_SPEC_PROPOSERS == (int)SPEC_N_PROPOSERS,
+                   (int)SCHED_SPEC_DRAFT == (int)SPEC_DRAFT && (int)SCHED_SPEC_SELF == (int)SPEC_SELF &&
+                   (int)SCHED_SPEC_PROPOSERS == (int)SPEC_N_PROPOSERS,
                "sched_stats indexes proposers as spec.h numbers them");
 _Static_assert((int)SCHED_SPEC_MAX_K == (int)SPEC_MAX_K, "one bound on the draft length");
 
@@ -40,8 +41,10 @@ const char *sched_spec_proposer_name(int proposer) {
 }
 
 sp_status sched__spec_init(sched *s) {
-    bool available[SPEC_N_PROPOSERS] = {
-        [SPEC_NGRAM] = s->cfg.spec_ngram, [SPEC_SUFFIX] = s->cfg.spec_suffix, [SPEC_DRAFT] = s->draft_kv != NULL};
+    bool available[SPEC_N_PROPOSERS] = {[SPEC_NGRAM] = s->cfg.spec_ngram,
+                                        [SPEC_SUFFIX] = s->cfg.spec_suffix,
+                                        [SPEC_DRAFT] = s->draft_kv != NULL,
+                                        [SPEC_SELF] = s->cfg.self_spec_layers > 0};
     spec_gate_init(&s->gate, available);
     for (int p = 0; p < SPEC_N_PROPOSERS; p++)
         atomic_store_explicit(&s->spec_stats.enabled[p], available[p], memory_order_relaxed);
@@ -129,7 +132,7 @@ static int32_t draft_reserve(sched *s, sched_request *r, int32_t n_draft) {
 }
 
 static bool spec_any(const sched *s) {
-    return s->cfg.spec_ngram || s->cfg.spec_suffix || s->draft_kv;
+    return s->cfg.spec_ngram || s->cfg.spec_suffix || s->draft_kv || s->cfg.self_spec_layers > 0;
 }
 
 void sched__spec_plan(sched *s, sched_request *const *chosen, int n, int32_t budget, int32_t *n_draft,
@@ -157,9 +160,9 @@ void sched__spec_plan(sched *s, sched_request *const *chosen, int n, int32_t bud
         int32_t m = draft_propose(s, r, allowed, k, draft, &who);
         if (m > 0) {
             memcpy(r->tokens + r->n_tokens, draft, sizeof *draft * (size_t)m);
-        } else if (allowed[SPEC_DRAFT] && s->draft_kv) {
+        } else if ((allowed[SPEC_DRAFT] && s->draft_kv) || (allowed[SPEC_SELF] && s->cfg.self_spec_layers > 0)) {
             m = k;
-            who = SPEC_DRAFT;
+            who = allowed[SPEC_DRAFT] && s->draft_kv ? SPEC_DRAFT : SPEC_SELF;
             n_model++;
         } else {
             continue;
@@ -168,15 +171,16 @@ void sched__spec_plan(sched *s, sched_request *const *chosen, int n, int32_t bud
         proposer[i] = (int8_t)who;
         budget -= m;
     }
-    if (n_model > 0) { /* batched across those sequences: their drafts land in r->tokens */
+    for (int who = SPEC_DRAFT; n_model > 0 && who <= SPEC_SELF; who++) { /* batched across their sequences */
         draft_slot *slots = s->draft_slots;
         int j = 0;
         for (int i = 0; i < n; i++)
-            if (proposer[i] == SPEC_DRAFT) slots[j++] = (draft_slot){.r = chosen[i], .want = n_draft[i]};
-        sched__draft_propose(s, slots, n_model);
+            if (proposer[i] == who) slots[j++] = (draft_slot){.r = chosen[i], .want = n_draft[i]};
+        if (j == 0) continue;
+        sched__draft_propose(s, slots, j, who == SPEC_SELF);
         j = 0;
         for (int i = 0; i < n; i++)
-            if (proposer[i] == SPEC_DRAFT) n_draft[i] = slots[j++].got;
+            if (proposer[i] == who) n_draft[i] = slots[j++].got;
     }
     for (int i = 0; i < n; i++) { /* the target's KV for the drafts, within the watermark */
         if (proposer[i] < 0) continue;

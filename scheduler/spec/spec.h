@@ -22,14 +22,15 @@
 
 #include "common/status.h"
 
-/* The proposers built so far; the gate keeps an estimate for each. The draft model's
- * drafts are made by scheduler/spec_draft.c (it runs a model); the others here. */
-typedef enum spec_proposer { SPEC_NGRAM, SPEC_SUFFIX, SPEC_DRAFT, SPEC_N_PROPOSERS } spec_proposer;
+/* The proposers; the gate keeps an estimate for each. The draft model's and the
+ * self-speculative drafts are made by scheduler/spec_draft.c (they run a model); the
+ * others here. */
+typedef enum spec_proposer { SPEC_NGRAM, SPEC_SUFFIX, SPEC_DRAFT, SPEC_SELF, SPEC_N_PROPOSERS } spec_proposer;
 
 /* The most drafts a sequence proposes in one step (--spec-k's upper bound). */
 enum { SPEC_MAX_K = 16 };
 
-const char *spec_proposer_name(spec_proposer p); /* "ngram", "suffix", "draft" */
+const char *spec_proposer_name(spec_proposer p); /* "ngram", "suffix", "draft", "self" */
 
 /* ---- n-gram / prompt lookup (spec_ngram.c) -------------------------------------- */
 
@@ -74,10 +75,10 @@ int64_t spec_suffix_bytes(const spec_suffix *sc); /* held now: index, slots and 
  * deviations of both) in two windows in a row. An off proposer is probed again after a
  * while (it alone may draft until a window of its steps is measured), and a bucket whose
  * drafts never stop re-measures off the same way. The probe interval doubles after each
- * probe that confirms a loss, so a losing proposer costs ever less. An estimate goes
- * stale when the mean context depth changes more than twofold from where it was
- * measured. Only decode-only steps are measured (a prefill chunk's time is not the
- * decode's). */
+ * probe that confirms a loss, so a losing proposer costs ever less. Off is measured
+ * first in a new bucket. An estimate goes stale when the mean context depth changes more
+ * than twofold from where it was measured: a stale loss is probed again at once. Only
+ * decode-only steps are measured (a prefill chunk's time is not the decode's). */
 enum {
     SPEC_GATE_BUCKETS = 8,
     SPEC_GATE_WINDOW = 4,     /* steps per measurement */
@@ -90,6 +91,7 @@ typedef struct spec_gate_slot {
     double dev;   /* EWMA |window rate - rate| */
     double depth; /* mean context depth it was measured at */
     int windows;  /* windows folded in (0: unknown) */
+    bool stale;   /* measured at another context depth: the next window replaces it */
     /* the window being filled */
     int steps;
     double tokens, seconds, depth_sum;

@@ -45,13 +45,13 @@ void spec_gate_init(spec_gate *g, const bool available[SPEC_N_PROPOSERS]) {
 }
 
 /* An estimate measured at another context depth (more than twofold away) says little:
- * attention's share of a step grows with depth. */
+ * attention's share of a step grows with depth. A stale estimate still serves (the rates
+ * on and off move together) until its next window replaces it, but a loss measured at
+ * another depth is probed again at once. */
 static bool slot_check_stale(spec_gate_slot *s, double depth) {
-    if (s->windows == 0 || s->depth <= 0 || depth <= 0) return false;
+    if (s->windows == 0 || s->stale || s->depth <= 0 || depth <= 0) return false;
     if (depth <= 2 * s->depth && 2 * depth >= s->depth) return false;
-    s->windows = 0;
-    s->steps = 0;
-    s->tokens = s->seconds = s->depth_sum = 0;
+    s->stale = true; /* kept until its next window replaces it */
     return true;
 }
 
@@ -77,10 +77,18 @@ void spec_gate_plan(spec_gate *g, int width, double depth, bool allowed[SPEC_N_P
         g->probing = -2;
     }
     if (g->probing == -2) {
+        bool due = false;
         for (int p = 0; p < SPEC_N_PROPOSERS && g->probing == -2; p++)
-            if (g->available[p] && !bk->enabled[p] && bk->steps >= bk->next_probe[p]) g->probing = p;
-        /* drafts that never stop leave off unmeasured (or stale): measure it */
-        if (g->probing == -2 && any_enabled(g, bk) && bk->steps >= bk->next_off_probe) g->probing = -1;
+            if (g->available[p] && !bk->enabled[p] && bk->steps >= bk->next_probe[p]) {
+                due = true;
+                if (bk->off.windows > 0 && !bk->off.stale) g->probing = p; /* off known at this depth */
+            }
+        /* off first whenever it is unknown (a new bucket, a stale estimate): nothing can be
+         * judged without it, and measuring it costs nothing; and again now and then while
+         * drafts never stop */
+        bool off_unknown = (bk->off.windows == 0 && (due || any_enabled(g, bk))) || (bk->off.stale && due);
+        if (g->probing == -2 && (off_unknown || (any_enabled(g, bk) && bk->steps >= bk->next_off_probe)))
+            g->probing = -1;
         if (g->probing != -2) {
             g->probe_bucket = b;
             g->probe_steps = 4 * SPEC_GATE_WINDOW;
@@ -98,9 +106,10 @@ void spec_gate_plan(spec_gate *g, int width, double depth, bool allowed[SPEC_N_P
 static double slot_fold(spec_gate_slot *s) {
     double rate = s->tokens / s->seconds;
     double depth = s->depth_sum / s->steps;
-    if (s->windows == 0) {
+    if (s->windows == 0 || s->stale) { /* the first, or one from another depth: start over */
         s->rate = rate;
         s->dev = 0;
+        s->stale = false;
     } else {
         s->dev = (1 - EWMA_ALPHA) * s->dev + EWMA_ALPHA * fabs(rate - s->rate);
         s->rate = (1 - EWMA_ALPHA) * s->rate + EWMA_ALPHA * rate;
@@ -119,7 +128,10 @@ static int64_t doubled(int64_t every) {
 /* After a window of p: does off beat it by more than the margin? */
 static void judge(spec_gate *g, spec_gate_bucket *bk, int p) {
     const spec_gate_slot *on = &bk->on[p], *off = &bk->off;
-    if (off->windows == 0 || on->windows == 0 || on->rate <= 0 || off->rate <= 0) return;
+    if (off->windows == 0 || on->windows == 0 || on->rate <= 0 || off->rate <= 0) {
+        if (!bk->enabled[p]) bk->next_probe[p] = bk->steps + bk->probe_every[p]; /* no verdict: later */
+        return;
+    }
     double margin = on->dev / on->rate + off->dev / off->rate;
     if (margin < MIN_MARGIN) margin = MIN_MARGIN;
     bool lost = off->rate > on->rate * (1 + margin);

@@ -12,6 +12,7 @@ const char *spec_proposer_name(spec_proposer p) {
     case SPEC_NGRAM: return "ngram";
     case SPEC_SUFFIX: return "suffix";
     case SPEC_DRAFT: return "draft";
+    case SPEC_SELF: return "self";
     case SPEC_N_PROPOSERS: break;
     }
     return "?";

@@ -147,16 +147,34 @@ def test_bad_speculation_flags_exit_2_naming_the_flag(spindle_bin, stories_model
 def test_help_documents_every_speculation_flag(spindle_bin):
     out = subprocess.run([spindle_bin, "serve", "--help"], capture_output=True, text=True, timeout=30)
     for flag in ("--speculative", "--spec-k", "--spec-ngram-min", "--spec-ngram-max", "--spec-suffix-mb",
-                 "--draft-model", "--draft-kv-cache-mb"):
+                 "--draft-model", "--draft-kv-cache-mb", "--self-spec-layers"):
         assert flag in out.stdout
 
 
-def test_a_draft_model_of_another_vocabulary_exits_2(spindle_bin, stories_model, default_model):
-    out = subprocess.run([spindle_bin, "serve", "--model", stories_model, "--port", "0", "--draft-model",
-                          default_model], capture_output=True, text=True, timeout=60)
+@pytest.mark.parametrize("flags, named, why", [
+    (["--draft-model", "DEFAULT"], "--draft-model", "vocabulary"),
+    (["--self-spec-layers", "5"], "--self-spec-layers", "below the model's 5 layers"),
+])
+def test_a_drafter_the_model_cannot_use_exits_2(spindle_bin, stories_model, default_model, flags, named, why):
+    flags = [default_model if f == "DEFAULT" else f for f in flags]
+    out = subprocess.run([spindle_bin, "serve", "--model", stories_model, "--port", "0", *flags],
+                         capture_output=True, text=True, timeout=60)
     assert out.returncode == 2, out.stderr
     errors = [ln for ln in out.stderr.splitlines() if "error" in ln]
-    assert len(errors) == 1 and "--draft-model" in errors[0] and "vocabulary" in errors[0], out.stderr
+    assert len(errors) == 1 and named in errors[0] and why in errors[0], out.stderr
+
+
+def test_self_speculation_keeps_the_output(spindle_bin, stories_model):
+    on = Server(spindle_bin, stories_model, "--self-spec-layers", "3", "--speculative", "self")
+    off = Server(spindle_bin, stories_model, "--speculative", "off")
+    try:
+        for kw in (dict(temperature=0), dict(temperature=0.9, seed=8, presence_penalty=0.5)):
+            got = on.client().completions.create(model="stories260K", prompt="Once upon a time", max_tokens=96, **kw)
+            want = off.client().completions.create(model="stories260K", prompt="Once upon a time", max_tokens=96, **kw)
+            assert got.choices[0].text == want.choices[0].text
+        assert on.metrics()['spindle_spec_proposed_tokens_total{proposer="self"}'] > 0
+    finally:
+        assert on.stop() == 0 and off.stop() == 0
 
 
 def test_a_draft_model_quantized_from_the_target_keeps_the_output(spindle_bin, stories_model, tmp_path):

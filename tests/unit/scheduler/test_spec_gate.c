@@ -102,10 +102,35 @@ Test(spec_gate, an_estimate_from_another_depth_is_stale) {
     spec_gate_init(&g, BOTH);
     run(&g, 16, 200, 1000, 700);
     cr_assert(!spec_gate_enabled(&g, SPEC_NGRAM));
-    /* the contexts grew fourfold: the loss is re-measured at once, not after the interval */
+    run(&g, 16, 3000, 1000, 700); /* the probe interval grows long */
+    /* the contexts grew fourfold: off is measured again, then the loss is re-measured at
+     * once, not after the (long) interval */
+    int first_draft = -1;
+    for (int i = 0; i < 4 * SPEC_GATE_WINDOW && first_draft < 0; i++) {
+        bool allowed[SPEC_N_PROPOSERS];
+        spec_gate_plan(&g, 16, 400, allowed);
+        int p = allowed[SPEC_NGRAM] ? SPEC_NGRAM : allowed[SPEC_SUFFIX] ? SPEC_SUFFIX : -1;
+        if (p >= 0) first_draft = i;
+        int64_t drafts[SPEC_N_PROPOSERS] = {0};
+        if (p >= 0) drafts[p] = 64;
+        spec_gate_observe(&g, 16, 400, p >= 0 ? 100 / 700.0 : 100 / 1000.0, 100, drafts);
+    }
+    cr_assert(first_draft >= SPEC_GATE_WINDOW, "off is measured first (%d)", first_draft);
+    cr_assert(first_draft >= 0, "a stale loss is probed within a few windows");
+}
+
+Test(spec_gate, off_is_measured_before_anything_drafts) {
+    spec_gate g;
+    spec_gate_init(&g, BOTH);
+    for (int i = 0; i < SPEC_GATE_WINDOW; i++) {
+        bool allowed[SPEC_N_PROPOSERS];
+        spec_gate_plan(&g, 2, 100, allowed);
+        cr_assert(!allowed[SPEC_NGRAM] && !allowed[SPEC_SUFFIX], "step %d measures off", i);
+        step(&g, 2, -1, 100);
+    }
     bool allowed[SPEC_N_PROPOSERS];
-    spec_gate_plan(&g, 16, 400, allowed);
-    cr_assert(allowed[SPEC_NGRAM] || allowed[SPEC_SUFFIX], "a stale loss is probed at once");
+    spec_gate_plan(&g, 2, 100, allowed);
+    cr_assert(allowed[SPEC_NGRAM], "then the proposers draft");
 }
 
 Test(spec_gate, unavailable_proposers_never_draft) {

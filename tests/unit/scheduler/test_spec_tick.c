@@ -129,7 +129,7 @@ static model *draft_model_for(tick_env *e) {
 
 /* The requests with the given proposers, two passes, among 31 others or alone, against
  * speculation off; asserts drafts were made and accepted (a vacuous pass is a fail). */
-static void check_identical_with(bool ngram, bool suffix, bool draft, int batch_size) {
+static void check_identical_with(bool ngram, bool suffix, bool draft, int self_layers, int batch_size) {
     tick_env e, e2;
     env_open(&e, 1);
     env_open(&e2, 2); /* speculation on two threads: rows are sampled in parallel */
@@ -146,6 +146,7 @@ static void check_identical_with(bool ngram, bool suffix, bool draft, int batch_
     c.max_batch_size = batch_size;
     c.spec_draft = draft;
     c.draft_model = d;
+    c.self_spec_layers = self_layers;
     drive(&e2, &c, p, SPEC_N, 2, on, &st_on, NULL);
     for (int i = 0; i < 2 * SPEC_N; i++) {
         char what[64];
@@ -159,32 +160,51 @@ static void check_identical_with(bool ngram, bool suffix, bool draft, int batch_
     if (!ngram) cr_assert_eq(st_on.spec_proposed[SCHED_SPEC_NGRAM], 0);
     if (!suffix) cr_assert_eq(st_on.spec_proposed[SCHED_SPEC_SUFFIX], 0);
     if (!draft) cr_assert_eq(st_on.spec_proposed[SCHED_SPEC_DRAFT], 0);
+    if (self_layers > 0) cr_assert_gt(st_on.spec_proposed[SCHED_SPEC_SELF], 0, "self-speculation drafted");
+    if (self_layers == 0) cr_assert_eq(st_on.spec_proposed[SCHED_SPEC_SELF], 0);
     cr_assert_eq(st_on.generated_tokens, st_off.generated_tokens);
-    cr_assert_lt(st_on.ticks, st_off.ticks, "accepted drafts save steps");
+    cr_assert_leq(st_on.ticks, st_off.ticks, "drafts never cost a step (each step delivers a token or more)");
     cr_assert_eq(st_on.kv_blocks_used, 0);
-    cr_log_info("ngram %d suffix %d draft %d batch %d: %lld ticks off, %lld on; accepted %lld/%lld ngram, %lld/%lld "
-                "suffix, %lld/%lld draft",
-                ngram, suffix, draft, batch_size, (long long)st_off.ticks, (long long)st_on.ticks,
+    cr_log_info("ngram %d suffix %d draft %d self %d batch %d: %lld ticks off, %lld on; accepted %lld/%lld ngram, "
+                "%lld/%lld suffix, %lld/%lld draft, %lld/%lld self",
+                ngram, suffix, draft, self_layers, batch_size, (long long)st_off.ticks, (long long)st_on.ticks,
                 (long long)st_on.spec_accepted[0], (long long)st_on.spec_proposed[0], (long long)st_on.spec_accepted[1],
-                (long long)st_on.spec_proposed[1], (long long)st_on.spec_accepted[2],
-                (long long)st_on.spec_proposed[2]);
+                (long long)st_on.spec_proposed[1], (long long)st_on.spec_accepted[2], (long long)st_on.spec_proposed[2],
+                (long long)st_on.spec_accepted[3], (long long)st_on.spec_proposed[3]);
     model_destroy(d);
     env_close(&e2);
     env_close(&e);
 }
 
 static void check_identical(bool ngram, bool suffix, int batch_size) {
-    check_identical_with(ngram, suffix, false, batch_size);
+    check_identical_with(ngram, suffix, false, 0, batch_size);
 }
 
 Test(spec_tick, draft_model_output_identical_among_31_others, .timeout = 120) {
-    check_identical_with(false, false, true, SPEC_N);
+    check_identical_with(false, false, true, 0, SPEC_N);
 }
 Test(spec_tick, draft_model_output_identical_alone, .timeout = 120) {
-    check_identical_with(false, false, true, 1);
+    check_identical_with(false, false, true, 0, 1);
+}
+Test(spec_tick, self_speculation_output_identical_among_31_others, .timeout = 120) {
+    check_identical_with(false, false, false, 3, SPEC_N);
+}
+Test(spec_tick, self_speculation_output_identical_alone, .timeout = 120) {
+    check_identical_with(false, false, false, 3, 1);
 }
 Test(spec_tick, every_proposer_output_identical_among_31_others, .timeout = 120) {
-    check_identical_with(true, true, true, SPEC_N);
+    check_identical_with(true, true, true, 3, SPEC_N);
+}
+
+Test(spec_tick, more_self_spec_layers_than_the_model_has_are_refused) {
+    tick_env e;
+    env_open(&e, 1);
+    sched_config c = spec_config(true, true);
+    c.self_spec_layers = model_get_hparams(e.m)->n_layers;
+    sched *s;
+    cr_assert_eq(sched_create(&c, e.m, &s), SP_ERR_INVALID_ARG);
+    cr_assert(strstr(sp_last_error(), "--self-spec-layers"), "%s", sp_last_error());
+    env_close(&e);
 }
 
 Test(spec_tick, a_draft_model_of_another_vocabulary_is_refused) {
