@@ -162,7 +162,7 @@ struct sched_request {
     int32_t n_tokens;   /* prompt + sampled */
     int32_t n_computed; /* tokens whose K/V are in the cache (0 again after preemption) */
     kv_seq kv;
-    int spec_k;                /* its adaptive draft length (spec_tick.c), 1..cfg.spec_k */
+    float spec_p;              /* spec_tick.c: how often its draft tokens are accepted (0: not yet known) */
     kv_seq draft_kv;           /* its blocks in the draft model's pool (spec_draft.c) */
     int32_t draft_computed;    /* leading tokens whose K/V the draft model holds */
     uint64_t last_decode_tick; /* the tick it last had a decode row (tick.c's fair share) */
@@ -283,6 +283,7 @@ struct sched {
 
     /* speculative decoding (spec_tick.c): the scheduler thread */
     spec_gate gate;
+    spec_cost cost;                 /* a decode step's time against its rows */
     spec_suffix *suffix;            /* NULL: the suffix proposer is not used */
     dev_kv *draft_kv;               /* the draft model's KV pool (NULL: no draft model) */
     kv_blocks draft_blocks;         /* its block ids (no prefix cache) */

@@ -15,9 +15,10 @@
  *           or the row after the last draft, gives one more token. So the output is the
  *           output without speculation, token for token.
  *
- * The adaptive k of a sequence doubles after a fully accepted draft (up to spec_k) and
- * falls to the accepted length plus one after a miss: a sequence that stopped copying
- * wastes few rows, one that copies long runs gets them.
+ * A sequence's draft length follows what a row costs and how often its drafts are
+ * accepted (draft_room, spec/spec_cost.c): a sequence that copies long runs in a cheap
+ * step gets long drafts, one that stopped copying (or a step already compute-bound) gets
+ * short ones or none.
  *
  * DESIGN (threads). Scheduler thread; the counters are atomics read by sched_get_stats.
  */
@@ -81,17 +82,23 @@ static void publish_gate(sched *s) {
     }
 }
 
-/* The most draft tokens r may take now: its adaptive k, less what would pass max_tokens
- * or the context (the token after the last draft must fit too), within budget. */
-static int32_t draft_room(const sched *s, sched_request *r, int32_t budget) {
-    if (r->spec_k <= 0) r->spec_k = s->cfg.spec_k;
-    int32_t k = r->spec_k;
+/* A sequence's acceptance estimate before it has drafted, and how fast it follows what
+ * its drafts show (per draft token). */
+static const float SPEC_P_PRIOR = 0.6f, SPEC_P_RATE = 0.15f;
+
+/* The most draft tokens r may take now, in a step of width decode rows: as many as its
+ * acceptance rate makes worth their rows (spec_cost.c), within --spec-k, the tokens it
+ * may still generate less one (the token after the last draft must fit too), the
+ * context, and the step's spare rows. */
+static int32_t draft_room(const sched *s, sched_request *r, int width, int32_t budget) {
+    if (r->spec_p <= 0) r->spec_p = SPEC_P_PRIOR;
+    int32_t k = s->cfg.spec_k;
     int32_t to_generate = r->params.n_prompt + r->params.max_tokens - r->n_tokens;
     int32_t to_context = s->cfg.max_seq_len - r->n_tokens;
     if (k > to_generate - 1) k = to_generate - 1;
     if (k > to_context - 1) k = to_context - 1;
     if (k > budget) k = budget;
-    return k;
+    return spec_cost_draft_len(&s->cost, width, r->spec_p, k);
 }
 
 /* r's best draft of at most k tokens from the allowed proposers, into draft; returns its
@@ -153,7 +160,7 @@ void sched__spec_plan(sched *s, sched_request *const *chosen, int n, int32_t bud
     for (int i = 0; i < n && budget > 0; i++) {
         sched_request *r = chosen[i];
         if (r->params.no_speculation) continue;
-        int32_t k = draft_room(s, r, budget);
+        int32_t k = draft_room(s, r, n, budget);
         if (k <= 0) continue;
         int32_t draft[SPEC_MAX_K];
         int who;
@@ -203,11 +210,9 @@ int32_t sched__spec_verify(sched *s, sched_request *r, int32_t n_draft, int prop
         stat_add(&s->spec_stats.drafts[proposer], 1);
         stat_add(&s->spec_stats.accepted[proposer], accepted);
         for (int32_t i = 0; i < accepted; i++) stat_add(&s->spec_stats.accepted_at[i], 1);
-        if (accepted == n_draft) {
-            r->spec_k = r->spec_k * 2 > s->cfg.spec_k ? s->cfg.spec_k : r->spec_k * 2;
-        } else {
-            r->spec_k = accepted + 1;
-        }
+        /* each accepted token a success, the first rejected one a failure */
+        for (int32_t i = 0; i < accepted; i++) r->spec_p += SPEC_P_RATE * (1 - r->spec_p);
+        if (accepted < n_draft) r->spec_p -= SPEC_P_RATE * r->spec_p;
     }
     /* the decode row and the accepted drafts are computed; the row after them is the
      * next step's decode row. Only accepted tokens reach the prefix cache, and the blocks
@@ -225,6 +230,9 @@ int32_t sched__spec_verify(sched *s, sched_request *r, int32_t n_draft, int prop
 void sched__spec_observe(sched *s, int width, double depth, double seconds, int64_t tokens,
                          const int64_t drafts[SPEC_N_PROPOSERS]) {
     if (!spec_any(s)) return;
+    int64_t rows = width;
+    for (int p = 0; p < SPEC_N_PROPOSERS; p++) rows += drafts[p];
+    spec_cost_observe(&s->cost, (int)rows, seconds);
     spec_gate_observe(&s->gate, width, depth, seconds, tokens, drafts);
     publish_gate(s);
 }

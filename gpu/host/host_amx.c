@@ -187,8 +187,12 @@ sp_status host__amx_pack(host_backend *hb, dev_tensor *w) {
 #define HOST_AMX_TARGET __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni,amx-tile,amx-int8")))
 
 /* Steps of fewer rows than this take the VNNI path: a tile multiply costs the same for
- * 1 row as for 16. */
-enum { AMX_MIN_TILE_ROWS = 4 };
+ * 1 row as for 16, and unpacking a Q4 group for the tiles costs as much again. Measured on
+ * a 2-core Sapphire Rapids with SmolLM2-135M Q4_1 (spindle bench --pp N, ms per step):
+ * VNNI 4.9 / 5.7 / 9.5 / 10.5 / 15.2 for 3 / 4 / 8 / 9 / 15 rows, tiles 8.9 / 11.6 /
+ * 12.5 for 4 / 8 / 9 rows and 16.2 for 16: the tiles win only from a full tile on.
+ * Speculative decoding's verify steps (a few rows per sequence) live below that. */
+enum { AMX_MIN_TILE_ROWS = 16 };
 /* How far ahead the VNNI path asks for weight bytes: enough lines in flight for one core
  * to approach the memory's streaming rate. */
 enum { AMX_PREFETCH_BYTES = 4096 };

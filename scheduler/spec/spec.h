@@ -65,6 +65,28 @@ int spec_suffix_propose(spec_suffix *sc, uint64_t tenant, const int32_t *tokens,
                         int max_draft);
 int64_t spec_suffix_bytes(const spec_suffix *sc); /* held now: index, slots and tokens */
 
+/* ---- what a draft row costs (spec_cost.c) ---------------------------------------- */
+
+/* A decode step's time as t0 + c * rows, fitted by least squares over recent decode-only
+ * steps (exponentially forgotten), so a draft length can weigh what a row costs against
+ * what it is expected to deliver: a draft token at position j (accepted with probability
+ * p^(j+1) when each is accepted with p) is worth its row while p^(j+1) exceeds the share of
+ * a token's time one row takes, c * width / (t0 + c * width). On a CPU where a row is
+ * cheap next to a step (few sequences) that allows long drafts; where the step is
+ * compute-bound (many sequences) it allows none. */
+typedef struct spec_cost {
+    double n, sx, sy, sxx, sxy; /* decayed sums of rows (x) and seconds (y) */
+} spec_cost;
+
+void spec_cost_observe(spec_cost *c, int rows, double seconds);
+/* The fitted row cost and fixed cost; false while the steps seen cannot tell them apart
+ * (then a prior of a quarter of the mean time per row). */
+bool spec_cost_fit(const spec_cost *c, double *per_row, double *fixed);
+/* The longest worthwhile draft for a sequence whose drafts are each accepted with
+ * probability p, in a step of `width` decode rows: the largest k such that p^k exceeds
+ * the row share (0: none), at most max_k. */
+int spec_cost_draft_len(const spec_cost *c, int width, double p, int max_k);
+
 /* ---- the gate (spec_gate.c) ------------------------------------------------------ */
 
 /* Per batch-width bucket (the decoding sequences of a step: 1, 2-3, 4-7, ... 128+), the

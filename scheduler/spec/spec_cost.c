@@ -1,0 +1,58 @@
+/* spec_cost.c: how much one more row costs a decode step, measured, and the draft length
+ * that follows from it. A draft row is computed and sampled like any other: worth it
+ * only when its expected tokens beat the time it takes. That time depends on the machine
+ * (a CPU's multi-row matmul, a GPU's idle lanes) and on the batch, so it is fitted from
+ * the steps themselves rather than assumed.
+ *
+ * DESIGN (threads). The scheduler thread owns it.
+ */
+#include <math.h>
+
+#include "scheduler/spec/spec.h"
+
+static const double COST_DECAY = 0.98; /* about the last 50 steps count */
+
+void spec_cost_observe(spec_cost *c, int rows, double seconds) {
+    if (rows <= 0 || !(seconds > 0)) return;
+    double x = rows, y = seconds;
+    c->n = c->n * COST_DECAY + 1;
+    c->sx = c->sx * COST_DECAY + x;
+    c->sy = c->sy * COST_DECAY + y;
+    c->sxx = c->sxx * COST_DECAY + x * x;
+    c->sxy = c->sxy * COST_DECAY + x * y;
+}
+
+bool spec_cost_fit(const spec_cost *c, double *per_row, double *fixed) {
+    *per_row = *fixed = 0;
+    if (c->n < 1e-9) return false;
+    double mx = c->sx / c->n, my = c->sy / c->n;
+    double var = c->sxx / c->n - mx * mx, cov = c->sxy / c->n - mx * my;
+    if (c->n >= 8 && var > 0.25) {
+        double slope = cov / var;
+        if (slope > 0 && my - slope * mx > 0) {
+            *per_row = slope;
+            *fixed = my - slope * mx;
+            return true;
+        }
+    }
+    *per_row = 0.25 * my / mx; /* the prior: a row a quarter of its even share */
+    *fixed = my - *per_row * mx;
+    return false;
+}
+
+int spec_cost_draft_len(const spec_cost *c, int width, double p, int max_k) {
+    if (max_k <= 0 || width <= 0 || !(p > 0)) return 0;
+    double per_row, fixed;
+    spec_cost_fit(c, &per_row, &fixed);
+    if (c->n < 1e-9) return max_k < 2 ? max_k : 2; /* nothing measured yet: a short draft */
+    double share = per_row * width / (fixed + per_row * width); /* of a token's time, one row */
+    if (!(share < 1)) return 0;
+    if (p >= 1) return max_k;
+    int k = 0;
+    double reach = p; /* the probability that draft token k + 1 is accepted */
+    while (k < max_k && reach > share) {
+        k++;
+        reach *= p;
+    }
+    return k;
+}

@@ -1,0 +1,62 @@
+/* test_spec_cost.c: the row-cost fit and the draft length that follows from it: the fit
+ * recovers a step's fixed and per-row time from noisy steps, forgets old ones, and the
+ * draft length grows with the acceptance rate, shrinks as the batch widens, and is zero
+ * once a row costs as much as the tokens it may bring. */
+#include <criterion/criterion.h>
+#include <math.h>
+
+#include "scheduler/spec/spec.h"
+
+/* Steps of t = fixed + per_row * rows, rows cycling through 1..9, with +-2% noise. */
+static void feed(spec_cost *c, int n, double fixed, double per_row, int width) {
+    for (int i = 0; i < n; i++) {
+        int rows = width + i % 9;
+        double noise = 1 + 0.02 * ((i * 7919) % 5 - 2) / 2.0;
+        spec_cost_observe(c, rows, (fixed + per_row * rows) * noise);
+    }
+}
+
+Test(spec_cost, the_fit_recovers_fixed_and_per_row_time) {
+    spec_cost c = {0};
+    feed(&c, 200, 0.0025, 0.001, 1);
+    double per_row, fixed;
+    cr_assert(spec_cost_fit(&c, &per_row, &fixed));
+    cr_assert_float_eq(per_row, 0.001, 0.0001, "per row %g", per_row);
+    cr_assert_float_eq(fixed, 0.0025, 0.0005, "fixed %g", fixed);
+}
+
+Test(spec_cost, old_steps_are_forgotten) {
+    spec_cost c = {0};
+    feed(&c, 300, 0.0025, 0.001, 1);
+    feed(&c, 400, 0.0025, 0.004, 1); /* rows got dearer (a busier machine, deeper contexts) */
+    double per_row, fixed;
+    cr_assert(spec_cost_fit(&c, &per_row, &fixed));
+    cr_assert_float_eq(per_row, 0.004, 0.0004, "per row %g", per_row);
+}
+
+Test(spec_cost, without_variation_the_prior_serves) {
+    spec_cost c = {0};
+    for (int i = 0; i < 50; i++) spec_cost_observe(&c, 4, 0.008);
+    double per_row, fixed;
+    cr_assert(!spec_cost_fit(&c, &per_row, &fixed));
+    cr_assert_float_eq(per_row, 0.25 * 0.008 / 4, 1e-12);
+    cr_assert_gt(fixed, 0);
+}
+
+Test(spec_cost, draft_length_follows_acceptance_and_width) {
+    spec_cost c = {0};
+    cr_assert_eq(spec_cost_draft_len(&c, 1, 0.9, 8), 2, "nothing measured: a short draft");
+    feed(&c, 200, 0.0025, 0.001, 1);
+    /* one sequence: a row is 0.001 / 0.0035 = 29% of a token's time */
+    int low = spec_cost_draft_len(&c, 1, 0.5, 16), mid = spec_cost_draft_len(&c, 1, 0.8, 16),
+        high = spec_cost_draft_len(&c, 1, 0.97, 16);
+    cr_assert_eq(low, 1, "0.5 > 0.29 once: %d", low);
+    cr_assert_eq(mid, 5, "0.8^5 = 0.33 > 0.29 > 0.8^6: %d", mid);
+    cr_assert_eq(high, 16, "capped: %d", high);
+    cr_assert(low < mid && mid < high);
+    cr_assert_eq(spec_cost_draft_len(&c, 1, 1.0, 7), 7);
+    /* 64 sequences: a row is 0.064 / 0.0665 = 96% of a token's time: only near-certain drafts */
+    cr_assert_eq(spec_cost_draft_len(&c, 64, 0.9, 16), 0);
+    cr_assert_eq(spec_cost_draft_len(&c, 64, 0.99, 16), 3);
+    cr_assert_eq(spec_cost_draft_len(&c, 1, 0.9, 0), 0, "no room");
+}
