@@ -17,8 +17,8 @@ spec/llama-server, median TTFT, draft acceptance per proposer (from the /metrics
 the mismatch count. Raw per-request JSON (texts included) and server logs stay in
 build/bench/spec-<time>/.
 
-    python3 bench/bench_spec.py --peer-dir /work/peer/avx512     the full run, about 20 minutes on 2 cores
-    python3 bench/bench_spec.py --quick                          smoke test: C=4, 4 prompts, 2 turns (~2 min)
+    python3 bench/bench_spec.py --peer-dir build/peer-avx512      the full run, 20 minutes on a 2-core Xeon
+    python3 bench/bench_spec.py --quick                          smoke test: C=4, 4 prompts, 2 turns (~1 min)
     python3 bench/bench_spec.py --report-from build/bench/spec-<time>     rewrite the report only
 
 spindle's flags come from `spindle serve --help`: without --speculative (an older build) the
@@ -48,12 +48,20 @@ from report_section import cpu_model, write_section  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VARIANTS = ("spec", "off", "llama.cpp")  # spindle --speculative auto, spindle --speculative off, llama-server
-# llama-server's draft-free speculation, both kinds spindle has and with spindle's draft length:
-# ngram-simple looks the last n tokens up in the sequence's own tokens (spindle's ngram, prompt
-# lookup); ngram-mod is a hash pool of n-grams shared by all slots (cross-request, like
-# spindle's suffix cache). The first that drafts wins.
-LLAMA_SPEC_DEFAULT = ("--spec-type ngram-simple,ngram-mod --spec-ngram-simple-size-n 3 --spec-ngram-simple-size-m 8 "
-                      "--spec-ngram-mod-n-match 16 --spec-ngram-mod-n-min 2 --spec-ngram-mod-n-max 8")
+# llama-server's draft-free speculation: ngram-mod (what its --spec-default turns on), a hash pool
+# of the n-grams of every slot's prompt and output, so it looks up both the sequence itself and
+# other requests, like spindle's two proposers together. Drafts of up to 8 tokens as spindle's
+# --spec-k, after a 16-token match (the shortest its authors recommend; --spec-default's 24/48/64
+# drafts only after long matches). In trial runs on 2 cores with the 135M model, ngram-simple,
+# ngram-map-k, ngram-simple+ngram-mod and --spec-default were no faster for llama-server.
+LLAMA_SPEC_DEFAULT = "--spec-type ngram-mod --spec-ngram-mod-n-match 16 --spec-ngram-mod-n-min 2 --spec-ngram-mod-n-max 8"
+LLAMA_SPEC_TYPES = {
+    "ngram-mod": "a hash pool of the n-grams of every slot's prompt and output, shared by all slots",
+    "ngram-simple": "the last n tokens looked up in the sequence's own tokens",
+    "ngram-map-k": "the last n tokens looked up in a map of the sequence's n-grams",
+    "ngram-map-k4v": "the last n tokens looked up in a map of the sequence's n-grams, four continuations each",
+    "ngram-cache": "n-gram statistics of the sequence (and optional lookup-cache files)",
+}
 
 
 def log(msg):
@@ -249,7 +257,7 @@ def run_point(a, raw, dataset, c, variant, rep, convs, ctx, kv_mb):
     name = f"{dataset}-c{c}-{variant.replace('.', '')}-r{rep}"
     argv_for_port = spindle_argv(a, variant, c, ctx, kv_mb) if variant != "llama.cpp" else llama_argv(a, c, ctx)
     spec_type = a.llama_spec.index("--spec-type") if "--spec-type" in a.llama_spec else -1
-    llama_label = a.llama_spec[spec_type + 1] if 0 <= spec_type < len(a.llama_spec) - 1 else "none"
+    llama_label = a.llama_spec[spec_type + 1] if 0 <= spec_type < len(a.llama_spec) - 1 else "llama-server"
     t0 = time.monotonic()
     try:
         srv = ServerProcess(argv_for_port, os.path.join(raw, name + ".log"))
@@ -301,6 +309,8 @@ def do_run(a):
         out = subprocess.run([a.llama_server, "--version"], capture_output=True, text=True)
         line = next((l for l in (out.stdout + out.stderr).splitlines() if l.startswith("version:")), "version: ?")
         meta["llama_version"] = line.split(":", 1)[1].strip()
+    if a.draw_bin:
+        run_draw(a, raw)
     points = []
     k = 0
     for dataset in a.datasets.split(","):
@@ -326,6 +336,39 @@ def do_run(a):
     return raw
 
 
+def run_draw(a, raw):
+    """bench/bench_draw.c's per-row draw cost, its output kept as draw.txt (before any server
+    starts, so nothing else runs)."""
+    if not os.access(a.draw_bin, os.X_OK):
+        log(f"{a.draw_bin}: not built (make build/bench_draw); no draw costs in the report")
+        return
+    proc = subprocess.run([a.draw_bin, str(a.draw_rows)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        log(f"{a.draw_bin} failed: {proc.stderr.strip()[-200:]}")
+        return
+    with open(os.path.join(raw, "draw.txt"), "w") as f:
+        f.write(f"$ {a.draw_bin} {a.draw_rows}\n{proc.stdout}")
+
+
+def draw_table(raw, rows):
+    """The draw costs of draw.txt as report lines (none when it was not run)."""
+    path = os.path.join(raw, "draw.txt")
+    if not os.path.exists(path):
+        return []
+    lines = ["", "### What one sampled row costs on the host", "",
+             f"`bench/bench_draw.c`, one thread, {rows} rows of SmolLM2's 49,152-token vocabulary with Zipf-like "
+             "logits (every draft row of a step is sampled like a decode row): each row the penalties over 256 "
+             "generated tokens, the counter-based generator of its position and the draw, at temperature 0.8, "
+             "top-p 0.95 with frequency and presence penalties (and top-2 log-probabilities), or greedy.", "",
+             "| case | median µs per row | p99 µs per row |", "|---|---:|---:|"]
+    with open(path) as f:
+        for line in f:
+            cols = line.rstrip("\n").split("\t")
+            if len(cols) >= 3 and not line.startswith("$"):
+                lines.append(f"| {cols[0]} | {cols[1]} | {cols[2]} |")
+    return lines
+
+
 # ---- the report ------------------------------------------------------------------------------------
 
 def load_meta(raw):
@@ -341,13 +384,9 @@ def load_meta(raw):
 
 def describe_acceptance(spec):
     """'ngram 71% of 512, suffix 90% of 40': accepted / proposed draft tokens per proposer."""
-    parts = []
-    for p, k in sorted(spec.items()):
-        if k.get("proposed"):
-            parts.append(f"{p} {100 * k.get('accepted', 0) / k['proposed']:.0f}% of {k['proposed']:.0f}")
-        elif p != "none":
-            parts.append(f"{p} 0 drafted")
-    return ", ".join(parts)
+    parts = [f"{p} {100 * k.get('accepted', 0) / k['proposed']:.0f}% of {k['proposed']:.0f}"
+             for p, k in sorted(spec.items()) if k.get("proposed")]
+    return ", ".join(parts) or ("none drafted" if spec else "")
 
 
 def median_of(results, key):
@@ -386,7 +425,7 @@ def mismatches(meta):
 
 
 DATASET_TITLES = {
-    "copy": "Copy-heavy (rename a function in a given file, reformat given JSON, quote a given document)",
+    "copy": "Copy-heavy (rename a function in a given file, reformat given JSON, copy a paragraph of a given document)",
     "agentic": "Agentic multi-turn (recurring tool outputs across turns and conversations)",
     "prose": "Free prose (story prompts)",
 }
@@ -453,9 +492,7 @@ def do_report(a, raw):
         f"cache carries over), with room for C sequences: spindle `--max-batch-size C --ctx-size N` and a KV "
         f"cache that holds them, with `{' '.join(args['spindle_spec_args']) or '(no flag)'}` (spec) or "
         f"`{' '.join(args['spindle_off_args']) or '(no flag)'}` (off); llama-server `-cb -np C -c C*N -ngl 0` "
-        f"with `{llama_spec}` (its draft-free speculation: ngram-simple looks the last tokens up in the "
-        "sequence itself, like spindle's ngram proposer; ngram-mod is an n-gram pool shared by all slots, "
-        "like spindle's suffix cache; draft length as spindle's `--spec-k`), its other settings at their "
+        f"with `{llama_spec}`{describe_llama_spec(args.get('llama_spec') or [])}, its other settings at their "
         f"defaults. A Python client streams `/v1/chat/completions` (temperature 0, max_tokens "
         f"{args['max_tokens']}, no ignore_eos), at most C conversations at once, after one warm-up request; "
         f"{describe_counts(args)}. The servers take turns, the first one changing at every point{repeats}. "
@@ -466,15 +503,16 @@ def do_report(a, raw):
         "equal to those without, request by request.",
         "",
         "Datasets (generated by bench/spec_datasets.py from a seed; the same text for every server):",
-        "- **copy**: one request each, in turn: a ~35-line Python file with \"rename function X to Y and print "
-        "the complete updated file\"; a minified JSON document of 5-7 records with \"reformat with 2-space "
-        "indentation, keep every key and value\"; a 4-paragraph project document with \"what does it say about "
-        "X? answer only with sentences quoted exactly\".",
+        "- **copy**: one request each, in turn: a ~25-line Python file with \"rename function X to Y, reply "
+        "with the complete updated file\"; a minified JSON document of 5-7 records with \"reformat with 2-space "
+        "indentation, keep every key and value\"; a 4-paragraph project document with \"copy the paragraph "
+        "about X word for word\".",
         f"- **agentic**: coding-agent conversations of {args['turns']} turns sent one after another (each turn "
         "carries the server's own earlier answers), one system prompt for all; the user turns are tool outputs "
         "from one 6-file repository (`cat src/X.py`, a pytest failure log quoting that file, the same `cat` "
-        "again, the log again) with a request to explain or print the fixed function or file. The same file "
-        "and log recur across turns and across conversations.",
+        "again, the log again) with a request to print the function and explain it, print it fixed, reply "
+        "with the whole fixed file, print it fixed again. The same file and log recur across turns and across "
+        "conversations.",
         "- **prose**: \"write a short story about <who> in <where> who <what>\" (little to copy).",
         "",
         f"**spindle's answers with speculation equal those without: {compared - differing} of {compared} requests "
@@ -485,10 +523,18 @@ def do_report(a, raw):
                  in sorted(mism.items()) if bad]
     for dataset in args["datasets"].split(","):
         body += ["", f"### {DATASET_TITLES.get(dataset, dataset)}", ""] + dataset_table(meta, dataset, mism)
+    body += draw_table(raw, args.get("draw_rows", 2000))
     text = "\n".join(lines + body) + "\n"
     write_section(a.out, "spec", text)
     print(text)
     return differing
+
+
+def describe_llama_spec(flags):
+    if "--spec-type" not in flags[:-1]:
+        return ""
+    types = flags[flags.index("--spec-type") + 1].split(",")
+    return " (its draft-free speculation; " + "; ".join(f"{t}: {LLAMA_SPEC_TYPES.get(t, '?')}" for t in types) + ")"
 
 
 def describe_counts(args):
@@ -505,6 +551,9 @@ def main():
     ap.add_argument("--peer-dir", default=os.environ.get("PEER_DIR"),
                     help="llama.cpp build, its llama-server in PEER_DIR/build/bin (tools/peer_build.sh makes it "
                          "when missing; default build/peer-<isa>)")
+    ap.add_argument("--draw-bin", default=None,
+                    help="build/bench_draw: its per-row draw costs go into the report too (default: not run)")
+    ap.add_argument("--draw-rows", type=int, default=2000, help="rows bench_draw times")
     ap.add_argument("--model", default="models/SmolLM2-135M-Instruct.Q4_1.gguf")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--device", default="cpu", help="spindle --device (passed when it has the flag; '' = not)")
@@ -512,7 +561,7 @@ def main():
     ap.add_argument("--spec-args", default="--speculative auto --spec-k 8", help="spindle's flags for the spec run")
     ap.add_argument("--off-args", default="--speculative off", help="spindle's flags for the off run")
     ap.add_argument("--llama-spec-args", default=LLAMA_SPEC_DEFAULT,
-                    help="llama-server's speculation flags ('' = none)")
+                    help="llama-server's speculation flags, given as --llama-spec-args='--spec-type ...' ('' = none)")
     ap.add_argument("--concurrency", default="1,4,16,64")
     ap.add_argument("--datasets", default=",".join(spec_datasets.DATASETS))
     ap.add_argument("--max-tokens", type=int, default=128)

@@ -2,9 +2,9 @@
 no files or network, so every run and every server sees the same text.
 
   copy      single requests whose answer mostly copies the prompt, in turn: rename a function
-            in a given Python file and print the whole file; reformat a given minified JSON
-            document with indentation; answer a question with sentences quoted verbatim
-            from a given document
+            in a given Python file and reply with the whole file; reformat a given minified JSON
+            document with indentation; copy the paragraph about a topic, word for word, from a
+            given document
   agentic   coding-agent conversations of several turns, sent one turn after another (each
             turn's prompt holds the previous turns and the server's own answers): the same
             system prompt and tool outputs (`cat` of a file from one small repository,
@@ -82,7 +82,7 @@ def repo_files(seed, n=6):
     files = []
     nouns = rng.sample(NOUNS, n)
     for noun in nouns:
-        verbs = rng.sample(VERBS, 3)
+        verbs = rng.sample(VERBS, 2)
         lines = [f'"""Helpers for {noun}s: reading, grouping and checking them."""', "import csv", "import json", ""]
         names = []
         for verb in verbs:
@@ -142,15 +142,14 @@ def _copy_request(seed, i):
         path, text, names = rng.choice(repo_files(seed + 1000 + i, n=1))
         old = rng.choice(names)
         new = old.replace("_", "_all_", 1)
-        return (f"Here is the file {path}:\n\n```python\n{text}```\n\nRename the function `{old}` to `{new}` and "
-                f"print the complete updated file, unchanged otherwise.")
+        return (f"Rename the function `{old}` to `{new}` in the file {path} below. Reply with the complete "
+                f"updated file in a ```python block and nothing else.\n\n```python\n{text}```")
     if kind == 1:
         doc = json.dumps(_json_doc(rng), separators=(",", ":"))
         return (f"Reformat this JSON document with an indentation of 2 spaces. Keep every key and value "
                 f"exactly as it is and print only the JSON.\n\n{doc}")
     text, topic = _document(rng)
-    return (f'Document:\n"""\n{text}\n"""\n\nWhat does the document say about the {topic}? Answer only with the '
-            f"sentences about it, quoted exactly from the document.")
+    return f'Document:\n"""\n{text}\n"""\n\nCopy the paragraph about the {topic} from the document, word for word.'
 
 
 # ---- agentic conversations -----------------------------------------------------------------
@@ -167,9 +166,11 @@ def _agentic_conversation(seed, i, turns):
     fn = rng.choice(names)
     log = _pytest_log(random.Random(f"log-{seed}-{path}-{fn}"), path, text, fn)
     steps = [
-        f"Task: the test test_{fn} fails. I ran `cat {path}`:\n\n```python\n{text}```\n\nExplain what `{fn}` does.",
-        f"I ran `pytest -q`:\n\n```\n{log}\n```\n\nPrint the corrected function `{fn}`.",
-        f"I ran `cat {path}` again:\n\n```python\n{text}```\n\nPrint the complete file with your fix applied.",
+        f"Task: the test test_{fn} fails. I ran `cat {path}`:\n\n```python\n{text}```\n\nPrint the function "
+        f"`{fn}` as it is now in a ```python block, then explain what it does.",
+        f"I ran `pytest -q`:\n\n```\n{log}\n```\n\nPrint the corrected function `{fn}` in a ```python block.",
+        f"I ran `cat {path}` again:\n\n```python\n{text}```\n\nReply with the complete file, your fix applied, "
+        f"in a ```python block and nothing else.",
         f"I ran `pytest -q` again:\n\n```\n{log}\n```\n\nIt still fails. Print `{fn}` once more, fixed.",
     ]
     return steps[:turns]
