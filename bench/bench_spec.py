@@ -17,8 +17,13 @@ spec/llama-server, median TTFT, draft acceptance per proposer (from the /metrics
 the mismatch count. Raw per-request JSON (texts included) and server logs stay in
 build/bench/spec-<time>/.
 
-    python3 bench/bench_spec.py --peer-dir build/peer-avx512      the full run, 20 minutes on a 2-core Xeon
-    python3 bench/bench_spec.py --quick                          smoke test: C=4, 4 prompts, 2 turns (~1 min)
+Then the draft-model part (not with --no-draft or --quick): `spindle quantize` makes a Q8_0
+target of the model (a Q4_1: the same weights re-rounded), and at C = 1 and 4 spindle runs on
+it with the model itself drafting (`--draft-model MODEL --speculative draft`) and without
+speculation, in turns as above; the same identity check, and a table of its own.
+
+    python3 bench/bench_spec.py --peer-dir build/peer-avx512      the full run, 23 minutes on a 2-core Xeon
+    python3 bench/bench_spec.py --quick                          smoke test: C=4, 4 prompts, 2 turns, no draft (~1 min)
     python3 bench/bench_spec.py --report-from build/bench/spec-<time>     rewrite the report only
 
 spindle's flags come from `spindle serve --help`: without --speculative (an older build) the
@@ -48,6 +53,8 @@ from report_section import cpu_model, write_section  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VARIANTS = ("spec", "off", "llama.cpp")  # spindle --speculative auto, spindle --speculative off, llama-server
+DRAFT_VARIANTS = ("draft", "draft-off")  # on the Q8_0 target: drafted by the model (--speculative draft), off
+TWINS = {"spec": "off", "draft": "draft-off"}  # a variant with speculation: the one whose answers it must equal
 # llama-server's draft-free speculation: ngram-mod (what its --spec-default turns on), a hash pool
 # of the n-grams of every slot's prompt and output, so it looks up both the sequence itself and
 # other requests, like spindle's two proposers together. Drafts of up to 8 tokens as spindle's
@@ -78,10 +85,14 @@ def help_flags(argv):
 
 def spindle_argv(a, variant, c, ctx, kv_mb):
     """spindle with room for c sequences of ctx tokens (--max-batch-size is llama-server's -np,
-    --ctx-size its per-slot context, the KV cache sized to hold them), then the variant's flags."""
-    extra = a.spindle_spec_args if variant == "spec" else a.spindle_off_args
+    --ctx-size its per-slot context, the KV cache sized to hold them), then the variant's flags.
+    The draft variants run on the Q8_0 target; the drafting model gets as much KV cache as the
+    target (the same architecture, so the same room)."""
+    extra = {"spec": a.spindle_spec_args, "off": a.spindle_off_args, "draft-off": a.spindle_off_args,
+             "draft": ["--draft-model", a.model, "--draft-kv-cache-mb", str(kv_mb), *a.spindle_draft_args]}[variant]
+    model = a.target if variant in DRAFT_VARIANTS else a.model
     device = ["--device", a.device] if a.device and "--device" in a.spindle_flags else []
-    return lambda port: [a.bin, "serve", "--model", a.model, "--host", "127.0.0.1", "--port", str(port),
+    return lambda port: [a.bin, "serve", "--model", model, "--host", "127.0.0.1", "--port", str(port),
                          "--threads", str(a.threads), "--max-batch-size", str(c), "--ctx-size", str(ctx),
                          "--kv-cache-mb", str(kv_mb), "--no-access-log", *device, *extra]
 
@@ -106,6 +117,24 @@ def resolve_spindle_flags(a):
         log(a.notes[-1])
         spec = off = []
     a.spindle_spec_args, a.spindle_off_args = spec, off
+    a.spindle_draft_args = shlex.split(a.draft_args)
+    missing = sorted({x for x in ["--draft-model", *a.spindle_draft_args] if x.startswith("--")} - a.spindle_flags)
+    if missing and not a.no_draft:
+        a.notes.append(f"this spindle has no {', '.join(missing)}: no draft-model part")
+        log(a.notes[-1])
+        a.no_draft = True
+
+
+def make_target(a, raw):
+    """The draft part's Q8_0 target, made from the model by `spindle quantize` (None, with a note,
+    when that fails)."""
+    target = os.path.join(raw, "target.Q8_0.gguf")
+    proc = subprocess.run([a.bin, "quantize", a.model, target, "Q8_0"], capture_output=True, text=True)
+    if proc.returncode != 0:
+        a.notes.append(f"`{a.bin} quantize` failed ({proc.stderr.strip()[-200:]}): no draft-model part")
+        log(a.notes[-1])
+        return None
+    return target
 
 
 def resolve_llama_spec(a):
@@ -300,7 +329,8 @@ def do_run(a):
     if load > (os.cpu_count() or 1) / 2:
         log(f"warning: load average {load:.2f} on {os.cpu_count()} CPUs: the machine is busy, results will be noisy")
     variants = [v for v in a.variants.split(",") if v]
-    kv_per_token = spindle_kv_bytes_per_token(a, raw) if {"spec", "off"} & set(variants) else 0
+    a.target = None if a.no_draft else make_target(a, raw)
+    kv_per_token = spindle_kv_bytes_per_token(a, raw) if {"spec", "off"} & set(variants) or a.target else 0
     meta = {"args": {k: v for k, v in vars(a).items() if k != "spindle_flags"}, "command": a.command,
             "started": stamp, "load_before": load, "variants": variants, "notes": a.notes,
             "spindle_commit": git_commit(), "model": os.path.relpath(os.path.abspath(a.model), ROOT),
@@ -311,10 +341,24 @@ def do_run(a):
         meta["llama_version"] = line.split(":", 1)[1].strip()
     if a.draw_bin:
         run_draw(a, raw)
+    meta["points"] = run_part(a, raw, variants, a.concurrency, kv_per_token)
+    if a.target:
+        meta["points"] += run_part(a, raw, list(DRAFT_VARIANTS), a.draft_concurrency, kv_per_token)
+        os.remove(a.target)  # 145 MB, made again by the next run
+    meta["load_after"] = os.getloadavg()[0]
+    with open(os.path.join(raw, "meta.json"), "w") as f:
+        json.dump(meta, f, indent=2)
+    log(f"raw results in {os.path.relpath(raw, ROOT)}")
+    return raw
+
+
+def run_part(a, raw, variants, concurrency, kv_per_token):
+    """Every dataset at every concurrency of the comma list, the variants' servers in turn (the
+    first one changing at every point); the points for meta.json."""
     points = []
     k = 0
     for dataset in a.datasets.split(","):
-        for c in [int(x) for x in a.concurrency.split(",")]:
+        for c in [int(x) for x in concurrency.split(",")]:
             convs = spec_datasets.conversations(dataset, num_conversations(a, dataset, c), a.seed, a.turns)
             ctx = context_tokens(a, dataset, convs)
             # room for c sequences of the context, plus an eighth for partly used blocks
@@ -328,12 +372,7 @@ def do_run(a):
                                    "ctx": ctx, **({"error": r["error"]} if "error" in r and "records" not in r
                                                   else {"result": f"{dataset}-c{c}-{variant.replace('.', '')}"
                                                                   f"-r{rep}.json"})})
-    meta["points"] = points
-    meta["load_after"] = os.getloadavg()[0]
-    with open(os.path.join(raw, "meta.json"), "w") as f:
-        json.dump(meta, f, indent=2)
-    log(f"raw results in {os.path.relpath(raw, ROOT)}")
-    return raw
+    return points
 
 
 def run_draw(a, raw):
@@ -399,18 +438,19 @@ def ratio(x, y):
 
 
 def mismatches(meta):
-    """{(dataset, c): (compared, differing, [first few (conv, turn)])}: spindle's answers with
-    speculation against without, request by request, in every repeat."""
+    """{(variant, dataset, c): (compared, differing, [first few (conv, turn)])}: spindle's answers
+    with speculation (spec, draft) against its twin's without (TWINS), request by request, in
+    every repeat."""
     out = {}
     for p in meta["points"]:
-        if p["variant"] != "spec" or not p["r"]:
+        if p["variant"] not in TWINS or not p["r"]:
             continue
-        twin = next((q for q in meta["points"] if q["variant"] == "off" and q["dataset"] == p["dataset"] and
-                     q["concurrency"] == p["concurrency"] and q["repeat"] == p["repeat"] and q["r"]), None)
+        twin = next((q for q in meta["points"] if q["variant"] == TWINS[p["variant"]] and q["dataset"] == p["dataset"]
+                     and q["concurrency"] == p["concurrency"] and q["repeat"] == p["repeat"] and q["r"]), None)
         if not twin:
             continue
         off = {(r["conv"], r["turn"]): r for r in twin["r"]["records"] if not r["error"]}
-        key = (p["dataset"], p["concurrency"])
+        key = (p["variant"], p["dataset"], p["concurrency"])
         n, bad, where = out.get(key, (0, 0, []))
         for r in p["r"]["records"]:
             o = off.get((r["conv"], r["turn"]))
@@ -431,40 +471,100 @@ DATASET_TITLES = {
 }
 
 
+def summary(meta, dataset, c, variant):
+    """One point's runs (its repeats) together: requests done and failed, mean output tokens,
+    median output tok/s and TTFT, the draft counters summed; {"error": why} when none ran."""
+    pts = [p for p in meta["points"] if (p["dataset"], p["concurrency"], p["variant"]) == (dataset, c, variant)]
+    rs = [p["r"] for p in pts if p["r"]]
+    if not rs:
+        return {"error": next((p["error"] for p in pts if p.get("error")), "not run")[:80]}
+    spec = {}
+    for r in rs:
+        for prop, kinds in r["spec"].items():
+            for kind, val in kinds.items():
+                spec.setdefault(prop, {})[kind] = spec.get(prop, {}).get(kind, 0.0) + val
+    done = sum(r["completed"] for r in rs)
+    return {"done": done, "failed": sum(r["failed"] for r in rs),
+            "mean_out": sum(r["output_tokens"] for r in rs) / max(1, done),
+            "tput": median_of(rs, "output_throughput"), "ttft": median_of(rs, "median_ttft_ms"), "spec": spec}
+
+
+def concurrencies(meta, dataset, variants):
+    return sorted({p["concurrency"] for p in meta["points"] if p["dataset"] == dataset and p["variant"] in variants})
+
+
+def agreement(mism, variant, dataset, c):
+    """'n - differing / n' for a speculative variant's point ('' when nothing was compared)."""
+    n, bad, _ = mism.get((variant, dataset, c), (0, 0, []))
+    return f"{n - bad} / {n}" if n else ""
+
+
+def mismatch_totals(mism, variant):
+    """(compared, differing) over a speculative variant's points, and report lines naming where."""
+    compared = sum(n for k, (n, _, _) in mism.items() if k[0] == variant)
+    differing = sum(bad for k, (_, bad, _) in mism.items() if k[0] == variant)
+    where = [f"- mismatches in {d}, C={c}: (conversation, turn) {w[:8]}" for (v, d, c), (_, bad, w)
+             in sorted(mism.items()) if v == variant and bad]
+    return compared, differing, where
+
+
 def dataset_table(meta, dataset, mism):
-    pts = [p for p in meta["points"] if p["dataset"] == dataset]
     lines = ["| concurrency | server | requests done / failed | output tokens (mean) | output tok/s | "
              "TTFT median (ms) | spec / off | spec / llama-server | drafts: accepted of proposed | "
              "spec = off answers |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     names = {"spec": "spindle, speculation auto", "off": "spindle, speculation off",
              "llama.cpp": "llama-server" + (", n-gram speculation" if meta["args"].get("llama_spec") else "")}
-    for c in sorted({p["concurrency"] for p in pts}):
-        by = {v: [p["r"] for p in pts if p["concurrency"] == c and p["variant"] == v] for v in VARIANTS}
-        tput = {v: median_of(by[v], "output_throughput") for v in VARIANTS}
+    for c in concurrencies(meta, dataset, VARIANTS):
+        s = {v: summary(meta, dataset, c, v) for v in VARIANTS}
+        tput = {v: s[v].get("tput") for v in VARIANTS}
         for v in meta["variants"]:
-            rs = [r for r in by[v] if r]
-            if not rs:
-                err = next((p.get("error", "?") for p in pts if p["concurrency"] == c and p["variant"] == v), "?")
-                lines.append(f"| {c} | {names[v]} | error: {err[:80]} |" + " |" * 7)
+            if "error" in s[v]:
+                lines.append(f"| {c} | {names[v]} | error: {s[v]['error']} |" + " |" * 7)
                 continue
-            done, failed = sum(r["completed"] for r in rs), sum(r["failed"] for r in rs)
-            mean_out = sum(r["output_tokens"] for r in rs) / max(1, done)
-            spec = {}
-            for r in rs:
-                for prop, kinds in r["spec"].items():
-                    for kk, val in kinds.items():
-                        spec.setdefault(prop, {}).setdefault(kk, 0.0)
-                        spec[prop][kk] += val
-            same = ""
-            if v == "spec" and (dataset, c) in mism:
-                n, bad, _ = mism[(dataset, c)]
-                same = f"{n - bad} / {n}"
             ratios = (f"{ratio(tput['spec'], tput['off'])} | {ratio(tput['spec'], tput['llama.cpp'])}"
                       if v == "spec" else " | ")
-            lines.append(f"| {c} | {names[v]} | {done} / {failed} | {mean_out:.0f} | {tput[v]:.1f} | "
-                         f"{median_of(rs, 'median_ttft_ms'):.0f} | {ratios} | {describe_acceptance(spec) or '-'} | "
-                         f"{same} |")
+            same = agreement(mism, "spec", dataset, c) if v == "spec" else ""
+            lines.append(f"| {c} | {names[v]} | {s[v]['done']} / {s[v]['failed']} | {s[v]['mean_out']:.0f} | "
+                         f"{tput[v]:.1f} | {s[v]['ttft']:.0f} | {ratios} | "
+                         f"{describe_acceptance(s[v]['spec']) or '-'} | {same} |")
+    return lines
+
+
+def draft_section(meta, mism):
+    """The draft-model part: its method, identity count and table (nothing when it did not run)."""
+    if not any(p["variant"] in DRAFT_VARIANTS for p in meta["points"]):
+        return []
+    args, model = meta["args"], os.path.basename(meta["model"])
+    compared, differing, where = mismatch_totals(mism, "draft")
+    lines = ["", "### A draft model: a Q8_0 target drafted by its Q4_1", "",
+             f"spindle alone, on a Q8_0 target made for the run by `spindle quantize {model} target.Q8_0.gguf "
+             f"Q8_0` (and deleted after). {model} is itself Q4_1, so the target holds the same weights re-rounded "
+             "to 8 bits, not a model trained or converted at 8 bits: the draft is the target's own weights at "
+             "4-bit precision, nearly an exact copy, and its acceptance is likely above what a Q4_1 drafting a "
+             "genuine Q8_0 model would reach. Two servers per point, set up, loaded and timed as above (fresh, "
+             "room for C sequences, the same conversations, the first one changing at every point): "
+             f"`--draft-model {model} --draft-kv-cache-mb <as the target's> "
+             f"{' '.join(args.get('spindle_draft_args') or ['--speculative', 'draft'])}` (draft: the model proposes "
+             "up to `--spec-k` tokens a step from its own KV cache, the target verifies them) and "
+             f"`{' '.join(args['spindle_off_args']) or '(no flag)'}` (off). Drafts: the deltas of "
+             "`spindle_spec_*_total{proposer=\"draft\"}`. draft = off answers: as spec = off above.",
+             "", f"**Drafted answers equal those without speculation: {compared - differing} of {compared} requests "
+             f"({differing} mismatches).**", *where, "",
+             "| dataset | concurrency | requests done / failed (draft, off) | output tok/s draft | output tok/s off | "
+             "draft / off | TTFT median draft (ms) | TTFT median off (ms) | drafts: accepted of proposed | "
+             "draft = off answers |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for dataset in args["datasets"].split(","):
+        for c in concurrencies(meta, dataset, DRAFT_VARIANTS):
+            d, o = summary(meta, dataset, c, "draft"), summary(meta, dataset, c, "draft-off")
+            if "error" in d or "error" in o:
+                lines.append(f"| {dataset} | {c} | error: {d.get('error') or o['error']} |" + " |" * 7)
+                continue
+            lines.append(f"| {dataset} | {c} | {d['done']} / {d['failed']}, {o['done']} / {o['failed']} | "
+                         f"{d['tput']:.1f} | {o['tput']:.1f} | {ratio(d['tput'], o['tput'])} | {d['ttft']:.0f} | "
+                         f"{o['ttft']:.0f} | {describe_acceptance(d['spec']) or '-'} | "
+                         f"{agreement(mism, 'draft', dataset, c)} |")
     return lines
 
 
@@ -472,8 +572,7 @@ def do_report(a, raw):
     meta = load_meta(raw)
     args = meta["args"]
     mism = mismatches(meta)
-    compared = sum(n for n, _, _ in mism.values())
-    differing = sum(bad for _, bad, _ in mism.values())
+    compared, differing, where = mismatch_totals(mism, "spec")
     llama_spec = " ".join(args.get("llama_spec") or []) or "none"
     repeats = f", {args['repeats']} runs per point (medians)" if args["repeats"] > 1 else ""
     lines = [f"## Speculative decoding: spindle with and without, and llama-server "
@@ -518,16 +617,15 @@ def do_report(a, raw):
         f"**spindle's answers with speculation equal those without: {compared - differing} of {compared} requests "
         f"({differing} mismatches).**",
     ]
-    if differing:
-        body += [f"- mismatches in {d}, C={c}: (conversation, turn) {w[:8]}" for (d, c), (_, bad, w)
-                 in sorted(mism.items()) if bad]
+    body += where
     for dataset in args["datasets"].split(","):
         body += ["", f"### {DATASET_TITLES.get(dataset, dataset)}", ""] + dataset_table(meta, dataset, mism)
+    body += draft_section(meta, mism)
     body += draw_table(raw, args.get("draw_rows", 2000))
     text = "\n".join(lines + body) + "\n"
     write_section(a.out, "spec", text)
     print(text)
-    return differing
+    return sum(bad for _, bad, _ in mism.values())
 
 
 def describe_llama_spec(flags):
@@ -560,6 +658,11 @@ def main():
     ap.add_argument("--variants", default=",".join(VARIANTS), help="which of spec,off,llama.cpp to run")
     ap.add_argument("--spec-args", default="--speculative auto --spec-k 8", help="spindle's flags for the spec run")
     ap.add_argument("--off-args", default="--speculative off", help="spindle's flags for the off run")
+    ap.add_argument("--no-draft", action="store_true",
+                    help="skip the draft-model part (a Q8_0 target drafted by the model; --quick skips it too)")
+    ap.add_argument("--draft-args", default="--speculative draft",
+                    help="spindle's flags for the drafted run, besides --draft-model MODEL --draft-kv-cache-mb")
+    ap.add_argument("--draft-concurrency", default="1,4", help="the draft-model part's concurrencies")
     ap.add_argument("--llama-spec-args", default=LLAMA_SPEC_DEFAULT,
                     help="llama-server's speculation flags, given as --llama-spec-args='--spec-type ...' ('' = none)")
     ap.add_argument("--concurrency", default="1,4,16,64")
@@ -575,14 +678,14 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds per request")
     ap.add_argument("--quick", action="store_true",
-                    help="smoke test: C=4, 4 prompts, 2 turns, report into the raw dir unless --out")
+                    help="smoke test: C=4, 4 prompts, 2 turns, no draft part, report into the raw dir unless --out")
     ap.add_argument("--out", default=None, help="report whose spec section is rewritten (default docs/benchmarks.md)")
     ap.add_argument("--raw-dir", default=None, help="default build/bench/spec-<time>")
     ap.add_argument("--report-from", default=None, metavar="RAW_DIR", help="only rewrite the report from a raw dir")
     a = ap.parse_args()
     a.command = "python3 bench/bench_spec.py" + "".join(" " + shlex.quote(x) for x in sys.argv[1:])
     if a.quick:
-        a.concurrency, a.num_prompts, a.turns = "4", 4, 2
+        a.concurrency, a.num_prompts, a.turns, a.no_draft = "4", 4, 2, True
     if a.report_from:
         a.out = a.out or "docs/benchmarks.md"
         sys.exit(1 if do_report(a, a.report_from) else 0)

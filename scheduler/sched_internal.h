@@ -283,11 +283,11 @@ struct sched {
 
     /* speculative decoding (spec_tick.c): the scheduler thread */
     spec_gate gate;
-    spec_cost cost;                 /* a decode step's time against its rows */
-    spec_suffix *suffix;            /* NULL: the suffix proposer is not used */
-    dev_kv *draft_kv;               /* the draft model's KV pool (NULL: no draft model) */
-    kv_blocks draft_blocks;         /* its block ids (no prefix cache) */
-    struct draft_slot *draft_slots; /* (S) the sequences of one tick's draft model run */
+    spec_cost cost[SPEC_GATE_BUCKETS]; /* per width bucket: a decode step's time against its rows */
+    spec_suffix *suffix;               /* NULL: the suffix proposer is not used */
+    dev_kv *draft_kv;                  /* the draft model's KV pool (NULL: no draft model) */
+    kv_blocks draft_blocks;            /* its block ids (no prefix cache) */
+    struct draft_slot *draft_slots;    /* (S) the sequences of one tick's draft model run */
     sched_spec_counters spec_stats;
 
     sched_counters stats;

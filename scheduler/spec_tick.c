@@ -87,7 +87,8 @@ static void publish_gate(sched *s) {
 static const float SPEC_P_PRIOR = 0.6f, SPEC_P_RATE = 0.15f;
 
 /* The most draft tokens r may take now, in a step of width decode rows: as many as its
- * acceptance rate makes worth their rows (spec_cost.c), within --spec-k, the tokens it
+ * acceptance rate makes worth their rows (spec_cost.c, fitted per width bucket: a CPU's
+ * multi-row kernels change with the row count), within --spec-k, the tokens it
  * may still generate less one (the token after the last draft must fit too), the
  * context, and the step's spare rows. */
 static int32_t draft_room(const sched *s, sched_request *r, int width, int32_t budget) {
@@ -98,7 +99,7 @@ static int32_t draft_room(const sched *s, sched_request *r, int width, int32_t b
     if (k > to_generate - 1) k = to_generate - 1;
     if (k > to_context - 1) k = to_context - 1;
     if (k > budget) k = budget;
-    return spec_cost_draft_len(&s->cost, width, r->spec_p, k);
+    return spec_cost_draft_len(&s->cost[spec_gate_bucket_of(width)], width, r->spec_p, k);
 }
 
 /* r's best draft of at most k tokens from the allowed proposers, into draft; returns its
@@ -232,7 +233,7 @@ void sched__spec_observe(sched *s, int width, double depth, double seconds, int6
     if (!spec_any(s)) return;
     int64_t rows = width;
     for (int p = 0; p < SPEC_N_PROPOSERS; p++) rows += drafts[p];
-    spec_cost_observe(&s->cost, (int)rows, seconds);
+    spec_cost_observe(&s->cost[spec_gate_bucket_of(width)], (int)rows, seconds);
     spec_gate_observe(&s->gate, width, depth, seconds, tokens, drafts);
     publish_gate(s);
 }

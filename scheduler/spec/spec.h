@@ -73,7 +73,9 @@ int64_t spec_suffix_bytes(const spec_suffix *sc); /* held now: index, slots and 
  * p^(j+1) when each is accepted with p) is worth its row while p^(j+1) exceeds the share of
  * a token's time one row takes, c * width / (t0 + c * width). On a CPU where a row is
  * cheap next to a step (few sequences) that allows long drafts; where the step is
- * compute-bound (many sequences) it allows none. */
+ * compute-bound (many sequences) it allows none. The scheduler keeps one fit per width
+ * bucket of the gate: a row's cost is not one line over all widths (the amx set's VNNI
+ * rows below a full tile cost more each than its tile rows above). */
 typedef struct spec_cost {
     double n, sx, sy, sxx, sxy; /* decayed sums of rows (x) and seconds (y) */
 } spec_cost;
