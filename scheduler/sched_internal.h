@@ -283,6 +283,7 @@ struct sched {
 
     /* speculative decoding (spec_tick.c): the scheduler thread */
     spec_gate gate;
+    bool spec_ran[SPEC_N_PROPOSERS];   /* this tick ran that proposer's model (its time is its own) */
     spec_cost cost[SPEC_GATE_BUCKETS]; /* per width bucket: a decode step's time against its rows */
     spec_suffix *suffix;               /* NULL: the suffix proposer is not used */
     dev_kv *draft_kv;                  /* the draft model's KV pool (NULL: no draft model) */

@@ -149,6 +149,7 @@ void sched__spec_plan(sched *s, sched_request *const *chosen, int n, int32_t bud
         n_draft[i] = 0;
         proposer[i] = -1;
     }
+    for (int p = 0; p < SPEC_N_PROPOSERS; p++) s->spec_ran[p] = false;
     if (n == 0 || budget <= 0 || !spec_any(s)) return;
     double depth = 0;
     for (int i = 0; i < n; i++) depth += chosen[i]->n_tokens;
@@ -185,6 +186,7 @@ void sched__spec_plan(sched *s, sched_request *const *chosen, int n, int32_t bud
         for (int i = 0; i < n; i++)
             if (proposer[i] == who) slots[j++] = (draft_slot){.r = chosen[i], .want = n_draft[i]};
         if (j == 0) continue;
+        s->spec_ran[who] = true;
         sched__draft_propose(s, slots, j, who == SPEC_SELF);
         j = 0;
         for (int i = 0; i < n; i++)
@@ -231,10 +233,15 @@ int32_t sched__spec_verify(sched *s, sched_request *r, int32_t n_draft, int prop
 void sched__spec_observe(sched *s, int width, double depth, double seconds, int64_t tokens,
                          const int64_t drafts[SPEC_N_PROPOSERS]) {
     if (!spec_any(s)) return;
-    int64_t rows = width;
-    for (int p = 0; p < SPEC_N_PROPOSERS; p++) rows += drafts[p];
+    int64_t rows = width, charged[SPEC_N_PROPOSERS];
+    for (int p = 0; p < SPEC_N_PROPOSERS; p++) {
+        rows += drafts[p];
+        /* a drafter model that ran spent most of the step's time, whether it drew
+         * drafts or only caught up on a prompt: the step is charged to it */
+        charged[p] = s->spec_ran[p] ? drafts[p] + 1 + (int64_t)width * SPEC_MAX_K : drafts[p];
+    }
     spec_cost_observe(&s->cost[spec_gate_bucket_of(width)], (int)rows, seconds);
-    spec_gate_observe(&s->gate, width, depth, seconds, tokens, drafts);
+    spec_gate_observe(&s->gate, width, depth, seconds, tokens, charged);
     publish_gate(s);
 }
 

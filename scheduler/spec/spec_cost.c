@@ -44,7 +44,7 @@ int spec_cost_draft_len(const spec_cost *c, int width, double p, int max_k) {
     if (max_k <= 0 || width <= 0 || !(p > 0)) return 0;
     double per_row, fixed;
     spec_cost_fit(c, &per_row, &fixed);
-    if (c->n < 1e-9) return max_k < 2 ? max_k : 2; /* nothing measured yet: a short draft */
+    if (c->n < 1e-9) return max_k < 2 ? max_k : 2;              /* nothing measured yet: a short draft */
     double share = per_row * width / (fixed + per_row * width); /* of a token's time, one row */
     if (!(share < 1)) return 0;
     if (p >= 1) return max_k;

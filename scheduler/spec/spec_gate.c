@@ -47,7 +47,7 @@ void spec_gate_init(spec_gate *g, const bool available[SPEC_N_PROPOSERS]) {
 /* An estimate measured at another context depth (more than twofold away) says little:
  * attention's share of a step grows with depth. A stale estimate still serves (the rates
  * on and off move together) until its next window replaces it, but a loss measured at
- * another depth is probed again at once. */
+ * another depth is probed again soon. */
 static bool slot_check_stale(spec_gate_slot *s, double depth) {
     if (s->windows == 0 || s->stale || s->depth <= 0 || depth <= 0) return false;
     if (depth <= 2 * s->depth && 2 * depth >= s->depth) return false;
@@ -66,8 +66,14 @@ void spec_gate_plan(spec_gate *g, int width, double depth, bool allowed[SPEC_N_P
     spec_gate_bucket *bk = &g->buckets[b];
     g->last_bucket = b;
     slot_check_stale(&bk->off, depth);
-    for (int p = 0; p < SPEC_N_PROPOSERS; p++) /* a loss measured at another depth is probed at once */
-        if (slot_check_stale(&bk->on[p], depth) && !bk->enabled[p]) bk->next_probe[p] = bk->steps;
+    /* a loss measured at another depth is probed again soon (after the shortest interval,
+     * not at once: contexts that grow through many doublings must not re-probe a clear
+     * loser at each) */
+    for (int p = 0; p < SPEC_N_PROPOSERS; p++)
+        if (slot_check_stale(&bk->on[p], depth) && !bk->enabled[p]) {
+            int64_t soon = bk->steps + SPEC_GATE_PROBE_MIN;
+            if (soon < bk->next_probe[p]) bk->next_probe[p] = soon;
+        }
     if (g->probing != -2 && (g->probe_bucket != b || g->probe_steps <= 0)) { /* gave up: try again later */
         spec_gate_bucket *pb = &g->buckets[g->probe_bucket];
         if (g->probing >= 0)
