@@ -369,7 +369,7 @@ Test(spec_tick, a_request_that_opts_out_gets_no_drafts, .timeout = 60) {
     static sched_request_params p[SPEC_N];
     spec_params(&e, prompts, p);
     for (int i = 0; i < 4; i++) p[i].no_speculation = true;
-    static result out[4];
+    static result out[2 * 4]; /* two passes of 4 */
     sched_stats st;
     sched_config c = spec_config(true, true);
     drive(&e, &c, p, 4, 2, out, &st, NULL);
