@@ -101,7 +101,8 @@ int spec_cost_draft_len(const spec_cost *c, int width, double p, int max_k);
  * drafts never stop re-measures off the same way. The probe interval doubles after each
  * probe that confirms a loss, so a losing proposer costs ever less. Off is measured
  * first in a new bucket. An estimate goes stale when the mean context depth changes more
- * than twofold from where it was measured: a stale loss is probed again soon. Only
+ * than twofold from where it was measured: a stale loss is probed again within one
+ * probe interval from then. Only
  * decode-only steps are measured (a prefill chunk's time is not the decode's). */
 enum {
     SPEC_GATE_BUCKETS = 8,

@@ -66,12 +66,12 @@ void spec_gate_plan(spec_gate *g, int width, double depth, bool allowed[SPEC_N_P
     spec_gate_bucket *bk = &g->buckets[b];
     g->last_bucket = b;
     slot_check_stale(&bk->off, depth);
-    /* a loss measured at another depth is probed again soon (after the shortest interval,
-     * not at once: contexts that grow through many doublings must not re-probe a clear
-     * loser at each) */
+    /* a loss measured at another depth is probed again within one interval from now (not
+     * at once, nor sooner than its backoff: contexts that grow through many doublings must
+     * not re-probe a clear loser at each) */
     for (int p = 0; p < SPEC_N_PROPOSERS; p++)
         if (slot_check_stale(&bk->on[p], depth) && !bk->enabled[p]) {
-            int64_t soon = bk->steps + SPEC_GATE_PROBE_MIN;
+            int64_t soon = bk->steps + bk->probe_every[p];
             if (soon < bk->next_probe[p]) bk->next_probe[p] = soon;
         }
     if (g->probing != -2 && (g->probe_bucket != b || g->probe_steps <= 0)) { /* gave up: try again later */
