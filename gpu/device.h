@@ -249,7 +249,7 @@ typedef struct dev_sample_row {
     int32_t n_generated;
     bool mask_eog;    /* the end-of-generation ids get -inf first (min_tokens not reached) */
     int top_logprobs; /* -1: no log-probabilities; 0: the chosen token's; k: and the k best (<= DEV_SAMPLE_MAX_TOP) */
-    uint64_t rng;     /* the sequence's generator state before this draw */
+    uint64_t rng;     /* the generator state of this draw (the scheduler: sample_rng_at(seed, position)) */
 } dev_sample_row;
 
 typedef struct dev_sample_result {
