@@ -85,6 +85,10 @@ static void publish_gate(sched *s) {
 /* A sequence's acceptance estimate before it has drafted, and how fast it follows what
  * its drafts show (per draft token). */
 static const float SPEC_P_PRIOR = 0.6f, SPEC_P_RATE = 0.15f;
+/* While a sequence's estimate keeps it from drafting, it drifts back toward the prior
+ * each step (about 30 steps to recover), so text that turns copyable later is tried
+ * again: a sequence never stops speculating for good. */
+static const float SPEC_P_RECOVER = 0.03f;
 
 /* The most draft tokens r may take now, in a step of width decode rows: as many as its
  * acceptance rate makes worth their rows (spec_cost.c, fitted per width bucket: a CPU's
@@ -99,7 +103,9 @@ static int32_t draft_room(const sched *s, sched_request *r, int width, int32_t b
     if (k > to_generate - 1) k = to_generate - 1;
     if (k > to_context - 1) k = to_context - 1;
     if (k > budget) k = budget;
-    return spec_cost_draft_len(&s->cost[spec_gate_bucket_of(width)], width, r->spec_p, k);
+    int32_t len = spec_cost_draft_len(&s->cost[spec_gate_bucket_of(width)], width, r->spec_p, k);
+    if (len == 0 && k > 0 && r->spec_p < SPEC_P_PRIOR) r->spec_p += SPEC_P_RECOVER * (SPEC_P_PRIOR - r->spec_p);
+    return len;
 }
 
 /* r's best draft of at most k tokens from the allowed proposers, into draft; returns its

@@ -36,7 +36,7 @@ void spec_gate_init(spec_gate *g, const bool available[SPEC_N_PROPOSERS]) {
     for (int b = 0; b < SPEC_GATE_BUCKETS; b++) {
         spec_gate_bucket *bk = &g->buckets[b];
         bk->off_probe_every = SPEC_GATE_PROBE_MIN;
-        bk->next_off_probe = SPEC_GATE_PROBE_MIN;
+        bk->next_off_probe = 0; /* off is measured first */
         for (int p = 0; p < SPEC_N_PROPOSERS; p++) {
             bk->enabled[p] = available[p]; /* optimistic: speculation is on until it loses */
             bk->probe_every[p] = SPEC_GATE_PROBE_MIN;
@@ -61,6 +61,10 @@ static bool any_enabled(const spec_gate *g, const spec_gate_bucket *bk) {
     return false;
 }
 
+static int64_t doubled(int64_t every) {
+    return every * 2 > SPEC_GATE_PROBE_MAX ? SPEC_GATE_PROBE_MAX : every * 2;
+}
+
 void spec_gate_plan(spec_gate *g, int width, double depth, bool allowed[SPEC_N_PROPOSERS]) {
     int b = spec_gate_bucket_of(width);
     spec_gate_bucket *bk = &g->buckets[b];
@@ -74,12 +78,19 @@ void spec_gate_plan(spec_gate *g, int width, double depth, bool allowed[SPEC_N_P
             int64_t soon = bk->steps + bk->probe_every[p];
             if (soon < bk->next_probe[p]) bk->next_probe[p] = soon;
         }
-    if (g->probing != -2 && (g->probe_bucket != b || g->probe_steps <= 0)) { /* gave up: try again later */
+    /* a probe that measured nothing in its planned steps (its proposer found nothing to
+     * draft, or every step carried a prefill chunk) gives up, and the next one waits twice
+     * as long: a probe that cannot conclude must not keep the others from drafting */
+    if (g->probing != -2 && g->probe_bucket == b) g->probe_steps--;
+    if (g->probing != -2 && (g->probe_bucket != b || g->probe_steps < 0)) {
         spec_gate_bucket *pb = &g->buckets[g->probe_bucket];
-        if (g->probing >= 0)
+        if (g->probing >= 0) {
+            pb->probe_every[g->probing] = doubled(pb->probe_every[g->probing]);
             pb->next_probe[g->probing] = pb->steps + pb->probe_every[g->probing];
-        else
+        } else {
+            pb->off_probe_every = doubled(pb->off_probe_every);
             pb->next_off_probe = pb->steps + pb->off_probe_every;
+        }
         g->probing = -2;
     }
     if (g->probing == -2) {
@@ -93,8 +104,7 @@ void spec_gate_plan(spec_gate *g, int width, double depth, bool allowed[SPEC_N_P
          * judged without it, and measuring it costs nothing; and again now and then while
          * drafts never stop */
         bool off_unknown = (bk->off.windows == 0 && (due || any_enabled(g, bk))) || (bk->off.stale && due);
-        if (g->probing == -2 && (off_unknown || (any_enabled(g, bk) && bk->steps >= bk->next_off_probe)))
-            g->probing = -1;
+        if (g->probing == -2 && bk->steps >= bk->next_off_probe && (off_unknown || any_enabled(g, bk))) g->probing = -1;
         if (g->probing != -2) {
             g->probe_bucket = b;
             g->probe_steps = 4 * SPEC_GATE_WINDOW;
@@ -125,10 +135,6 @@ static double slot_fold(spec_gate_slot *s) {
     s->steps = 0;
     s->tokens = s->seconds = s->depth_sum = 0;
     return rate;
-}
-
-static int64_t doubled(int64_t every) {
-    return every * 2 > SPEC_GATE_PROBE_MAX ? SPEC_GATE_PROBE_MAX : every * 2;
 }
 
 /* After a window of p: does off beat it by more than the margin? */
@@ -165,7 +171,6 @@ void spec_gate_observe(spec_gate *g, int width, double depth, double seconds, in
     int b = spec_gate_bucket_of(width);
     spec_gate_bucket *bk = &g->buckets[b];
     bk->steps++;
-    if (g->probing != -2 && g->probe_bucket == b) g->probe_steps--;
     int slot = -1;
     int64_t most = 0;
     for (int p = 0; p < SPEC_N_PROPOSERS; p++)

@@ -147,3 +147,31 @@ Test(spec_gate, unavailable_proposers_never_draft) {
         step(&g, 1, allowed[SPEC_SUFFIX] ? SPEC_SUFFIX : -1, 200);
     }
 }
+
+/* A disabled proposer whose probes never draft (nothing to match) gives up each probe and
+ * waits twice as long for the next: the proposer that wins keeps drafting nearly always. */
+Test(spec_gate, a_probe_that_cannot_conclude_backs_off) {
+    spec_gate g;
+    spec_gate_init(&g, BOTH);
+    /* ngram loses (it drafts and is slow); suffix wins */
+    for (int i = 0; i < 400; i++) {
+        bool allowed[SPEC_N_PROPOSERS];
+        spec_gate_plan(&g, 1, 100, allowed);
+        int p = allowed[SPEC_NGRAM] && (i % 2 == 0 || !allowed[SPEC_SUFFIX]) ? SPEC_NGRAM
+                : allowed[SPEC_SUFFIX]                                       ? SPEC_SUFFIX
+                                                                             : -1;
+        step(&g, 1, p, p == SPEC_SUFFIX ? 250 : p == SPEC_NGRAM ? 50 : 100);
+    }
+    cr_assert(!spec_gate_enabled(&g, SPEC_NGRAM));
+    cr_assert(spec_gate_enabled(&g, SPEC_SUFFIX));
+    /* from now on ngram finds nothing to draft when probed: its probes cannot conclude */
+    int suffix_steps = 0, n = 4000;
+    for (int i = 0; i < n; i++) {
+        bool allowed[SPEC_N_PROPOSERS];
+        spec_gate_plan(&g, 1, 100, allowed);
+        int p = allowed[SPEC_SUFFIX] ? SPEC_SUFFIX : -1;
+        suffix_steps += p == SPEC_SUFFIX;
+        step(&g, 1, p, p == SPEC_SUFFIX ? 250 : 100);
+    }
+    cr_assert_gt(suffix_steps, n * 9 / 10, "suffix drafted %d of %d steps", suffix_steps, n);
+}
