@@ -200,13 +200,20 @@ def run_point(a, raw, dataset, c, server, kv_mb):
     return r
 
 
-def do_run(a):
+def start_run(a, kind):
+    """A run's time stamp, raw folder (a.raw_dir, else build/bench/<kind>-<time>, created) and
+    load average at the start (warned about when the machine is busy)."""
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    raw = a.raw_dir or os.path.join(ROOT, "build", "bench", f"serve-{stamp}")
+    raw = a.raw_dir or os.path.join(ROOT, "build", "bench", f"{kind}-{stamp}")
     os.makedirs(raw, exist_ok=True)
     load = os.getloadavg()[0]
     if load > (os.cpu_count() or 1) / 2:
         log(f"warning: load average {load:.2f} on {os.cpu_count()} CPUs: the machine is busy, results will be noisy")
+    return stamp, raw, load
+
+
+def do_run(a):
+    stamp, raw, load = start_run(a, "serve")
     servers = [s for s in a.servers.split(",") if s]
     kv_per_token = spindle_kv_bytes_per_token(a, raw) if "spindle" in servers else 0
     meta = {"args": vars(a), "command": a.command, "started": stamp, "load_before": load,

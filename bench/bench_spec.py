@@ -48,7 +48,8 @@ import urllib.parse
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import spec_datasets  # noqa: E402
-from bench_serve import ServerProcess, git_commit, http_get, peer_binary, spindle_kv_bytes_per_token  # noqa: E402
+from bench_serve import (ServerProcess, git_commit, http_get, load_points, peer_binary,  # noqa: E402
+                         spindle_kv_bytes_per_token, start_run)
 from report_section import cpu_model, write_section  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -322,12 +323,7 @@ def run_point(a, raw, dataset, c, variant, rep, convs, ctx, kv_mb):
 
 
 def do_run(a):
-    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    raw = a.raw_dir or os.path.join(ROOT, "build", "bench", f"spec-{stamp}")
-    os.makedirs(raw, exist_ok=True)
-    load = os.getloadavg()[0]
-    if load > (os.cpu_count() or 1) / 2:
-        log(f"warning: load average {load:.2f} on {os.cpu_count()} CPUs: the machine is busy, results will be noisy")
+    stamp, raw, load = start_run(a, "spec")
     variants = [v for v in a.variants.split(",") if v]
     a.target = None if a.no_draft else make_target(a, raw)
     kv_per_token = spindle_kv_bytes_per_token(a, raw) if {"spec", "off"} & set(variants) or a.target else 0
@@ -409,17 +405,6 @@ def draw_table(raw, rows):
 
 
 # ---- the report ------------------------------------------------------------------------------------
-
-def load_meta(raw):
-    with open(os.path.join(raw, "meta.json")) as f:
-        meta = json.load(f)
-    for p in meta["points"]:
-        p["r"] = None
-        if p.get("result"):
-            with open(os.path.join(raw, p["result"])) as f:
-                p["r"] = json.load(f)
-    return meta
-
 
 def describe_acceptance(spec):
     """'ngram 71% of 512, suffix 90% of 40': accepted / proposed draft tokens per proposer."""
@@ -569,7 +554,7 @@ def draft_section(meta, mism):
 
 
 def do_report(a, raw):
-    meta = load_meta(raw)
+    meta = load_points(raw)
     args = meta["args"]
     mism = mismatches(meta)
     compared, differing, where = mismatch_totals(mism, "spec")

@@ -350,6 +350,9 @@ void sched__spec_stats(const sched *s, sched_stats *out);
  * their count to n_draft[i] and their proposer to proposer[i] (-1: none). */
 void sched__spec_plan(sched *s, sched_request *const *chosen, int n, int32_t budget, int32_t *n_draft,
                       int8_t *proposer);
+/* Grows r's blocks (the model's own pool) for the n_draft positions after its last token
+ * while the pool keeps its watermark; returns how many of them r can hold now. */
+int32_t sched__spec_reserve(sched *s, sched_request *r, int32_t n_draft);
 /* After the step: r's decode row and n_draft draft rows were sampled into results
  * (1 + n_draft, in order). Emits the accepted drafts and the target's token after them,
  * each through sched__emit (which may end r), records acceptance, and gives back the KV

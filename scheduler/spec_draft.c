@@ -147,17 +147,11 @@ static bool draft_run(sched *s, const drafter *dr, dev_step *st, sched_request *
 
 /* Makes r's blocks hold the positions its draft of `want` tokens feeds (up to
  * n_tokens + want - 2); returns how many drafts it can take (0: none). The draft
- * model's pool has no watermark (it holds nothing else); the target's keeps its own. */
+ * model's pool has no watermark (it holds nothing else); the model's own keeps its own. */
 static int32_t draft_room_blocks(sched *s, const drafter *dr, sched_request *r, int32_t want) {
-    const int B = s->cfg.block_size;
-    int32_t need = kv__blocks_for_tokens((int64_t)r->n_tokens + want - 1, B);
-    if (!dr->self) return kv__blocks_grow(&s->draft_blocks, &r->draft_kv, need) ? want : 0;
-    int32_t extra = need - r->kv.n;
-    if (extra > 0 && kv__blocks_available(&s->blocks) - extra >= s->watermark_blocks &&
-        kv__blocks_grow(&s->blocks, &r->kv, need))
-        return want;
-    int32_t fits = r->kv.n * B - r->n_tokens + 1; /* the positions its blocks hold */
-    return fits < want ? fits : want;
+    if (dr->self) return sched__spec_reserve(s, r, want - 1) + 1;
+    int32_t need = kv__blocks_for_tokens((int64_t)r->n_tokens + want - 1, s->cfg.block_size);
+    return kv__blocks_grow(&s->draft_blocks, &r->draft_kv, need) ? want : 0;
 }
 
 /* Adds the sampling row of slot's next draft token (after its got drafts). */

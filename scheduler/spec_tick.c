@@ -132,9 +132,7 @@ static int32_t draft_propose(sched *s, const sched_request *r, const bool allowe
     return best;
 }
 
-/* Grows r's blocks to hold n_draft more positions while the pool keeps its watermark;
- * returns how many of them r can hold. */
-static int32_t draft_reserve(sched *s, sched_request *r, int32_t n_draft) {
+int32_t sched__spec_reserve(sched *s, sched_request *r, int32_t n_draft) {
     int B = s->cfg.block_size;
     int32_t need = kv__blocks_for_tokens((int64_t)r->n_tokens + n_draft, B);
     int32_t extra = need - r->kv.n;
@@ -200,7 +198,7 @@ void sched__spec_plan(sched *s, sched_request *const *chosen, int n, int32_t bud
     }
     for (int i = 0; i < n; i++) { /* the target's KV for the drafts, within the watermark */
         if (proposer[i] < 0) continue;
-        int32_t m = n_draft[i] > 0 ? draft_reserve(s, chosen[i], n_draft[i]) : 0;
+        int32_t m = n_draft[i] > 0 ? sched__spec_reserve(s, chosen[i], n_draft[i]) : 0;
         n_draft[i] = m;
         if (m <= 0) {
             proposer[i] = -1;
