@@ -20,8 +20,7 @@ SPINDLE_TESTDATA ?= ../shared/testdata
 export SPINDLE_TESTDATA
 
 # ---- sources, one explicit list per module ----------------------------------------
-# In layer order (docs/architecture.md; `make layers` checks it). Wave 2 adds
-# GRAMMAR_SRC (grammar/) between TEMPLATE_SRC and GPU_SRC, and scheduler/spec/ to SCHED_SRC.
+# In layer order (docs/architecture.md; `make layers` checks it).
 COMMON_SRC    := common/status.c common/log.c common/strbuf.c common/thread.c
 QUANT_SRC     := quant/quant.c quant/quant_kquants.c
 SAMPLE_SRC    := sample/sample.c
@@ -32,6 +31,8 @@ TEMPLATE_SRC  := template/template_lexer.c template/template_parser.c template/t
                  template/template_ops.c template/template_format.c template/template_strings.c \
                  template/template_str_methods.c template/template_filters.c template/template_builtins.c \
                  template/template_gguf.c
+GRAMMAR_SRC   := grammar/gram_gbnf.c grammar/gram_match.c grammar/gram_mask.c grammar/gram_schema.c grammar/gram_schema_types.c \
+                 grammar/gram_regex.c
 GPU_SRC       := gpu/device.c gpu/host/host_backend.c gpu/host/host_ops.c gpu/host/host_matmul.c gpu/host/host_amx.c \
                  gpu/host/host_attention.c gpu/host/host_cpu.c gpu/host/host_quant_dot.c gpu/host/host_quant_dot_rows.c \
                  gpu/host/host_quant_dot_wrows.c \
@@ -45,7 +46,7 @@ CONFIG_SRC    := config/cfg.c config/cfg_yaml.c config/cfg_args.c
 SERVER_SRC    := server/http.c server/http_generation.c server/http_framing.c server/http_security.c server/prep.c \
                  server/deadlines.c \
                  server/watch.c server/metrics.c \
-                 server/errors.c server/openai_fields.c server/openai_request.c server/openai_response.c \
+                 server/errors.c server/openai_fields.c server/openai_request.c server/openai_constraint.c server/openai_response.c \
                  server/chat.c server/tokenize.c server/auth.c server/notify.c server/access_log.c \
                  server/retry_after.c
 # cli/: everything but main.c goes into the library, so unit tests link it too
@@ -53,7 +54,7 @@ CLI_SRC       := cli/cli_session.c cli/cmd_generate.c cli/cmd_inspect.c cli/cmd_
                  cli/cmd_template.c cli/cmd_serve.c
 
 LIB_SRC := $(COMMON_SRC) $(QUANT_SRC) $(SAMPLE_SRC) $(GGUF_SRC) $(TOKENIZER_SRC) $(TEMPLATE_SRC) \
-           $(GPU_SRC) $(MODEL_SRC) $(SCHED_SRC) $(CONFIG_SRC) $(SERVER_SRC) $(CLI_SRC)
+           $(GRAMMAR_SRC) $(GPU_SRC) $(MODEL_SRC) $(SCHED_SRC) $(CONFIG_SRC) $(SERVER_SRC) $(CLI_SRC)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 
 # ---- the CUDA backend (gpu/cuda/), built when nvcc is found ---------------------
@@ -101,7 +102,7 @@ LOADGEN_LDLIBS := -lcurl -ljansson -lm
 TEST_SRC := $(wildcard tests/unit/*/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all test layers unit-test integration-test run debug setup fuzz bench bench-template bench-serve bench-spec bench-soak format format-check clean install
+.PHONY: all test layers unit-test integration-test run debug setup fuzz bench bench-template bench-serve bench-spec bench-grammar bench-soak format format-check clean install
 
 all: $(BUILD)/spindle $(BUILD)/mkmodel
 
@@ -163,7 +164,7 @@ FUZZ_SECONDS ?= 60
 fuzz:
 	@tools/fuzz.sh $(FUZZ_SECONDS)
 
-bench: setup all bench-template bench-serve bench-spec $(BUILD)/mem_bandwidth
+bench: setup all bench-template bench-serve bench-spec bench-grammar $(BUILD)/mem_bandwidth
 	@$(BUILD)/mem_bandwidth
 	@bench/bench_kernels.sh
 	@bench/bench_profile.sh
@@ -186,6 +187,15 @@ bench-spec: setup all $(BUILD)/loadgen $(BUILD)/bench_draw
 	@$(PYTHON) bench/bench_spec.py --bin $(BUILD)/spindle --draw-bin $(BUILD)/bench_draw --model $(MODEL)
 
 $(BUILD)/bench_draw: bench/bench_draw.c $(LIB)
+	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDLIBS) $(CUDA_LIBS)
+
+# Constrained output: mask time per token, and output tok/s with a JSON Schema against
+# unconstrained and against llama-server; writes the grammar section of docs/benchmarks.md.
+bench-grammar: setup all $(BUILD)/bench_grammar
+	@$(PYTHON) bench/bench_grammar.py --bin $(BUILD)/spindle --grammar-bin $(BUILD)/bench_grammar --model $(MODEL)
+
+# build/bench_grammar: what a grammar mask costs per token (bench/bench_grammar.c)
+$(BUILD)/bench_grammar: bench/bench_grammar.c $(LIB)
 	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDLIBS) $(CUDA_LIBS)
 
 # Normal clients beside each front-end attack in turn for 10 minutes: latency per phase,

@@ -273,13 +273,19 @@ def num_conversations(a, dataset, c):
     return min(a.max_prompts, max(a.min_prompts, a.num_prompts_per_concurrency * c))
 
 
+def max_tokens_for(a, dataset):
+    """--max-tokens, else the dataset's own: a copy answer is the whole file or document again
+    (100-500 tokens with the default model), so 128 would stop it before most of the copying."""
+    return a.max_tokens or spec_datasets.MAX_TOKENS[dataset]
+
+
 def context_tokens(a, dataset, convs):
     """Per-sequence context to provision: the longest conversation's text at 2 bytes a token
     (these prompts run 3-4), its answers, and 64 tokens of chat template; a multiple of 256."""
     system = spec_datasets.system_prompt(dataset) or ""
     longest = max(len(system) + sum(len(t) for t in conv) for conv in convs)
     turns = max(len(conv) for conv in convs)
-    need = longest // 2 + turns * (a.max_tokens + 32) + 64
+    need = longest // 2 + turns * (max_tokens_for(a, dataset) + 32) + 64
     return (need + 255) // 256 * 256
 
 
@@ -299,7 +305,8 @@ def run_point(a, raw, dataset, c, variant, rep, convs, ctx, kv_mb):
         if warm["error"]:
             log(f"{name}: warm-up failed: {warm['error']}")
         before = spec_counters(srv.url, llama_label)
-        records, wall = run_conversations(srv.url, convs, spec_datasets.system_prompt(dataset), c, a.max_tokens,
+        records, wall = run_conversations(srv.url, convs, spec_datasets.system_prompt(dataset), c,
+                                           max_tokens_for(a, dataset),
                                           a.timeout)
         spec = counters_delta(before, spec_counters(srv.url, llama_label))
     finally:
@@ -578,7 +585,7 @@ def do_report(a, raw):
         f"`{' '.join(args['spindle_off_args']) or '(no flag)'}` (off); llama-server `-cb -np C -c C*N -ngl 0` "
         f"with `{llama_spec}`{describe_llama_spec(args.get('llama_spec') or [])}, its other settings at their "
         f"defaults. A Python client streams `/v1/chat/completions` (temperature 0, max_tokens "
-        f"{args['max_tokens']}, no ignore_eos), at most C conversations at once, after one warm-up request; "
+        f"{describe_max_tokens(args)}, no ignore_eos), at most C conversations at once, after one warm-up request; "
         f"{describe_counts(args)}. The servers take turns, the first one changing at every point{repeats}. "
         "Output tok/s: completion tokens of all requests / (last end - first send). TTFT: send to the first "
         "chunk with text. Drafts: the /metrics deltas over the timed part, accepted / proposed draft tokens per "
@@ -620,6 +627,12 @@ def describe_llama_spec(flags):
     return " (its draft-free speculation; " + "; ".join(f"{t}: {LLAMA_SPEC_TYPES.get(t, '?')}" for t in types) + ")"
 
 
+def describe_max_tokens(args):
+    if args["max_tokens"]:
+        return str(args["max_tokens"])
+    return ", ".join(f"{n} for {d}" for d, n in spec_datasets.MAX_TOKENS.items())
+
+
 def describe_counts(args):
     if args["num_prompts"]:
         return f"{args['num_prompts']} conversations per point (agentic: at least C)"
@@ -652,7 +665,8 @@ def main():
                     help="llama-server's speculation flags, given as --llama-spec-args='--spec-type ...' ('' = none)")
     ap.add_argument("--concurrency", default="1,4,16,64")
     ap.add_argument("--datasets", default=",".join(spec_datasets.DATASETS))
-    ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--max-tokens", type=int, default=0,
+                    help="max_tokens of every request (0: each dataset's own, spec_datasets.MAX_TOKENS)")
     ap.add_argument("--turns", type=int, default=3, help="turns per agentic conversation (1-4)")
     ap.add_argument("--num-prompts-per-concurrency", type=int, default=2)
     ap.add_argument("--min-prompts", type=int, default=4)

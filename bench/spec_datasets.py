@@ -18,6 +18,8 @@ conversations(name, n, seed) gives n conversations of that dataset, each a list 
 import json
 import random
 
+# max_tokens per dataset: a copy answer repeats a whole file or document (100-500 tokens)
+MAX_TOKENS = {"copy": 512, "agentic": 128, "prose": 128}
 NOUNS = ["order", "invoice", "customer", "payment", "shipment", "ticket", "report", "account", "session",
          "message", "record", "event", "profile", "product", "review", "batch", "schedule", "device"]
 VERBS = ["load", "parse", "validate", "merge", "export", "summarize", "normalize", "filter", "archive",

@@ -227,9 +227,15 @@ static sp_status serve_load(const serve_args *a, srv_app *app, serve_state *s) {
         .max_sequences = (int)a->cfg.max_sequences_per_request,
         .max_tokens = (int32_t)a->cfg.max_tokens,
         .default_max_tokens = (int32_t)a->cfg.default_max_tokens,
+        .grammar_limits = {.max_rules = (int32_t)a->cfg.grammar_max_rules,
+                           .max_elements = (int32_t)a->cfg.grammar_max_states,
+                           .max_depth = (int32_t)a->cfg.grammar_max_depth,
+                           .max_stacks = gram_limits_default().max_stacks},
+        .schema_max_depth = (int32_t)a->cfg.grammar_schema_max_depth,
         .created = (int64_t)time(NULL),
         .cpu_kernels = dev_cpu_kernels(s->dev) != DEV_CPU_ISA_AUTO ? dev_cpu_isa_name(dev_cpu_kernels(s->dev)) : NULL};
     if ((st = srv_model_info_init_template(&app->model, model_gguf(s->model), a->chat_template)) != SP_OK) return st;
+    if ((st = srv_grammar_cache_create(&app->model.grammars)) != SP_OK) return st;
     if ((st = sched_start(app->sched)) != SP_OK) return st;
     sp_log_info("model %s (%s, %d layers, vocab %d) on %s; context %d; KV cache %lld MiB in blocks of %d; batch %d "
                 "sequences / %d tokens, prefill %d tokens per step; queue %d requests / %lld tokens; policy %s",

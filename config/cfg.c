@@ -108,6 +108,15 @@ const cfg_key cfg__keys[] = {
     INT("default_max_tokens", "default-max-tokens", default_max_tokens, 0, 1 << 24, false,
         "max_tokens of a request that gives none (within --max-tokens and the context), 0 = what the context leaves",
         NULL),
+    /* constrained output */
+    INT("grammar_max_rules", "grammar-max-rules", grammar_max_rules, 1, 1 << 22, false,
+        "most rules one constraint (grammar, schema, regex) may compile to; past it, a 400", NULL),
+    INT("grammar_max_states", "grammar-max-states", grammar_max_states, 1, 1 << 26, false,
+        "most automaton states one constraint may compile to; past it, a 400", NULL),
+    INT("grammar_max_depth", "grammar-max-depth", grammar_max_depth, 8, 1 << 20, false,
+        "deepest nesting a constrained output may reach while it is generated (its matcher's stack)", NULL),
+    INT("grammar_schema_max_depth", "grammar-schema-max-depth", grammar_schema_max_depth, 1, 1024, false,
+        "deepest nesting of subschemas and $refs a JSON Schema may have; past it, a 400", NULL),
     /* security */
     LIST("api_keys", "api-key", api_keys, "KEY", "API key clients send as `Authorization: Bearer KEY` (repeatable)"),
     STR("api_key_file", "api-key-file", api_key_file, true, "PATH", "file of API keys, one per line, reread on SIGHUP",
@@ -162,6 +171,11 @@ void cfg_settings_init(cfg_settings *s) {
         .max_sequences_per_request = 64,
         .max_tokens = 0,
         .default_max_tokens = 4096,
+        /* grammar/'s defaults (gram_limits_default, gram_schema_options_default) */
+        .grammar_max_rules = 20000,
+        .grammar_max_states = 400000,
+        .grammar_max_depth = 1024,
+        .grammar_schema_max_depth = 32,
         .log_format = CFG_LOG_TEXT,
         .access_log = true,
         .log_prompts = false,

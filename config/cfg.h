@@ -27,7 +27,7 @@
 /* The file read when --config is not given, if it exists. */
 #define CFG_DEFAULT_PATH "/etc/spindle/spindle.yaml"
 /* How many settings there are (the rows of cfg.c's key table). */
-#define CFG_KEY_COUNT 56
+#define CFG_KEY_COUNT 60
 
 typedef enum cfg_device {
     CFG_DEVICE_AUTO, /* CUDA when built and present, else the CPU */
@@ -110,6 +110,11 @@ typedef struct cfg_settings {
     int64_t max_sequences_per_request; /* prompts times n; 0: no bound */
     int64_t max_tokens;                /* largest max_tokens a request may ask for; 0: the context */
     int64_t default_max_tokens;        /* max_tokens of a request without one; 0: what the context leaves */
+    /* constrained output: bounds on what one constraint compiles to (grammar.h's gram_limits) */
+    int64_t grammar_max_rules;
+    int64_t grammar_max_states;       /* automaton states (elements) of all rules together */
+    int64_t grammar_max_depth;        /* stack nesting while matching (JSON nesting and the like) */
+    int64_t grammar_schema_max_depth; /* nesting of JSON Schema subschemas and $refs */
     /* security */
     cfg_list api_keys;  /* --api-key (repeatable), api_keys */
     char *api_key_file; /* one key per line; NULL: none */

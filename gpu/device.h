@@ -250,6 +250,8 @@ typedef struct dev_sample_row {
     bool mask_eog;    /* the end-of-generation ids get -inf first (min_tokens not reached) */
     int top_logprobs; /* -1: no log-probabilities; 0: the chosen token's; k: and the k best (<= DEV_SAMPLE_MAX_TOP) */
     uint64_t rng;     /* the generator state of this draw (the scheduler: sample_rng_at(seed, position)) */
+    const uint32_t *allowed; /* NULL, or (ceil(V / 32)) a grammar's bitset: token i may be drawn only when bit
+                                i % 32 of allowed[i / 32] is set; the others get -inf with the EOG mask */
 } dev_sample_row;
 
 typedef struct dev_sample_result {
@@ -268,7 +270,8 @@ typedef struct dev_sample_vocab {
 
 /* For each of n_rows rows of logits (device, (n_rows, V), changed in place): exactly
  * what end_tick's host sampling did per row: log-probabilities from the raw logits
- * (sample_logsumexp, sample_top_logprobs), the end-of-generation mask, the penalties
+ * (sample_logsumexp, sample_top_logprobs), the end-of-generation and grammar masks
+ * (sample_apply_allowed), the penalties
  * (sample_apply_penalties), then the draw (sample_token) with the row's generator.
  * Only results[0..n_rows) come back to the host. The CPU backend runs sample/sample.c
  * itself, so its tokens are those functions' bit for bit; a GPU backend draws with

@@ -635,3 +635,13 @@ int32_t sample_token(const sample_params *p, sample_state *s, const float *logit
                         : cut_floor(s->candidates, logits, n_vocab, floor);
     return candidates_draw(s, s->candidates, n, max, inv_t, u);
 }
+
+void sample_apply_allowed(const uint32_t *allowed, int32_t n_vocab, float *logits) {
+    for (int32_t w = 0; w * 32 < n_vocab; w++) {
+        uint32_t bits = allowed[w];
+        if (bits == UINT32_MAX) continue;
+        int32_t end = w * 32 + 32 < n_vocab ? w * 32 + 32 : n_vocab;
+        for (int32_t i = w * 32; i < end; i++)
+            if (!((bits >> (i & 31)) & 1)) logits[i] = -INFINITY;
+    }
+}

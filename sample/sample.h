@@ -113,4 +113,8 @@ void sample_top_logprobs(const float *logits, int32_t n_vocab, double logsumexp,
 void sample_apply_penalties(const sample_params *p, sample_state *s, const int32_t *prompt, int32_t n_prompt,
                             const int32_t *generated, int32_t n_generated, float *logits);
 
+/* Sets to -inf, in place on logits (V), every token whose bit in allowed is clear (bit
+ * i % 32 of allowed[i / 32]: a grammar's mask). */
+void sample_apply_allowed(const uint32_t *allowed, int32_t n_vocab, float *logits);
+
 #endif

@@ -100,10 +100,14 @@ bool sched__emit(sched *s, sched_request *r, const dev_sample_result *drawn, dou
     int32_t n_generated = r->n_tokens - p->n_prompt;
 
     bool eog = !p->ignore_eos && tok_is_eog(s->vocab, tok);
-    bool length = !eog && (n_generated >= p->max_tokens || r->n_tokens >= s->cfg.max_seq_len);
+    /* the grammar: every token advances it (the mask allowed only such tokens, so a
+     * refusal means the state hit a bound); complete, the answer is over */
+    bool grammar_refused = r->gram && !gram_state_advance_token(r->gram, s->gram_vocab, tok);
+    bool complete = r->gram && !grammar_refused && !eog && gram_state_finished(r->gram);
+    bool length = !eog && !complete && (n_generated >= p->max_tokens || r->n_tokens >= s->cfg.max_seq_len);
     size_t n_piece = 0;
     if (!eog) n_piece = tok_decoder_push(s->vocab, &r->dec, tok, s->piece, s->piece_cap);
-    if (eog || length) n_piece += tok_decoder_flush(&r->dec, s->piece + n_piece, s->piece_cap);
+    if (eog || length || complete) n_piece += tok_decoder_flush(&r->dec, s->piece + n_piece, s->piece_cap);
 
     const char *commit = s->piece;
     size_t n_commit = n_piece;
@@ -112,10 +116,17 @@ bool sched__emit(sched *s, sched_request *r, const dev_sample_result *drawn, dou
         stopped =
             sched__stop_feed(&r->stop, r->stops, r->stop_lens, p->n_stop, s->piece, n_piece, s->text_work, &n_commit);
         commit = s->text_work;
-        if (!stopped && (eog || length)) n_commit += sched__stop_flush(&r->stop, s->text_work + n_commit);
+        if (!stopped && (eog || length || complete)) n_commit += sched__stop_flush(&r->stop, s->text_work + n_commit);
     }
-    sched_finish finish = stopped || eog ? SCHED_FINISH_STOP : length ? SCHED_FINISH_LENGTH : SCHED_FINISH_NONE;
+    sched_finish finish = stopped || eog || complete ? SCHED_FINISH_STOP
+                          : length                   ? SCHED_FINISH_LENGTH
+                                                     : SCHED_FINISH_NONE;
     sp_status err = SP_OK;
+    if (grammar_refused) {
+        finish = SCHED_FINISH_ERROR;
+        err = sp_fail(SP_ERR_RANGE, "the output reached a bound of its grammar (its nesting or its ambiguity) "
+                                    "where no token could continue it");
+    }
 
     pthread_mutex_lock(&r->lock);
     sched_output *o = &r->out;

@@ -55,6 +55,7 @@ sp_status sched_request_create(const sched_request_params *params, sched_request
     atomic_init(&r->cancel, false);
     atomic_init(&r->owner, NULL);
     r->params = *params;
+    r->params.grammar = NULL; /* shared below, once the rest is in place */
     r->state = SCHED_SEQ_NEW;
 
     int32_t *prompt = malloc(sizeof *prompt * (size_t)(params->n_prompt > 0 ? params->n_prompt : 1));
@@ -82,6 +83,14 @@ sp_status sched_request_create(const sched_request_params *params, sched_request
     if (n_bias > 0) memcpy(r->logit_bias, params->sampling.logit_bias, sizeof *r->logit_bias * (size_t)n_bias);
     r->params.sampling.logit_bias = n_bias > 0 ? r->logit_bias : NULL;
 
+    if (params->grammar) {
+        r->params.grammar = gram_grammar_share(params->grammar);
+        st = gram_state_create(r->params.grammar, &r->gram);
+        if (st != SP_OK) {
+            sched_request_release(r);
+            return st;
+        }
+    }
     r->out.prompt_tokens = params->n_prompt;
     r->out.top_logprobs = params->top_logprobs > 0 ? params->top_logprobs : 0;
     r->out.timings.arrival = sched_now();
@@ -188,6 +197,8 @@ void sched_request_release(sched_request *r) {
     free(r->out.text);
     free(r->out.tokens);
     free(r->out.top);
+    gram_state_destroy(r->gram);
+    gram_grammar_destroy(r->params.grammar);
     pthread_mutex_destroy(&r->lock);
     free(r);
 }

@@ -111,6 +111,11 @@ static sp_status sched_alloc_arrays(sched *s) {
     s->sample_results = malloc(sizeof(dev_sample_result) * t);
     s->step_n_draft = malloc(sizeof(int32_t) * b);
     s->step_proposer = malloc(sizeof(int8_t) * b);
+    s->mask_words = ((size_t)s->n_vocab + 31) / 32;
+    /* grammar rows: a decode row and its drafts per sequence */
+    s->max_mask_rows = b * (size_t)(1 + s->cfg.spec_k);
+    if (s->max_mask_rows > t) s->max_mask_rows = t;
+    s->step_masks = malloc(sizeof(uint32_t) * s->mask_words * s->max_mask_rows);
     s->piece_cap = tok_max_token_bytes(s->vocab) + 64;
     s->piece = malloc(2 * s->piece_cap);
     s->text_work = malloc(SCHED_MAX_STOP_BYTES + 2 * s->piece_cap);
@@ -120,8 +125,10 @@ static sp_status sched_alloc_arrays(sched *s) {
     if (!s->step_tokens || !s->step_pos || !s->step_seq || !s->step_seq_len || !s->step_block_table || !s->match_ids ||
         !s->step_logit_rows || !s->step_reqs || !s->decode_candidates || !s->step_chunk || !s->step_prefill ||
         !s->step_logit_of || !s->running || !s->sample_rows || !s->sample_results || !s->piece || !s->text_work ||
-        !s->eog_ids || !s->step_n_draft || !s->step_proposer)
+        !s->eog_ids || !s->step_n_draft || !s->step_proposer || !s->step_masks)
         return sp_fail(SP_ERR_NOMEM, "scheduler: out of memory for its step arrays");
+    sp_status st = gram_vocab_create(s->vocab, &s->gram_vocab);
+    if (st != SP_OK) return st;
     for (int32_t id = 0; id < s->n_vocab; id++)
         if (tok_is_eog(s->vocab, id)) s->eog_ids[s->n_eog++] = id;
     return SP_OK;
@@ -148,6 +155,8 @@ static void sched_free_arrays(sched *s) {
     free(s->eog_ids);
     free(s->step_n_draft);
     free(s->step_proposer);
+    free(s->step_masks);
+    gram_vocab_destroy(s->gram_vocab);
 }
 
 /* What a GPU backend still allocates after the pool: decode padding's scratch KV block

@@ -26,6 +26,7 @@
 #include <stdint.h>
 
 #include "common/status.h"
+#include "grammar/grammar.h"
 #include "sample/sample.h"
 
 /* The model the scheduler thread owns (model/model.h); only a pointer crosses here,
@@ -93,6 +94,8 @@ typedef struct sched_request_params {
     double timeout_s;       /* <= 0: the scheduler's default */
     sample_params sampling; /* logit_bias array is copied */
     bool no_speculation;    /* never draft for this request (its output is the same either way) */
+    gram_grammar *grammar;  /* NULL: none; else every token is one the grammar allows, and the request ends
+                               when the grammar is complete (sched_request_create takes a reference) */
     uint64_t tenant;        /* who may share its text in the suffix cache (an API key's hash; 0: none) */
 } sched_request_params;
 

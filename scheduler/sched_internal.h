@@ -167,6 +167,7 @@ struct sched_request {
     int32_t draft_computed;    /* leading tokens whose K/V the draft model holds */
     uint64_t last_decode_tick; /* the tick it last had a decode row (tick.c's fair share) */
     tok_decoder dec;
+    gram_state *gram; /* its place in params.grammar (NULL: none); advanced over every emitted token */
     sched_stop stop;
     double last_token_at; /* sched_now() of its last sampled token (inter-token latency); 0: none yet */
 };
@@ -275,11 +276,14 @@ struct sched {
     bool *step_prefill;                                         /* (S) chunk is prompt/recompute */
     int32_t *step_logit_of;                                     /* (S) logits row, or -1 */
     dev_sample_row *sample_rows;                                /* (S) each logit row's draw, for dev_sample */
-    dev_sample_result *sample_results;                          /* (S) the tokens it chose */
-    int32_t *step_n_draft; /* (S) draft tokens after sequence q's decode row (its rows: 1 + n_draft) */
-    int8_t *step_proposer; /* (S) the spec_proposer of those drafts; -1: none */
-    char *piece;           /* (2 * piece_cap) decoded text of one token (push, then flush) */
-    char *text_work;       /* (SCHED_MAX_STOP_BYTES + 2 * piece_cap) held text + piece, for stop matching */
+    dev_sample_result *sample_results;
+    gram_vocab *gram_vocab;           /* the vocabulary's trie for grammar masks */
+    uint32_t *step_masks;             /* (max_mask_rows, mask_words) the allowed tokens of grammar rows of a step */
+    size_t mask_words, max_mask_rows; /* (S) the tokens it chose */
+    int32_t *step_n_draft;            /* (S) draft tokens after sequence q's decode row (its rows: 1 + n_draft) */
+    int8_t *step_proposer;            /* (S) the spec_proposer of those drafts; -1: none */
+    char *piece;                      /* (2 * piece_cap) decoded text of one token (push, then flush) */
+    char *text_work;                  /* (SCHED_MAX_STOP_BYTES + 2 * piece_cap) held text + piece, for stop matching */
 
     /* speculative decoding (spec_tick.c): the scheduler thread */
     spec_gate gate;

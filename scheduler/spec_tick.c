@@ -132,6 +132,17 @@ static int32_t draft_propose(sched *s, const sched_request *r, const bool allowe
     return best;
 }
 
+/* How many of r's n_draft drafts (after its last token in r->tokens) its grammar allows
+ * in a row: a draft the grammar refuses could never be accepted, so it is not computed. */
+static int32_t grammar_prefix(const sched *s, const sched_request *r, int32_t n_draft) {
+    gram_state *c = NULL;
+    if (gram_state_clone(r->gram, &c) != SP_OK) return 0;
+    int32_t ok = 0;
+    while (ok < n_draft && gram_state_advance_token(c, s->gram_vocab, r->tokens[r->n_tokens + ok])) ok++;
+    gram_state_destroy(c);
+    return ok;
+}
+
 int32_t sched__spec_reserve(sched *s, sched_request *r, int32_t n_draft) {
     int B = s->cfg.block_size;
     int32_t need = kv__blocks_for_tokens((int64_t)r->n_tokens + n_draft, B);
@@ -198,6 +209,7 @@ void sched__spec_plan(sched *s, sched_request *const *chosen, int n, int32_t bud
     }
     for (int i = 0; i < n; i++) { /* the target's KV for the drafts, within the watermark */
         if (proposer[i] < 0) continue;
+        if (chosen[i]->gram) n_draft[i] = grammar_prefix(s, chosen[i], n_draft[i]);
         int32_t m = n_draft[i] > 0 ? sched__spec_reserve(s, chosen[i], n_draft[i]) : 0;
         n_draft[i] = m;
         if (m <= 0) {

@@ -319,6 +319,31 @@ static void step_fail(sched *s, const step_build *b, sp_status st) {
     }
 }
 
+/* The allowed tokens of a grammar sequence's rows: row j's are those of its state after
+ * the j drafts before it (spec_tick.c kept only drafts the grammar allows). */
+static void grammar_masks(sched *s, sched_request *r, int32_t n_draft, dev_sample_row *rows, size_t *n_masks) {
+    gram_state *ahead = NULL;
+    for (int32_t j = 0; j <= n_draft; j++) {
+        SP_ASSERT(*n_masks < s->max_mask_rows);
+        uint32_t *mask = s->step_masks + (*n_masks)++ * s->mask_words;
+        const gram_state *at = r->gram;
+        if (j > 0) {
+            bool ok = (ahead || gram_state_clone(r->gram, &ahead) == SP_OK) &&
+                      gram_state_advance_token(ahead, s->gram_vocab, r->tokens[r->n_tokens + j - 1]);
+            /* out of memory: no token allowed, so the row cannot match its draft and the run stops there */
+            if (!ok) {
+                memset(mask, 0, s->mask_words * sizeof *mask);
+                rows[j].allowed = mask;
+                continue;
+            }
+            at = ahead;
+        }
+        gram_mask(r->params.grammar, s->gram_vocab, at, mask);
+        rows[j].allowed = mask;
+    }
+    gram_state_destroy(ahead);
+}
+
 /* Metrics of a tick that ran a step (counted in stats.ticks): its duration from
  * `start` and its tokens. */
 static void tick_observe(sched *s, double start, const step_build *b) {
@@ -347,10 +372,14 @@ bool sched__tick(sched *s) {
         .n_logits = b.n_logits,
         .logit_rows = s->step_logit_rows,
     };
-    for (int32_t q = 0; q < b.n_seqs; q++)
-        if (s->step_logit_of[q] >= 0)
-            for (int32_t j = 0; j <= s->step_n_draft[q]; j++)
-                sched__sample_row(s, s->step_reqs[q], j, &s->sample_rows[s->step_logit_of[q] + j]);
+    size_t n_masks = 0;
+    for (int32_t q = 0; q < b.n_seqs; q++) {
+        if (s->step_logit_of[q] < 0) continue;
+        sched_request *r = s->step_reqs[q];
+        for (int32_t j = 0; j <= s->step_n_draft[q]; j++)
+            sched__sample_row(s, r, j, &s->sample_rows[s->step_logit_of[q] + j]);
+        if (r->gram) grammar_masks(s, r, s->step_n_draft[q], &s->sample_rows[s->step_logit_of[q]], &n_masks);
+    }
     const dev_sample_vocab vocab = {s->n_vocab, s->eog_ids, s->n_eog};
     double t0 = sched_now();
     sp_status st = model_forward_sample(s->m, s->kv, &step, &vocab, s->sample_rows, s->sample_results);

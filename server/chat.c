@@ -125,6 +125,8 @@ void srv_model_info_free(srv_model_info *mi) {
     json_decref(mi->template_tokens);
     mi->chat_template = NULL;
     mi->template_tokens = NULL;
+    srv_grammar_cache_destroy(mi->grammars);
+    mi->grammars = NULL;
 }
 
 /* ---- messages ---- */

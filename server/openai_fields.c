@@ -65,6 +65,7 @@ json_t *srv__json_text(const char *s, size_t len) {
 }
 
 const char *srv__json_kind(const json_t *v) {
+    if (!v) return "nothing (it is missing)";
     switch (json_typeof(v)) {
     case JSON_OBJECT: return "an object";
     case JSON_ARRAY: return "an array";

@@ -216,13 +216,6 @@ static sp_status request_unsupported(const json_t *root, int n, srv_error *err) 
                          "'best_of' is not supported: leave it out or set it to n (%d).", n);
     if ((v = json_object_get(root, "suffix")) && !json_is_null(v) && !(json_is_string(v) && json_string_length(v) == 0))
         return srv__fail(err, SRV_ERROR_BAD_REQUEST, "suffix", "'suffix' (insertion) is not supported.");
-    if ((v = json_object_get(root, "response_format")) && !json_is_null(v)) {
-        const json_t *type = json_is_object(v) ? json_object_get(v, "type") : NULL;
-        if (!json_is_string(type) || strcmp(json_string_value(type), "text") != 0)
-            return srv__fail(err, SRV_ERROR_BAD_REQUEST, "response_format",
-                             "'response_format' other than {\"type\": \"text\"} (JSON mode, JSON schema) is not "
-                             "supported yet.");
-    }
     if ((v = json_object_get(root, "tool_choice")) && !json_is_null(v) &&
         !(json_is_string(v) &&
           (strcmp(json_string_value(v), "none") == 0 || strcmp(json_string_value(v), "auto") == 0)))
@@ -248,6 +241,7 @@ static sp_status request_options(const json_t *root, const srv_model_info *mi, s
     if ((st = srv__read_int(root, "n", 1, max_n, &i, &given, err)) != SP_OK) return st;
     if (given) r->n = (int)i;
     if ((st = request_unsupported(root, r->n, err)) != SP_OK) return st;
+    if ((st = srv__request_constraint(root, mi, r, err)) != SP_OK) return st;
     /* max_completion_tokens is the newer name; it wins when both are given */
     *max_tokens = 0;
     if ((st = srv__read_int(root, "max_tokens", 1, INT64_MAX, max_tokens, NULL, err)) != SP_OK) return st;
@@ -502,6 +496,7 @@ void srv_request_free(srv_request *r) {
     free(r->stop);
     free(r->logit_bias);
     free(r->prompt_text);
+    gram_grammar_destroy(r->params.grammar);
     *r = (srv_request){0};
 }
 

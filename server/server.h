@@ -91,20 +91,31 @@ char *srv_error_json(const srv_error *err);
 /* ---- the served model, as the API layer needs it ---- */
 
 typedef struct srv_model_info {
-    const char *served_name;    /* the id /v1/models lists ("SmolLM2-135M-Instruct.Q4_1") */
-    const char *file_name;      /* the GGUF's file name, also accepted as `model` */
-    const tok_vocab *vocab;     /* immutable; tokenizes on any thread */
-    const tmpl *chat_template;  /* the model's, --chat-template's, or ChatML */
-    bool template_takes_parts;  /* the template iterates over content parts itself */
-    json_t *template_tokens;    /* {"bos_token": ..., "eos_token": ...} added to every render */
-    int32_t max_seq_len;        /* prompt + completion limit of one sequence */
-    int max_n;                  /* most choices per request (--max-n); 0: SRV_MAX_N */
-    int max_sequences;          /* most prompts times n per request (--max-sequences-per-request); 0: none */
-    int32_t max_tokens;         /* largest max_tokens a request may ask for (--max-tokens); 0: the context */
-    int32_t default_max_tokens; /* a request without max_tokens (--default-max-tokens); 0: the context */
-    int64_t created;            /* unix time the server loaded the model */
-    const char *cpu_kernels;    /* the CPU backend's kernel set ("avx512"); NULL on a GPU */
+    const char *served_name;            /* the id /v1/models lists ("SmolLM2-135M-Instruct.Q4_1") */
+    const char *file_name;              /* the GGUF's file name, also accepted as `model` */
+    const tok_vocab *vocab;             /* immutable; tokenizes on any thread */
+    const tmpl *chat_template;          /* the model's, --chat-template's, or ChatML */
+    bool template_takes_parts;          /* the template iterates over content parts itself */
+    json_t *template_tokens;            /* {"bos_token": ..., "eos_token": ...} added to every render */
+    int32_t max_seq_len;                /* prompt + completion limit of one sequence */
+    int max_n;                          /* most choices per request (--max-n); 0: SRV_MAX_N */
+    int max_sequences;                  /* most prompts times n per request (--max-sequences-per-request); 0: none */
+    int32_t max_tokens;                 /* largest max_tokens a request may ask for (--max-tokens); 0: the context */
+    int32_t default_max_tokens;         /* a request without max_tokens (--default-max-tokens); 0: the context */
+    int64_t created;                    /* unix time the server loaded the model */
+    const char *cpu_kernels;            /* the CPU backend's kernel set ("avx512"); NULL on a GPU */
+    gram_limits grammar_limits;         /* bounds on a compiled constraint (--grammar-max-*) */
+    int32_t schema_max_depth;           /* JSON Schema nesting (--grammar-schema-max-depth) */
+    struct srv_grammar_cache *grammars; /* compiled constraints shared by their text; NULL: none (each
+                                           request compiles its own); freed by srv_model_info_free */
 } srv_model_info;
+
+/* Compiled grammars kept by their GBNF text (the last SRV_GRAMMAR_CACHE_ENTRIES used), so
+ * a schema seen again reuses the grammar and the masks it has cached. Thread-safe. */
+typedef struct srv_grammar_cache srv_grammar_cache;
+enum { SRV_GRAMMAR_CACHE_ENTRIES = 32 };
+sp_status srv_grammar_cache_create(srv_grammar_cache **out);
+void srv_grammar_cache_destroy(srv_grammar_cache *c);
 
 /* Fills the template fields of mi: the model's template (or override_path's file, or
  * ChatML with a warning logged when the model has none), the probe that decides

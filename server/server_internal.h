@@ -68,6 +68,12 @@ sp_status srv__want_int(const json_t *v, const char *param, int64_t lo, int64_t 
 /* The "Invalid type for 'param': expected X, but got Y instead." error. */
 sp_status srv__type_error(srv_error *err, const char *param, const char *expected, const json_t *got);
 
+/* The output constraint of a request (openai_constraint.c): response_format,
+ * json_schema, grammar, guided_json / guided_regex / guided_choice / guided_grammar,
+ * compiled into r->params.grammar (owned by r); at most one; a bad one is a 400 naming
+ * the field with the position in it. */
+sp_status srv__request_constraint(const json_t *root, const srv_model_info *mi, srv_request *r, srv_error *err);
+
 /* The request's `model`, when given, must name the served model (served_name or
  * file_name): else 404 model_not_found. */
 sp_status srv__check_model(const json_t *body, const srv_model_info *mi, srv_error *err);

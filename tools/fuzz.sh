@@ -35,7 +35,7 @@ if pkg-config --exists yaml-0.1 2>/dev/null; then LDLIBS+=($(pkg-config --libs y
 # Library sources each harness may link. Default: the layers up to the model (LOWER),
 # put in an archive so the linker pulls only the objects the harness needs. Give a
 # harness its own list here if the default stops linking for it.
-LOWER="common/*.c quant/*.c sample/*.c gguf/*.c tokenizer/*.c template/*.c"
+LOWER="common/*.c quant/*.c sample/*.c gguf/*.c tokenizer/*.c template/*.c grammar/*.c"
 harness_sources() {
     case "$1" in
     # the OpenAI layer: its own files only (not the HTTP transport or the scheduler)
@@ -55,7 +55,7 @@ compile_object() {
     local src=$1 obj=$OUT/obj/${1%.c}.o
     mkdir -p "$(dirname "$obj")"
     # any project header may have changed what src compiles to
-    if [[ ! -f $obj || $src -nt $obj ]] || find common quant sample gguf tokenizer template gpu model scheduler \
+    if [[ ! -f $obj || $src -nt $obj ]] || find common quant sample gguf tokenizer template grammar gpu model scheduler \
         config server -name '*.h' -newer "$obj" | grep -q .; then
         "$CLANG" "${CFLAGS[@]}" -fsanitize=fuzzer-no-link -c "$src" -o "$obj"
     fi

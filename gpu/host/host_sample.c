@@ -62,6 +62,7 @@ static void sample_row(sample_state *sampler, float *raw_logits, float *logits, 
     }
     if (row->mask_eog)
         for (int32_t i = 0; i < vocab->n_eog; i++) logits[vocab->eog_ids[i]] = -INFINITY;
+    if (row->allowed) sample_apply_allowed(row->allowed, n_vocab, logits);
     sample_apply_penalties(row->params, sampler, row->prompt, row->n_prompt, row->generated, row->n_generated, logits);
     sampler->rng = row->rng;
     res->token = sample_token(row->params, sampler, logits);

@@ -98,8 +98,11 @@ def test_metrics_move_as_requests_are_served(spindle_bin, stories_model):
         # answer: wait until the last one before this scrape is in
         deadline = time.monotonic() + 5
         after = scrape(server)
-        while delta(before, after, "spindle_http_requests_total", endpoint="/health", status="200") < 1:
-            assert time.monotonic() < deadline, "the /health request was never counted"
+        # and a request counts as finished when the scheduler retires it, just after its
+        # answer is complete (so after the client may have read it)
+        while (delta(before, after, "spindle_http_requests_total", endpoint="/health", status="200") < 1
+               or delta(before, after, "spindle_requests_finished_total") < 5):
+            assert time.monotonic() < deadline, "the /health request or a finished request was never counted"
             time.sleep(0.05)
             after = scrape(server)
         finished = 5

@@ -66,7 +66,12 @@ BAD_FIELDS = [
     (COMP, {"prompt": "x", "echo": True}, "echo"),
     (COMP, {"prompt": "x", "best_of": 3}, "best_of"),
     (COMP, {"prompt": "x", "suffix": "end"}, "suffix"),
-    (CHAT, {"messages": MSGS, "response_format": {"type": "json_object"}}, "response_format"),
+    (COMP, {"prompt": "x", "guided_whitespace_pattern": " *"}, "guided_whitespace_pattern"),
+    # constraints that are not what they claim to be
+    (CHAT, {"messages": MSGS, "response_format": {"type": "json_schema"}}, "response_format.json_schema"),
+    (CHAT, {"messages": MSGS, "response_format": "json"}, "response_format"),
+    (COMP, {"prompt": "x", "grammar": 42}, "grammar"),
+    (COMP, {"prompt": "x", "guided_choice": ["a", 1]}, "guided_choice"),
     (CHAT, {"messages": MSGS, "tool_choice": "required"}, "tool_choice"),
 ]
 

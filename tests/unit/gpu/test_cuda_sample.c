@@ -194,7 +194,14 @@ Test(cuda_sample, penalties_bias_and_eog_mask_match_the_cpu) {
     ps[5] = ps[3];
     dev_sample_row rows[R];
     for (int r = 0; r < R; r++)
-        rows[r] = (dev_sample_row){&ps[r], prompt, 6, generated, 7, r % 2 == 0, r == 5 ? -1 : 5, 9};
+        rows[r] = (dev_sample_row){.params = &ps[r],
+                                   .prompt = prompt,
+                                   .n_prompt = 6,
+                                   .generated = generated,
+                                   .n_generated = 7,
+                                   .mask_eog = r % 2 == 0,
+                                   .top_logprobs = r == 5 ? -1 : 5,
+                                   .rng = 9};
     dev_sample_vocab vocab = {V, eog, 3};
     dev_sample_result cpu[R], gpu[R];
     sample_both(l, R, &vocab, rows, cpu, gpu);
@@ -411,5 +418,34 @@ Test(cuda_sample, a_row_draws_the_same_alone_or_in_a_batch) {
     }
     side_close(&alone);
     side_close(&batch);
+    free(l);
+}
+
+/* ---- grammar masks ---- */
+
+Test(cuda_sample, allowed_masks_match_the_cpu) {
+    skip_without_gpu();
+    enum { R = 4, V = 5000 };
+    float *l = malloc(sizeof *l * (size_t)R * V);
+    for (int i = 0; i < R * V; i++) l[i] = (float)(uniform01() * 10 - 5);
+    uint32_t mask[R][(V + 31) / 32];
+    memset(mask, 0, sizeof mask);
+    for (int r = 0; r < R; r++)
+        for (int i = r; i < V; i += 7 + r) mask[r][i / 32] |= 1u << (i % 32);
+    sample_params p = sample_params_default();
+    p.temperature = 0.9f;
+    p.top_p = 0.9f;
+    dev_sample_row rows[R];
+    for (int r = 0; r < R; r++) {
+        rows[r] = row_of(&p, 2, 31u + (uint64_t)r);
+        rows[r].allowed = mask[r];
+    }
+    dev_sample_vocab vocab = {V, NULL, 0};
+    dev_sample_result cpu[R], gpu[R];
+    sample_both(l, R, &vocab, rows, cpu, gpu);
+    for (int r = 0; r < R; r++) {
+        cr_expect_eq(gpu[r].token, cpu[r].token, "row %d", r);
+        cr_expect((mask[r][cpu[r].token / 32] >> (cpu[r].token % 32)) & 1, "row %d: a token outside its mask", r);
+    }
     free(l);
 }

@@ -268,9 +268,9 @@ Test(forward, forward_sample_is_forward_then_sample_c) {
     min_p.temperature = 1.7f;
     min_p.min_p = 0.05f;
     const dev_sample_row draw[FWD_SEQS] = {
-        {&greedy, seq_tokens[0], 8, NULL, 0, true, 5, 11},
-        {&mixed, seq_tokens[1], 8, generated, 4, false, 0, 42},
-        {&min_p, seq_tokens[2], 8, generated, 2, true, 3, 0x9E3779B97F4A7C15ull},
+        {&greedy, seq_tokens[0], 8, NULL, 0, true, 5, 11, NULL},
+        {&mixed, seq_tokens[1], 8, generated, 4, false, 0, 42, NULL},
+        {&min_p, seq_tokens[2], 8, generated, 2, true, 3, 0x9E3779B97F4A7C15ull, NULL},
     };
     dev_sample_result got[FWD_SEQS], want[FWD_SEQS];
     memset(got, 0, sizeof got);

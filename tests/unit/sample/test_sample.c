@@ -823,3 +823,31 @@ Test(sample_token, a_position_s_draw_is_a_pure_function_of_seed_and_position) {
         same_low_bit += (sample_rng_at(9, pos) & 1) == (sample_rng_at(10, pos) & 1);
     cr_assert(same_low_bit > 400 && same_low_bit < 600, "%d of 1000 agree", same_low_bit);
 }
+
+Test(sample_allowed, clears_exactly_the_tokens_outside_the_mask) {
+    enum { V = 70 }; /* a partial last word */
+    float logits[V];
+    uint32_t allowed[3] = {0xFFFFFFFFu, 0x00000005u, 0x20u};
+    for (int i = 0; i < V; i++) logits[i] = (float)i;
+    sample_apply_allowed(allowed, V, logits);
+    for (int i = 0; i < V; i++) {
+        bool in = (allowed[i / 32] >> (i % 32)) & 1;
+        if (in)
+            cr_assert_eq(logits[i], (float)i, "token %d kept", i);
+        else
+            cr_assert(isinf(logits[i]) && logits[i] < 0, "token %d cleared", i);
+    }
+    /* a masked draw only picks allowed tokens, greedy or sampled */
+    sample_state s;
+    cr_assert_eq(sample_state_init(&s, V, 5), SP_OK);
+    sample_params p = sample_params_default();
+    p.temperature = 1.5f;
+    for (int k = 0; k < 200; k++) {
+        float l[V];
+        for (int i = 0; i < V; i++) l[i] = (float)((i * 7919 + k * 104729) % 97) / 10.0f;
+        sample_apply_allowed(allowed, V, l);
+        int32_t t = sample_token(&p, &s, l);
+        cr_assert((allowed[t / 32] >> (t % 32)) & 1, "drew %d", t);
+    }
+    sample_state_free(&s);
+}

@@ -1,0 +1,197 @@
+#!/usr/bin/env python3
+"""Constrained decoding's cost: what a grammar mask costs per token (build/bench_grammar on the
+model's vocabulary: a JSON Schema, a GBNF grammar, a regex), and delivered output tokens/s
+with a JSON Schema against the same requests unconstrained, spindle against llama-server
+with the same schema (its `json_schema` field), in one sitting, at concurrency 1 and 16.
+
+Each point starts its server fresh on the model with room for C sequences, sends one warm-up
+request, then 2 x C (at least 4) chat requests "Describe person <i> as JSON." (temperature
+0.7, seed i, max_tokens 256), at most C in flight, streaming; output tok/s is completion
+tokens / (last end - first send). The constrained answers are validated with Python's
+jsonschema and the count of valid ones is reported per server. The variants take turns and
+the order flips at every point. Writes the "grammar" section of docs/benchmarks.md; raw
+results stay in build/bench/grammar-<time>/.
+"""
+import argparse
+import concurrent.futures
+import datetime
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+from bench_serve import ServerProcess, git_commit, peer_binary  # noqa: E402
+from report_section import cpu_model, write_section  # noqa: E402
+
+PERSON = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 40},
+        "age": {"type": "integer", "minimum": 0, "maximum": 150},
+        "city": {"type": "string", "enum": ["Paris", "Rome", "Lima", "Osaka"]},
+        "skills": {"type": "array", "items": {"type": "string", "maxLength": 24}, "maxItems": 4},
+        "employed": {"type": "boolean"},
+    },
+    "required": ["name", "age", "city", "skills", "employed"],
+    "additionalProperties": False,
+}
+VARIANTS = ("spindle-schema", "spindle-free", "llama.cpp-schema")
+
+
+def log(msg):
+    print(f"[bench_grammar {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def argv_for(a, variant, c):
+    ctx = 512
+    if variant.startswith("spindle"):
+        return lambda port: [a.bin, "serve", "--model", a.model, "--host", "127.0.0.1", "--port", str(port),
+                             "--threads", str(a.threads), "--max-batch-size", str(c), "--ctx-size", str(ctx),
+                             "--kv-cache-mb", str(max(64, c * 16)), "--no-access-log"]
+    return lambda port: [a.llama_server, "-m", a.model, "--host", "127.0.0.1", "--port", str(port), "-t",
+                         str(a.threads), "-np", str(c), "-c", str(c * ctx), "-cb", "-ngl", "0"]
+
+
+def body_for(variant, i, max_tokens):
+    b = {"messages": [{"role": "user", "content": f"Describe person number {i} as JSON."}],
+         "temperature": 0.7, "seed": i, "max_tokens": max_tokens, "stream": True}
+    if variant == "spindle-schema":
+        b["response_format"] = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON}}
+    elif variant == "llama.cpp-schema":
+        b["json_schema"] = PERSON
+    return b
+
+
+def stream(url, body, timeout):
+    t0 = time.monotonic()
+    req = urllib.request.Request(url + "/v1/chat/completions", json.dumps(body).encode(),
+                                 {"Content-Type": "application/json"})
+    text, tokens, first = "", 0, None
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        for raw in r:
+            line = raw.decode().strip()
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            ev = json.loads(line[6:])
+            for ch in ev.get("choices", []):
+                piece = (ch.get("delta") or {}).get("content") or ""
+                if piece:
+                    first = first or time.monotonic()
+                    text += piece
+                    tokens += 1
+            if ev.get("usage"):
+                tokens = ev["usage"]["completion_tokens"]
+    return {"text": text, "tokens": tokens, "start": t0, "end": time.monotonic(),
+            "ttft": (first - t0) if first else None}
+
+
+def run_point(a, raw, variant, c, rep):
+    name = f"c{c}-{variant}-r{rep}"
+    srv = ServerProcess(argv_for(a, variant, c), os.path.join(raw, name + ".log"))
+    try:
+        stream(srv.url, body_for(variant, 10_000, 8), a.timeout)
+        n = max(4, 2 * c)
+        bodies = [body_for(variant, i, a.max_tokens) for i in range(n)]
+        for b in bodies:
+            b["stream_options"] = {"include_usage": True}
+        with concurrent.futures.ThreadPoolExecutor(c) as pool:
+            records = list(pool.map(lambda b: stream(srv.url, b, a.timeout), bodies))
+    finally:
+        srv.stop()
+    valid = 0
+    if variant != "spindle-free":
+        import jsonschema
+        for r in records:
+            try:
+                jsonschema.validate(json.loads(r["text"]), PERSON)
+                valid += 1
+            except (ValueError, jsonschema.ValidationError):
+                pass
+    wall = max(r["end"] for r in records) - min(r["start"] for r in records)
+    tokens = sum(r["tokens"] for r in records)
+    result = {"variant": variant, "concurrency": c, "repeat": rep, "requests": len(records), "tokens": tokens,
+              "wall": wall, "tok_s": tokens / wall, "valid": valid, "texts": [r["text"] for r in records]}
+    with open(os.path.join(raw, name + ".json"), "w") as f:
+        json.dump(result, f)
+    log(f"{name}: {tokens} tokens in {wall:.2f} s = {tokens / wall:.1f} tok/s, {valid} valid")
+    return result
+
+
+def mask_times(a, raw):
+    out = subprocess.run([a.grammar_bin, a.model], capture_output=True, text=True, check=True).stdout
+    rows = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    with open(os.path.join(raw, "mask_times.json"), "w") as f:
+        json.dump(rows, f)
+    return rows
+
+
+def report(a, raw, masks, points):
+    lines = [f"## Constrained output: mask time and throughput ({os.path.basename(a.model)}, CPU)", "",
+             f"- Machine: {cpu_model()}, {a.threads} threads; spindle {git_commit()}; "
+             f"{datetime.date.today().isoformat()}",
+             f"- Command: `python3 bench/bench_grammar.py --bin {a.bin} --model {a.model}` "
+             f"(raw results: `{os.path.relpath(raw, ROOT)}`)", "",
+             "### Mask time per token (`build/bench_grammar`)", "",
+             "Documents of each constraint's language tokenized by the model's tokenizer, a mask timed at every "
+             "token. *new*: the grammar compiled afresh for each document (its cache empty: the first request "
+             "with a new schema); *repeat*: one grammar for all (the same schema again: the server shares "
+             "compiled grammars by their text).", "",
+             "| constraint | grammar | tokens timed | median µs | p99 µs | max µs |", "|---|---|---:|---:|---:|---:|"]
+    for m in masks:
+        lines.append(f"| {m['constraint']} | {m['grammar']} | {m['tokens']} | {m['median_us']:.1f} | "
+                     f"{m['p99_us']:.1f} | {m['max_us']:.1f} |")
+    lines += ["", "### Output tokens/s with a JSON Schema", "",
+              __doc__.split("\n\n")[1].replace("\n", " "), "",
+              "| concurrency | server | output tok/s (median) | vs spindle unconstrained | "
+              "spindle schema vs llama-server schema | valid JSON |",
+              "|---:|---|---:|---:|---:|---:|"]
+    for c in a.concurrency:
+        med = {v: statistics.median(p["tok_s"] for p in points if p["variant"] == v and p["concurrency"] == c)
+               for v in a.variants}
+        for v in a.variants:
+            ps = [p for p in points if p["variant"] == v and p["concurrency"] == c]
+            valid = "-" if v == "spindle-free" else f"{sum(p['valid'] for p in ps)} / {sum(p['requests'] for p in ps)}"
+            vs_free = f"{med[v] / med['spindle-free']:.2f}x" if "spindle-free" in med and v != "spindle-free" else ""
+            vs_peer = (f"{med[v] / med['llama.cpp-schema']:.2f}x"
+                       if v == "spindle-schema" and "llama.cpp-schema" in med else "")
+            lines.append(f"| {c} | {v} | {med[v]:.1f} | {vs_free} | {vs_peer} | {valid} |")
+    write_section(os.path.join(ROOT, "docs", "benchmarks.md"), "grammar", "\n".join(lines))
+    log("wrote the grammar section of docs/benchmarks.md")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bin", default="build/spindle")
+    ap.add_argument("--grammar-bin", default="build/bench_grammar")
+    ap.add_argument("--model", default="models/SmolLM2-135M-Instruct.Q4_1.gguf")
+    ap.add_argument("--peer-dir", default=os.environ.get("PEER_DIR"))
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--concurrency", default="1,16")
+    ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--max-tokens", type=int, default=256)
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--timeout", type=float, default=600)
+    a = ap.parse_args()
+    a.concurrency = [int(x) for x in a.concurrency.split(",")]
+    a.variants = [v for v in a.variants.split(",") if v]
+    if "llama.cpp-schema" in a.variants:
+        a.llama_server = peer_binary(a.peer_dir, "llama-server", log)
+    raw = os.path.join(ROOT, "build", "bench", "grammar-" + time.strftime("%Y%m%d-%H%M%S"))
+    os.makedirs(raw, exist_ok=True)
+    masks = mask_times(a, raw)
+    points = []
+    for rep in range(a.repeats):
+        for k, c in enumerate(a.concurrency):
+            order = a.variants if (rep + k) % 2 == 0 else a.variants[::-1]
+            for v in order:
+                points.append(run_point(a, raw, v, c, rep))
+    report(a, raw, masks, points)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,431 @@
+/* gram_mask.c: which tokens may come next. The vocabulary's byte strings form a trie;
+ * a mask is a walk of it from the state's stacks, one byte per trie edge, that prunes
+ * every branch no stack can take, so it costs what the allowed tokens cost, not V.
+ *
+ * Most of that walk does not depend on the whole stack. Each stack is cut to its top
+ * GRAM_KEY_NODES nodes, the rest replaced by GRAM_CONTEXT; the walk of the cut stack
+ * (a context-free walk) is cached per grammar under the cut's positions. It yields
+ *   accepted   tokens whose bytes the cut stack takes whatever lies below it, and
+ *   deps       trie nodes where a stack popped into the context with bytes still to
+ *              come: the tokens under them depend on the rest of the stack.
+ * A mask is then, per stack, the cached accepted set OR'ed in, plus a walk of each dep's
+ * subtree with the whole stack (usually a few tokens: inside a JSON string only the
+ * tokens that close the string and go on, like `",`). This is XGrammar's split of
+ * context-independent and context-dependent tokens, done lazily per stack top.
+ *
+ * DESIGN (threads). The cache hangs off the grammar and is only touched here; one thread
+ * at a time calls gram_mask on a grammar (grammar.h).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "grammar/grammar_internal.h"
+
+/* Nodes of a stack that key the cache: deeper keys mean fewer dependent tokens but more
+ * keys. Three cover a JSON string's character loop and its closing quote, so every string
+ * of a grammar shares one entry. */
+enum { GRAM_KEY_NODES = 3 };
+/* Cached keys per grammar; past it the cache starts over. */
+enum { GRAM_CACHE_ENTRIES = 1024, GRAM_CACHE_SLOTS = 4096 };
+/* Stacks a walk step keeps before it drops duplicates. */
+enum { GRAM_DEDUPE_TOPS = 32 };
+
+/* ---- the vocabulary trie ----------------------------------------------------------- */
+
+typedef struct trie_node {
+    int32_t first_edge, n_edges;
+    int32_t first_token, n_tokens; /* into gv->sorted: the tokens that end here */
+} trie_node;
+
+typedef struct trie_edge {
+    uint8_t byte;
+    int32_t child;
+} trie_edge;
+
+struct gram_vocab {
+    int32_t n_vocab;
+    uint32_t *off; /* (n_vocab + 1) token id's bytes: bytes[off[id] .. off[id + 1]) */
+    uint8_t *bytes;
+    bool *eog;       /* (n_vocab) */
+    int32_t *sorted; /* token ids with bytes, by their bytes */
+    int32_t n_sorted;
+    trie_node *nodes;
+    int32_t n_nodes;
+    trie_edge *edges;
+    int32_t n_edges;
+    int32_t max_len;
+};
+
+static const gram_vocab *sort_vocab; /* qsort has no context argument */
+
+static int token_cmp(const void *a, const void *b) {
+    const gram_vocab *gv = sort_vocab;
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    uint32_t lx = gv->off[x + 1] - gv->off[x], ly = gv->off[y + 1] - gv->off[y];
+    int c = memcmp(gv->bytes + gv->off[x], gv->bytes + gv->off[y], lx < ly ? lx : ly);
+    if (c) return c;
+    return lx < ly ? -1 : lx > ly ? 1 : (x > y) - (x < y);
+}
+
+static uint32_t token_len(const gram_vocab *gv, int32_t id) {
+    return gv->off[id + 1] - gv->off[id];
+}
+
+/* The node for sorted[lo..hi), which share their first depth bytes. */
+static int32_t trie_build(gram_vocab *gv, int32_t lo, int32_t hi, uint32_t depth) {
+    int32_t me = gv->n_nodes++;
+    int32_t i = lo;
+    while (i < hi && token_len(gv, gv->sorted[i]) == depth) i++;
+    gv->nodes[me] = (trie_node){.first_token = lo, .n_tokens = i - lo};
+    int32_t groups = 0;
+    for (int32_t j = i; j < hi;) {
+        uint8_t b = gv->bytes[gv->off[gv->sorted[j]] + depth];
+        while (j < hi && gv->bytes[gv->off[gv->sorted[j]] + depth] == b) j++;
+        groups++;
+    }
+    int32_t first = gv->n_edges;
+    gv->n_edges += groups;
+    gv->nodes[me].first_edge = first;
+    gv->nodes[me].n_edges = groups;
+    for (int32_t j = i, k = 0; j < hi; k++) {
+        int32_t start = j;
+        uint8_t b = gv->bytes[gv->off[gv->sorted[j]] + depth];
+        while (j < hi && gv->bytes[gv->off[gv->sorted[j]] + depth] == b) j++;
+        int32_t child = trie_build(gv, start, j, depth + 1);
+        gv->edges[first + k] = (trie_edge){b, child};
+    }
+    return me;
+}
+
+sp_status gram_vocab_create(const tok_vocab *v, gram_vocab **out) {
+    *out = NULL;
+    gram_vocab *gv = calloc(1, sizeof *gv);
+    if (!gv) return sp_fail(SP_ERR_NOMEM, "grammar: out of memory for the vocabulary");
+    int32_t n = tok_vocab_size(v);
+    gv->n_vocab = n;
+    gv->off = calloc((size_t)n + 1, sizeof *gv->off);
+    gv->eog = calloc((size_t)n, sizeof *gv->eog);
+    gv->sorted = malloc(sizeof *gv->sorted * (size_t)(n ? n : 1));
+    size_t total = 0;
+    if (!gv->off || !gv->eog || !gv->sorted) goto nomem;
+    for (int32_t id = 0; id < n; id++) {
+        total += tok_token_bytes(v, id, false, NULL, 0);
+        if (total > UINT32_MAX) goto nomem;
+        gv->off[id + 1] = (uint32_t)total;
+        gv->eog[id] = tok_is_eog(v, id);
+    }
+    gv->bytes = malloc(total ? total : 1);
+    gv->nodes = malloc(sizeof *gv->nodes * (total + 1));
+    gv->edges = malloc(sizeof *gv->edges * (total + 1));
+    if (!gv->bytes || !gv->nodes || !gv->edges) goto nomem;
+    for (int32_t id = 0; id < n; id++) {
+        uint32_t len = gv->off[id + 1] - gv->off[id];
+        tok_token_bytes(v, id, false, (char *)gv->bytes + gv->off[id], len);
+        if (len > 0 && !gv->eog[id]) gv->sorted[gv->n_sorted++] = id;
+        if ((int32_t)len > gv->max_len) gv->max_len = (int32_t)len;
+    }
+    sort_vocab = gv;
+    qsort(gv->sorted, (size_t)gv->n_sorted, sizeof *gv->sorted, token_cmp);
+    sort_vocab = NULL;
+    trie_build(gv, 0, gv->n_sorted, 0);
+    *out = gv;
+    return SP_OK;
+nomem:
+    gram_vocab_destroy(gv);
+    return sp_fail(SP_ERR_NOMEM, "grammar: out of memory for the vocabulary");
+}
+
+void gram_vocab_destroy(gram_vocab *gv) {
+    if (!gv) return;
+    free(gv->off);
+    free(gv->bytes);
+    free(gv->eog);
+    free(gv->sorted);
+    free(gv->nodes);
+    free(gv->edges);
+    free(gv);
+}
+
+size_t gram_mask_words(const gram_vocab *gv) {
+    return ((size_t)gv->n_vocab + 31) / 32;
+}
+
+/* ---- walks ------------------------------------------------------------------------- */
+
+typedef struct dep {
+    int32_t node;           /* trie node whose subtree needs the whole stack */
+    int32_t prefix, length; /* its bytes from the root, in the entry's prefix buffer */
+} dep;
+
+typedef struct cache_entry {
+    int32_t key[GRAM_KEY_NODES + 1]; /* positions top first, then the parent past the cut */
+    int32_t key_len;
+    uint32_t *accepted; /* (words) */
+    dep *deps;
+    int32_t n_deps;
+    uint8_t *prefixes;
+} cache_entry;
+
+struct gram_mask_cache {
+    cache_entry *slots[GRAM_CACHE_SLOTS];
+    int32_t n_entries;
+    gram_stacks arena;  /* walk nodes; truncated as the walk backs out */
+    gram_stacks *level; /* (max_len + 2) tops at each trie depth */
+    int32_t n_levels;
+    uint8_t *path; /* (max_len + 1) bytes from the root to the walk's node */
+    /* the entry being built */
+    dep *deps;
+    int32_t n_deps, cap_deps;
+    uint8_t *prefixes;
+    int32_t n_prefix, cap_prefix;
+};
+
+typedef struct walk {
+    const gram_grammar *g;
+    const gram_vocab *gv;
+    gram_mask_cache *c;
+    uint32_t *mask;
+    bool record_deps;
+} walk;
+
+static void set_tokens(const walk *w, const trie_node *n) {
+    for (int32_t i = 0; i < n->n_tokens; i++) {
+        int32_t id = w->gv->sorted[n->first_token + i];
+        w->mask[id >> 5] |= 1u << (id & 31);
+    }
+}
+
+static bool grow_array(void **p, int32_t *cap, int32_t need, size_t elem) {
+    if (need <= *cap) return true;
+    int32_t n = *cap ? *cap * 2 : 64;
+    while (n < need) n *= 2;
+    void *q = realloc(*p, (size_t)n * elem);
+    if (!q) return false;
+    *p = q;
+    *cap = n;
+    return true;
+}
+
+static void dep_add(walk *w, int32_t node, int32_t depth) {
+    gram_mask_cache *c = w->c;
+    if (!grow_array((void **)&c->deps, &c->cap_deps, c->n_deps + 1, sizeof *c->deps) ||
+        !grow_array((void **)&c->prefixes, &c->cap_prefix, c->n_prefix + depth, 1))
+        return; /* out of memory: the dependent tokens stay out of the mask (never wrong ones in) */
+    memcpy(c->prefixes + c->n_prefix, c->path, (size_t)depth);
+    c->deps[c->n_deps++] = (dep){node, c->n_prefix, depth};
+    c->n_prefix += depth;
+}
+
+/* Walks the trie below node (at depth bytes) with the stacks tops (nodes in c->arena). */
+static void walk_node(walk *w, int32_t node, int32_t depth, const int32_t *tops, int32_t n_tops, bool under_dep) {
+    const gram_grammar *g = w->g;
+    const trie_node *tn = &w->gv->nodes[node];
+    gram_byteset any = {{0}};
+    for (int32_t i = 0; i < n_tops; i++) {
+        const gram_byteset *s = &g->sets[g->elems[w->c->arena.nodes[tops[i]].pos].arg];
+        for (int k = 0; k < 4; k++) any.bits[k] |= s->bits[k];
+    }
+    gram_stacks *next = &w->c->level[depth + 1];
+    for (int32_t e = 0; e < tn->n_edges; e++) {
+        const trie_edge edge = w->gv->edges[tn->first_edge + e];
+        if (!gram_byteset_has(&any, edge.byte)) continue;
+        const int32_t mark = w->c->arena.n_nodes;
+        next->n_tops = 0;
+        next->accepting = next->needs_context = next->overflow = false;
+        if (!gram__advance_byte(g, &w->c->arena, tops, n_tops, edge.byte, next)) continue;
+        /* duplicates only repeat work; weeding them out costs more than they do until many */
+        if (next->n_tops > GRAM_DEDUPE_TOPS) gram__dedupe(next, &w->c->arena);
+        const trie_node *child = &w->gv->nodes[edge.child];
+        set_tokens(w, child);
+        w->c->path[depth] = edge.byte;
+        bool dep_here = false;
+        if (child->n_edges > 0 && next->needs_context && w->record_deps && !under_dep) {
+            dep_add(w, edge.child, depth + 1);
+            dep_here = true;
+        }
+        /* the walk below writes only the levels past depth + 1 */
+        if (child->n_edges > 0 && next->n_tops > 0)
+            walk_node(w, edge.child, depth + 1, next->tops, next->n_tops, under_dep || dep_here);
+        w->c->arena.n_nodes = mark;
+    }
+}
+
+static bool cache_fit(gram_mask_cache *c, const gram_vocab *gv) {
+    if (c->level && c->n_levels >= gv->max_len + 2) return true;
+    for (int32_t i = 0; i < c->n_levels; i++) gram__stacks_free(&c->level[i]);
+    free(c->level);
+    free(c->path);
+    c->n_levels = gv->max_len + 2;
+    c->level = calloc((size_t)c->n_levels, sizeof *c->level);
+    c->path = malloc((size_t)gv->max_len + 1);
+    return c->level && c->path;
+}
+
+static void entry_free(cache_entry *e) {
+    if (!e) return;
+    free(e->accepted);
+    free(e->deps);
+    free(e->prefixes);
+    free(e);
+}
+
+static void cache_clear(gram_mask_cache *c) {
+    for (int32_t i = 0; i < GRAM_CACHE_SLOTS; i++) {
+        entry_free(c->slots[i]);
+        c->slots[i] = NULL;
+    }
+    c->n_entries = 0;
+}
+
+void gram__mask_cache_destroy(gram_mask_cache *c) {
+    if (!c) return;
+    cache_clear(c);
+    for (int32_t i = 0; i < c->n_levels; i++) gram__stacks_free(&c->level[i]);
+    free(c->level);
+    free(c->path);
+    gram__stacks_free(&c->arena);
+    free(c->deps);
+    free(c->prefixes);
+    free(c);
+}
+
+/* The key of the stack whose top is node top of s. */
+static int32_t stack_key(const gram_stacks *s, int32_t top, int32_t key[GRAM_KEY_NODES + 1]) {
+    int32_t n = 0, at = top;
+    while (at >= 0 && n < GRAM_KEY_NODES) {
+        key[n++] = s->nodes[at].pos;
+        at = s->nodes[at].parent;
+    }
+    key[n++] = at >= 0 ? GRAM_CONTEXT : at; /* -1: the real bottom */
+    return n;
+}
+
+static uint32_t key_hash(const int32_t *key, int32_t n) {
+    uint32_t h = 2166136261u;
+    for (int32_t i = 0; i < n; i++) h = (h ^ (uint32_t)key[i]) * 16777619u;
+    return h;
+}
+
+/* The cached walk of the cut stack; NULL when out of memory. */
+static cache_entry *entry_for(walk *w, const int32_t *key, int32_t key_len) {
+    gram_mask_cache *c = w->c;
+    uint32_t slot = key_hash(key, key_len) & (GRAM_CACHE_SLOTS - 1);
+    for (;; slot = (slot + 1) & (GRAM_CACHE_SLOTS - 1)) {
+        cache_entry *e = c->slots[slot];
+        if (!e) break;
+        if (e->key_len == key_len && memcmp(e->key, key, sizeof *key * (size_t)key_len) == 0) return e;
+    }
+    if (c->n_entries >= GRAM_CACHE_ENTRIES) {
+        cache_clear(c);
+        slot = key_hash(key, key_len) & (GRAM_CACHE_SLOTS - 1);
+    }
+    size_t words = gram_mask_words(w->gv);
+    cache_entry *e = calloc(1, sizeof *e);
+    if (!e || !(e->accepted = calloc(words, sizeof *e->accepted))) {
+        entry_free(e);
+        return NULL;
+    }
+    memcpy(e->key, key, sizeof *key * (size_t)key_len);
+    e->key_len = key_len;
+    /* the cut stack: key_len - 1 nodes, bottom first, over the context (or the real bottom) */
+    c->arena.n_nodes = 0;
+    int32_t parent = key[key_len - 1];
+    for (int32_t i = key_len - 2; i >= 0 && parent != -3; i--) {
+        parent = gram__node_push(&c->arena, key[i], parent);
+        if (parent < 0) parent = -3;
+    }
+    if (parent == -3) {
+        entry_free(e);
+        return NULL;
+    }
+    c->n_deps = c->n_prefix = 0;
+    walk cut = *w;
+    cut.mask = e->accepted;
+    cut.record_deps = true;
+    walk_node(&cut, 0, 0, &parent, 1, false);
+    if (c->n_deps) {
+        e->deps = malloc(sizeof *e->deps * (size_t)c->n_deps);
+        e->prefixes = malloc((size_t)(c->n_prefix ? c->n_prefix : 1));
+        if (!e->deps || !e->prefixes) {
+            entry_free(e);
+            return NULL;
+        }
+        memcpy(e->deps, c->deps, sizeof *e->deps * (size_t)c->n_deps);
+        memcpy(e->prefixes, c->prefixes, (size_t)c->n_prefix);
+        e->n_deps = c->n_deps;
+    }
+    c->slots[slot] = e;
+    c->n_entries++;
+    return e;
+}
+
+/* The tokens under dep d for the whole stack whose top is node top of the state (copied
+ * into the arena): the stack advanced over d's prefix, then its subtree walked. */
+static void walk_dep(walk *w, const gram_state *s, int32_t top, const cache_entry *e, const dep *d) {
+    gram_mask_cache *c = w->c;
+    int32_t tops_buf[1] = {top};
+    const int32_t *tops = tops_buf;
+    int32_t n_tops = 1;
+    gram_stacks *lv[2] = {&c->level[0], &c->level[1]};
+    for (int32_t i = 0; i < d->length; i++) {
+        gram_stacks *next = lv[i & 1];
+        next->n_tops = 0;
+        next->accepting = next->needs_context = next->overflow = false;
+        if (!gram__advance_byte(s->g, &c->arena, tops, n_tops, e->prefixes[d->prefix + i], next)) return;
+        if (next->n_tops == 0) return;
+        gram__dedupe(next, &c->arena);
+        tops = next->tops;
+        n_tops = next->n_tops;
+    }
+    /* walk_node's levels start at depth d->length + 1: copy the tops to that level's own */
+    gram_stacks *at = &c->level[d->length];
+    if (at->tops != tops) {
+        at->n_tops = 0;
+        for (int32_t i = 0; i < n_tops; i++) {
+            if (!grow_array((void **)&at->tops, &at->cap_tops, at->n_tops + 1, sizeof *at->tops)) return;
+            at->tops[at->n_tops++] = tops[i];
+        }
+    }
+    walk full = *w;
+    full.record_deps = false;
+    memcpy(c->path, e->prefixes + d->prefix, (size_t)d->length);
+    walk_node(&full, d->node, d->length, at->tops, at->n_tops, true);
+}
+
+void gram_mask(gram_grammar *g, const gram_vocab *gv, const gram_state *s, uint32_t *mask) {
+    size_t words = gram_mask_words(gv);
+    memset(mask, 0, words * sizeof *mask);
+    if (!g->cache) g->cache = calloc(1, sizeof *g->cache);
+    if (!g->cache || !cache_fit(g->cache, gv)) return; /* out of memory: nothing allowed but the end */
+    gram_mask_cache *c = g->cache;
+    walk w = {.g = g, .gv = gv, .c = c, .mask = mask};
+    for (int32_t t = 0; t < s->st.n_tops; t++) {
+        int32_t key[GRAM_KEY_NODES + 1];
+        int32_t key_len = stack_key(&s->st, s->st.tops[t], key);
+        const cache_entry *e = entry_for(&w, key, key_len);
+        if (!e) continue;
+        for (size_t i = 0; i < words; i++) mask[i] |= e->accepted[i];
+        if (!e->n_deps) continue;
+        /* the whole stack, in the arena the dependent walks extend */
+        c->arena.n_nodes = 0;
+        for (int32_t i = 0; i < s->st.n_nodes; i++) {
+            const gram_node n = s->st.nodes[i];
+            if (gram__node_push(&c->arena, n.pos, n.parent) < 0) return;
+        }
+        for (int32_t d = 0; d < e->n_deps; d++) {
+            c->arena.n_nodes = s->st.n_nodes;
+            walk_dep(&w, s, s->st.tops[t], e, &e->deps[d]);
+        }
+    }
+    if (s->st.accepting)
+        for (int32_t id = 0; id < gv->n_vocab; id++)
+            if (gv->eog[id]) mask[id >> 5] |= 1u << (id & 31);
+}
+
+bool gram_state_advance_token(gram_state *s, const gram_vocab *gv, int32_t id) {
+    if (id < 0 || id >= gv->n_vocab) return false;
+    if (gv->eog[id]) return s->st.accepting;
+    uint32_t len = token_len(gv, id);
+    if (len == 0) return false;
+    return gram_state_advance(s, gv->bytes + gv->off[id], len);
+}

@@ -1,0 +1,131 @@
+/* Tests for grammar/gram_mask.c: on real vocabularies (the default model's 49,152 BPE
+ * tokens, stories260K's SPM tokens), every token the mask allows really continues a
+ * string of the language and every token it refuses cannot, at states reached by
+ * walking the grammar with the mask's own choices; end-of-generation is allowed exactly
+ * in accepting states. The cached context-free walks are checked against brute force
+ * over the whole vocabulary, in contexts that share a key but differ below it. */
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gguf/gguf.h"
+#include "grammar/grammar.h"
+#include "tests/unit/testdata.h"
+
+static tok_vocab *load_vocab(const char *path) {
+    TESTDATA_REQUIRE(path);
+    gguf_file *f = NULL;
+    tok_vocab *v = NULL;
+    cr_assert_eq(gguf_open(path, &f), SP_OK, "%s", sp_last_error());
+    cr_assert_eq(tok_vocab_load(f, &v), SP_OK, "%s", sp_last_error());
+    gguf_close(f);
+    return v;
+}
+
+/* Brute force: the token's bytes advance a copy of s (EOG: s accepting). */
+static bool token_ok(const gram_state *s, const gram_vocab *gv, int32_t id) {
+    gram_state *c = NULL;
+    cr_assert_eq(gram_state_clone(s, &c), SP_OK);
+    bool ok = gram_state_advance_token(c, gv, id);
+    gram_state_destroy(c);
+    return ok;
+}
+
+/* Compares the mask with brute force at every state of a walk that picks allowed tokens
+ * (pseudo-randomly from seed) for up to steps tokens; returns how many states were
+ * checked. */
+static int check_walk(gram_grammar *g, const tok_vocab *v, const gram_vocab *gv, unsigned seed, int steps) {
+    int32_t n_vocab = tok_vocab_size(v);
+    size_t words = gram_mask_words(gv);
+    uint32_t *mask = calloc(words, sizeof *mask);
+    int32_t *allowed = malloc(sizeof *allowed * (size_t)n_vocab);
+    gram_state *s = NULL;
+    cr_assert_eq(gram_state_create(g, &s), SP_OK);
+    int checked = 0;
+    for (int step = 0; step < steps; step++) {
+        gram_mask(g, gv, s, mask);
+        int32_t n_allowed = 0;
+        for (int32_t id = 0; id < n_vocab; id++) {
+            bool in_mask = (mask[id >> 5] >> (id & 31)) & 1;
+            bool ok = token_ok(s, gv, id);
+            cr_assert_eq(in_mask, ok, "step %d: token %d (%s): mask %d, brute force %d", step, id,
+                         tok_token_text(v, id), in_mask, ok);
+            if (in_mask && !tok_is_eog(v, id)) allowed[n_allowed++] = id;
+        }
+        checked++;
+        if (n_allowed == 0) break;
+        seed = seed * 1103515245u + 12345u;
+        int32_t pick = allowed[(seed >> 8) % (unsigned)n_allowed];
+        cr_assert(gram_state_advance_token(s, gv, pick));
+    }
+    gram_state_destroy(s);
+    free(mask);
+    free(allowed);
+    return checked;
+}
+
+static const char *JSONISH = "root   ::= object\n"
+                             "object ::= \"{\" ws ( pair ( ws \",\" ws pair )* )? ws \"}\"\n"
+                             "pair   ::= string ws \":\" ws value\n"
+                             "value  ::= string | number | object | array | \"true\" | \"false\" | \"null\"\n"
+                             "array  ::= \"[\" ws ( value ( ws \",\" ws value )* )? ws \"]\"\n"
+                             "string ::= \"\\\"\" ( [^\"\\\\\\x00-\\x1f] | \"\\\\\" [\"\\\\/bfnrt] )* \"\\\"\"\n"
+                             "number ::= \"-\"? [0-9]{1,6} ( \".\" [0-9]{1,4} )?\n"
+                             "ws     ::= [ \\n]{0,3}\n";
+
+static void check_grammar(const char *model, const char *gbnf, int walks, int steps) {
+    tok_vocab *v = load_vocab(model);
+    gram_vocab *gv = NULL;
+    cr_assert_eq(gram_vocab_create(v, &gv), SP_OK);
+    gram_grammar *g = NULL;
+    cr_assert_eq(gram_compile(gbnf, strlen(gbnf), NULL, &g), SP_OK, "%s", sp_last_error());
+    int checked = 0;
+    for (int w = 0; w < walks; w++) checked += check_walk(g, v, gv, 17u + (unsigned)w, steps);
+    cr_assert(checked >= walks, "checked %d states", checked);
+    gram_grammar_destroy(g);
+    gram_vocab_destroy(gv);
+    tok_vocab_destroy(v);
+}
+
+Test(gram_mask, json_on_the_default_model) {
+    check_grammar(testdata_default_model(), JSONISH, 3, 12);
+}
+
+Test(gram_mask, choices_and_utf8_on_the_default_model) {
+    check_grammar(testdata_default_model(),
+                  "root ::= (\"caf\\u00e9\" | \"na\\u00efve \" [α-ω]{2,4} | \"yes\" | \"no\") \"!\"?\n", 4, 8);
+}
+
+Test(gram_mask, spm_vocabulary) {
+    char path[512];
+    testdata_path(path, sizeof path, "models/stories260K.gguf");
+    check_grammar(path, JSONISH, 2, 10);
+    check_grammar(path, "root ::= \"Once upon a time\" [ a-z]{0,12} \".\"\n", 2, 10);
+}
+
+/* The same cut stack (string content) under different contexts: a string that is a
+ * value in an object (may close with `",` or `"}`) and one in an array (`",` or `"]`). */
+Test(gram_mask, cached_walks_depend_on_the_context_below_the_cut) {
+    tok_vocab *v = load_vocab(testdata_default_model());
+    gram_vocab *gv = NULL;
+    cr_assert_eq(gram_vocab_create(v, &gv), SP_OK);
+    gram_grammar *g = NULL;
+    cr_assert_eq(gram_compile(JSONISH, strlen(JSONISH), NULL, &g), SP_OK);
+    const char *prefixes[] = {"{\"a\":\"x", "{\"a\":[\"x", "{\"a\":{\"b\":[[\"x", "{\"a\":\"x"};
+    size_t words = gram_mask_words(gv);
+    uint32_t *mask = calloc(words, sizeof *mask);
+    for (size_t p = 0; p < sizeof prefixes / sizeof *prefixes; p++) {
+        gram_state *s = NULL;
+        cr_assert_eq(gram_state_create(g, &s), SP_OK);
+        cr_assert(gram_state_advance(s, (const uint8_t *)prefixes[p], strlen(prefixes[p])));
+        gram_mask(g, gv, s, mask);
+        for (int32_t id = 0; id < tok_vocab_size(v); id++)
+            cr_assert_eq((mask[id >> 5] >> (id & 31)) & 1, token_ok(s, gv, id), "prefix %s, token %d (%s)", prefixes[p],
+                         id, tok_token_text(v, id));
+        gram_state_destroy(s);
+    }
+    free(mask);
+    gram_grammar_destroy(g);
+    gram_vocab_destroy(gv);
+    tok_vocab_destroy(v);
+}
