@@ -7,8 +7,10 @@ with the same schema (its `json_schema` field), in one sitting, at concurrency 1
 Each point starts its server fresh on the model with room for C sequences, sends one warm-up
 request, then 2 x C (at least 4) chat requests "Describe person <i> as JSON." (temperature
 0.7, seed i, max_tokens 256), at most C in flight, streaming; output tok/s is completion
-tokens / (last end - first send). The constrained answers are validated with Python's
-jsonschema and the count of valid ones is reported per server. The variants take turns and
+tokens / (last end - first send). The unconstrained requests generate exactly as many tokens
+as spindle's constrained answer to the same request (max_tokens = that count, ignore_eos), so
+both do the same work and the ratio is the grammar's cost alone. The constrained answers are
+validated with Python's jsonschema and the count of valid ones is reported per server. The variants take turns and
 the order flips at every point. Writes the "grammar" section of docs/benchmarks.md; raw
 results stay in build/bench/grammar-<time>/.
 """
@@ -57,9 +59,12 @@ def argv_for(a, variant, c):
                          str(a.threads), "-np", str(c), "-c", str(c * ctx), "-cb", "-ngl", "0"]
 
 
-def body_for(variant, i, max_tokens):
+def body_for(variant, i, max_tokens, lengths=None):
     b = {"messages": [{"role": "user", "content": f"Describe person number {i} as JSON."}],
          "temperature": 0.7, "seed": i, "max_tokens": max_tokens, "stream": True}
+    if variant == "spindle-free" and lengths:  # the same number of tokens as the constrained answer
+        b["max_tokens"] = lengths[i]
+        b["ignore_eos"] = True
     if variant == "spindle-schema":
         b["response_format"] = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON}}
     elif variant == "llama.cpp-schema":
@@ -90,13 +95,13 @@ def stream(url, body, timeout):
             "ttft": (first - t0) if first else None}
 
 
-def run_point(a, raw, variant, c, rep):
+def run_point(a, raw, variant, c, rep, lengths=None):
     name = f"c{c}-{variant}-r{rep}"
     srv = ServerProcess(argv_for(a, variant, c), os.path.join(raw, name + ".log"))
     try:
         stream(srv.url, body_for(variant, 10_000, 8), a.timeout)
         n = max(4, 2 * c)
-        bodies = [body_for(variant, i, a.max_tokens) for i in range(n)]
+        bodies = [body_for(variant, i, a.max_tokens, lengths) for i in range(n)]
         for b in bodies:
             b["stream_options"] = {"include_usage": True}
         with concurrent.futures.ThreadPoolExecutor(c) as pool:
@@ -115,7 +120,8 @@ def run_point(a, raw, variant, c, rep):
     wall = max(r["end"] for r in records) - min(r["start"] for r in records)
     tokens = sum(r["tokens"] for r in records)
     result = {"variant": variant, "concurrency": c, "repeat": rep, "requests": len(records), "tokens": tokens,
-              "wall": wall, "tok_s": tokens / wall, "valid": valid, "texts": [r["text"] for r in records]}
+              "wall": wall, "tok_s": tokens / wall, "valid": valid, "texts": [r["text"] for r in records],
+              "lengths": [r["tokens"] for r in records]}
     with open(os.path.join(raw, name + ".json"), "w") as f:
         json.dump(result, f)
     log(f"{name}: {tokens} tokens in {wall:.2f} s = {tokens / wall:.1f} tok/s, {valid} valid")
@@ -185,11 +191,17 @@ def main():
     os.makedirs(raw, exist_ok=True)
     masks = mask_times(a, raw)
     points = []
+    lengths = {}  # per concurrency: spindle's constrained answer lengths, for the free variant
     for rep in range(a.repeats):
         for k, c in enumerate(a.concurrency):
             order = a.variants if (rep + k) % 2 == 0 else a.variants[::-1]
+            if "spindle-schema" in order and c not in lengths:  # it must run before the free one
+                order = ["spindle-schema"] + [v for v in order if v != "spindle-schema"]
             for v in order:
-                points.append(run_point(a, raw, v, c, rep))
+                p = run_point(a, raw, v, c, rep, lengths.get(c))
+                if v == "spindle-schema":
+                    lengths[c] = p["lengths"]
+                points.append(p)
     report(a, raw, masks, points)
 
 

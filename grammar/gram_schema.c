@@ -782,10 +782,11 @@ sp_status gram_schema_to_gbnf(const json_t *schema, const gram_schema_options *o
     sp_status st = c.names ? SP_OK : gram__schema_nomem();
     for (const char *const *k = shared_names; st == SP_OK && *k; k++)
         if (json_object_set_new(c.names, *k, json_true())) st = gram__schema_nomem();
-    if (st == SP_OK) st = rule_reserve(&c, "root", &root);
+    const char *root_name = opt->root_name ? opt->root_name : "root";
+    if (st == SP_OK) st = rule_reserve(&c, root_name, &root);
     if (st == SP_OK && !(c.refs = gram__schema_grow(NULL, &c.cap_refs, 1, sizeof *c.refs))) st = gram__schema_nomem();
     if (st == SP_OK) c.refs[c.n_refs++] = (gram_schema_ref){schema, root, NULL};
-    if (st == SP_OK) st = schema_body(&c, schema, "root", 0, &body);
+    if (st == SP_OK) st = schema_body(&c, schema, root_name, 0, &body);
     if (st == SP_OK) st = rule_define(&c, root, &body);
     if (st == SP_OK) st = schema_check_cycles(&c);
     for (size_t i = 0; st == SP_OK && i < c.n_rules; i++)

@@ -56,9 +56,10 @@ void gram_grammar_destroy(gram_grammar *g);
 
 /* How gram_schema_to_gbnf lays out JSON. */
 typedef struct gram_schema_options {
-    bool compact;      /* true: no whitespace at all, as OpenAI's strict mode emits it; false: optional
-                          whitespace between tokens (bounded) */
-    int32_t max_depth; /* nesting of schemas ($ref chains and subschemas) past which: SP_ERR_RANGE */
+    bool compact;          /* true: no whitespace at all, as OpenAI's strict mode emits it; false: optional
+                              whitespace between tokens (bounded) */
+    int32_t max_depth;     /* nesting of schemas ($ref chains and subschemas) past which: SP_ERR_RANGE */
+    const char *root_name; /* the start rule's name (NULL: "root"), so the grammar can sit inside another */
 } gram_schema_options;
 
 gram_schema_options gram_schema_options_default(void);

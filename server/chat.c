@@ -99,15 +99,19 @@ sp_status srv_model_info_init_template(srv_model_info *mi, const gguf_file *f, c
 
     tmpl *t = NULL;
     st = tmpl_parse(source, len, &t);
-    free(source);
-    if (st != SP_OK) return sp_fail_prefix(st, "%s: chat template", origin);
+    if (st != SP_OK) {
+        free(source);
+        return sp_fail_prefix(st, "%s: chat template", origin);
+    }
 
     json_t *tokens = json_object();
     if (!tokens) {
+        free(source);
         tmpl_destroy(t);
         return sp_fail(SP_ERR_NOMEM, "out of memory");
     }
     if ((st = tmpl_context_add_special_tokens(f, tokens)) != SP_OK) {
+        free(source);
         json_decref(tokens);
         tmpl_destroy(t);
         return st;
@@ -115,6 +119,11 @@ sp_status srv_model_info_init_template(srv_model_info *mi, const gguf_file *f, c
     mi->chat_template = t;
     mi->template_tokens = tokens;
     mi->template_takes_parts = chat_probe_takes_parts(t, tokens);
+    mi->tool_format = srv__tools_detect(t, tokens, source, len, &mi->template_renders_tools);
+    free(source);
+    sp_log_info("%s: tool calls in the %s format (%s)", origin, srv__tools_format_name(mi->tool_format),
+                mi->template_renders_tools ? "the template renders the tools"
+                                           : "the template ignores tools: spindle lists them in a system block");
     sp_log_debug("%s: chat template loaded; content parts %s", origin,
                  mi->template_takes_parts ? "passed to it" : "joined into one string");
     return SP_OK;
@@ -236,7 +245,8 @@ static sp_status chat_message(const json_t *msg, size_t m, bool takes_parts, jso
  * None), add_generation_prompt, the special tokens, then chat_template_kwargs, which
  * override everything but messages and tools (vLLM passes them as the template's
  * keyword arguments; messages and tools come from the request's own fields). */
-static sp_status chat_context(const json_t *body, const srv_model_info *mi, json_t **out, srv_error *err) {
+static sp_status chat_context(const json_t *body, const srv_model_info *mi, const srv_request *r, json_t **out,
+                              srv_error *err) {
     const json_t *messages = srv__field(body, "messages");
     if (!messages) return srv__fail(err, SRV_ERROR_BAD_REQUEST, "messages", "Missing required parameter: 'messages'.");
     if (!json_is_array(messages)) return srv__type_error(err, "messages", "an array", messages);
@@ -276,6 +286,7 @@ static sp_status chat_context(const json_t *body, const srv_model_info *mi, json
             continue;
         if (json_object_setn_nocheck(ctx, key, key_len, value) != 0) goto nomem;
     }
+    if (r && (st = srv__tools_adjust_context(mi, r, ctx, err)) != SP_OK) goto fail;
     *out = ctx;
     return SP_OK;
 nomem:
@@ -286,9 +297,10 @@ fail:
     return st;
 }
 
-sp_status srv__chat_render(const json_t *body, const srv_model_info *mi, char **text, size_t *len, srv_error *err) {
+sp_status srv__chat_render(const json_t *body, const srv_model_info *mi, const srv_request *r, char **text, size_t *len,
+                           srv_error *err) {
     json_t *ctx = NULL;
-    sp_status st = chat_context(body, mi, &ctx, err);
+    sp_status st = chat_context(body, mi, r, &ctx, err);
     if (st != SP_OK) return st;
     st = tmpl_render(mi->chat_template, ctx, NULL, text, len);
     json_decref(ctx);

@@ -30,6 +30,7 @@ struct srv_choice {
     int32_t tokens_sent;
     bool role_sent;
     bool finish_sent;
+    bool tools_decided; /* a request with tools: the answer is known not to be tool calls (its text flows) */
 };
 
 /* ---- the suspend/resume handshake ---- */
@@ -161,6 +162,76 @@ static bool choice_take_news(srv_conn *conn, srv_choice *choice, choice_news *ne
     return ok;
 }
 
+/* Bytes of arguments per chunk: small pieces, as a model's tokens would come. */
+enum { TOOL_ARGUMENT_PIECE = 16 };
+
+/* Call k of choice index: its index, id, type and name with empty arguments, then the
+ * arguments in pieces cut at UTF-8 character boundaries. */
+static bool tool_call_chunks(srv_conn *conn, int index, int k, const json_t *call) {
+    const srv_request *rq = &conn->request;
+    const srv_model_info *mi = &conn->app->model;
+    const json_t *fn = json_object_get(call, "function");
+    const char *args = json_string_value(json_object_get(fn, "arguments"));
+    json_t *head = json_pack("{s:i,s:O,s:s,s:{s:O,s:s}}", "index", k, "id", json_object_get(call, "id"), "type",
+                             "function", "function", "name", json_object_get(fn, "name"), "arguments", "");
+    bool ok = out_append_owned(conn, srv_sse_tool_call_delta(rq, mi, conn->id, conn->created, index, head));
+    size_t n = args ? strlen(args) : 0;
+    for (size_t at = 0; ok && at < n;) {
+        size_t end = at + TOOL_ARGUMENT_PIECE < n ? at + TOOL_ARGUMENT_PIECE : n;
+        while (end < n && ((unsigned char)args[end] & 0xC0) == 0x80) end++;
+        json_t *piece = json_pack("{s:i,s:{s:s%}}", "index", k, "function", "arguments", args + at, end - at);
+        ok = out_append_owned(conn, srv_sse_tool_call_delta(rq, mi, conn->id, conn->created, index, piece));
+        at = end;
+    }
+    return ok;
+}
+
+/* A request with tools holds a choice's text back while the answer may still be tool calls
+ * (srv__tools_may_open); once it cannot, the held text flows as content. An answer that
+ * ends as tool calls is sent as OpenAI streams them: per call a chunk with its index, id
+ * and name, then its arguments in pieces, then the finish_reason "tool_calls". Returns
+ * false on out of memory; *held true while the choice's text stays back; *sent true when
+ * the calls (and the finish) went out. */
+static bool stream_tool_calls(srv_conn *conn, srv_choice *choice, bool *held, bool *sent) {
+    const srv_request *rq = &conn->request;
+    const srv_model_info *mi = &conn->app->model;
+    *held = *sent = false;
+    sched_request *r = conn->reqs[choice->index];
+    sched_request_lock(r);
+    const sched_output *out = sched_request_output(r);
+    bool ok = srv__grow((void **)&conn->copy_text, &conn->copy_text_cap, out->text_len + 1, 1);
+    if (ok && out->text_len) memcpy(conn->copy_text, out->text, out->text_len);
+    size_t len = out->text_len;
+    bool done = out->done, stop = out->finish == SCHED_FINISH_STOP;
+    int32_t n_tokens = out->n_tokens;
+    sched_request_unlock(r);
+    if (!ok) return false;
+    if (!done) {
+        *held = srv__tools_may_open(mi, conn->copy_text, len);
+        if (!*held) choice->tools_decided = true;
+        return true;
+    }
+    char *content = NULL;
+    json_t *calls = stop ? srv__tools_parse(mi, rq, conn->copy_text, len, &content) : NULL;
+    choice->tools_decided = true;
+    if (!calls) return true; /* content after all: it flows from the start */
+    if (content)
+        ok = out_append_owned(conn, srv_sse_delta_chunk(rq, mi, conn->id, conn->created, choice->index, content,
+                                                        strlen(content), NULL, 0, NULL, 0, NULL));
+    free(content);
+    for (size_t k = 0; ok && k < json_array_size(calls); k++)
+        ok = tool_call_chunks(conn, choice->index, (int)k, json_array_get(calls, k));
+    json_decref(calls);
+    if (ok)
+        ok = out_append_owned(conn, srv_sse_delta_chunk(rq, mi, conn->id, conn->created, choice->index, NULL, 0, NULL,
+                                                        0, NULL, 0, "tool_calls"));
+    choice->text_sent = len;
+    choice->tokens_sent = n_tokens;
+    choice->finish_sent = true;
+    *sent = true;
+    return ok;
+}
+
 /* Turns whatever the choices produced into SSE events in conn->out. */
 static bool stream_collect(srv_conn *conn) {
     const srv_request *rq = &conn->request;
@@ -172,6 +243,12 @@ static bool stream_collect(srv_conn *conn) {
         if (rq->endpoint == SRV_ENDPOINT_CHAT && !choice->role_sent) {
             if (!out_append_owned(conn, srv_sse_role_chunk(rq, mi, conn->id, conn->created, i))) return false;
             choice->role_sent = true;
+        }
+        if (rq->tools && !choice->tools_decided) {
+            bool held, sent;
+            if (!stream_tool_calls(conn, choice, &held, &sent)) return false;
+            if (held) all_finished = false;
+            if (held || sent) continue;
         }
         choice_news news;
         if (!choice_take_news(conn, choice, &news)) return false;

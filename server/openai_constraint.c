@@ -84,10 +84,8 @@ static void cache_put(srv_grammar_cache *c, const char *text, gram_grammar *g) {
 
 /* ---- the fields ---- */
 
-/* Compiles GBNF text into r->params.grammar (or takes the cached grammar of the same
- * text); errors are 400s naming param. */
-static sp_status compile_gbnf(const char *gbnf, const srv_model_info *mi, srv_request *r, const char *param,
-                              srv_error *err) {
+sp_status srv__compile_grammar(const char *gbnf, const srv_model_info *mi, srv_request *r, const char *param,
+                               srv_error *err) {
     gram_grammar *g = mi->grammars ? cache_get(mi->grammars, gbnf) : NULL;
     if (!g) {
         gram_limits lim = mi->grammar_limits.max_rules > 0 ? mi->grammar_limits : gram_limits_default();
@@ -111,7 +109,7 @@ static sp_status compile_schema(const json_t *schema, const srv_model_info *mi, 
     if (st == SP_ERR_NOMEM) return srv__fail(err, SRV_ERROR_INTERNAL, param, "%s", sp_last_error());
     if (st != SP_OK)
         return srv__fail(err, SRV_ERROR_BAD_REQUEST, param, "'%s': the schema at %s", param, sp_last_error());
-    st = compile_gbnf(gbnf, mi, r, param, err);
+    st = srv__compile_grammar(gbnf, mi, r, param, err);
     free(gbnf);
     return st;
 }
@@ -168,7 +166,7 @@ static sp_status constraint_field(const char *name, const json_t *v, const srv_m
     sp_status st;
     if (strcmp(name, "grammar") == 0 || strcmp(name, "guided_grammar") == 0) {
         if ((st = string_field(v, name, err)) != SP_OK) return st;
-        return compile_gbnf(json_string_value(v), mi, r, name, err);
+        return srv__compile_grammar(json_string_value(v), mi, r, name, err);
     }
     if (strcmp(name, "json_schema") == 0) return compile_schema(v, mi, r, name, err);
     if (strcmp(name, "guided_json") == 0) {
@@ -204,7 +202,7 @@ static sp_status constraint_field(const char *name, const json_t *v, const srv_m
     }
     if (st == SP_ERR_NOMEM) return srv__fail(err, SRV_ERROR_INTERNAL, name, "%s", sp_last_error());
     if (st != SP_OK) return srv__fail(err, SRV_ERROR_BAD_REQUEST, name, "'%s': %s", name, sp_last_error());
-    st = compile_gbnf(gbnf, mi, r, name, err);
+    st = srv__compile_grammar(gbnf, mi, r, name, err);
     free(gbnf);
     return st;
 }

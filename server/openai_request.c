@@ -216,12 +216,6 @@ static sp_status request_unsupported(const json_t *root, int n, srv_error *err) 
                          "'best_of' is not supported: leave it out or set it to n (%d).", n);
     if ((v = json_object_get(root, "suffix")) && !json_is_null(v) && !(json_is_string(v) && json_string_length(v) == 0))
         return srv__fail(err, SRV_ERROR_BAD_REQUEST, "suffix", "'suffix' (insertion) is not supported.");
-    if ((v = json_object_get(root, "tool_choice")) && !json_is_null(v) &&
-        !(json_is_string(v) &&
-          (strcmp(json_string_value(v), "none") == 0 || strcmp(json_string_value(v), "auto") == 0)))
-        return srv__fail(err, SRV_ERROR_BAD_REQUEST, "tool_choice",
-                         "'tool_choice' can only be \"auto\" or \"none\": tool calls are not parsed from the output, "
-                         "so a required or named tool cannot be enforced.");
     return SP_OK;
 }
 
@@ -242,6 +236,7 @@ static sp_status request_options(const json_t *root, const srv_model_info *mi, s
     if (given) r->n = (int)i;
     if ((st = request_unsupported(root, r->n, err)) != SP_OK) return st;
     if ((st = srv__request_constraint(root, mi, r, err)) != SP_OK) return st;
+    if (r->endpoint == SRV_ENDPOINT_CHAT && (st = srv__request_tools(root, mi, r, err)) != SP_OK) return st;
     /* max_completion_tokens is the newer name; it wins when both are given */
     *max_tokens = 0;
     if ((st = srv__read_int(root, "max_tokens", 1, INT64_MAX, max_tokens, NULL, err)) != SP_OK) return st;
@@ -307,7 +302,7 @@ static sp_status request_chat_prompt(const json_t *root, const srv_model_info *m
     if (st != SP_OK) return st;
     r->n_prompts = 1;
     size_t len;
-    if ((st = srv__chat_render(root, mi, &r->prompt_text, &len, err)) != SP_OK) return st;
+    if ((st = srv__chat_render(root, mi, r, &r->prompt_text, &len, err)) != SP_OK) return st;
     int32_t *ids;
     size_t n;
     if ((st = srv__chat_tokenize(mi, r->prompt_text, len, &ids, &n, err)) != SP_OK) return st;
@@ -497,6 +492,8 @@ void srv_request_free(srv_request *r) {
     free(r->logit_bias);
     free(r->prompt_text);
     gram_grammar_destroy(r->params.grammar);
+    json_decref(r->tools);
+    free(r->tool_choice_name);
     *r = (srv_request){0};
 }
 

@@ -243,15 +243,27 @@ static json_t *resp_choice(const srv_request *r, const srv_model_info *mi, int i
     int bad = !choice;
     bad |= json_object_set_new(choice, "index", json_integer(index));
     json_t *text = srv__json_text(o->text ? o->text : "", o->text ? o->text_len : 0);
+    /* an answer that is tool calls: the calls, what text is left around them, "tool_calls" */
+    char *content = NULL;
+    json_t *calls = r->endpoint == SRV_ENDPOINT_CHAT && o->finish == SCHED_FINISH_STOP
+                        ? srv__tools_parse(mi, r, o->text ? o->text : "", o->text ? o->text_len : 0, &content)
+                        : NULL;
+    if (calls) {
+        json_decref(text);
+        text = content ? srv__json_text(content, strlen(content)) : json_null();
+        free(content);
+    }
     if (r->endpoint == SRV_ENDPOINT_CHAT) {
         json_t *msg = json_pack("{s:s,s:o,s:n}", "role", "assistant", "content", text, "refusal");
+        if (calls) bad |= json_object_set_new(msg, "tool_calls", calls);
         bad |= json_object_set_new(choice, "message", msg);
     } else {
         bad |= json_object_set_new(choice, "text", text);
     }
     bad |= json_object_set_new(choice, "logprobs",
                                resp_logprobs(r, mi, o->tokens, o->n_tokens, o->top, o->top_logprobs, true));
-    bad |= json_object_set_new(choice, "finish_reason", resp_str_or_null(srv_finish_reason(o->finish)));
+    bad |= json_object_set_new(choice, "finish_reason",
+                               calls ? json_string("tool_calls") : resp_str_or_null(srv_finish_reason(o->finish)));
     if (bad) {
         json_decref(choice);
         return NULL;
@@ -350,6 +362,14 @@ char *srv_sse_delta_chunk(const srv_request *r, const srv_model_info *mi, const 
         return NULL;
     }
     return resp_chunk(r, mi, id, created, choice);
+}
+
+char *srv_sse_tool_call_delta(const srv_request *r, const srv_model_info *mi, const char *id, int64_t created,
+                              int index, json_t *tool_call) {
+    json_t *choice = tool_call ? json_pack("{s:i,s:{s:[o]},s:n,s:n}", "index", index, "delta", "tool_calls", tool_call,
+                                           "logprobs", "finish_reason")
+                               : NULL;
+    return choice ? resp_chunk(r, mi, id, created, choice) : NULL;
 }
 
 char *srv_sse_usage_chunk(const srv_request *r, const srv_model_info *mi, const char *id, int64_t created,

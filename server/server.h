@@ -90,12 +90,29 @@ char *srv_error_json(const srv_error *err);
 
 /* ---- the served model, as the API layer needs it ---- */
 
+/* How the model writes tool calls (server/tools.c), from its chat template. */
+typedef enum srv_tool_format {
+    SRV_TOOLS_GENERIC, /* {"tool_calls": [...]}: the template ignores tools, or its format is unknown */
+    SRV_TOOLS_HERMES,  /* <tool_call>{...}</tool_call> (Hermes, Qwen 2.5 and 3) */
+    SRV_TOOLS_LLAMA3,  /* {"name": ..., "parameters": {...}} (Llama 3.x) */
+    SRV_TOOLS_MISTRAL  /* [TOOL_CALLS][{...}] */
+} srv_tool_format;
+
+typedef enum srv_tool_choice {
+    SRV_TOOL_CHOICE_NONE,     /* no tools in the prompt, none parsed */
+    SRV_TOOL_CHOICE_AUTO,     /* the model decides; the answer is parsed for calls */
+    SRV_TOOL_CHOICE_REQUIRED, /* a grammar makes the answer one or more calls */
+    SRV_TOOL_CHOICE_NAMED     /* a grammar makes the answer a call of that function */
+} srv_tool_choice;
+
 typedef struct srv_model_info {
     const char *served_name;            /* the id /v1/models lists ("SmolLM2-135M-Instruct.Q4_1") */
     const char *file_name;              /* the GGUF's file name, also accepted as `model` */
     const tok_vocab *vocab;             /* immutable; tokenizes on any thread */
     const tmpl *chat_template;          /* the model's, --chat-template's, or ChatML */
     bool template_takes_parts;          /* the template iterates over content parts itself */
+    bool template_renders_tools;        /* the template prints the request's tools (probed at start) */
+    srv_tool_format tool_format;        /* how the answer's tool calls are written and parsed */
     json_t *template_tokens;            /* {"bos_token": ..., "eos_token": ...} added to every render */
     int32_t max_seq_len;                /* prompt + completion limit of one sequence */
     int max_n;                          /* most choices per request (--max-n); 0: SRV_MAX_N */
@@ -148,6 +165,11 @@ typedef struct srv_request {
     char **stop;                 /* (params.n_stop) */
     sample_logit_bias *logit_bias;
     char *prompt_text; /* chat: the rendered prompt (for debugging and /tokenize) */
+    /* tool calls (server/tools.c); chat only */
+    json_t *tools; /* the request's tools when tool_choice is not none, else NULL (a reference) */
+    srv_tool_choice tool_choice;
+    char *tool_choice_name; /* SRV_TOOL_CHOICE_NAMED: the function */
+    bool parallel_tool_calls;
 } srv_request;
 
 enum { SRV_MAX_N = 16, SRV_MAX_PROMPTS = 64 };
@@ -191,6 +213,10 @@ char *srv_sse_role_chunk(const srv_request *r, const srv_model_info *mi, const c
  * output; finish_reason NULL, or "stop"/"length" for the choice's last chunk (which may
  * carry text too; without text its chat delta is {}, as OpenAI's last chunk). Streamed
  * completions logprobs have no text_offset (it needs the characters sent before). */
+/* A chat chunk whose delta is one tool_calls entry (taken: OpenAI's streamed form, an index
+ * and either the call's id, type and name or a piece of its arguments). */
+char *srv_sse_tool_call_delta(const srv_request *r, const srv_model_info *mi, const char *id, int64_t created,
+                              int index, json_t *tool_call);
 char *srv_sse_delta_chunk(const srv_request *r, const srv_model_info *mi, const char *id, int64_t created, int index,
                           const char *text, size_t len, const sched_token *tokens, int32_t n_tokens,
                           const sched_token *top, int out_top_logprobs, const char *finish_reason);

@@ -73,6 +73,30 @@ sp_status srv__type_error(srv_error *err, const char *param, const char *expecte
  * compiled into r->params.grammar (owned by r); at most one; a bad one is a 400 naming
  * the field with the position in it. */
 sp_status srv__request_constraint(const json_t *root, const srv_model_info *mi, srv_request *r, srv_error *err);
+/* GBNF text compiled into r->params.grammar (or the cached grammar of the same text);
+ * errors are 400s naming param. */
+sp_status srv__compile_grammar(const char *gbnf, const srv_model_info *mi, srv_request *r, const char *param,
+                               srv_error *err);
+
+/* ---- tool calls (tools.c) ---- */
+
+/* Whether template t prints a request's tools (a probe render), and the format its model
+ * writes calls in (markers in its source). */
+srv_tool_format srv__tools_detect(const tmpl *t, const json_t *tokens, const char *source, size_t len, bool *renders);
+const char *srv__tools_format_name(srv_tool_format f);
+/* tools, tool_choice and parallel_tool_calls of a chat request into r (400s naming the
+ * field); a required or named choice compiles its grammar. After the constraint fields. */
+sp_status srv__request_tools(const json_t *root, const srv_model_info *mi, srv_request *r, srv_error *err);
+/* The template context for r's tools: none for tool_choice none; for a template that
+ * ignores tools, the generic format's system block and earlier calls written in it. */
+sp_status srv__tools_adjust_context(const srv_model_info *mi, const srv_request *r, json_t *ctx, srv_error *err);
+/* The answer's tool calls (OpenAI's tool_calls array, new reference) and the content
+ * around them (*content, malloc'd, NULL when none), or NULL when the answer is not calls
+ * of r's tools (then it is all content). */
+json_t *srv__tools_parse(const srv_model_info *mi, const srv_request *r, const char *text, size_t len, char **content);
+/* Whether an answer that starts with text may still turn out to be tool calls (a stream
+ * holds its text back while it may). */
+bool srv__tools_may_open(const srv_model_info *mi, const char *text, size_t len);
 
 /* The request's `model`, when given, must name the served model (served_name or
  * file_name): else 404 model_not_found. */
@@ -92,8 +116,10 @@ uint64_t srv__random_u64(void);
 
 /* Validates body's messages (and tools, chat_template_kwargs) and renders them with
  * mi's chat template (add_generation_prompt true unless chat_template_kwargs says
- * otherwise). Caller owns *text (free(); NUL-terminated, *len bytes). */
-sp_status srv__chat_render(const json_t *body, const srv_model_info *mi, char **text, size_t *len, srv_error *err);
+ * otherwise). r (NULL: none, as /tokenize) decides how tools reach the prompt
+ * (srv__tools_adjust_context). Caller owns *text (free(); NUL-terminated, *len bytes). */
+sp_status srv__chat_render(const json_t *body, const srv_model_info *mi, const srv_request *r, char **text, size_t *len,
+                           srv_error *err);
 /* Tokenizes rendered chat text: special tokens parsed, BOS added by the vocab's rule
  * unless the text already starts with the BOS token's text. Caller owns *ids (free()). */
 sp_status srv__chat_tokenize(const srv_model_info *mi, const char *text, size_t len, int32_t **ids, size_t *n_ids,

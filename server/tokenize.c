@@ -41,7 +41,7 @@ static sp_status tokenize_body(const json_t *root, const srv_model_info *mi, int
     if (srv__field(root, "messages")) {
         char *text;
         size_t len;
-        if ((st = srv__chat_render(root, mi, &text, &len, err)) != SP_OK) return st;
+        if ((st = srv__chat_render(root, mi, NULL, &text, &len, err)) != SP_OK) return st;
         st = srv__chat_tokenize(mi, text, len, ids, n, err);
         free(text);
         return st;

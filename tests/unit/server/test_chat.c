@@ -121,17 +121,53 @@ Test(srv_chat, template_runtime_error_is_a_400) {
 }
 
 Test(srv_chat, context_tools_and_kwargs) {
-    fixture_stories_source("{% if tools is none %}none{% else %}{{ tools | length }}{% endif %}|"
+    fixture_stories_source("{% if tools is none %}none{% else %}{% for t in tools %}{{ t.function.name }}"
+                           "{% endfor %}{% endif %}|"
                            "{% if add_generation_prompt %}G{% endif %}|{{ enable_thinking | default('unset') }}|"
                            "{{ eos_token }}|{{ messages | length }}");
+    cr_expect(fx.mi.template_renders_tools);
     expect_prompt(HI "}", "none|G|unset|</s>|1");
     expect_prompt(HI ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}},{\"type\":\"function\","
                      "\"function\":{\"name\":\"g\"}}]}",
-                  "2|G|unset|</s>|1");
+                  "fg|G|unset|</s>|1");
+    /* tool_choice none: the tools stay out of the prompt */
+    expect_prompt(HI ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],\"tool_choice\":\"none\"}",
+                  "none|G|unset|</s>|1");
     /* kwargs override add_generation_prompt and the special tokens, never messages or tools */
     expect_prompt(HI ",\"chat_template_kwargs\":{\"enable_thinking\":false,\"add_generation_prompt\":false,"
                      "\"eos_token\":\"E\",\"messages\":[],\"tools\":[1]}}",
                   "none||False|E|1");
+    fixture_close();
+}
+
+/* A template that ignores tools: spindle's system block lists them (generic format), joined
+ * to the request's own system message or before the first message, and earlier calls are
+ * written back in the generic shape. */
+Test(srv_chat, tools_a_template_ignores_go_in_a_system_block) {
+    fixture_stories_source("{% for m in messages %}{{ m.role }}:{{ m.content }};{% endfor %}");
+    cr_expect_not(fx.mi.template_renders_tools);
+    cr_expect_eq(fx.mi.tool_format, SRV_TOOLS_GENERIC);
+    srv_request r;
+    parse_chat(HI ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"description\":"
+                  "\"the weather\",\"parameters\":{\"type\":\"object\"}}}]}",
+               &r);
+    cr_expect(strncmp(r.prompt_text, "system:You can call the following tools", 39) == 0, "%s", r.prompt_text);
+    cr_expect(strstr(r.prompt_text, "{\"name\":\"get_weather\",\"description\":\"the weather\"") != NULL, "%s",
+              r.prompt_text);
+    cr_expect(strstr(r.prompt_text, ";user:hi;") != NULL, "%s", r.prompt_text);
+    srv_request_free(&r);
+    parse_chat("{\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},{\"role\":\"user\",\"content\":"
+               "\"q\"},{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\","
+               "\"function\":{\"name\":\"f\",\"arguments\":\"{\\\"x\\\":1}\"}}]},{\"role\":\"tool\",\"tool_call_id\":"
+               "\"c1\",\"content\":\"42\"}],\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]}",
+               &r);
+    const char *want = "system:Be brief.\n\nYou can call the following tools";
+    cr_expect(strncmp(r.prompt_text, want, strlen(want)) == 0, "%s", r.prompt_text);
+    cr_expect(strstr(r.prompt_text, "{\"name\":\"f\"}\n") != NULL, "absent keys are left out: %s", r.prompt_text);
+    cr_expect(strstr(r.prompt_text, "assistant:{\"tool_calls\":[{\"name\":\"f\",\"arguments\":{\"x\":1}}]};tool:42;") !=
+                  NULL,
+              "%s", r.prompt_text);
+    srv_request_free(&r);
     fixture_close();
 }
 

