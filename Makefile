@@ -43,7 +43,7 @@ SCHED_SRC     := scheduler/sched.c scheduler/queue.c scheduler/request.c schedul
                  scheduler/spec_tick.c scheduler/spec_draft.c scheduler/spec/spec_ngram.c scheduler/spec/spec_suffix.c \
                  scheduler/spec/spec_gate.c scheduler/spec/spec_cost.c
 CONFIG_SRC    := config/cfg.c config/cfg_yaml.c config/cfg_args.c
-SERVER_SRC    := server/tools.c server/http.c server/http_generation.c server/http_framing.c server/http_security.c server/prep.c \
+SERVER_SRC    := server/tools.c server/reasoning.c server/http.c server/http_generation.c server/http_framing.c server/http_security.c server/prep.c \
                  server/deadlines.c \
                  server/watch.c server/metrics.c \
                  server/errors.c server/openai_fields.c server/openai_request.c server/openai_constraint.c server/openai_response.c \

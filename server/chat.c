@@ -120,6 +120,7 @@ sp_status srv_model_info_init_template(srv_model_info *mi, const gguf_file *f, c
     mi->template_tokens = tokens;
     mi->template_takes_parts = chat_probe_takes_parts(t, tokens);
     mi->tool_format = srv__tools_detect(t, tokens, source, len, &mi->template_renders_tools);
+    mi->reasoning_tags = srv__reasoning_detect(source, len);
     free(source);
     sp_log_info("%s: tool calls in the %s format (%s)", origin, srv__tools_format_name(mi->tool_format),
                 mi->template_renders_tools ? "the template renders the tools"
@@ -278,6 +279,13 @@ static sp_status chat_context(const json_t *body, const srv_model_info *mi, cons
         json_object_set_new(ctx, "add_generation_prompt", json_true()) != 0)
         goto nomem;
     if (mi->template_tokens && json_object_update(ctx, mi->template_tokens) != 0) goto nomem;
+    /* reasoning_effort reaches templates that read it (as vLLM passes it) */
+    const json_t *effort = srv__field(body, "reasoning_effort");
+    if (effort && !json_is_string(effort)) {
+        st = srv__type_error(err, "reasoning_effort", "a string", effort);
+        goto fail;
+    }
+    if (effort && json_object_set(ctx, "reasoning_effort", (json_t *)effort) != 0) goto nomem;
     const char *key;
     size_t key_len;
     json_t *value = NULL;

@@ -31,6 +31,7 @@ struct srv_choice {
     bool role_sent;
     bool finish_sent;
     bool tools_decided; /* a request with tools: the answer is known not to be tool calls (its text flows) */
+    uint8_t think;      /* a thinking template's answer: THINK_* below */
 };
 
 /* ---- the suspend/resume handshake ---- */
@@ -162,6 +163,69 @@ static bool choice_take_news(srv_conn *conn, srv_choice *choice, choice_news *ne
     return ok;
 }
 
+/* A thinking template's answer, as a stream: the states of srv_choice.think. */
+enum { THINK_UNKNOWN, THINK_IN, THINK_ANSWER, THINK_CLOSED, THINK_OPENED };
+
+static bool blank(char c) {
+    return c == '\n' || c == ' ' || c == '\r';
+}
+
+/* The reasoning part of news goes out as delta.reasoning_content (with news' logprobs),
+ * and news is left holding only the answer after </think>, moved to the start of
+ * conn->copy_text. Blanks after either tag are dropped, across looks; bytes that may
+ * still become a tag are given back (choice->text_sent rewound) until the next look. */
+static bool stream_reasoning(srv_conn *conn, srv_choice *choice, choice_news *news) {
+    const srv_request *rq = &conn->request;
+    const srv_model_info *mi = &conn->app->model;
+    char *text = conn->copy_text;
+    size_t len = news->text_len, skip = 0;
+    if (choice->think == THINK_UNKNOWN) {
+        bool maybe = false;
+        size_t open = rq->reasoning_open_at_start ? 0 : srv__reasoning_open_len(text, len, &maybe);
+        if (rq->reasoning_open_at_start || open > 0) {
+            choice->think = THINK_OPENED;
+            skip = open;
+        } else if (maybe && !news->done) {
+            choice->text_sent -= len; /* "<thi": look again when more has come */
+            news->text_len = 0;
+            return true;
+        } else {
+            choice->think = THINK_ANSWER;
+            return true;
+        }
+    }
+    if (choice->think == THINK_CLOSED || choice->think == THINK_OPENED) {
+        while (skip < len && blank(text[skip])) skip++;
+        if (skip < len) choice->think = choice->think == THINK_CLOSED ? THINK_ANSWER : THINK_IN;
+        if (choice->think == THINK_CLOSED || choice->think == THINK_ANSWER) {
+            memmove(text, text + skip, len - skip);
+            news->text_len = len - skip;
+            return true;
+        }
+    }
+    size_t close = srv__reasoning_close_at(text + skip, len - skip) + skip;
+    size_t held = close == len && !news->done ? srv__reasoning_partial_close(text + skip, len - skip) : 0;
+    size_t end = close < len ? close : len - held;
+    if (end > skip || news->n_tokens > 0) {
+        bool ok = out_append_owned(conn, srv_sse_reasoning_chunk(rq, mi, conn->id, conn->created, choice->index,
+                                                                 text + skip, end - skip, conn->copy_tokens,
+                                                                 news->n_tokens, conn->copy_top, news->top_logprobs));
+        if (!ok) return false;
+    }
+    news->n_tokens = 0;
+    if (close < len) { /* past </think>: the rest is the answer, its leading blanks dropped */
+        size_t at = close + srv__reasoning_close_len();
+        while (at < len && blank(text[at])) at++;
+        memmove(text, text + at, len - at);
+        news->text_len = len - at;
+        choice->think = news->text_len > 0 ? THINK_ANSWER : THINK_CLOSED;
+    } else {
+        choice->text_sent -= held;
+        news->text_len = 0;
+    }
+    return true;
+}
+
 /* Bytes of arguments per chunk: small pieces, as a model's tokens would come. */
 enum { TOOL_ARGUMENT_PIECE = 16 };
 
@@ -252,6 +316,9 @@ static bool stream_collect(srv_conn *conn) {
         }
         choice_news news;
         if (!choice_take_news(conn, choice, &news)) return false;
+        if (mi->reasoning_tags && rq->endpoint == SRV_ENDPOINT_CHAT && choice->think != THINK_ANSWER &&
+            !stream_reasoning(conn, choice, &news))
+            return false;
         bool failed = news.done && (news.finish == SCHED_FINISH_ERROR || news.finish == SCHED_FINISH_CANCELLED);
         const char *finish = news.done && !failed ? srv_finish_reason(news.finish) : NULL;
         if (news.text_len > 0 || news.n_tokens > 0 || finish) {

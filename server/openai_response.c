@@ -198,8 +198,19 @@ static json_t *resp_logprobs(const srv_request *r, const srv_model_info *mi, con
 
 /* {"prompt_tokens", "completion_tokens", "total_tokens", "prompt_tokens_details": {"cached_tokens"}}:
  * outs[k] belongs to prompt k / n, whose prompt counts once. */
-static json_t *resp_usage(const srv_request *r, const sched_output *const *outs, int n_outs) {
-    int64_t prompt = 0, completion = 0, cached = 0;
+/* Tokens of o's answer up to the end of its reasoning (0 when it does not think). */
+static int64_t resp_reasoning_tokens(const srv_request *r, const srv_model_info *mi, const sched_output *o) {
+    srv_reasoning_split split;
+    if (!o->text || !srv__reasoning_split(mi, r, o->text, o->text_len, &split)) return 0;
+    size_t bytes = 0;
+    int64_t n = 0;
+    for (int32_t i = 0; i < o->n_tokens && bytes < split.reasoning_end; i++, n++)
+        bytes += tok_token_bytes(mi->vocab, o->tokens[i].id, false, NULL, 0);
+    return n;
+}
+
+static json_t *resp_usage(const srv_request *r, const srv_model_info *mi, const sched_output *const *outs, int n_outs) {
+    int64_t prompt = 0, completion = 0, cached = 0, reasoning = 0;
     int n = r->n > 0 ? r->n : 1;
     for (int k = 0; k < n_outs; k++) {
         if (k % n == 0) {
@@ -207,10 +218,15 @@ static json_t *resp_usage(const srv_request *r, const sched_output *const *outs,
             cached += outs[k]->cached_tokens;
         }
         completion += outs[k]->completion_tokens;
+        if (mi && mi->reasoning_tags) reasoning += resp_reasoning_tokens(r, mi, outs[k]);
     }
-    return json_pack("{s:I,s:I,s:I,s:{s:I}}", "prompt_tokens", (json_int_t)prompt, "completion_tokens",
-                     (json_int_t)completion, "total_tokens", (json_int_t)(prompt + completion), "prompt_tokens_details",
-                     "cached_tokens", (json_int_t)cached);
+    json_t *u = json_pack("{s:I,s:I,s:I,s:{s:I}}", "prompt_tokens", (json_int_t)prompt, "completion_tokens",
+                          (json_int_t)completion, "total_tokens", (json_int_t)(prompt + completion),
+                          "prompt_tokens_details", "cached_tokens", (json_int_t)cached);
+    if (u && mi && mi->reasoning_tags && r->endpoint == SRV_ENDPOINT_CHAT)
+        json_object_set_new(u, "completion_tokens_details",
+                            json_pack("{s:I}", "reasoning_tokens", (json_int_t)reasoning));
+    return u;
 }
 
 static double resp_finite(double x) {
@@ -242,11 +258,21 @@ static json_t *resp_choice(const srv_request *r, const srv_model_info *mi, int i
     json_t *choice = json_object();
     int bad = !choice;
     bad |= json_object_set_new(choice, "index", json_integer(index));
-    json_t *text = srv__json_text(o->text ? o->text : "", o->text ? o->text_len : 0);
+    const char *all = o->text ? o->text : "";
+    size_t all_len = o->text ? o->text_len : 0;
+    /* a thinking model's reasoning apart, then the answer after it */
+    srv_reasoning_split split;
+    json_t *reasoning = NULL;
+    if (srv__reasoning_split(mi, r, all, all_len, &split)) {
+        reasoning = srv__json_text(all + split.reasoning, split.reasoning_len);
+        all += split.content;
+        all_len = split.content_len;
+    }
+    json_t *text = srv__json_text(all, all_len);
     /* an answer that is tool calls: the calls, what text is left around them, "tool_calls" */
     char *content = NULL;
     json_t *calls = r->endpoint == SRV_ENDPOINT_CHAT && o->finish == SCHED_FINISH_STOP
-                        ? srv__tools_parse(mi, r, o->text ? o->text : "", o->text ? o->text_len : 0, &content)
+                        ? srv__tools_parse(mi, r, all, all_len, &content)
                         : NULL;
     if (calls) {
         json_decref(text);
@@ -256,6 +282,7 @@ static json_t *resp_choice(const srv_request *r, const srv_model_info *mi, int i
     if (r->endpoint == SRV_ENDPOINT_CHAT) {
         json_t *msg = json_pack("{s:s,s:o,s:n}", "role", "assistant", "content", text, "refusal");
         if (calls) bad |= json_object_set_new(msg, "tool_calls", calls);
+        if (reasoning) bad |= json_object_set_new(msg, "reasoning_content", reasoning);
         bad |= json_object_set_new(choice, "message", msg);
     } else {
         bad |= json_object_set_new(choice, "text", text);
@@ -279,7 +306,7 @@ json_t *srv_render_response(const srv_request *r, const srv_model_info *mi, cons
     int bad = !root || !choices;
     for (int k = 0; k < n_outs && !bad; k++) bad |= json_array_append_new(choices, resp_choice(r, mi, k, outs[k]));
     bad |= json_object_set_new(root, "choices", choices);
-    bad |= json_object_set_new(root, "usage", resp_usage(r, outs, n_outs));
+    bad |= json_object_set_new(root, "usage", resp_usage(r, mi, outs, n_outs));
     if (n_outs > 0) bad |= json_object_set_new(root, "timings", resp_timings(outs[0]));
     if (bad) {
         json_decref(root);
@@ -364,6 +391,15 @@ char *srv_sse_delta_chunk(const srv_request *r, const srv_model_info *mi, const 
     return resp_chunk(r, mi, id, created, choice);
 }
 
+char *srv_sse_reasoning_chunk(const srv_request *r, const srv_model_info *mi, const char *id, int64_t created,
+                              int index, const char *text, size_t len, const sched_token *tokens, int32_t n_tokens,
+                              const sched_token *top, int out_top_logprobs) {
+    json_t *choice =
+        json_pack("{s:i,s:{s:o},s:o,s:n}", "index", index, "delta", "reasoning_content", srv__json_text(text, len),
+                  "logprobs", resp_logprobs(r, mi, tokens, n_tokens, top, out_top_logprobs, false), "finish_reason");
+    return choice ? resp_chunk(r, mi, id, created, choice) : NULL;
+}
+
 char *srv_sse_tool_call_delta(const srv_request *r, const srv_model_info *mi, const char *id, int64_t created,
                               int index, json_t *tool_call) {
     json_t *choice = tool_call ? json_pack("{s:i,s:{s:[o]},s:n,s:n}", "index", index, "delta", "tool_calls", tool_call,
@@ -378,7 +414,7 @@ char *srv_sse_usage_chunk(const srv_request *r, const srv_model_info *mi, const 
     json_t *root = resp_envelope(mi, id, chat ? "chat.completion.chunk" : "text_completion", created);
     int bad = !root;
     bad |= json_object_set_new(root, "choices", json_array());
-    bad |= json_object_set_new(root, "usage", resp_usage(r, outs, n_outs));
+    bad |= json_object_set_new(root, "usage", resp_usage(r, mi, outs, n_outs));
     if (bad) {
         json_decref(root);
         return NULL;

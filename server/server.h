@@ -113,6 +113,7 @@ typedef struct srv_model_info {
     bool template_takes_parts;          /* the template iterates over content parts itself */
     bool template_renders_tools;        /* the template prints the request's tools (probed at start) */
     srv_tool_format tool_format;        /* how the answer's tool calls are written and parsed */
+    bool reasoning_tags;                /* the template uses <think> ... </think> (reasoning.c) */
     json_t *template_tokens;            /* {"bos_token": ..., "eos_token": ...} added to every render */
     int32_t max_seq_len;                /* prompt + completion limit of one sequence */
     int max_n;                          /* most choices per request (--max-n); 0: SRV_MAX_N */
@@ -170,6 +171,7 @@ typedef struct srv_request {
     srv_tool_choice tool_choice;
     char *tool_choice_name; /* SRV_TOOL_CHOICE_NAMED: the function */
     bool parallel_tool_calls;
+    bool reasoning_open_at_start; /* the rendered prompt ends inside <think> (reasoning.c) */
 } srv_request;
 
 enum { SRV_MAX_N = 16, SRV_MAX_PROMPTS = 64 };
@@ -213,6 +215,10 @@ char *srv_sse_role_chunk(const srv_request *r, const srv_model_info *mi, const c
  * output; finish_reason NULL, or "stop"/"length" for the choice's last chunk (which may
  * carry text too; without text its chat delta is {}, as OpenAI's last chunk). Streamed
  * completions logprobs have no text_offset (it needs the characters sent before). */
+/* A chat chunk whose delta is a piece of the reasoning (delta.reasoning_content). */
+char *srv_sse_reasoning_chunk(const srv_request *r, const srv_model_info *mi, const char *id, int64_t created,
+                              int index, const char *text, size_t len, const sched_token *tokens, int32_t n_tokens,
+                              const sched_token *top, int out_top_logprobs);
 /* A chat chunk whose delta is one tool_calls entry (taken: OpenAI's streamed form, an index
  * and either the call's id, type and name or a piece of its arguments). */
 char *srv_sse_tool_call_delta(const srv_request *r, const srv_model_info *mi, const char *id, int64_t created,

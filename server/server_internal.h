@@ -78,6 +78,31 @@ sp_status srv__request_constraint(const json_t *root, const srv_model_info *mi, 
 sp_status srv__compile_grammar(const char *gbnf, const srv_model_info *mi, srv_request *r, const char *param,
                                srv_error *err);
 
+/* ---- reasoning (reasoning.c) ---- */
+
+/* Where an answer's reasoning and content lie (byte offsets into its text). */
+typedef struct srv_reasoning_split {
+    size_t reasoning, reasoning_len; /* the thinking (blanks after <think> dropped) */
+    size_t reasoning_end;            /* just past </think> (or the end when it never closed) */
+    size_t content, content_len;     /* the answer after it */
+} srv_reasoning_split;
+
+/* Whether a chat template's source uses thinking tags. */
+bool srv__reasoning_detect(const char *source, size_t len);
+/* Whether a rendered prompt ends inside <think> (the answer starts in the thinking). */
+bool srv__reasoning_open_at_start(const srv_model_info *mi, const char *prompt, size_t len);
+/* Splits a chat answer; false (all content) when the template has no thinking or the
+ * answer does not think. */
+bool srv__reasoning_split(const srv_model_info *mi, const srv_request *r, const char *text, size_t len,
+                          srv_reasoning_split *out);
+/* For streams: the bytes at the end of text that may begin a </think> (held back), the
+ * offset of </think> in text (len when absent) and its length, and the length of a
+ * leading <think> (0 when none; *maybe when text may still become one). */
+size_t srv__reasoning_partial_close(const char *text, size_t len);
+size_t srv__reasoning_close_at(const char *text, size_t len);
+size_t srv__reasoning_close_len(void);
+size_t srv__reasoning_open_len(const char *text, size_t len, bool *maybe);
+
 /* ---- tool calls (tools.c) ---- */
 
 /* Whether template t prints a request's tools (a probe render), and the format its model
