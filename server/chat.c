@@ -260,6 +260,27 @@ static sp_status chat_context(const json_t *body, const srv_model_info *mi, cons
     if (tools && !json_is_array(tools)) return srv__type_error(err, "tools", "an array", tools);
     const json_t *kwargs = srv__field(body, "chat_template_kwargs");
     if (kwargs && !json_is_object(kwargs)) return srv__type_error(err, "chat_template_kwargs", "an object", kwargs);
+    /* vLLM's top-level add_generation_prompt and continue_final_message */
+    const json_t *agp = srv__field(body, "add_generation_prompt");
+    const json_t *cont = srv__field(body, "continue_final_message");
+    if (agp && !json_is_boolean(agp)) return srv__type_error(err, "add_generation_prompt", "a boolean", agp);
+    if (cont && !json_is_boolean(cont)) return srv__type_error(err, "continue_final_message", "a boolean", cont);
+    bool continue_final = json_is_true(cont);
+    if (continue_final && json_is_true(agp))
+        return srv__fail(err, SRV_ERROR_BAD_REQUEST, "continue_final_message",
+                         "'continue_final_message' and 'add_generation_prompt' cannot both be true: the last message "
+                         "is either continued or answered.");
+    if (continue_final) {
+        const json_t *last = json_array_get(messages, json_array_size(messages) - 1);
+        const json_t *role = json_object_get(last, "role");
+        if (!json_is_string(role) || strcmp(json_string_value(role), "assistant") != 0 ||
+            !json_is_string(json_object_get(last, "content")) ||
+            json_string_length(json_object_get(last, "content")) == 0)
+            return srv__fail(err, SRV_ERROR_BAD_REQUEST, "continue_final_message",
+                             "'continue_final_message' needs the last message to be an assistant message with text to "
+                             "continue.");
+    }
+    bool generation_prompt = agp ? json_is_true(agp) : !continue_final;
 
     json_t *ctx = json_object(), *list = json_array();
     sp_status st = SP_OK;
@@ -276,7 +297,7 @@ static sp_status chat_context(const json_t *body, const srv_model_info *mi, cons
     }
     list = NULL;
     if (json_object_set_new(ctx, "tools", tools ? json_incref((json_t *)tools) : json_null()) != 0 ||
-        json_object_set_new(ctx, "add_generation_prompt", json_true()) != 0)
+        json_object_set_new(ctx, "add_generation_prompt", json_boolean(generation_prompt)) != 0)
         goto nomem;
     if (mi->template_tokens && json_object_update(ctx, mi->template_tokens) != 0) goto nomem;
     /* reasoning_effort reaches templates that read it (as vLLM passes it) */
@@ -312,6 +333,24 @@ sp_status srv__chat_render(const json_t *body, const srv_model_info *mi, const s
     if (st != SP_OK) return st;
     st = tmpl_render(mi->chat_template, ctx, NULL, text, len);
     json_decref(ctx);
+    if (st == SP_OK && json_is_true(srv__field(body, "continue_final_message"))) {
+        /* the last message left open: the text after its content (the end of its turn) is cut */
+        const json_t *messages = srv__field(body, "messages");
+        const json_t *content = json_object_get(json_array_get(messages, json_array_size(messages) - 1), "content");
+        const char *c = json_string_value(content);
+        size_t n = json_string_length(content);
+        const char *at = NULL;
+        for (const char *p = *text; (p = memmem(p, *len - (size_t)(p - *text), c, n)) != NULL; p++) at = p;
+        if (!at) {
+            free(*text);
+            *text = NULL;
+            return srv__fail(err, SRV_ERROR_BAD_REQUEST, "continue_final_message",
+                             "'continue_final_message': the chat template does not print the last message's content "
+                             "as given, so it cannot be continued.");
+        }
+        *len = (size_t)(at - *text) + n;
+        (*text)[*len] = '\0';
+    }
     if (st == SP_OK) return SP_OK;
     /* raise_exception: the template refused the conversation and says why in its own words */
     if (st == SP_ERR_INVALID_ARG) return srv__fail(err, SRV_ERROR_BAD_REQUEST, "messages", "%s", sp_last_error());

@@ -203,3 +203,27 @@ Test(srv_chat, template_file_errors_name_the_file) {
     srv_model_info_free(&mi); /* nothing to free, and safe */
     gguf_close(f);
 }
+
+static void expect_bad(const char *body, const char *param) {
+    srv_request r;
+    srv_error err;
+    cr_assert_eq(srv_request_parse(SRV_ENDPOINT_CHAT, body, strlen(body), &fx.mi, &r, &err), SP_ERR_INVALID_ARG, "%s",
+                 body);
+    cr_expect_str_eq(err.param, param, "%s: %s", body, err.message);
+}
+
+#define CONTINUE                                                                                                  \
+    "{\"messages\":[{\"role\":\"user\",\"content\":\"Tell a story\"},{\"role\":\"assistant\",\"content\":\"Once " \
+    "upon\"}]"
+
+Test(srv_chat, continue_final_message_leaves_the_last_turn_open) {
+    fixture_stories(NULL); /* ChatML */
+    expect_prompt(CONTINUE ",\"continue_final_message\":true}",
+                  "<|im_start|>user\nTell a story<|im_end|>\n<|im_start|>assistant\nOnce upon");
+    expect_prompt(CONTINUE ",\"add_generation_prompt\":false}",
+                  "<|im_start|>user\nTell a story<|im_end|>\n<|im_start|>assistant\nOnce upon<|im_end|>\n");
+    expect_bad(CONTINUE ",\"continue_final_message\":true,\"add_generation_prompt\":true}", "continue_final_message");
+    expect_bad(HI ",\"continue_final_message\":true}", "continue_final_message");
+    expect_bad(HI ",\"add_generation_prompt\":1}", "add_generation_prompt");
+    fixture_close();
+}
