@@ -91,6 +91,32 @@ void sched__sample_row(const sched *s, const sched_request *r, int32_t ahead, de
     };
 }
 
+/* The thinking budget: follows <think> and </think> through the text of each token (a
+ * tag may be cut across tokens: the last bytes are kept), counts the tokens inside, and
+ * once the budget is spent starts forcing think_close (tick.c masks the rows). */
+static void thinking_follow(sched_request *r, const char *piece, size_t n) {
+    if (r->params.max_reasoning_tokens <= 0) return;
+    if (r->force_at < r->params.n_think_close) r->force_at++;
+    char buf[sizeof r->tag_tail + 64];
+    size_t keep = strnlen(r->tag_tail, sizeof r->tag_tail);
+    size_t take = n < 64 ? n : 64;
+    memcpy(buf, r->tag_tail, keep);
+    memcpy(buf + keep, piece + n - take, take);
+    size_t len = keep + take;
+    if (r->thinking == 0 && memmem(buf, len, "<think>", 7)) r->thinking = 1;
+    if (r->thinking == 1 && memmem(buf, len, "</think>", 8)) {
+        r->thinking = 2;
+        r->force_at = r->params.n_think_close;
+    }
+    size_t tail = len < sizeof r->tag_tail - 1 ? len : sizeof r->tag_tail - 1;
+    memcpy(r->tag_tail, buf + len - tail, tail);
+    r->tag_tail[tail] = '\0';
+    if (r->thinking != 1) return;
+    r->reasoning_tokens++;
+    if (r->reasoning_tokens >= r->params.max_reasoning_tokens && r->force_at == r->params.n_think_close)
+        r->force_at = 0;
+}
+
 bool sched__emit(sched *s, sched_request *r, const dev_sample_result *drawn, double now) {
     const sched_request_params *p = &r->params;
     const int32_t tok = drawn->token;
@@ -107,6 +133,11 @@ bool sched__emit(sched *s, sched_request *r, const dev_sample_result *drawn, dou
     bool length = !eog && !complete && (n_generated >= p->max_tokens || r->n_tokens >= s->cfg.max_seq_len);
     size_t n_piece = 0;
     if (!eog) n_piece = tok_decoder_push(s->vocab, &r->dec, tok, s->piece, s->piece_cap);
+    if (!eog) { /* the token's own bytes (the decoder may hold some back) */
+        char raw[64];
+        size_t n_raw = tok_token_bytes(s->vocab, tok, false, raw, sizeof raw);
+        thinking_follow(r, raw, n_raw < sizeof raw ? n_raw : sizeof raw);
+    }
     if (eog || length || complete) n_piece += tok_decoder_flush(&r->dec, s->piece + n_piece, s->piece_cap);
 
     const char *commit = s->piece;

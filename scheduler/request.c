@@ -83,6 +83,21 @@ sp_status sched_request_create(const sched_request_params *params, sched_request
     if (n_bias > 0) memcpy(r->logit_bias, params->sampling.logit_bias, sizeof *r->logit_bias * (size_t)n_bias);
     r->params.sampling.logit_bias = n_bias > 0 ? r->logit_bias : NULL;
 
+    if (params->max_reasoning_tokens > 0 && params->n_think_close > 0) {
+        r->think_close = malloc(sizeof *r->think_close * (size_t)params->n_think_close);
+        if (!r->think_close) {
+            sched_request_release(r);
+            return sp_fail(SP_ERR_NOMEM, "request: out of memory");
+        }
+        memcpy(r->think_close, params->think_close, sizeof *r->think_close * (size_t)params->n_think_close);
+        r->params.think_close = r->think_close;
+        r->thinking = params->thinking_at_start ? 1 : 0;
+    } else {
+        r->params.max_reasoning_tokens = 0;
+        r->params.n_think_close = 0;
+        r->params.think_close = NULL;
+    }
+    r->force_at = r->params.n_think_close;
     if (params->grammar) {
         r->params.grammar = gram_grammar_share(params->grammar);
         st = gram_state_create(r->params.grammar, &r->gram);
@@ -198,6 +213,7 @@ void sched_request_release(sched_request *r) {
     free(r->out.tokens);
     free(r->out.top);
     gram_state_destroy(r->gram);
+    free(r->think_close);
     gram_grammar_destroy(r->params.grammar);
     pthread_mutex_destroy(&r->lock);
     free(r);

@@ -94,6 +94,12 @@ typedef struct sched_request_params {
     double timeout_s;       /* <= 0: the scheduler's default */
     sample_params sampling; /* logit_bias array is copied */
     bool no_speculation;    /* never draft for this request (its output is the same either way) */
+    /* a thinking budget: after max_reasoning_tokens tokens inside <think> (0: no budget), the
+     * next tokens are think_close's (copied; the tokenized "</think>"), then the answer follows */
+    int32_t max_reasoning_tokens;
+    const int32_t *think_close;
+    int32_t n_think_close;
+    bool thinking_at_start; /* the prompt ends inside <think> */
     gram_grammar *grammar;  /* NULL: none; else every token is one the grammar allows, and the request ends
                                when the grammar is complete (sched_request_create takes a reference) */
     uint64_t tenant;        /* who may share its text in the suffix cache (an API key's hash; 0: none) */

@@ -170,6 +170,13 @@ struct sched_request {
     gram_state *gram; /* its place in params.grammar (NULL: none); advanced over every emitted token */
     sched_stop stop;
     double last_token_at; /* sched_now() of its last sampled token (inter-token latency); 0: none yet */
+    /* the thinking budget (params.max_reasoning_tokens): end_tick.c follows the tags in the
+     * text, tick.c forces think_close's tokens once the budget is spent */
+    int32_t *think_close;     /* (params.n_think_close) owned copy */
+    uint8_t thinking;         /* 0 not yet, 1 inside <think>, 2 past </think> */
+    int32_t reasoning_tokens; /* tokens emitted inside it */
+    int32_t force_at;         /* next think_close token to force; n_think_close: none pending */
+    char tag_tail[8];         /* the last bytes of text, to see a tag cut across tokens */
 };
 
 /* Allocates the sequence's arrays for a scheduler with block_size B (sched_submit,

@@ -176,8 +176,13 @@ void sched__spec_plan(sched *s, sched_request *const *chosen, int n, int32_t bud
     int n_model = 0;
     for (int i = 0; i < n && budget > 0; i++) {
         sched_request *r = chosen[i];
-        if (r->params.no_speculation) continue;
+        if (r->params.no_speculation || r->force_at < r->params.n_think_close) continue; /* forced: no drafts */
         int32_t k = draft_room(s, r, n, budget);
+        /* a thinking budget: a run must not cross it (the token after the budget is forced) */
+        if (r->params.max_reasoning_tokens > 0 && r->thinking != 2) {
+            int32_t left = r->params.max_reasoning_tokens - r->reasoning_tokens - 1;
+            if (k > left) k = left;
+        }
         if (k <= 0) continue;
         int32_t draft[SPEC_MAX_K];
         int who;

@@ -378,7 +378,16 @@ bool sched__tick(sched *s) {
         sched_request *r = s->step_reqs[q];
         for (int32_t j = 0; j <= s->step_n_draft[q]; j++)
             sched__sample_row(s, r, j, &s->sample_rows[s->step_logit_of[q] + j]);
-        if (r->gram) grammar_masks(s, r, s->step_n_draft[q], &s->sample_rows[s->step_logit_of[q]], &n_masks);
+        if (r->force_at < r->params.n_think_close) { /* the thinking budget is spent: </think>, token by token */
+            SP_ASSERT(s->step_n_draft[q] == 0 && n_masks < s->max_mask_rows);
+            uint32_t *mask = s->step_masks + n_masks++ * s->mask_words;
+            int32_t id = r->params.think_close[r->force_at];
+            memset(mask, 0, s->mask_words * sizeof *mask);
+            mask[id >> 5] = 1u << (id & 31);
+            s->sample_rows[s->step_logit_of[q]].allowed = mask;
+        } else if (r->gram) {
+            grammar_masks(s, r, s->step_n_draft[q], &s->sample_rows[s->step_logit_of[q]], &n_masks);
+        }
     }
     const dev_sample_vocab vocab = {s->n_vocab, s->eog_ids, s->n_eog};
     double t0 = sched_now();

@@ -214,9 +214,6 @@ static sp_status request_unsupported(const json_t *root, int n, srv_error *err) 
         !(json_is_integer(v) && (json_integer_value(v) == 1 || json_integer_value(v) == n)))
         return srv__fail(err, SRV_ERROR_BAD_REQUEST, "best_of",
                          "'best_of' is not supported: leave it out or set it to n (%d).", n);
-    if ((v = json_object_get(root, "max_reasoning_tokens")) && !json_is_null(v))
-        return srv__fail(err, SRV_ERROR_BAD_REQUEST, "max_reasoning_tokens",
-                         "'max_reasoning_tokens' is not supported yet: the thinking is not cut at a budget.");
     if ((v = json_object_get(root, "suffix")) && !json_is_null(v) && !(json_is_string(v) && json_string_length(v) == 0))
         return srv__fail(err, SRV_ERROR_BAD_REQUEST, "suffix", "'suffix' (insertion) is not supported.");
     return SP_OK;
@@ -309,6 +306,7 @@ static sp_status request_chat_prompt(const json_t *root, const srv_model_info *m
     int32_t *ids;
     size_t n;
     r->reasoning_open_at_start = srv__reasoning_open_at_start(mi, r->prompt_text, len);
+    if ((st = srv__reasoning_budget(root, mi, r, err)) != SP_OK) return st;
     if ((st = srv__chat_tokenize(mi, r->prompt_text, len, &ids, &n, err)) != SP_OK) return st;
     return request_set_prompt(r, 0, ids, n, "messages", err);
 }
@@ -498,6 +496,7 @@ void srv_request_free(srv_request *r) {
     gram_grammar_destroy(r->params.grammar);
     json_decref(r->tools);
     free(r->tool_choice_name);
+    free(r->think_close);
     *r = (srv_request){0};
 }
 

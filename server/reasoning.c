@@ -5,6 +5,7 @@
  * the thinking (DeepSeek-R1 ends it with "<think>\n"), the answer starts inside it.
  * Thinking that never closes (max_tokens cut it) is all reasoning.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "server/server_internal.h"
@@ -72,4 +73,32 @@ size_t srv__reasoning_open_len(const char *text, size_t len, bool *maybe) {
     if (len - at >= n) return memcmp(text + at, THINK_OPEN, n) == 0 ? at + n : 0;
     *maybe = memcmp(text + at, THINK_OPEN, len - at) == 0; /* a prefix of the tag so far */
     return 0;
+}
+
+sp_status srv__reasoning_budget(const json_t *root, const srv_model_info *mi, srv_request *r, srv_error *err) {
+    const json_t *v = srv__field(root, "max_reasoning_tokens");
+    if (!v) return SP_OK;
+    int64_t budget;
+    sp_status st = srv__want_int(v, "max_reasoning_tokens", 1, INT32_MAX, &budget, err);
+    if (st != SP_OK) return st;
+    if (!mi->reasoning_tags)
+        return srv__fail(err, SRV_ERROR_BAD_REQUEST, "max_reasoning_tokens",
+                         "'max_reasoning_tokens': the model's chat template has no thinking (<think> ... </think>).");
+    if (r->params.grammar)
+        return srv__fail(err, SRV_ERROR_BAD_REQUEST, "max_reasoning_tokens",
+                         "'max_reasoning_tokens' cannot be combined with an output constraint (response_format, "
+                         "grammar, tool_choice required): the constraint covers the thinking too.");
+    int32_t *ids = NULL;
+    size_t n = 0;
+    if (tok_encode(mi->vocab, THINK_CLOSE, strlen(THINK_CLOSE), false, true, &ids, &n) != SP_OK || n == 0) {
+        free(ids);
+        return srv__fail(err, SRV_ERROR_INTERNAL, "max_reasoning_tokens", "cannot tokenize </think>: %s",
+                         sp_last_error());
+    }
+    r->think_close = ids;
+    r->params.max_reasoning_tokens = (int32_t)budget;
+    r->params.think_close = ids;
+    r->params.n_think_close = (int32_t)n;
+    r->params.thinking_at_start = r->reasoning_open_at_start;
+    return SP_OK;
 }

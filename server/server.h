@@ -172,6 +172,7 @@ typedef struct srv_request {
     char *tool_choice_name; /* SRV_TOOL_CHOICE_NAMED: the function */
     bool parallel_tool_calls;
     bool reasoning_open_at_start; /* the rendered prompt ends inside <think> (reasoning.c) */
+    int32_t *think_close;         /* max_reasoning_tokens: the tokens of "</think>" (params points here) */
 } srv_request;
 
 enum { SRV_MAX_N = 16, SRV_MAX_PROMPTS = 64 };

@@ -87,6 +87,10 @@ typedef struct srv_reasoning_split {
     size_t content, content_len;     /* the answer after it */
 } srv_reasoning_split;
 
+/* max_reasoning_tokens of a chat request into r->params (with the tokens of "</think>" the
+ * scheduler forces once the budget is spent); 400s naming it for a template that does not
+ * think, or beside an output constraint. After the prompt is rendered. */
+sp_status srv__reasoning_budget(const json_t *root, const srv_model_info *mi, srv_request *r, srv_error *err);
 /* Whether a chat template's source uses thinking tags. */
 bool srv__reasoning_detect(const char *source, size_t len);
 /* Whether a rendered prompt ends inside <think> (the answer starts in the thinking). */

@@ -79,3 +79,55 @@ def test_enable_thinking_false_reaches_the_template(spindle_bin, default_model):
         assert r.choices[0].message.model_dump().get("reasoning_content") is None
     finally:
         assert s.stop() == 0
+
+
+def test_max_reasoning_tokens_ends_the_thinking(spindle_bin, default_model):
+    """DeepSeek-R1's prompt opens the thinking; the default model never closes it by itself, so
+    the budget is what ends it: after N tokens spindle writes </think> and the answer follows,
+    the same streamed or not, with speculation (drafts never cross the budget)."""
+    if not os.path.exists(R1):
+        pytest.skip(f"{R1} absent")
+    s = Server(spindle_bin, default_model, "--chat-template", R1)
+    try:
+        client = s.client()
+        for budget in (3, 8):
+            kw = dict(model=MODEL, messages=[{"role": "user", "content": "What is 2+2?"}], temperature=0,
+                      max_tokens=40, logprobs=True, extra_body={"max_reasoning_tokens": budget})
+            r = client.chat.completions.create(**kw)
+            tokens = [t.token for t in r.choices[0].logprobs.content]
+            close = "".join(tokens).index("</think>")
+            inside = 0
+            text = ""
+            for t in tokens:  # the tokens before </think> begins
+                if len(text) >= close:
+                    break
+                text += t
+                inside += 1
+            assert inside == budget, (budget, tokens)
+            m = r.choices[0].message
+            assert m.content and m.model_dump()["reasoning_content"] is not None
+            assert r.usage.completion_tokens_details.reasoning_tokens > budget
+            streamed_r, streamed_c = "", ""
+            for chunk in client.chat.completions.create(stream=True, **kw):
+                for ch in chunk.choices:
+                    d = ch.delta.model_dump()
+                    streamed_r += d.get("reasoning_content") or ""
+                    streamed_c += d.get("content") or ""
+            assert (streamed_r, streamed_c) == (m.model_dump()["reasoning_content"], m.content)
+        status, _, data = s.request("POST", "/v1/chat/completions", {
+            "model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_reasoning_tokens": 5,
+            "grammar": 'root ::= "x"\n'})
+        assert status == 400 and data["error"]["param"] == "max_reasoning_tokens"
+    finally:
+        assert s.stop() == 0
+
+
+def test_max_reasoning_tokens_needs_a_thinking_template(spindle_bin, default_model):
+    s = Server(spindle_bin, default_model)
+    try:
+        status, _, data = s.request("POST", "/v1/chat/completions", {
+            "model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_reasoning_tokens": 5})
+        assert status == 400 and data["error"]["param"] == "max_reasoning_tokens"
+        assert "no thinking" in data["error"]["message"]
+    finally:
+        assert s.stop() == 0

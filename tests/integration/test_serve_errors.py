@@ -67,7 +67,7 @@ BAD_FIELDS = [
     (COMP, {"prompt": "x", "best_of": 3}, "best_of"),
     (COMP, {"prompt": "x", "suffix": "end"}, "suffix"),
     (COMP, {"prompt": "x", "guided_whitespace_pattern": " *"}, "guided_whitespace_pattern"),
-    (CHAT, {"messages": MSGS, "max_reasoning_tokens": 10}, "max_reasoning_tokens"),
+    (CHAT, {"messages": MSGS, "max_reasoning_tokens": 0}, "max_reasoning_tokens"),
     (CHAT, {"messages": MSGS, "reasoning_effort": 3}, "reasoning_effort"),
     # constraints that are not what they claim to be
     (CHAT, {"messages": MSGS, "response_format": {"type": "json_schema"}}, "response_format.json_schema"),
