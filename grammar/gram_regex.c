@@ -768,9 +768,10 @@ static void rx_emit_rep(rx *p, const rx_node *nd) {
         rx_emit_count(p, nd->min, nd->max);
     } else if (nd->max == RX_INF) {
         rx_emit_star(p, nd->kid, "*");
-    } else { /* x{m,n} == x{n} when x may be empty, and x{n} has one empty path */
-        rx_emit_primary(p, nd->kid);
-        rx_emit_count(p, nd->max, nd->max);
+    } else { /* x{m,n} with x nullable: up to n non-empty x's. One way to match the empty
+              * string, and no empty copies to place (x{n} had C(n, k) ways to match k x's) */
+        rx_emit_nonempty_primary(p, nd->kid);
+        rx_emit_count(p, 0, nd->max);
     }
 }
 

@@ -39,7 +39,7 @@ LOWER="common/*.c quant/*.c sample/*.c gguf/*.c tokenizer/*.c template/*.c gramm
 harness_sources() {
     case "$1" in
     # the OpenAI layer: its own files only (not the HTTP transport or the scheduler)
-    request) echo $LOWER model/*.c server/errors.c server/openai_*.c server/chat.c server/tokenize.c ;;
+    request) echo $LOWER model/*.c server/errors.c server/openai_*.c server/chat.c server/tokenize.c server/tools.c server/reasoning.c ;;
     # the config file reader: its own module and common/
     config) echo common/*.c config/*.c ;;
     # the request framing check: its own file and common/
