@@ -88,7 +88,7 @@ static sp_status fail_nomem(builder *b) {
     return b->err;
 }
 
-static bool grow(void **p, int32_t *cap, int32_t need, size_t elem) {
+bool gram__grow(void **p, int32_t *cap, int32_t need, size_t elem) {
     if (need <= *cap) return true;
     int32_t n = *cap ? *cap * 2 : 8;
     while (n < need) n *= 2;
@@ -105,7 +105,7 @@ static void seq_push(builder *b, seq *s, gram_elem e) {
         fail_range(b, "grammar elements", b->lim.max_elements);
         return;
     }
-    if (!grow((void **)&s->e, &s->cap, s->n + 1, sizeof *s->e)) {
+    if (!gram__grow((void **)&s->e, &s->cap, s->n + 1, sizeof *s->e)) {
         fail_nomem(b);
         return;
     }
@@ -123,7 +123,7 @@ static int32_t rule_new(builder *b, const char *name, int32_t name_len, bool aux
         fail_range(b, "grammar rules", b->lim.max_rules);
         return -1;
     }
-    if (!grow((void **)&b->rules, &b->cap_rules, b->n_rules + 1, sizeof *b->rules)) {
+    if (!gram__grow((void **)&b->rules, &b->cap_rules, b->n_rules + 1, sizeof *b->rules)) {
         fail_nomem(b);
         return -1;
     }
@@ -145,7 +145,7 @@ static int32_t rule_aux(builder *b) {
 static seq *alt_new(builder *b, int32_t r) {
     if (b->err || r < 0) return NULL;
     rule_b *rule = &b->rules[r];
-    if (!grow((void **)&rule->alts, &rule->cap_alts, rule->n_alts + 1, sizeof *rule->alts)) {
+    if (!gram__grow((void **)&rule->alts, &rule->cap_alts, rule->n_alts + 1, sizeof *rule->alts)) {
         fail_nomem(b);
         return NULL;
     }
@@ -164,7 +164,7 @@ static int32_t rule_find(const builder *b, const char *name, int32_t len) {
 static int32_t set_add(builder *b, const gram_byteset *s) {
     for (int32_t i = 0; i < b->n_sets; i++)
         if (memcmp(&b->sets[i], s, sizeof *s) == 0) return i;
-    if (!grow((void **)&b->sets, &b->cap_sets, b->n_sets + 1, sizeof *b->sets)) {
+    if (!gram__grow((void **)&b->sets, &b->cap_sets, b->n_sets + 1, sizeof *b->sets)) {
         fail_nomem(b);
         return 0;
     }
@@ -412,7 +412,7 @@ static void emit_class(builder *b, seq *out, const ranges *rs) {
 }
 
 static void ranges_add(builder *b, ranges *rs, uint32_t lo, uint32_t hi) {
-    if (!grow((void **)&rs->r, &rs->cap, rs->n + 1, sizeof *rs->r)) {
+    if (!gram__grow((void **)&rs->r, &rs->cap, rs->n + 1, sizeof *rs->r)) {
         fail_nomem(b);
         return;
     }

@@ -195,21 +195,10 @@ static void set_tokens(const walk *w, const trie_node *n) {
     }
 }
 
-static bool grow_array(void **p, int32_t *cap, int32_t need, size_t elem) {
-    if (need <= *cap) return true;
-    int32_t n = *cap ? *cap * 2 : 64;
-    while (n < need) n *= 2;
-    void *q = realloc(*p, (size_t)n * elem);
-    if (!q) return false;
-    *p = q;
-    *cap = n;
-    return true;
-}
-
 static void dep_add(walk *w, int32_t node, int32_t depth) {
     gram_mask_cache *c = w->c;
-    if (!grow_array((void **)&c->deps, &c->cap_deps, c->n_deps + 1, sizeof *c->deps) ||
-        !grow_array((void **)&c->prefixes, &c->cap_prefix, c->n_prefix + depth, 1))
+    if (!gram__grow((void **)&c->deps, &c->cap_deps, c->n_deps + 1, sizeof *c->deps) ||
+        !gram__grow((void **)&c->prefixes, &c->cap_prefix, c->n_prefix + depth, 1))
         return; /* out of memory: the dependent tokens stay out of the mask (never wrong ones in) */
     memcpy(c->prefixes + c->n_prefix, c->path, (size_t)depth);
     c->deps[c->n_deps++] = (dep){node, c->n_prefix, depth};
@@ -382,7 +371,7 @@ static void walk_dep(walk *w, const gram_state *s, int32_t top, const cache_entr
     if (at->tops != tops) {
         at->n_tops = 0;
         for (int32_t i = 0; i < n_tops; i++) {
-            if (!grow_array((void **)&at->tops, &at->cap_tops, at->n_tops + 1, sizeof *at->tops)) return;
+            if (!gram__grow((void **)&at->tops, &at->cap_tops, at->n_tops + 1, sizeof *at->tops)) return;
             at->tops[at->n_tops++] = tops[i];
         }
     }

@@ -79,6 +79,10 @@ typedef struct gram_stacks {
                            empty paths can multiply; past the bound the rest are dropped as overflow) */
 } gram_stacks;
 
+/* *p grown (doubling) to hold need elements of elem bytes; false, *p unchanged, when out of
+ * memory (gram_gbnf.c). */
+bool gram__grow(void **p, int32_t *cap, int32_t need, size_t elem);
+
 void gram__stacks_free(gram_stacks *s);
 /* Pushes node (pos, parent) and returns its index (-1: out of memory). */
 int32_t gram__node_push(gram_stacks *s, int32_t pos, int32_t parent);
