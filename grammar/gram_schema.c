@@ -26,14 +26,13 @@
  *                 in several parts must match each; additionalProperties of each part holds).
  *   $ref          local only: "#", "#/$defs/x", "#/definitions/x", any "#/json/pointer".
  *   objects       listed properties in the schema's order, required ones always, optional
- *                 ones omissible; then, unless additionalProperties is false, other keys
- *                 (values of that schema, else any value). Another key never spells a listed
- *                 key (while it follows a listed key's characters it takes no escapes), so no
- *                 key repeats; two other keys may still be equal. A required key missing from
- *                 properties comes after them, with the additionalProperties schema.
- *   arrays        items, prefixItems (draft 4: items as a list, additionalItems), minItems,
- *                 maxItems.
- *   strings, numbers: see gram_schema_types.c.
+ *                 ones omissible; then, when additionalProperties is true or a schema (or
+ *                 absent with no properties), other keys (values of that schema, else any
+ *                 value); absent beside properties, only the listed keys (still valid). Another key never spells a
+ * listed key (while it follows a listed key's characters it takes no escapes), so no key repeats; two other keys may
+ * still be equal. A required key missing from properties comes after them, with the additionalProperties schema. arrays
+ * items, prefixItems (draft 4: items as a list, additionalItems), minItems, maxItems. strings, numbers: see
+ * gram_schema_types.c.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -262,7 +261,10 @@ static sp_status schema_object(gram_schema_ctx *c, const json_t *s, const char *
     if (req && !json_is_array(req)) return gram__schema_fail(c, SP_ERR_INVALID_ARG, "required", "must be an array");
     if (add && !json_is_boolean(add) && !json_is_object(add))
         return gram__schema_fail(c, SP_ERR_INVALID_ARG, "additionalProperties", "must be a schema");
-    bool closed = json_is_false(add);
+    /* additionalProperties absent beside properties: only the listed keys. Every document
+     * is still valid, and a model is not invited to invent keys (llama.cpp does the same;
+     * OpenAI's strict mode demands false anyway). */
+    bool closed = json_is_false(add) || (!add && props);
     size_t cap = json_object_size(props) + json_array_size(req), n = 0, k = 0, r;
     schema_prop *p = calloc(cap + 1, sizeof *p);
     char **member = calloc(2 * cap + 2, sizeof *member), **suffix = member + cap + 1, h[2 * SCHEMA_HINT_MAX];
@@ -279,7 +281,7 @@ static sp_status schema_object(gram_schema_ctx *c, const json_t *s, const char *
         if (!json_is_string(name)) st = gram__schema_fail(c, SP_ERR_INVALID_ARG, "required", "must hold strings");
         while (st == SP_OK && j < n && strcmp(p[j].key, json_string_value(name))) j++;
         if (st == SP_OK && j < n) p[j].required = true;
-        if (st == SP_OK && j == n && closed)
+        if (st == SP_OK && j == n && json_is_false(add))
             st = gram__schema_fail(c, SP_ERR_INVALID_ARG, "required",
                                    "\"%s\" is not in properties and additionalProperties is false",
                                    json_string_value(name));

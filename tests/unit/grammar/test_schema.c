@@ -200,9 +200,15 @@ Test(gram_schema, object_whitespace_is_optional_and_bounded) {
 }
 
 Test(gram_schema, object_additional_properties_never_repeat_a_listed_key) {
-    /* absent additionalProperties: any other key, any value, after the listed ones */
+    /* absent additionalProperties beside properties: only the listed keys (still valid) */
     gram_grammar *g = compile_schema("{\"type\":\"object\",\"properties\":{\"ab\":{\"type\":\"integer\"},"
                                      "\"b\":{\"type\":\"string\"}},\"required\":[\"b\"]}");
+    ACCEPTS(g, "{\"ab\":1,\"b\":\"x\"}");
+    REJECTS(g, "{\"ab\":1,\"b\":\"x\",\"zz\":[1]}");
+    gram_grammar_destroy(g);
+    /* additionalProperties true: any other key, any value, after the listed ones */
+    g = compile_schema("{\"type\":\"object\",\"properties\":{\"ab\":{\"type\":\"integer\"},"
+                       "\"b\":{\"type\":\"string\"}},\"required\":[\"b\"],\"additionalProperties\":true}");
     ACCEPTS(g, "{\"b\":\"x\"}");
     ACCEPTS(g, "{\"ab\":1,\"b\":\"x\",\"zz\":[1],\"a\":null,\"abc\":{},\"\":2,\"bb\":true}");
     REJECTS(g, "{\"b\":\"x\",\"ab\":1}");
@@ -331,7 +337,7 @@ Test(gram_schema, all_of_merges_objects) {
         "\"required\":[\"b\"]}],\"$defs\":{\"base\":{\"type\":\"object\",\"properties\":{\"a\":"
         "{\"type\":\"integer\"}},\"required\":[\"a\"]}}}");
     ACCEPTS(g, "{\"a\":1,\"b\":\"x\"}");
-    ACCEPTS(g, "{\"a\":1,\"b\":\"x\",\"c\":null}");
+    REJECTS(g, "{\"a\":1,\"b\":\"x\",\"c\":null}"); /* no additionalProperties: the listed keys */
     REJECTS(g, "{\"a\":1}");
     REJECTS(g, "{\"b\":\"x\"}");
     gram_grammar_destroy(g);
