@@ -52,6 +52,10 @@ typedef struct builder {
     gram_limits lim;
     sp_status err;   /* the first error; later steps stop */
     int32_t current; /* the rule being defined (names aux rules) */
+    /* hash indexes (open addressing, -1 empty), so a large grammar compiles in linear time */
+    int32_t *set_index, *name_index;
+    int32_t set_index_cap, name_index_cap; /* powers of two, at least twice the entries */
+    int32_t n_named;                       /* named rules in name_index */
 } builder;
 
 /* Line and column (1-based) of offset at. */
@@ -154,21 +158,83 @@ static seq *alt_new(builder *b, int32_t r) {
     return s;
 }
 
+static uint64_t hash_bytes(const void *p, size_t n) {
+    const uint8_t *s = p;
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ s[i]) * 1099511628211ull;
+    return h;
+}
+
+static uint64_t rule_hash(const rule_b *r) {
+    return hash_bytes(r->name, (size_t)r->name_len);
+}
+
+/* Puts value (an index whose key hash is h) in the table, growing it (and rehashing with
+ * rehash) at half full; false when out of memory. */
+static bool index_put(int32_t **table, int32_t *cap, int32_t n_after, uint64_t h, int32_t value,
+                      uint64_t (*rehash)(const builder *, int32_t), const builder *b) {
+    if (2 * n_after > *cap) {
+        int32_t ncap = *cap ? *cap * 2 : 256;
+        while (2 * n_after > ncap) ncap *= 2;
+        int32_t *t = malloc(sizeof *t * (size_t)ncap);
+        if (!t) return false;
+        memset(t, -1, sizeof *t * (size_t)ncap);
+        for (int32_t i = 0; i < *cap; i++) {
+            if ((*table)[i] < 0) continue;
+            uint64_t at = rehash(b, (*table)[i]) & (uint64_t)(ncap - 1);
+            while (t[at] >= 0) at = (at + 1) & (uint64_t)(ncap - 1);
+            t[at] = (*table)[i];
+        }
+        free(*table);
+        *table = t;
+        *cap = ncap;
+    }
+    uint64_t at = h & (uint64_t)(*cap - 1);
+    while ((*table)[at] >= 0) at = (at + 1) & (uint64_t)(*cap - 1);
+    (*table)[at] = value;
+    return true;
+}
+
+static uint64_t set_rehash(const builder *b, int32_t i) {
+    return hash_bytes(&b->sets[i], sizeof b->sets[i]);
+}
+
+static uint64_t name_rehash(const builder *b, int32_t i) {
+    return rule_hash(&b->rules[i]);
+}
+
 static int32_t rule_find(const builder *b, const char *name, int32_t len) {
-    for (int32_t i = 0; i < b->n_rules; i++)
-        if (!b->rules[i].aux && b->rules[i].name_len == len && memcmp(b->rules[i].name, name, (size_t)len) == 0)
-            return i;
+    if (!b->name_index_cap) return -1;
+    uint64_t at = hash_bytes(name, (size_t)len) & (uint64_t)(b->name_index_cap - 1);
+    for (; b->name_index[at] >= 0; at = (at + 1) & (uint64_t)(b->name_index_cap - 1)) {
+        const rule_b *r = &b->rules[b->name_index[at]];
+        if (r->name_len == len && memcmp(r->name, name, (size_t)len) == 0) return b->name_index[at];
+    }
     return -1;
 }
 
+/* Indexes named rule r for rule_find (aux rules are never looked up by name). */
+static void rule_index(builder *b, int32_t r) {
+    if (b->err || r < 0) return;
+    b->n_named++;
+    if (!index_put(&b->name_index, &b->name_index_cap, b->n_named, rule_hash(&b->rules[r]), r, name_rehash, b))
+        fail_nomem(b);
+}
+
 static int32_t set_add(builder *b, const gram_byteset *s) {
-    for (int32_t i = 0; i < b->n_sets; i++)
-        if (memcmp(&b->sets[i], s, sizeof *s) == 0) return i;
+    uint64_t h = hash_bytes(s, sizeof *s);
+    for (uint64_t at = b->set_index_cap ? h & (uint64_t)(b->set_index_cap - 1) : 0;
+         b->set_index_cap && b->set_index[at] >= 0; at = (at + 1) & (uint64_t)(b->set_index_cap - 1))
+        if (memcmp(&b->sets[b->set_index[at]], s, sizeof *s) == 0) return b->set_index[at];
     if (!gram__grow((void **)&b->sets, &b->cap_sets, b->n_sets + 1, sizeof *b->sets)) {
         fail_nomem(b);
         return 0;
     }
     b->sets[b->n_sets] = *s;
+    if (!index_put(&b->set_index, &b->set_index_cap, b->n_sets + 1, h, b->n_sets, set_rehash, b)) {
+        fail_nomem(b);
+        return 0;
+    }
     return b->n_sets++;
 }
 
@@ -601,7 +667,10 @@ static void parse_sequence(builder *b, seq *out, bool nested) {
             }
             b->pos = after;
             int32_t r = rule_find(b, b->src + name_at, (int32_t)n);
-            if (r < 0) r = rule_new(b, b->src + name_at, (int32_t)n, false);
+            if (r < 0) {
+                r = rule_new(b, b->src + name_at, (int32_t)n, false);
+                rule_index(b, r);
+            }
             if (r < 0) return;
             if (!b->rules[r].defined && b->rules[r].first_ref == 0) b->rules[r].first_ref = name_at + 1;
             last = out->n;
@@ -681,7 +750,10 @@ static void parse_rules(builder *b) {
             fail_at(b, at, "a rule defined twice: ", name);
             return;
         }
-        if (r < 0) r = rule_new(b, b->src + at, (int32_t)n, false);
+        if (r < 0) {
+            r = rule_new(b, b->src + at, (int32_t)n, false);
+            rule_index(b, r);
+        }
         if (r < 0) return;
         b->rules[r].defined = true;
         b->rules[r].defined_at = at;
@@ -819,12 +891,27 @@ sp_status gram_compile(const char *gbnf, size_t len, const gram_limits *limits, 
     }
     if (!b.err) check_rules(&b);
     if (!b.err) flatten(&b, root, out);
+    if (!b.err) { /* a grammar no string matches would fail only once generation starts */
+        gram_state *s = NULL;
+        if (gram_state_create(*out, &s) != SP_OK) {
+            b.err = SP_ERR_NOMEM;
+        } else if (s->st.n_tops == 0 && !s->st.accepting) {
+            b.err = sp_fail(SP_ERR_INVALID_ARG, "grammar: no string matches it (root can never start)");
+        }
+        gram_state_destroy(s);
+        if (b.err) {
+            gram_grammar_destroy(*out);
+            *out = NULL;
+        }
+    }
     for (int32_t r = 0; r < b.n_rules; r++) {
         for (int32_t a = 0; a < b.rules[r].n_alts; a++) free(b.rules[r].alts[a].e);
         free(b.rules[r].alts);
     }
     free(b.rules);
     free(b.sets);
+    free(b.set_index);
+    free(b.name_index);
     return b.err;
 }
 

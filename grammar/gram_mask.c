@@ -222,6 +222,12 @@ static void walk_node(walk *w, int32_t node, int32_t depth, const int32_t *tops,
         next->n_tops = 0;
         next->accepting = next->needs_context = next->overflow = false;
         if (!gram__advance_byte(g, &w->c->arena, tops, n_tops, edge.byte, next)) continue;
+        /* taken, but nothing can follow and nothing is complete (a bound cut every path):
+         * gram_state_advance refuses such a token, so the mask does too */
+        if (next->n_tops == 0 && !next->accepting && !next->needs_context) {
+            w->c->arena.n_nodes = mark;
+            continue;
+        }
         /* duplicates only repeat work; weeding them out costs more than they do until many */
         if (next->n_tops > GRAM_DEDUPE_TOPS) gram__dedupe(next, &w->c->arena);
         const trie_node *child = &w->gv->nodes[edge.child];
@@ -388,7 +394,21 @@ void gram_mask(gram_grammar *g, const gram_vocab *gv, const gram_state *s, uint3
     if (!g->cache || !cache_fit(g->cache, gv)) return; /* out of memory: nothing allowed but the end */
     gram_mask_cache *c = g->cache;
     walk w = {.g = g, .gv = gv, .c = c, .mask = mask};
+    /* a stack near the depth bound: the cut's walk (its depth counted from the cut) could
+     * allow a token that pushes past the bound, so it is walked whole instead */
+    const int32_t near = g->limits.max_depth - 8 * (gv->max_len + 1);
     for (int32_t t = 0; t < s->st.n_tops; t++) {
+        if (s->st.nodes[s->st.tops[t]].depth >= near) {
+            c->arena.n_nodes = 0;
+            for (int32_t i = 0; i < s->st.n_nodes; i++) {
+                const gram_node n = s->st.nodes[i];
+                if (gram__node_push(&c->arena, n.pos, n.parent) < 0) return;
+            }
+            walk whole = w;
+            whole.record_deps = false;
+            walk_node(&whole, 0, 0, &s->st.tops[t], 1, true);
+            continue;
+        }
         int32_t key[GRAM_KEY_NODES + 1];
         int32_t key_len = stack_key(&s->st, s->st.tops[t], key);
         const cache_entry *e = entry_for(&w, key, key_len);

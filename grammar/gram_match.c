@@ -181,6 +181,7 @@ sp_status gram_state_create(const gram_grammar *g, gram_state **out) {
         gram__expand(g, &s->st, g->alts[a], -1, &tops);
     gram__dedupe(&tops, &s->st);
     s->st.accepting = tops.accepting;
+    s->truncated = tops.overflow;
     bool ok = compact(&s->st, tops.tops, tops.n_tops);
     gram__stacks_free(&tops);
     if (!ok) {
@@ -202,6 +203,7 @@ sp_status gram_state_clone(const gram_state *s, gram_state **out) {
     gram_state *c = calloc(1, sizeof *c);
     if (!c) return sp_fail(SP_ERR_NOMEM, "grammar: out of memory for a state");
     c->g = s->g;
+    c->truncated = s->truncated;
     c->st.accepting = s->st.accepting;
     c->st.nodes = malloc(sizeof *c->st.nodes * (size_t)(s->st.n_nodes ? s->st.n_nodes : 1));
     c->st.tops = malloc(sizeof *c->st.tops * (size_t)(s->st.n_tops ? s->st.n_tops : 1));
@@ -231,10 +233,11 @@ bool gram_state_advance(gram_state *s, const uint8_t *bytes, size_t n) {
         next.n_tops = 0;
         next.accepting = false;
         ok = gram__advance_byte(s->g, &s->st, cur.tops, cur.n_tops, bytes[i], &next);
+        if (next.overflow) s->truncated = true;
         if (!ok) break;
         gram__dedupe(&next, &s->st);
         accepting = next.accepting;
-        if (next.n_tops == 0 && i + 1 < n) ok = false;
+        if (next.n_tops == 0 && (i + 1 < n || !next.accepting)) ok = false; /* nothing could follow */
         gram_stacks t = cur;
         cur = next;
         next = t;
@@ -249,6 +252,10 @@ bool gram_state_advance(gram_state *s, const uint8_t *bytes, size_t n) {
 
 bool gram_state_accepting(const gram_state *s) {
     return s->st.accepting;
+}
+
+bool gram_state_truncated(const gram_state *s) {
+    return s->truncated;
 }
 
 bool gram_state_finished(const gram_state *s) {

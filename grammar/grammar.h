@@ -101,6 +101,11 @@ bool gram_state_accepting(const gram_state *s);
 /* True when nothing more may follow (accepting, and no byte continues it). */
 bool gram_state_finished(const gram_state *s);
 
+/* True when a bound (limits.max_depth, max_stacks, or the expansion budget a very
+ * ambiguous grammar exhausts) has dropped paths since the state was created, even in an
+ * advance that failed: from then on it may admit less than the grammar. */
+bool gram_state_truncated(const gram_state *s);
+
 /* ---- tokens -------------------------------------------------------------------------- */
 
 /* The vocabulary's tokens as bytes, in a trie (caller owns; free with gram_vocab_destroy).

@@ -100,6 +100,7 @@ void gram__dedupe(gram_stacks *s, const gram_stacks *arena);
 struct gram_state {
     const gram_grammar *g;
     gram_stacks st; /* its own arena; tops are the live stacks */
+    bool truncated; /* a bound dropped paths (gram_state_truncated) */
 };
 
 void gram__mask_cache_destroy(gram_mask_cache *c);

@@ -96,7 +96,10 @@ void sched__sample_row(const sched *s, const sched_request *r, int32_t ahead, de
  * once the budget is spent starts forcing think_close (tick.c masks the rows). */
 static void thinking_follow(sched_request *r, const char *piece, size_t n) {
     if (r->params.max_reasoning_tokens <= 0) return;
-    if (r->force_at < r->params.n_think_close) r->force_at++;
+    if (r->force_at < r->params.n_think_close && ++r->force_at == r->params.n_think_close) {
+        r->thinking = 2; /* forced </think> complete, whether or not its text shows (a control token) */
+        return;
+    }
     char buf[sizeof r->tag_tail + 64];
     size_t keep = strnlen(r->tag_tail, sizeof r->tag_tail);
     size_t take = n < 64 ? n : 64;
@@ -133,10 +136,10 @@ bool sched__emit(sched *s, sched_request *r, const dev_sample_result *drawn, dou
     bool length = !eog && !complete && (n_generated >= p->max_tokens || r->n_tokens >= s->cfg.max_seq_len);
     size_t n_piece = 0;
     if (!eog) n_piece = tok_decoder_push(s->vocab, &r->dec, tok, s->piece, s->piece_cap);
-    if (!eog) { /* the token's own bytes (the decoder may hold some back) */
-        char raw[64];
+    if (!eog && r->params.max_reasoning_tokens > 0) { /* the token's own bytes (the decoder may hold some back) */
+        char raw[256];
         size_t n_raw = tok_token_bytes(s->vocab, tok, false, raw, sizeof raw);
-        thinking_follow(r, raw, n_raw < sizeof raw ? n_raw : sizeof raw);
+        thinking_follow(r, raw, n_raw < sizeof raw ? n_raw : sizeof raw); /* a tag past 256 bytes: not seen */
     }
     if (eog || length || complete) n_piece += tok_decoder_flush(&r->dec, s->piece + n_piece, s->piece_cap);
 
@@ -153,15 +156,16 @@ bool sched__emit(sched *s, sched_request *r, const dev_sample_result *drawn, dou
                           : length                   ? SCHED_FINISH_LENGTH
                                                      : SCHED_FINISH_NONE;
     sp_status err = SP_OK;
-    if (grammar_refused) {
+    if (grammar_refused) { /* the refused token is not part of the answer */
         finish = SCHED_FINISH_ERROR;
-        err = sp_fail(SP_ERR_RANGE, "the output reached a bound of its grammar (its nesting or its ambiguity) "
-                                    "where no token could continue it");
+        n_commit = 0;
+        err = sp_fail(SP_ERR_INVALID_ARG, "the output reached a bound of its grammar (--grammar-max-depth, or its "
+                                          "ambiguity) where no token could continue it");
     }
 
     pthread_mutex_lock(&r->lock);
     sched_output *o = &r->out;
-    if (!eog) {
+    if (!eog && !grammar_refused) {
         o->tokens[o->n_tokens] = (sched_token){tok, logprob};
         for (int k = 0; k < o->top_logprobs; k++)
             o->top[(size_t)o->n_tokens * (size_t)o->top_logprobs + (size_t)k] =

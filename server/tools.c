@@ -111,17 +111,53 @@ static long tool_find(const json_t *tools, const char *name, size_t n) {
     return -1;
 }
 
+/* Rewrites, in place, every "$ref": "#..." under v to "#/$defs/<prefix>...": a tool's
+ * parameters moved under the call schema's $defs keep their references (Pydantic's
+ * "#/$defs/Model", a recursive "#"). Returns whether there was one. */
+static bool refs_rebase(json_t *v, const char *prefix) {
+    bool any = false;
+    if (json_is_object(v)) {
+        const char *key;
+        json_t *x;
+        json_object_foreach(v, key, x) {
+            if (strcmp(key, "$ref") == 0 && json_is_string(x) && json_string_value(x)[0] == '#') {
+                strbuf b = {0};
+                strbuf_printf(&b, "#/$defs/%s%s", prefix, json_string_value(x) + 1);
+                char *ref = strbuf_take(&b);
+                if (ref) json_string_set(x, ref);
+                free(ref);
+                any = true;
+            } else {
+                any |= refs_rebase(x, prefix);
+            }
+        }
+    } else if (json_is_array(v)) {
+        for (size_t i = 0; i < json_array_size(v); i++) any |= refs_rebase(json_array_get(v, i), prefix);
+    }
+    return any;
+}
+
 /* The JSON Schema of one call's object in format f: {"name": const, args_key: parameters}
- * for each allowed tool, as an anyOf (their names tell them apart). */
-static json_t *call_schema(const srv_request *r, srv_tool_format f) {
+ * for each allowed tool, as an anyOf (their names tell them apart). Parameters with
+ * references move under the call schema's $defs (as "<tool>-params"), theirs rebased. */
+static json_t *call_schema(const srv_request *r, srv_tool_format f, json_t *defs) {
     const char *args_key = f == SRV_TOOLS_LLAMA3 ? "parameters" : "arguments";
     json_t *alts = json_array();
     for (size_t i = 0; alts && i < json_array_size(r->tools); i++) {
         if (r->tool_choice == SRV_TOOL_CHOICE_NAMED && strcmp(tool_name(r->tools, i), r->tool_choice_name) != 0)
             continue;
         const json_t *params = json_object_get(tool_fn(r->tools, i), "parameters");
-        json_t *p =
-            params && !json_is_null(params) ? json_incref((json_t *)params) : json_pack("{s:s}", "type", "object");
+        json_t *p = params && !json_is_null(params) ? json_deep_copy(params) : json_pack("{s:s}", "type", "object");
+        char def[96];
+        snprintf(def, sizeof def, "%s-params", tool_name(r->tools, i));
+        if (p && refs_rebase(p, def)) { /* referenced from inside: it lives in $defs, the call points there */
+            json_object_set_new(defs, def, p);
+            strbuf b = {0};
+            strbuf_printf(&b, "#/$defs/%s", def);
+            char *ref = strbuf_take(&b);
+            p = ref ? json_pack("{s:s}", "$ref", ref) : NULL;
+            free(ref);
+        }
         json_t *alt =
             json_pack("{s:s,s:{s:{s:s},s:o},s:[s,s],s:b}", "type", "object", "properties", "name", "const",
                       tool_name(r->tools, i), args_key, p, "required", "name", args_key, "additionalProperties", 0);
@@ -145,7 +181,8 @@ static sp_status tools_grammar(const srv_model_info *mi, srv_request *r, srv_err
     srv_tool_format f = mi->tool_format;
     /* a named function is called once; required calls as many as parallel_tool_calls allows */
     const bool one = !r->parallel_tool_calls || r->tool_choice == SRV_TOOL_CHOICE_NAMED;
-    json_t *call = call_schema(r, f);
+    json_t *defs = json_object();
+    json_t *call = defs ? call_schema(r, f, defs) : NULL;
     json_t *schema = NULL;
     if (call && f == SRV_TOOLS_GENERIC) {
         schema = json_pack("{s:s,s:{s:{s:s,s:O,s:i}},s:[s],s:b}", "type", "object", "properties", "tool_calls", "type",
@@ -160,6 +197,8 @@ static sp_status tools_grammar(const srv_model_info *mi, srv_request *r, srv_err
         schema = json_incref(call);
     }
     json_decref(call);
+    if (schema && json_object_size(defs) > 0) json_object_set(schema, "$defs", defs);
+    json_decref(defs);
     if (!schema) return srv__fail(err, SRV_ERROR_INTERNAL, "tools", "out of memory building the tool-call grammar");
     gram_schema_options opt = gram_schema_options_default();
     if (mi->schema_max_depth > 0) opt.max_depth = mi->schema_max_depth;

@@ -158,3 +158,20 @@ def test_bad_tools_are_400s_naming_the_field(server):
     assert e["param"] == "tool_choice"
     e = error_of(server, {"tools": TOOLS, "parallel_tool_calls": "yes"})
     assert e["param"] == "parallel_tool_calls"
+
+
+def test_parameters_with_refs_are_enforced(server):
+    """Pydantic's nested models come as $defs and $ref ("#/$defs/City") inside parameters."""
+    params = {"$defs": {"City": {"type": "object", "properties": {
+        "name": {"type": "string", "maxLength": 20}, "country": {"type": "string", "maxLength": 20}},
+        "required": ["name", "country"], "additionalProperties": False}},
+        "type": "object", "properties": {"city": {"$ref": "#/$defs/City"}, "days": {
+            "type": "integer", "minimum": 1, "maximum": 7}},
+        "required": ["city", "days"], "additionalProperties": False}
+    tools = [{"type": "function", "function": {"name": "forecast", "parameters": params}}]
+    r = server.client().chat.completions.create(
+        model=MODEL, messages=ASK, tools=tools, tool_choice={"type": "function", "function": {"name": "forecast"}},
+        temperature=0.7, seed=3, max_tokens=120)
+    calls = r.choices[0].message.tool_calls
+    assert r.choices[0].finish_reason == "tool_calls" and len(calls) == 1
+    jsonschema.validate(json.loads(calls[0].function.arguments), params)

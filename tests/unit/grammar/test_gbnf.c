@@ -169,6 +169,7 @@ Test(gram_gbnf, errors_name_the_place) {
     expect_error("root ::= (\"a\" \n", "without its closing )");
     expect_error("root := \"a\"\n", "expected ::=");
     expect_error("root ::= \"\\ud800\"\n", "not a Unicode scalar value");
+    expect_error("root ::= [^\\x00-\\U0010FFFF]\n", "no string matches it");
 }
 
 Test(gram_gbnf, limits_are_errors) {

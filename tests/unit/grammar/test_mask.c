@@ -129,3 +129,34 @@ Test(gram_mask, cached_walks_depend_on_the_context_below_the_cut) {
     gram_vocab_destroy(gv);
     tok_vocab_destroy(v);
 }
+
+/* Near the nesting bound the mask walks whole stacks: it never allows a token that would
+ * push past --grammar-max-depth (the advance refuses those), at every depth up to it. */
+Test(gram_mask, the_depth_bound_agrees_with_the_advance) {
+    tok_vocab *v = load_vocab(testdata_default_model());
+    gram_vocab *gv = NULL;
+    cr_assert_eq(gram_vocab_create(v, &gv), SP_OK);
+    gram_limits lim = gram_limits_default();
+    lim.max_depth = 24;
+    const char *text = "root ::= \"[\" root \"]\" | \"x\"\n";
+    gram_grammar *g = NULL;
+    cr_assert_eq(gram_compile(text, strlen(text), &lim, &g), SP_OK);
+    gram_state *s = NULL;
+    cr_assert_eq(gram_state_create(g, &s), SP_OK);
+    uint32_t *mask = calloc(gram_mask_words(gv), sizeof *mask);
+    int depth = 0;
+    for (; depth < 40; depth++) {
+        gram_mask(g, gv, s, mask);
+        for (int32_t id = 0; id < tok_vocab_size(v); id++)
+            cr_assert_eq((mask[id >> 5] >> (id & 31)) & 1, token_ok(s, gv, id), "depth %d, token %d (%s)", depth, id,
+                         tok_token_text(v, id));
+        if (!gram_state_advance(s, (const uint8_t *)"[", 1)) break;
+    }
+    cr_assert(depth > 4 && depth < 40, "opened %d", depth);
+    gram_mask(g, gv, s, mask);
+    free(mask);
+    gram_state_destroy(s);
+    gram_grammar_destroy(g);
+    gram_vocab_destroy(gv);
+    tok_vocab_destroy(v);
+}
