@@ -30,8 +30,9 @@ struct srv_choice {
     int32_t tokens_sent;
     bool role_sent;
     bool finish_sent;
-    bool tools_decided; /* a request with tools: the answer is known not to be tool calls (its text flows) */
-    uint8_t think;      /* a thinking template's answer: THINK_* below */
+    bool tools_decided;  /* a request with tools: the answer is known not to be tool calls (its text flows) */
+    uint8_t think;       /* a thinking template's answer: THINK_* below */
+    bool content_flowed; /* a request with tools: content other than blanks has been sent */
 };
 
 /* ---- the suspend/resume handshake ---- */
@@ -250,38 +251,36 @@ static bool tool_call_chunks(srv_conn *conn, int index, int k, const json_t *cal
     return ok;
 }
 
-/* A request with tools holds a choice's text back while the answer may still be tool calls
- * (srv__tools_may_open); once it cannot, the held text flows as content. An answer that
- * ends as tool calls is sent as OpenAI streams them: per call a chunk with its index, id
- * and name, then its arguments in pieces, then the finish_reason "tool_calls". Returns
- * false on out of memory; *held true while the choice's text stays back; *sent true when
- * the calls (and the finish) went out. */
-static bool stream_tool_calls(srv_conn *conn, srv_choice *choice, bool *held, bool *sent) {
+/* A request with tools, on the answer's new text in news (after any reasoning): the
+ * text that may still become tool calls is held back (choice->text_sent rewound to it:
+ * srv__tools_hold_from), the rest flows as content. When the answer ends, the held text
+ * is parsed: calls are sent as OpenAI streams them (per call a chunk with its index, id
+ * and name, then its arguments in pieces, then the finish_reason "tool_calls"), with the
+ * text around them as content first; anything else flows as content. *sent: the calls
+ * and the finish went out. */
+static bool stream_tools(srv_conn *conn, srv_choice *choice, choice_news *news, bool *sent) {
     const srv_request *rq = &conn->request;
     const srv_model_info *mi = &conn->app->model;
-    *held = *sent = false;
-    sched_request *r = conn->reqs[choice->index];
-    sched_request_lock(r);
-    const sched_output *out = sched_request_output(r);
-    bool ok = srv__grow((void **)&conn->copy_text, &conn->copy_text_cap, out->text_len + 1, 1);
-    if (ok && out->text_len) memcpy(conn->copy_text, out->text, out->text_len);
-    size_t len = out->text_len;
-    bool done = out->done, stop = out->finish == SCHED_FINISH_STOP;
-    int32_t n_tokens = out->n_tokens;
-    sched_request_unlock(r);
-    if (!ok) return false;
-    if (!done) {
-        *held = srv__tools_may_open(mi, conn->copy_text, len);
-        if (!*held) choice->tools_decided = true;
+    *sent = false;
+    const char *text = conn->copy_text;
+    size_t len = news->text_len;
+    if (!news->done) {
+        size_t hold = srv__tools_hold_from(mi, text, len, choice->content_flowed);
+        choice->text_sent -= len - hold;
+        news->text_len = hold;
+        for (size_t k = 0; k < hold && !choice->content_flowed; k++)
+            choice->content_flowed = text[k] != ' ' && text[k] != '\n' && text[k] != '\r' && text[k] != '\t';
         return true;
     }
-    char *content = NULL;
-    json_t *calls = stop ? srv__tools_parse(mi, rq, conn->copy_text, len, &content) : NULL;
     choice->tools_decided = true;
-    if (!calls) return true; /* content after all: it flows from the start */
-    if (content)
+    char *content = NULL;
+    json_t *calls = news->finish == SCHED_FINISH_STOP ? srv__tools_parse(mi, rq, text, len, &content) : NULL;
+    if (!calls) return true; /* content after all: it flows with the finish */
+    bool ok = true;
+    if (content || news->n_tokens > 0)
         ok = out_append_owned(conn, srv_sse_delta_chunk(rq, mi, conn->id, conn->created, choice->index, content,
-                                                        strlen(content), NULL, 0, NULL, 0, NULL));
+                                                        content ? strlen(content) : 0, conn->copy_tokens,
+                                                        news->n_tokens, conn->copy_top, news->top_logprobs, NULL));
     free(content);
     for (size_t k = 0; ok && k < json_array_size(calls); k++)
         ok = tool_call_chunks(conn, choice->index, (int)k, json_array_get(calls, k));
@@ -289,8 +288,6 @@ static bool stream_tool_calls(srv_conn *conn, srv_choice *choice, bool *held, bo
     if (ok)
         ok = out_append_owned(conn, srv_sse_delta_chunk(rq, mi, conn->id, conn->created, choice->index, NULL, 0, NULL,
                                                         0, NULL, 0, "tool_calls"));
-    choice->text_sent = len;
-    choice->tokens_sent = n_tokens;
     choice->finish_sent = true;
     *sent = true;
     return ok;
@@ -308,17 +305,18 @@ static bool stream_collect(srv_conn *conn) {
             if (!out_append_owned(conn, srv_sse_role_chunk(rq, mi, conn->id, conn->created, i))) return false;
             choice->role_sent = true;
         }
-        if (rq->tools && !choice->tools_decided) {
-            bool held, sent;
-            if (!stream_tool_calls(conn, choice, &held, &sent)) return false;
-            if (held) all_finished = false;
-            if (held || sent) continue;
-        }
         choice_news news;
         if (!choice_take_news(conn, choice, &news)) return false;
         if (mi->reasoning_tags && rq->endpoint == SRV_ENDPOINT_CHAT && choice->think != THINK_ANSWER &&
             !stream_reasoning(conn, choice, &news))
             return false;
+        /* tool calls are looked for in the answer after the reasoning (news holds only that) */
+        bool answering = !mi->reasoning_tags || choice->think == THINK_ANSWER || news.done;
+        if (rq->tools && !choice->tools_decided && answering) {
+            bool sent;
+            if (!stream_tools(conn, choice, &news, &sent)) return false;
+            if (sent) continue;
+        }
         bool failed = news.done && (news.finish == SCHED_FINISH_ERROR || news.finish == SCHED_FINISH_CANCELLED);
         const char *finish = news.done && !failed ? srv_finish_reason(news.finish) : NULL;
         if (news.text_len > 0 || news.n_tokens > 0 || finish) {

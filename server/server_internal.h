@@ -123,9 +123,11 @@ sp_status srv__tools_adjust_context(const srv_model_info *mi, const srv_request 
  * around them (*content, malloc'd, NULL when none), or NULL when the answer is not calls
  * of r's tools (then it is all content). */
 json_t *srv__tools_parse(const srv_model_info *mi, const srv_request *r, const char *text, size_t len, char **content);
-/* Whether an answer that starts with text may still turn out to be tool calls (a stream
- * holds its text back while it may). */
-bool srv__tools_may_open(const srv_model_info *mi, const char *text, size_t len);
+/* For a stream: the offset in the answer's unsent text from which it must be held back
+ * because it may still be tool calls (len: nothing to hold). hermes calls may follow
+ * text (held from the first <tool_call>, or a tag cut at the end); in the other formats
+ * the calls are the whole answer, so once content has flowed (flowed) nothing is held. */
+size_t srv__tools_hold_from(const srv_model_info *mi, const char *text, size_t len, bool flowed);
 
 /* The request's `model`, when given, must name the served model (served_name or
  * file_name): else 404 model_not_found. */

@@ -496,16 +496,28 @@ json_t *srv__tools_parse(const srv_model_info *mi, const srv_request *r, const c
     return out;
 }
 
-bool srv__tools_may_open(const srv_model_info *mi, const char *text, size_t len) {
-    const char *s = text;
-    size_t n = len;
-    while (n && (*s == ' ' || *s == '\n' || *s == '\t' || *s == '\r')) s++, n--;
-    if (n == 0) return true;
-    switch (mi->tool_format) {
-    case SRV_TOOLS_HERMES: return strncmp(s, "<tool_call>", n < 11 ? n : 11) == 0;
-    case SRV_TOOLS_LLAMA3: return s[0] == '{' || strncmp(s, "<|python_tag|>", n < 14 ? n : 14) == 0;
-    case SRV_TOOLS_MISTRAL: return s[0] == '[';
-    case SRV_TOOLS_GENERIC: return s[0] == '{' || s[0] == '`';
+size_t srv__tools_hold_from(const srv_model_info *mi, const char *text, size_t len, bool flowed) {
+    if (mi->tool_format == SRV_TOOLS_HERMES) { /* calls may follow text: hold from the first <tool_call> */
+        static const char OPEN[] = "<tool_call>";
+        const size_t n = sizeof OPEN - 1;
+        const char *at = memmem(text, len, OPEN, n);
+        if (at) return (size_t)(at - text);
+        for (size_t k = n - 1; k > 0; k--) /* a tag cut at the end */
+            if (len >= k && memcmp(text + len - k, OPEN, k) == 0) return len - k;
+        return len;
     }
-    return false;
+    if (flowed) return len; /* the other formats: the calls are the whole answer */
+    size_t at = 0;
+    while (at < len && (text[at] == ' ' || text[at] == '\n' || text[at] == '\t' || text[at] == '\r')) at++;
+    if (at == len) return 0; /* only blanks so far: wait */
+    const char *s = text + at;
+    size_t n = len - at;
+    bool may = false;
+    switch (mi->tool_format) {
+    case SRV_TOOLS_LLAMA3: may = s[0] == '{' || strncmp(s, "<|python_tag|>", n < 14 ? n : 14) == 0; break;
+    case SRV_TOOLS_MISTRAL: may = s[0] == '[' || strncmp(s, "[TOOL_CALLS]", n < 12 ? n : 12) == 0; break;
+    case SRV_TOOLS_GENERIC: may = s[0] == '{' || s[0] == '`'; break;
+    case SRV_TOOLS_HERMES: break;
+    }
+    return may ? 0 : len;
 }

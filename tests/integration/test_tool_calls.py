@@ -6,6 +6,7 @@ arguments in pieces, finish_reason "tool_calls"); auto answers either way; the h
 tool_calls and tool messages render; bad tools and tool_choice values are 400s naming the
 field."""
 import json
+import os
 
 import jsonschema
 import pytest
@@ -175,3 +176,47 @@ def test_parameters_with_refs_are_enforced(server):
     calls = r.choices[0].message.tool_calls
     assert r.choices[0].finish_reason == "tool_calls" and len(calls) == 1
     jsonschema.validate(json.loads(calls[0].function.arguments), params)
+
+
+QWEN25 = os.path.join(os.environ.get("SPINDLE_TESTDATA", "../shared/testdata"), "templates",
+                      "Qwen-Qwen2.5-7B-Instruct.jinja")
+QWEN3 = os.path.join(os.environ.get("SPINDLE_TESTDATA", "../shared/testdata"), "templates", "Qwen-Qwen3-0.6B.jinja")
+CALL = '<tool_call>\\n{\\"name\\": \\"add\\", \\"arguments\\": {\\"a\\": 1, \\"b\\": 2}}\\n</tool_call>'
+
+
+@pytest.mark.parametrize("template,shape,reasoning", [
+    (QWEN25, 'root ::= "Let me add.\\n' + CALL + '"\n', None),
+    (QWEN3, 'root ::= "<think>\\nadd them\\n</think>\\n\\n' + CALL + '"\n', "add them\n"),
+], ids=["hermes-after-text", "hermes-after-thinking"])
+def test_hermes_calls_after_text_or_thinking_stream_as_calls(spindle_bin, default_model, template, shape,
+                                                            reasoning):
+    """A model in the hermes format writes calls after some text or after its thinking (the
+    default model's words shaped by a grammar): streamed, the text flows first and the calls
+    come as tool_calls deltas; not streamed, the same split."""
+    if not os.path.exists(template):
+        pytest.skip(f"{template} absent")
+    s = Server(spindle_bin, default_model, "--chat-template", template)
+    try:
+        kw = dict(model=MODEL, messages=ASK, tools=TOOLS, max_tokens=80, temperature=0,
+                  extra_body={"grammar": shape})
+        whole = s.client().chat.completions.create(**kw).choices[0]
+        assert whole.finish_reason == "tool_calls"
+        assert [c.function.name for c in whole.message.tool_calls] == ["add"]
+        assert json.loads(whole.message.tool_calls[0].function.arguments) == {"a": 1, "b": 2}
+        assert whole.message.model_dump().get("reasoning_content") == reasoning
+        content, thought, names, args, finish = "", "", [], "", None
+        for chunk in s.client().chat.completions.create(stream=True, **kw):
+            for ch in chunk.choices:
+                d = ch.delta.model_dump()
+                content += d.get("content") or ""
+                thought += d.get("reasoning_content") or ""
+                for tc in ch.delta.tool_calls or []:
+                    if tc.id:
+                        names.append(tc.function.name)
+                    args += tc.function.arguments or ""
+                finish = ch.finish_reason or finish
+        assert finish == "tool_calls" and names == ["add"] and json.loads(args) == {"a": 1, "b": 2}
+        assert content.strip() == (whole.message.content or "").strip()
+        assert (thought or None) == reasoning
+    finally:
+        assert s.stop() == 0

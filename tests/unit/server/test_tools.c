@@ -99,15 +99,18 @@ Test(tools, llama3_and_mistral_formats) {
     expect_content(SRV_TOOLS_MISTRAL, "[1, 2, 3]");
 }
 
-Test(tools, streams_hold_text_only_while_a_call_may_open) {
+Test(tools, streams_hold_back_only_what_may_become_calls) {
     srv_model_info generic = {.tool_format = SRV_TOOLS_GENERIC}, hermes = {.tool_format = SRV_TOOLS_HERMES};
-    cr_assert(srv__tools_may_open(&generic, "", 0));
-    cr_assert(srv__tools_may_open(&generic, " \n{\"tool", 8));
-    cr_assert_not(srv__tools_may_open(&generic, "Hello", 5));
-    cr_assert(srv__tools_may_open(&hermes, "<tool_", 6));
-    cr_assert(srv__tools_may_open(&hermes, "<tool_call>{", 12));
-    cr_assert_not(srv__tools_may_open(&hermes, "<b>", 3));
-    cr_assert_not(srv__tools_may_open(&hermes, "Sure", 4));
+    cr_assert_eq(srv__tools_hold_from(&generic, "", 0, false), 0);
+    cr_assert_eq(srv__tools_hold_from(&generic, " \n{\"tool", 8, false), 0);
+    cr_assert_eq(srv__tools_hold_from(&generic, "Hello", 5, false), 5);
+    cr_assert_eq(srv__tools_hold_from(&generic, "{\"a\"", 4, true), 4, "content flowed: the answer is not calls");
+    cr_assert_eq(srv__tools_hold_from(&hermes, "<tool_", 6, false), 0);
+    cr_assert_eq(srv__tools_hold_from(&hermes, "<tool_call>{", 12, false), 0);
+    cr_assert_eq(srv__tools_hold_from(&hermes, "Sure.\n<tool_call>{", 19, true), 6);
+    cr_assert_eq(srv__tools_hold_from(&hermes, "Sure.\n<tool", 11, true), 6);
+    cr_assert_eq(srv__tools_hold_from(&hermes, "<b>", 3, false), 3);
+    cr_assert_eq(srv__tools_hold_from(&hermes, "Sure", 4, false), 4);
 }
 
 static srv_tool_format detect(const char *file, bool *renders) {
