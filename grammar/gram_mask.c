@@ -11,7 +11,9 @@
  * A mask is then, per stack, the cached accepted set OR'ed in, plus a walk of each dep's
  * subtree with the whole stack (usually a few tokens: inside a JSON string only the
  * tokens that close the string and go on, like `",`). This is XGrammar's split of
- * context-independent and context-dependent tokens, done lazily per stack top.
+ * context-independent and context-dependent tokens, done lazily per stack top. The cut
+ * walks run on gram_dfa.c's states (one table load per trie edge); the whole-stack walks
+ * (deps, stacks near the depth bound) on the stacks themselves.
  *
  * DESIGN (threads). The cache hangs off the grammar and is only touched here; one thread
  * at a time calls gram_mask on a grammar (grammar.h).
@@ -178,6 +180,7 @@ struct gram_mask_cache {
     int32_t n_deps, cap_deps;
     uint8_t *prefixes;
     int32_t n_prefix, cap_prefix;
+    gram_dfa *dfa; /* the cut walks' states (gram_dfa.c) */
 };
 
 typedef struct walk {
@@ -245,6 +248,32 @@ static void walk_node(walk *w, int32_t node, int32_t depth, const int32_t *tops,
     }
 }
 
+/* The cut walk below trie node node (at depth bytes) from DFA state s: the tokens whose
+ * bytes the cut stacks take into w->mask, and the nodes below which tokens need the whole
+ * stack into the deps (not under one already recorded). */
+static void walk_cut(walk *w, int32_t node, int32_t depth, int32_t s, bool under_dep) {
+    gram_dfa *d = w->c->dfa;
+    const trie_node *tn = &w->gv->nodes[node];
+    gram_byteset any;
+    gram__dfa_bytes(d, w->g, s, &any);
+    for (int32_t e = 0; e < tn->n_edges; e++) {
+        const trie_edge edge = w->gv->edges[tn->first_edge + e];
+        if (!gram_byteset_has(&any, edge.byte)) continue;
+        int32_t t = gram__dfa_next(d, w->g, s, edge.byte);
+        if (t < 0) continue;
+        const trie_node *child = &w->gv->nodes[edge.child];
+        set_tokens(w, child);
+        if (child->n_edges == 0) continue;
+        w->c->path[depth] = edge.byte;
+        bool dep_here = false;
+        if (gram__dfa_needs_context(d, t) && !under_dep) {
+            dep_add(w, edge.child, depth + 1);
+            dep_here = true;
+        }
+        if (gram__dfa_continues(d, t)) walk_cut(w, edge.child, depth + 1, t, under_dep || dep_here);
+    }
+}
+
 static bool cache_fit(gram_mask_cache *c, const gram_vocab *gv) {
     if (c->level && c->n_levels >= gv->max_len + 2) return true;
     for (int32_t i = 0; i < c->n_levels; i++) gram__stacks_free(&c->level[i]);
@@ -279,6 +308,7 @@ void gram__mask_cache_destroy(gram_mask_cache *c) {
     free(c->level);
     free(c->path);
     gram__stacks_free(&c->arena);
+    gram__dfa_destroy(c->dfa);
     free(c->deps);
     free(c->prefixes);
     free(c);
@@ -322,14 +352,14 @@ static cache_entry *entry_for(walk *w, const int32_t *key, int32_t key_len) {
     }
     memcpy(e->key, key, sizeof *key * (size_t)key_len);
     e->key_len = key_len;
-    /* the cut stack: key_len - 1 nodes, bottom first, over the context (or the real bottom) */
-    c->arena.n_nodes = 0;
-    int32_t parent = key[key_len - 1];
-    for (int32_t i = key_len - 2; i >= 0 && parent != -3; i--) {
-        parent = gram__node_push(&c->arena, key[i], parent);
-        if (parent < 0) parent = -3;
+    /* the cut stack (key_len - 1 nodes over the context, or the real bottom) as a DFA state */
+    if (!c->dfa && !(c->dfa = gram__dfa_create())) {
+        entry_free(e);
+        return NULL;
     }
-    if (parent == -3) {
+    gram__dfa_trim(c->dfa);
+    int32_t start = gram__dfa_start(c->dfa, key, key_len);
+    if (start < 0) {
         entry_free(e);
         return NULL;
     }
@@ -337,7 +367,7 @@ static cache_entry *entry_for(walk *w, const int32_t *key, int32_t key_len) {
     walk cut = *w;
     cut.mask = e->accepted;
     cut.record_deps = true;
-    walk_node(&cut, 0, 0, &parent, 1, false);
+    walk_cut(&cut, 0, 0, start, false);
     if (c->n_deps) {
         e->deps = malloc(sizeof *e->deps * (size_t)c->n_deps);
         e->prefixes = malloc((size_t)(c->n_prefix ? c->n_prefix : 1));

@@ -105,6 +105,24 @@ struct gram_state {
 
 void gram__mask_cache_destroy(gram_mask_cache *c);
 
+/* ---- the cut stacks' DFA (gram_dfa.c): states are sets of cut stacks, found again by
+ * their structure; transitions filled on first use ---- */
+typedef struct gram_dfa gram_dfa;
+gram_dfa *gram__dfa_create(void);
+void gram__dfa_destroy(gram_dfa *d);
+/* Starts over when past its bounds; call between walks (state ids die). */
+void gram__dfa_trim(gram_dfa *d);
+/* The state of the cut stack key (positions top first, then the parent past the cut:
+ * GRAM_CONTEXT or -1); -1 when out of memory. */
+int32_t gram__dfa_start(gram_dfa *d, const int32_t *key, int32_t key_len);
+/* The state after byte b from state s; -1 when no stack takes b, or nothing stays alive
+ * (no stack, not accepting, no context to return to). */
+int32_t gram__dfa_next(gram_dfa *d, const gram_grammar *g, int32_t s, uint8_t b);
+bool gram__dfa_continues(const gram_dfa *d, int32_t s);     /* stacks remain: bytes may follow */
+bool gram__dfa_needs_context(const gram_dfa *d, int32_t s); /* some stack popped into the context */
+/* The bytes some stack of s takes, into *any (returned). */
+const gram_byteset *gram__dfa_bytes(const gram_dfa *d, const gram_grammar *g, int32_t s, gram_byteset *any);
+
 /* ==== JSON Schema to GBNF: what the two halves of gram_schema_to_gbnf share ====
  * gram_schema.c walks the schema (objects, arrays, $ref, allOf/anyOf/oneOf, naming rules)
  * and gram_schema_types.c writes the leaves (the shared rules, JSON text, numbers,
