@@ -66,16 +66,6 @@ static uint64_t chain_hash(const gram_stacks *a, int32_t at, uint64_t h) {
     return (h ^ (uint64_t)(uint32_t)at) * 1099511628211ull; /* GRAM_CONTEXT or -1 */
 }
 
-static bool chains_same(const gram_stacks *a, int32_t x, int32_t y) {
-    while (x >= 0 && y >= 0) {
-        if (x == y) return true;
-        if (a->nodes[x].pos != a->nodes[y].pos) return false;
-        x = a->nodes[x].parent;
-        y = a->nodes[y].parent;
-    }
-    return x == y;
-}
-
 static uint64_t set_hash(const gram_stacks *a, const int32_t *tops, int32_t n, bool accepting, bool context) {
     uint64_t h = 1469598103934665603ull ^ (uint64_t)(accepting | context << 1);
     for (int32_t i = 0; i < n; i++) h = chain_hash(a, tops[i], h);
@@ -112,7 +102,8 @@ static int32_t state_of(gram_dfa *d, int32_t mark) {
         if (s->hash != h || s->n != o->n_tops || s->accepting != o->accepting || s->needs_context != o->needs_context)
             continue;
         bool same = true;
-        for (int32_t i = 0; i < s->n && same; i++) same = chains_same(&d->arena, d->tops[s->first + i], o->tops[i]);
+        for (int32_t i = 0; i < s->n && same; i++)
+            same = gram__chains_equal(&d->arena, d->tops[s->first + i], o->tops[i]);
         if (same) {
             d->arena.n_nodes = mark;
             return d->index[at];

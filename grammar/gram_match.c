@@ -108,7 +108,7 @@ bool gram__advance_byte(const gram_grammar *g, gram_stacks *arena, const int32_t
     return took;
 }
 
-static bool chains_equal(const gram_stacks *arena, int32_t a, int32_t b) {
+bool gram__chains_equal(const gram_stacks *arena, int32_t a, int32_t b) {
     while (a >= 0 && b >= 0) {
         if (a == b) return true;
         if (arena->nodes[a].pos != arena->nodes[b].pos) return false;
@@ -122,7 +122,7 @@ void gram__dedupe(gram_stacks *s, const gram_stacks *arena) {
     int32_t m = 0;
     for (int32_t i = 0; i < s->n_tops; i++) {
         bool seen = false;
-        for (int32_t j = 0; j < m && !seen; j++) seen = chains_equal(arena, s->tops[i], s->tops[j]);
+        for (int32_t j = 0; j < m && !seen; j++) seen = gram__chains_equal(arena, s->tops[i], s->tops[j]);
         if (!seen) s->tops[m++] = s->tops[i];
     }
     s->n_tops = m;

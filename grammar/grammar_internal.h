@@ -94,6 +94,8 @@ void gram__expand(const gram_grammar *g, gram_stacks *arena, int32_t pos, int32_
  * when some stack took the byte. */
 bool gram__advance_byte(const gram_grammar *g, gram_stacks *arena, const int32_t *tops, int32_t n_tops, uint8_t b,
                         gram_stacks *out);
+/* Whether the chains from nodes a and b (in arena) hold the same positions to the bottom. */
+bool gram__chains_equal(const gram_stacks *arena, int32_t a, int32_t b);
 /* Drops duplicate stacks from s->tops (chains equal node by node). */
 void gram__dedupe(gram_stacks *s, const gram_stacks *arena);
 
