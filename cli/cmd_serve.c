@@ -232,6 +232,7 @@ static sp_status serve_load(const serve_args *a, srv_app *app, serve_state *s) {
                            .max_depth = (int32_t)a->cfg.grammar_max_depth,
                            .max_stacks = gram_limits_default().max_stacks},
         .schema_max_depth = (int32_t)a->cfg.grammar_schema_max_depth,
+        .json_flexible = a->cfg.grammar_json_whitespace == CFG_JSON_FLEXIBLE,
         .created = (int64_t)time(NULL),
         .cpu_kernels = dev_cpu_kernels(s->dev) != DEV_CPU_ISA_AUTO ? dev_cpu_isa_name(dev_cpu_kernels(s->dev)) : NULL};
     if ((st = srv_model_info_init_template(&app->model, model_gguf(s->model), a->chat_template)) != SP_OK) return st;

@@ -19,6 +19,7 @@ static const char *const GEMV_MODES[] = {"auto", "always", "never", NULL};
 static const char *const CPU_ISAS[] = {"auto", "generic", "avx2", "avx512", "amx", NULL};
 static const char *const POLICIES[] = {"fcfs", "priority", NULL};
 static const char *const LOG_FORMATS[] = {"text", "json", NULL};
+static const char *const JSON_WHITESPACE[] = {"compact", "flexible", NULL};
 
 /* clang-format off */
 #define STR(n, f, field, opt, a, h, u)     {n, f, CFG_T_STRING, OFF(field), 0, 0, opt, NULL, a, h, u}
@@ -117,6 +118,9 @@ const cfg_key cfg__keys[] = {
         "deepest nesting a constrained output may reach while it is generated (its matcher's stack)", NULL),
     INT("grammar_schema_max_depth", "grammar-schema-max-depth", grammar_schema_max_depth, 1, 1024, false,
         "deepest nesting of subschemas and $refs a JSON Schema may have; past it, a 400", NULL),
+    ENUM("grammar_json_whitespace", "grammar-json-whitespace", grammar_json_whitespace, JSON_WHITESPACE,
+         "JSON a schema constrains: compact (no whitespace, as OpenAI's strict mode writes it) or flexible "
+         "(optional whitespace between tokens, up to 20 characters)"),
     /* security */
     LIST("api_keys", "api-key", api_keys, "KEY", "API key clients send as `Authorization: Bearer KEY` (repeatable)"),
     STR("api_key_file", "api-key-file", api_key_file, true, "PATH", "file of API keys, one per line, reread on SIGHUP",

@@ -27,7 +27,7 @@
 /* The file read when --config is not given, if it exists. */
 #define CFG_DEFAULT_PATH "/etc/spindle/spindle.yaml"
 /* How many settings there are (the rows of cfg.c's key table). */
-#define CFG_KEY_COUNT 60
+#define CFG_KEY_COUNT 61
 
 typedef enum cfg_device {
     CFG_DEVICE_AUTO, /* CUDA when built and present, else the CPU */
@@ -49,6 +49,7 @@ typedef enum cfg_cpu_isa {
 typedef enum cfg_policy { CFG_POLICY_FCFS, CFG_POLICY_PRIORITY } cfg_policy;
 
 typedef enum cfg_log_format { CFG_LOG_TEXT, CFG_LOG_JSON } cfg_log_format;
+typedef enum cfg_json_whitespace { CFG_JSON_COMPACT, CFG_JSON_FLEXIBLE } cfg_json_whitespace;
 
 /* A list setting (api_keys, cors_origins): n strings, each owned by the list. */
 typedef struct cfg_list {
@@ -112,9 +113,10 @@ typedef struct cfg_settings {
     int64_t default_max_tokens;        /* max_tokens of a request without one; 0: what the context leaves */
     /* constrained output: bounds on what one constraint compiles to (grammar.h's gram_limits) */
     int64_t grammar_max_rules;
-    int64_t grammar_max_states;       /* automaton states (elements) of all rules together */
-    int64_t grammar_max_depth;        /* stack nesting while matching (JSON nesting and the like) */
-    int64_t grammar_schema_max_depth; /* nesting of JSON Schema subschemas and $refs */
+    int64_t grammar_max_states;                  /* automaton states (elements) of all rules together */
+    int64_t grammar_max_depth;                   /* stack nesting while matching (JSON nesting and the like) */
+    int64_t grammar_schema_max_depth;            /* nesting of JSON Schema subschemas and $refs */
+    cfg_json_whitespace grammar_json_whitespace; /* JSON from a schema: none, or optional between tokens */
     /* security */
     cfg_list api_keys;  /* --api-key (repeatable), api_keys */
     char *api_key_file; /* one key per line; NULL: none */

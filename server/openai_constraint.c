@@ -104,6 +104,7 @@ static sp_status compile_schema(const json_t *schema, const srv_model_info *mi, 
         return srv__type_error(err, param, "a JSON Schema (an object)", schema);
     gram_schema_options opt = gram_schema_options_default();
     if (mi->schema_max_depth > 0) opt.max_depth = mi->schema_max_depth;
+    opt.compact = !mi->json_flexible;
     char *gbnf = NULL;
     sp_status st = gram_schema_to_gbnf(schema, &opt, &gbnf);
     if (st == SP_ERR_NOMEM) return srv__fail(err, SRV_ERROR_INTERNAL, param, "%s", sp_last_error());

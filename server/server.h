@@ -124,6 +124,7 @@ typedef struct srv_model_info {
     const char *cpu_kernels;            /* the CPU backend's kernel set ("avx512"); NULL on a GPU */
     gram_limits grammar_limits;         /* bounds on a compiled constraint (--grammar-max-*) */
     int32_t schema_max_depth;           /* JSON Schema nesting (--grammar-schema-max-depth) */
+    bool json_flexible;                 /* JSON with optional whitespace (--grammar-json-whitespace) */
     struct srv_grammar_cache *grammars; /* compiled constraints shared by their text; NULL: none (each
                                            request compiles its own); freed by srv_model_info_free */
 } srv_model_info;

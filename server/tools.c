@@ -202,6 +202,7 @@ static sp_status tools_grammar(const srv_model_info *mi, srv_request *r, srv_err
     if (!schema) return srv__fail(err, SRV_ERROR_INTERNAL, "tools", "out of memory building the tool-call grammar");
     gram_schema_options opt = gram_schema_options_default();
     if (mi->schema_max_depth > 0) opt.max_depth = mi->schema_max_depth;
+    opt.compact = !mi->json_flexible;
     opt.root_name = "call";
     char *call_gbnf = NULL;
     sp_status st = gram_schema_to_gbnf(schema, &opt, &call_gbnf);

@@ -192,3 +192,18 @@ def test_bad_limit_flags_exit_2(spindle_bin, default_model):
     p = subprocess.run([spindle_bin, "serve", "--model", default_model, "--grammar-max-depth", "0"],
                        capture_output=True, text=True, timeout=30)
     assert p.returncode == 2 and "--grammar-max-depth" in p.stderr
+
+
+def test_flexible_json_whitespace_still_validates(spindle_bin, default_model):
+    s = Server(spindle_bin, default_model, "--grammar-json-whitespace", "flexible")
+    try:
+        for seed in (1, 2):
+            r = chat(s, "Describe a person as JSON.", temperature=1.0, seed=seed, max_tokens=300,
+                     response_format={"type": "json_schema", "json_schema": {"name": "p", "schema": PERSON}})
+            c = r.choices[0]
+            if c.finish_reason == "stop":
+                jsonschema.validate(json.loads(c.message.content), PERSON)
+            else:
+                assert c.finish_reason == "length" and c.message.content.lstrip().startswith("{")
+    finally:
+        assert s.stop() == 0
