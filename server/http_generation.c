@@ -33,6 +33,8 @@ struct srv_choice {
     bool tools_decided;  /* a request with tools: the answer is known not to be tool calls (its text flows) */
     uint8_t think;       /* a thinking template's answer: THINK_* below */
     bool content_flowed; /* a request with tools: content other than blanks has been sent */
+    srv_call_scan scan;  /* forced calls streamed as they come (stream_forced_calls) */
+    bool scan_lost;      /* the scan gave up: the calls go out when the answer ends */
 };
 
 /* ---- the suspend/resume handshake ---- */
@@ -251,6 +253,35 @@ static bool tool_call_chunks(srv_conn *conn, int index, int k, const json_t *cal
     return ok;
 }
 
+/* Forced calls (tool_choice required or named), streamed as they are generated: the held
+ * text is scanned from its start (choice->scan) and each call's head, then each new piece
+ * of its arguments, goes out at once. False on out of memory. */
+static bool stream_forced_calls(srv_conn *conn, srv_choice *choice, const char *text, size_t len) {
+    const srv_request *rq = &conn->request;
+    const srv_model_info *mi = &conn->app->model;
+    for (;;) {
+        size_t from = 0, n = 0;
+        srv_call_event ev = srv__tools_scan(&choice->scan, text, len, &from, &n);
+        if (ev == SRV_CALL_WAIT) return true;
+        if (ev == SRV_CALL_LOST) {
+            choice->scan_lost = choice->scan.index == 0; /* nothing sent yet: the end-of-answer path */
+            return true;
+        }
+        json_t *delta;
+        if (ev == SRV_CALL_HEAD) {
+            char id[32];
+            snprintf(id, sizeof id, "call_%016llx", (unsigned long long)srv__random_u64());
+            delta = json_pack("{s:i,s:s,s:s,s:{s:s%,s:s}}", "index", choice->scan.index++, "id", id, "type", "function",
+                              "function", "name", text + from, n, "arguments", "");
+        } else {
+            delta =
+                json_pack("{s:i,s:{s:s%}}", "index", choice->scan.index - 1, "function", "arguments", text + from, n);
+        }
+        if (!out_append_owned(conn, srv_sse_tool_call_delta(rq, mi, conn->id, conn->created, choice->index, delta)))
+            return false;
+    }
+}
+
 /* A request with tools, on the answer's new text in news (after any reasoning): the
  * text that may still become tool calls is held back (choice->text_sent rewound to it:
  * srv__tools_hold_from), the rest flows as content. When the answer ends, the held text
@@ -264,6 +295,28 @@ static bool stream_tools(srv_conn *conn, srv_choice *choice, choice_news *news, 
     *sent = false;
     const char *text = conn->copy_text;
     size_t len = news->text_len;
+    const bool forced = rq->tool_choice == SRV_TOOL_CHOICE_REQUIRED || rq->tool_choice == SRV_TOOL_CHOICE_NAMED;
+    if (forced && !choice->scan_lost) { /* the grammar makes it calls: stream them as they come */
+        if (!stream_forced_calls(conn, choice, text, len)) return false;
+        if (!choice->scan_lost) {
+            choice->text_sent -= len; /* the held text, scanned again from its start next time */
+            news->text_len = 0;
+            if (!news->done) return true;
+            if (choice->scan.index == 0) { /* no call came: the end-of-answer path decides */
+                choice->text_sent += len;
+                news->text_len = len;
+                goto at_the_end;
+            }
+            choice->tools_decided = true;
+            bool ok = out_append_owned(conn, srv_sse_delta_chunk(rq, mi, conn->id, conn->created, choice->index, NULL,
+                                                                 0, conn->copy_tokens, news->n_tokens, conn->copy_top,
+                                                                 news->top_logprobs, "tool_calls"));
+            choice->text_sent += len;
+            choice->finish_sent = true;
+            *sent = true;
+            return ok;
+        }
+    }
     if (!news->done) {
         size_t hold = srv__tools_hold_from(mi, text, len, choice->content_flowed);
         choice->text_sent -= len - hold;
@@ -272,6 +325,7 @@ static bool stream_tools(srv_conn *conn, srv_choice *choice, choice_news *news, 
             choice->content_flowed = text[k] != ' ' && text[k] != '\n' && text[k] != '\r' && text[k] != '\t';
         return true;
     }
+at_the_end:
     choice->tools_decided = true;
     char *content = NULL;
     json_t *calls = news->finish == SCHED_FINISH_STOP ? srv__tools_parse(mi, rq, text, len, &content) : NULL;

@@ -123,6 +123,25 @@ sp_status srv__tools_adjust_context(const srv_model_info *mi, const srv_request 
  * around them (*content, malloc'd, NULL when none), or NULL when the answer is not calls
  * of r's tools (then it is all content). */
 json_t *srv__tools_parse(const srv_model_info *mi, const srv_request *r, const char *text, size_t len, char **content);
+/* A stream of forced calls (tool_choice required or named: name before arguments, by the
+ * grammar) scanned as it comes, over the held text from its start. */
+typedef struct srv_call_scan {
+    size_t at;    /* bytes of the held text scanned */
+    int index;    /* calls whose head was sent */
+    bool in_args; /* inside a call's arguments value */
+    int depth;
+    bool in_str, esc;
+} srv_call_scan;
+
+typedef enum srv_call_event {
+    SRV_CALL_WAIT, /* nothing new until more text comes */
+    SRV_CALL_HEAD, /* a call's name at text[*from .. + *n) (a JSON string's content) */
+    SRV_CALL_ARGS, /* a piece of its arguments at text[*from .. + *n) */
+    SRV_CALL_LOST  /* not the shape expected: send the calls when the answer ends instead */
+} srv_call_event;
+
+srv_call_event srv__tools_scan(srv_call_scan *sc, const char *text, size_t len, size_t *from, size_t *n);
+
 /* For a stream: the offset in the answer's unsent text from which it must be held back
  * because it may still be tool calls (len: nothing to hold). hermes calls may follow
  * text (held from the first <tool_call>, or a tag cut at the end); in the other formats

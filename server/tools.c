@@ -522,3 +522,91 @@ size_t srv__tools_hold_from(const srv_model_info *mi, const char *text, size_t l
     }
     return may ? 0 : len;
 }
+
+/* ---- streaming forced calls as they are generated ---- */
+
+static size_t skip_blank(const char *s, size_t n, size_t at) {
+    while (at < n && (s[at] == ' ' || s[at] == '\n' || s[at] == '\t' || s[at] == '\r')) at++;
+    return at;
+}
+
+/* The end (just past the closing quote) of the JSON string starting at s[at] == '"', or 0
+ * when it is not complete yet. */
+static size_t string_end(const char *s, size_t n, size_t at) {
+    for (size_t i = at + 1; i < n; i++) {
+        if (s[i] == '\\')
+            i++;
+        else if (s[i] == '"')
+            return i + 1;
+    }
+    return 0;
+}
+
+srv_call_event srv__tools_scan(srv_call_scan *sc, const char *text, size_t len, size_t *from, size_t *n) {
+    if (!sc->in_args) {
+        const char *p = memmem(text + sc->at, len - sc->at, "\"name\"", 6);
+        if (!p) return SRV_CALL_WAIT;
+        size_t i = skip_blank(text, len, (size_t)(p - text) + 6);
+        if (i >= len) return SRV_CALL_WAIT;
+        if (text[i] != ':') return SRV_CALL_LOST;
+        i = skip_blank(text, len, i + 1);
+        if (i >= len) return SRV_CALL_WAIT;
+        if (text[i] != '"') return SRV_CALL_LOST;
+        size_t name_end = string_end(text, len, i);
+        if (!name_end) return SRV_CALL_WAIT;
+        size_t name = i + 1, name_len = name_end - 1 - name;
+        i = skip_blank(text, len, name_end);
+        if (i >= len) return SRV_CALL_WAIT;
+        if (text[i] != ',') return SRV_CALL_LOST;
+        i = skip_blank(text, len, i + 1);
+        static const char *const keys[] = {"\"arguments\"", "\"parameters\""};
+        size_t k = 0;
+        for (; k < 2; k++) {
+            size_t kn = strlen(keys[k]);
+            if (len - i < kn) {
+                if (memcmp(text + i, keys[k], len - i) == 0) return SRV_CALL_WAIT;
+                continue;
+            }
+            if (memcmp(text + i, keys[k], kn) == 0) break;
+        }
+        if (k == 2) return SRV_CALL_LOST;
+        i = skip_blank(text, len, i + strlen(keys[k]));
+        if (i >= len) return SRV_CALL_WAIT;
+        if (text[i] != ':') return SRV_CALL_LOST;
+        i = skip_blank(text, len, i + 1);
+        if (i >= len) return SRV_CALL_WAIT;
+        sc->at = i;
+        sc->in_args = true;
+        sc->depth = 0;
+        sc->in_str = sc->esc = false;
+        *from = name;
+        *n = name_len;
+        return SRV_CALL_HEAD;
+    }
+    size_t i = sc->at;
+    bool ended = false;
+    for (; i < len && !ended; i++) {
+        char c = text[i];
+        if (sc->in_str) {
+            if (sc->esc)
+                sc->esc = false;
+            else if (c == '\\')
+                sc->esc = true;
+            else if (c == '"')
+                sc->in_str = false;
+        } else if (c == '"') {
+            sc->in_str = true;
+        } else if (c == '{' || c == '[') {
+            sc->depth++;
+        } else if ((c == '}' || c == ']') && --sc->depth == 0) {
+            ended = true;
+        }
+    }
+    while (!ended && i > sc->at && i < len && ((unsigned char)text[i] & 0xC0) == 0x80) i--; /* whole characters */
+    if (i == sc->at) return SRV_CALL_WAIT;
+    *from = sc->at;
+    *n = i - sc->at;
+    sc->at = i;
+    if (ended) sc->in_args = false;
+    return SRV_CALL_ARGS;
+}

@@ -145,3 +145,38 @@ Test(tools, formats_are_detected_from_real_templates) {
     cr_assert_eq(detect("google-gemma-2-2b-it.jinja", &renders), SRV_TOOLS_GENERIC);
     cr_assert_not(renders, "gemma 2's template ignores tools");
 }
+
+/* Feeds a forced answer one byte more at a time: the heads and the argument pieces come
+ * out in order, and the pieces joined are each call's arguments exactly. */
+static void scan_all(const char *answer, const char *want) {
+    srv_call_scan sc = {0};
+    char got[1024] = "";
+    size_t len = strlen(answer);
+    for (size_t upto = 0; upto <= len; upto++) {
+        for (;;) {
+            size_t from, n;
+            srv_call_event ev = srv__tools_scan(&sc, answer, upto, &from, &n);
+            cr_assert_neq(ev, SRV_CALL_LOST, "lost at %zu of %s", upto, answer);
+            if (ev == SRV_CALL_WAIT) break;
+            size_t g = strlen(got);
+            if (ev == SRV_CALL_HEAD)
+                snprintf(got + g, sizeof got - g, "%s%.*s(", g ? ")" : "", (int)n, answer + from);
+            else
+                snprintf(got + g, sizeof got - g, "%.*s", (int)n, answer + from);
+        }
+    }
+    size_t g = strlen(got);
+    snprintf(got + g, sizeof got - g, ")");
+    cr_assert_str_eq(got, want);
+}
+
+Test(tools, forced_calls_are_scanned_as_they_come) {
+    scan_all("{\"tool_calls\":[{\"name\":\"add\",\"arguments\":{\"a\":1,\"b\":{\"c\":\"}\\\"]\"}}},"
+             "{\"name\":\"get_weather\",\"arguments\":{}}]}",
+             "add({\"a\":1,\"b\":{\"c\":\"}\\\"]\"}})get_weather({})");
+    scan_all("<tool_call>\n{\"name\": \"add\", \"arguments\": {\"x\": [1, 2]}}\n</tool_call>", "add({\"x\": [1, 2]})");
+    scan_all("{\"name\":\"f\",\"parameters\":{\"s\":\"é\"}}", "f({\"s\":\"é\"})");
+    srv_call_scan sc = {0};
+    size_t from, n;
+    cr_assert_eq(srv__tools_scan(&sc, "{\"name\":\"f\",\"other\":1}", 22, &from, &n), SRV_CALL_LOST);
+}
