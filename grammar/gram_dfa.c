@@ -24,6 +24,8 @@ typedef struct dfa_state {
     int32_t first, n; /* its stacks: tops[first .. first + n), nodes in the arena */
     bool accepting, needs_context;
     uint64_t hash;
+    bool loop_known;
+    gram_byteset loop; /* the bytes that lead back to this state (once loop_known) */
     int32_t next[256]; /* DFA_UNKNOWN, DFA_DEAD or a state */
 } dfa_state;
 
@@ -118,6 +120,7 @@ static int32_t state_of(gram_dfa *d, int32_t mark) {
     s->accepting = o->accepting;
     s->needs_context = o->needs_context;
     s->hash = h;
+    s->loop_known = false;
     for (int i = 0; i < 256; i++) s->next[i] = DFA_UNKNOWN;
     if (o->n_tops) memcpy(d->tops + d->n_tops, o->tops, sizeof *d->tops * (size_t)o->n_tops);
     d->n_tops += o->n_tops;
@@ -183,4 +186,20 @@ const gram_byteset *gram__dfa_bytes(const gram_dfa *d, const gram_grammar *g, in
         for (int k = 0; k < 4; k++) any->bits[k] |= set->bits[k];
     }
     return any;
+}
+
+bool gram__dfa_loops_over(gram_dfa *d, const gram_grammar *g, int32_t s, const gram_byteset *bytes) {
+    if (!d->states[s].loop_known) {
+        gram_byteset any, loop = {{0}};
+        gram__dfa_bytes(d, g, s, &any);
+        for (int b = 0; b < 256; b++)
+            if (gram_byteset_has(&any, (uint8_t)b) && gram__dfa_next(d, g, s, (uint8_t)b) == s)
+                loop.bits[b >> 6] |= 1ull << (b & 63);
+        d->states[s].loop = loop; /* states may have moved: indexed again */
+        d->states[s].loop_known = true;
+    }
+    const gram_byteset *loop = &d->states[s].loop;
+    for (int k = 0; k < 4; k++)
+        if (bytes->bits[k] & ~loop->bits[k]) return false;
+    return true;
 }

@@ -37,6 +37,7 @@ enum { GRAM_DEDUPE_TOPS = 32 };
 typedef struct trie_node {
     int32_t first_edge, n_edges;
     int32_t first_token, n_tokens; /* into gv->sorted: the tokens that end here */
+    int32_t sub_end;               /* the subtree's tokens: sorted[first_token .. sub_end) */
 } trie_node;
 
 typedef struct trie_edge {
@@ -56,6 +57,7 @@ struct gram_vocab {
     trie_edge *edges;
     int32_t n_edges;
     int32_t max_len;
+    gram_byteset *below; /* (n_nodes) the bytes on the edges of each node's subtree */
 };
 
 static const gram_vocab *sort_vocab; /* qsort has no context argument */
@@ -78,7 +80,8 @@ static int32_t trie_build(gram_vocab *gv, int32_t lo, int32_t hi, uint32_t depth
     int32_t me = gv->n_nodes++;
     int32_t i = lo;
     while (i < hi && token_len(gv, gv->sorted[i]) == depth) i++;
-    gv->nodes[me] = (trie_node){.first_token = lo, .n_tokens = i - lo};
+    gv->nodes[me] = (trie_node){.first_token = lo, .n_tokens = i - lo, .sub_end = hi};
+    memset(&gv->below[me], 0, sizeof gv->below[me]);
     int32_t groups = 0;
     for (int32_t j = i; j < hi;) {
         uint8_t b = gv->bytes[gv->off[gv->sorted[j]] + depth];
@@ -95,6 +98,8 @@ static int32_t trie_build(gram_vocab *gv, int32_t lo, int32_t hi, uint32_t depth
         while (j < hi && gv->bytes[gv->off[gv->sorted[j]] + depth] == b) j++;
         int32_t child = trie_build(gv, start, j, depth + 1);
         gv->edges[first + k] = (trie_edge){b, child};
+        for (int w = 0; w < 4; w++) gv->below[me].bits[w] |= gv->below[child].bits[w];
+        gv->below[me].bits[b >> 6] |= 1ull << (b & 63);
     }
     return me;
 }
@@ -119,7 +124,8 @@ sp_status gram_vocab_create(const tok_vocab *v, gram_vocab **out) {
     gv->bytes = malloc(total ? total : 1);
     gv->nodes = malloc(sizeof *gv->nodes * (total + 1));
     gv->edges = malloc(sizeof *gv->edges * (total + 1));
-    if (!gv->bytes || !gv->nodes || !gv->edges) goto nomem;
+    gv->below = malloc(sizeof *gv->below * (total + 1));
+    if (!gv->bytes || !gv->nodes || !gv->edges || !gv->below) goto nomem;
     for (int32_t id = 0; id < n; id++) {
         uint32_t len = gv->off[id + 1] - gv->off[id];
         tok_token_bytes(v, id, false, (char *)gv->bytes + gv->off[id], len);
@@ -130,6 +136,8 @@ sp_status gram_vocab_create(const tok_vocab *v, gram_vocab **out) {
     qsort(gv->sorted, (size_t)gv->n_sorted, sizeof *gv->sorted, token_cmp);
     sort_vocab = NULL;
     trie_build(gv, 0, gv->n_sorted, 0);
+    gram_byteset *fit = realloc(gv->below, sizeof *gv->below * (size_t)gv->n_nodes);
+    if (fit) gv->below = fit;
     *out = gv;
     return SP_OK;
 nomem:
@@ -145,6 +153,7 @@ void gram_vocab_destroy(gram_vocab *gv) {
     free(gv->sorted);
     free(gv->nodes);
     free(gv->edges);
+    free(gv->below);
     free(gv);
 }
 
@@ -254,6 +263,15 @@ static void walk_node(walk *w, int32_t node, int32_t depth, const int32_t *tops,
 static void walk_cut(walk *w, int32_t node, int32_t depth, int32_t s, bool under_dep) {
     gram_dfa *d = w->c->dfa;
     const trie_node *tn = &w->gv->nodes[node];
+    /* a state every byte below this node keeps (a string's character loop): every token of
+     * the subtree is taken, nothing below needs the context; no walk */
+    if (!gram__dfa_needs_context(d, s) && gram__dfa_loops_over(d, w->g, s, &w->gv->below[node])) {
+        for (int32_t i = tn->first_token; i < tn->sub_end; i++) {
+            int32_t id = w->gv->sorted[i];
+            w->mask[id >> 5] |= 1u << (id & 31);
+        }
+        return;
+    }
     gram_byteset any;
     gram__dfa_bytes(d, w->g, s, &any);
     for (int32_t e = 0; e < tn->n_edges; e++) {

@@ -122,6 +122,8 @@ int32_t gram__dfa_start(gram_dfa *d, const int32_t *key, int32_t key_len);
 int32_t gram__dfa_next(gram_dfa *d, const gram_grammar *g, int32_t s, uint8_t b);
 bool gram__dfa_continues(const gram_dfa *d, int32_t s);     /* stacks remain: bytes may follow */
 bool gram__dfa_needs_context(const gram_dfa *d, int32_t s); /* some stack popped into the context */
+/* Whether every byte in bytes leads from s back to s (a loop: a string's characters). */
+bool gram__dfa_loops_over(gram_dfa *d, const gram_grammar *g, int32_t s, const gram_byteset *bytes);
 /* The bytes some stack of s takes, into *any (returned). */
 const gram_byteset *gram__dfa_bytes(const gram_dfa *d, const gram_grammar *g, int32_t s, gram_byteset *any);
 
