@@ -39,7 +39,7 @@ GPU_SRC       := gpu/device.c gpu/host/host_backend.c gpu/host/host_ops.c gpu/ho
                  gpu/host/host_sample.c gpu/host/threadpool.c
 MODEL_SRC     := model/arch.c model/model.c model/forward.c
 SCHED_SRC     := scheduler/sched.c scheduler/queue.c scheduler/request.c scheduler/kv_blocks.c scheduler/policy.c \
-                 scheduler/tick.c scheduler/end_tick.c scheduler/stop_match.c scheduler/sched_metrics.c \
+                 scheduler/tick.c scheduler/end_tick.c scheduler/embed.c scheduler/stop_match.c scheduler/sched_metrics.c \
                  scheduler/spec_tick.c scheduler/spec_draft.c scheduler/spec/spec_ngram.c scheduler/spec/spec_suffix.c \
                  scheduler/spec/spec_gate.c scheduler/spec/spec_cost.c
 CONFIG_SRC    := config/cfg.c config/cfg_yaml.c config/cfg_args.c
@@ -47,8 +47,10 @@ SERVER_SRC    := server/tools.c server/reasoning.c server/http.c server/http_gen
                  server/deadlines.c \
                  server/watch.c server/metrics.c \
                  server/errors.c server/openai_fields.c server/openai_request.c server/openai_constraint.c server/openai_response.c \
+                 server/embeddings.c \
                  server/chat.c server/tokenize.c server/auth.c server/notify.c server/access_log.c \
-                 server/retry_after.c
+                 server/retry_after.c server/api_bridge.c server/responses.c server/response_store.c server/anthropic.c \
+                 server/ui.c
 # cli/: everything but main.c goes into the library, so unit tests link it too
 CLI_SRC       := cli/cli_session.c cli/cmd_generate.c cli/cmd_inspect.c cli/cmd_bench.c cli/cmd_quantize.c \
                  cli/cmd_template.c cli/cmd_serve.c
@@ -114,6 +116,9 @@ $(BUILD)/obj/%.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -std=c++20 -I. -DSP_HAVE_CUDA $(CUDA_ARCH) -Xcompiler -Wall,-Wextra,-Werror -MMD -MP -c $< -o $@
 
+# server/ui.c embeds the chat page with .incbin, which -MMD does not see
+$(BUILD)/obj/server/ui.o: server/ui/chat.html
+
 $(LIB): $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
@@ -149,11 +154,14 @@ unit-test: $(TEST_BIN)
 integration-test: $(BUILD)/spindle $(BUILD)/loadgen
 	@SPINDLE_BIN=$(BUILD)/spindle LOADGEN_BIN=$(BUILD)/loadgen $(PYTHON) -m pytest -q tests/integration
 
-# Serves the default model on http://$(HOST):$(PORT)/v1 until Ctrl-C.
+# Serves the default model on http://$(HOST):$(PORT)/v1 until Ctrl-C, with the sampling
+# its model card recommends (temperature 0.2, top_p 0.9) for requests that give none:
+# its file has no general.sampling.* metadata, and at temperature 1 a 135M model rambles.
 HOST ?= 127.0.0.1
 PORT ?= 8080
+RUN_FLAGS ?= --temperature 0.2 --top-p 0.9
 run: setup all
-	$(BUILD)/spindle serve --model $(MODEL) --host $(HOST) --port $(PORT)
+	$(BUILD)/spindle serve --model $(MODEL) --host $(HOST) --port $(PORT) $(RUN_FLAGS)
 
 debug: setup
 	@SPINDLE_SANITIZED=1 LSAN_OPTIONS=suppressions=$(CURDIR)/tools/lsan.supp $(MAKE) --no-print-directory BUILD=build/debug OPT="-O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all" \

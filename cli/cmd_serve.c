@@ -8,6 +8,7 @@
  * DESIGN (threads): SIGINT, SIGTERM and SIGHUP are blocked before any thread starts,
  * so every thread inherits the mask and only this thread takes them (sigwait).
  */
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,7 +59,7 @@ static void serve_args_fill(serve_args *a) {
     const cfg_settings *c = &a->cfg;
     a->model = c->model;
     a->chat_template = c->chat_template;
-    a->served_name = c->served_model_name;
+    a->served_name = c->served_model_names.n > 0 ? c->served_model_names.items[0] : NULL;
     a->threads = (long)c->threads;
     a->ctx_size = (long)c->ctx_size;
     a->http = (srv_http_config){
@@ -88,6 +89,11 @@ static void serve_args_fill(serve_args *a) {
         .log_prompts = c->log_prompts,
         .drain_timeout_s = c->drain_timeout,
         .ready_queue_fraction = c->ready_queue_fraction,
+        .metrics_vllm = c->metrics_names == CFG_METRICS_VLLM,
+        .ui = c->ui,
+        .responses_store_bytes = (size_t)c->responses_store_mb << 20,
+        .responses_store_max = (int)c->responses_store_max,
+        .responses_store_ttl_s = (double)c->responses_store_ttl,
     };
     a->sched = sched_config_default();
     a->sched.kv_cache_mb = c->kv_cache_mb;
@@ -174,6 +180,60 @@ static void model_names(const char *path, const char *override, char *file, size
     if (n > 5 && strcmp(served + n - 5, ".gguf") == 0) served[n - 5] = '\0';
 }
 
+/* /v1/embeddings' pooling: --pooling, or for auto the GGUF's <arch>.pooling_type in
+ * llama.cpp's numbering (1 mean, 2 cls, 3 last) when it names one of those, else mean. */
+static sched_pooling serve_pooling(cfg_pooling p, const gguf_file *f, const char *arch) {
+    if (p == CFG_POOLING_LAST) return SCHED_POOLING_LAST;
+    if (p == CFG_POOLING_CLS) return SCHED_POOLING_CLS;
+    char key[64];
+    uint32_t type = 0;
+    snprintf(key, sizeof key, "%s.pooling_type", arch);
+    if (p == CFG_POOLING_AUTO && gguf_get_u32(f, key, &type) == SP_OK && (type == 2 || type == 3))
+        return type == 2 ? SCHED_POOLING_CLS : SCHED_POOLING_LAST;
+    return SCHED_POOLING_MEAN;
+}
+
+/* The sampling a request gets for the fields it leaves out: a flag or config key when
+ * set, else the GGUF's general.sampling.* (the model's recommended values) when
+ * present, else the API's defaults. The start line says which. */
+static void sampling_defaults(const cfg_settings *c, const gguf_file *f, sample_params *out, char *said, size_t cap) {
+    *out = sample_params_default();
+    struct {
+        const char *name, *key;
+        double flag;
+        float *dst;
+    } floats[] = {
+        {"temperature", "general.sampling.temp", c->temperature, &out->temperature},
+        {"top_p", "general.sampling.top_p", c->top_p, &out->top_p},
+        {"min_p", "general.sampling.min_p", c->min_p, &out->min_p},
+        {"repetition_penalty", "general.sampling.penalty_repeat", c->repeat_penalty, &out->repetition_penalty}};
+    size_t o = 0;
+    said[0] = '\0';
+    for (size_t i = 0; i < sizeof floats / sizeof floats[0]; i++) {
+        float v;
+        const char *from = "default";
+        if (!isnan(floats[i].flag)) {
+            *floats[i].dst = (float)floats[i].flag;
+            from = "setting";
+        } else if (gguf_get_f32(f, floats[i].key, &v) == SP_OK && isfinite(v)) {
+            *floats[i].dst = v;
+            from = "model file";
+        }
+        o += (size_t)snprintf(said + o, o < cap ? cap - o : 0, "%s%s %g (%s)", i ? ", " : "", floats[i].name,
+                              (double)*floats[i].dst, from);
+    }
+    uint32_t k = 0;
+    const char *from = "default";
+    if (c->top_k > 0) {
+        out->top_k = (int)c->top_k;
+        from = "setting";
+    } else if (gguf_get_u32(f, "general.sampling.top_k", &k) == SP_OK && k <= INT32_MAX) {
+        out->top_k = (int)k;
+        from = "model file";
+    }
+    snprintf(said + o, o < cap ? cap - o : 0, ", top_k %d (%s)", out->top_k, from);
+}
+
 typedef struct serve_state {
     dev_backend *dev;
     model *model;
@@ -181,7 +241,8 @@ typedef struct serve_state {
     srv_http *http;
     char file_name[256];
     char served_name[256];
-    srv_notify *notify; /* systemd (notify.c): the watchdog and STATUS= thread */
+    sample_params sampling; /* app->model.sampling_defaults points here */
+    srv_notify *notify;     /* systemd (notify.c): the watchdog and STATUS= thread */
 } serve_state;
 
 /* Loads the model and starts the scheduler; the app becomes READY. */
@@ -220,6 +281,8 @@ static sp_status serve_load(const serve_args *a, srv_app *app, serve_state *s) {
     model_names(a->model, a->served_name, s->file_name, sizeof s->file_name, s->served_name, sizeof s->served_name);
     app->model = (srv_model_info){
         .served_name = s->served_name,
+        .aliases = (const char *const *)a->cfg.served_model_names.items + (a->cfg.served_model_names.n > 0),
+        .n_aliases = a->cfg.served_model_names.n > 0 ? a->cfg.served_model_names.n - 1 : 0,
         .file_name = s->file_name,
         .vocab = model_vocab(s->model),
         .max_seq_len = live->max_seq_len,
@@ -235,8 +298,18 @@ static sp_status serve_load(const serve_args *a, srv_app *app, serve_state *s) {
         .json_flexible = a->cfg.grammar_json_whitespace == CFG_JSON_FLEXIBLE,
         .created = (int64_t)time(NULL),
         .cpu_kernels = dev_cpu_kernels(s->dev) != DEV_CPU_ISA_AUTO ? dev_cpu_isa_name(dev_cpu_kernels(s->dev)) : NULL};
+    char sampling_said[400];
+    sampling_defaults(&a->cfg, model_gguf(s->model), &s->sampling, sampling_said, sizeof sampling_said);
+    if (sample_params_validate(&s->sampling, hp->n_vocab) != SP_OK)
+        return sp_fail(SP_ERR_INVALID_ARG, "the default sampling is invalid: %s", sp_last_error());
+    app->model.sampling_defaults = &s->sampling;
+    app->model.pooling = serve_pooling(a->cfg.pooling, model_gguf(s->model), hp->arch_name);
     if ((st = srv_model_info_init_template(&app->model, model_gguf(s->model), a->chat_template)) != SP_OK) return st;
     if ((st = srv_grammar_cache_create(&app->model.grammars)) != SP_OK) return st;
+    if (a->http.responses_store_bytes > 0 &&
+        (st = srv_response_store_create(a->http.responses_store_bytes, a->http.responses_store_max,
+                                        a->http.responses_store_ttl_s, &app->model.responses)) != SP_OK)
+        return st;
     if ((st = sched_start(app->sched)) != SP_OK) return st;
     sp_log_info("model %s (%s, %d layers, vocab %d) on %s; context %d; KV cache %lld MiB in blocks of %d; batch %d "
                 "sequences / %d tokens, prefill %d tokens per step; queue %d requests / %lld tokens; policy %s",
@@ -244,6 +317,7 @@ static sp_status serve_load(const serve_args *a, srv_app *app, serve_state *s) {
                 (long long)live->kv_cache_mb, live->block_size, live->max_batch_size, live->max_batch_tokens,
                 live->max_prefill_tokens, live->queue_max_requests, (long long)live->queue_max_tokens,
                 live->policy == SCHED_POLICY_FCFS ? "fcfs" : "priority");
+    sp_log_info("sampling of requests that leave it out: %s", sampling_said);
     return SP_OK;
 }
 

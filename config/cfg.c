@@ -20,19 +20,23 @@ static const char *const CPU_ISAS[] = {"auto", "generic", "avx2", "avx512", "amx
 static const char *const POLICIES[] = {"fcfs", "priority", NULL};
 static const char *const LOG_FORMATS[] = {"text", "json", NULL};
 static const char *const JSON_WHITESPACE[] = {"compact", "flexible", NULL};
+static const char *const METRICS_NAMES[] = {"spindle", "vllm", NULL};
+static const char *const POOLINGS[] = {"auto", "mean", "last", "cls", NULL};
 
 /* clang-format off */
 #define STR(n, f, field, opt, a, h, u)     {n, f, CFG_T_STRING, OFF(field), 0, 0, opt, NULL, a, h, u}
 #define INT(n, f, field, lo, hi, opt, h, u) {n, f, CFG_T_INT, OFF(field), lo, hi, opt, NULL, "N", h, u}
 #define FLT(n, f, field, lo, hi, a, h)     {n, f, CFG_T_FLOAT, OFF(field), lo, hi, false, NULL, a, h, NULL}
+#define FLT_OPT(n, f, field, lo, hi, a, h, u) {n, f, CFG_T_FLOAT, OFF(field), lo, hi, true, NULL, a, h, u}
 #define BOOL(n, f, field, h)               {n, f, CFG_T_BOOL, OFF(field), 0, 0, false, NULL, NULL, h, NULL}
 #define ENUM(n, f, field, c, h)            {n, f, CFG_T_ENUM, OFF(field), 0, 0, false, c, NULL, h, NULL}
 #define LIST(n, f, field, a, h)            {n, f, CFG_T_LIST, OFF(field), 0, 0, false, NULL, a, h, NULL}
 const cfg_key cfg__keys[] = {
     /* the model */
     STR("model", "model", model, false, "PATH", "GGUF model", NULL),
-    STR("served_model_name", "served-model-name", served_model_name, true, "NAME", "the model id clients use",
-        "(default: the file name without .gguf)"),
+    LIST("served_model_names", "served-model-name", served_model_names, "NAME",
+         "a model name clients may send (repeatable): the first is the id /v1/models lists, the rest aliases "
+         "(default: the file name without .gguf)"),
     STR("chat_template", "chat-template", chat_template, true, "FILE", "Jinja chat template instead of the model's own",
         "(default: the model's)"),
     ENUM("device", "device", device, DEVICES, "where the model runs (auto: the GPU when a usable one is present, else the CPU)"),
@@ -109,6 +113,27 @@ const cfg_key cfg__keys[] = {
     INT("default_max_tokens", "default-max-tokens", default_max_tokens, 0, 1 << 24, false,
         "max_tokens of a request that gives none (within --max-tokens and the context), 0 = what the context leaves",
         NULL),
+    /* sampling defaults: for requests that leave a field out */
+    FLT_OPT("temperature", "temperature", temperature, 0, 2, "T", "temperature of requests that give none",
+            "(default: the model file's, else 1)"),
+    FLT_OPT("top_p", "top-p", top_p, 0.001, 1, "P", "top_p of requests that give none", "(default: the model file's, else 1)"),
+    INT("top_k", "top-k", top_k, 0, 1 << 20, true, "top_k of requests that give none",
+        "(default: the model file's, else off)"),
+    FLT_OPT("min_p", "min-p", min_p, 0, 1, "P", "min_p of requests that give none", "(default: the model file's, else 0)"),
+    FLT_OPT("repeat_penalty", "repeat-penalty", repeat_penalty, 0.01, 2, "F",
+            "repetition_penalty of requests that give none", "(default: the model file's, else 1)"),
+    /* the other APIs */
+    INT("responses_store_mb", "responses-store-mb", responses_store_mb, 0, 1 << 20, false,
+        "memory for stored /v1/responses (previous_response_id), 0 = store none", NULL),
+    INT("responses_store_max", "responses-store-max", responses_store_max, 1, 1 << 24, false,
+        "most stored responses", NULL),
+    INT("responses_store_ttl", "responses-store-ttl", responses_store_ttl, 1, 1 << 30, false,
+        "seconds a stored response is kept", NULL),
+    ENUM("pooling", "pooling", pooling, POOLINGS,
+         "/v1/embeddings: how token vectors become one (auto: the model file's pooling_type, else mean)"),
+    BOOL("ui", "ui", ui, "serve the built-in chat page at /"),
+    ENUM("metrics_names", "metrics-names", metrics_names, METRICS_NAMES,
+         "/metrics: spindle's names only, or also the vLLM names gateways and dashboards read"),
     /* constrained output */
     INT("grammar_max_rules", "grammar-max-rules", grammar_max_rules, 1, 1 << 22, false,
         "most rules one constraint (grammar, schema, regex) may compile to; past it, a 400", NULL),
@@ -146,7 +171,8 @@ const cfg_key cfg__keys[] = {
  * enum fields are written as int. */
 _Static_assert(sizeof(cfg_device) == sizeof(int) && sizeof(cfg_cuda_gemv) == sizeof(int) &&
                    sizeof(cfg_cpu_isa) == sizeof(int) && sizeof(cfg_policy) == sizeof(int) &&
-                   sizeof(cfg_log_format) == sizeof(int),
+                   sizeof(cfg_log_format) == sizeof(int) && sizeof(cfg_metrics_names) == sizeof(int) &&
+                   sizeof(cfg_pooling) == sizeof(int),
                "enum settings are set through an int");
 
 void cfg_settings_init(cfg_settings *s) {
@@ -180,6 +206,14 @@ void cfg_settings_init(cfg_settings *s) {
         .grammar_max_states = 400000,
         .grammar_max_depth = 1024,
         .grammar_schema_max_depth = 32,
+        .temperature = NAN, /* unset: the model file's, else the API's default */
+        .top_p = NAN,
+        .min_p = NAN,
+        .repeat_penalty = NAN,
+        .responses_store_mb = 64,
+        .responses_store_max = 10000,
+        .responses_store_ttl = 3600,
+        .ui = true,
         .log_format = CFG_LOG_TEXT,
         .access_log = true,
         .log_prompts = false,
@@ -325,6 +359,8 @@ sp_status cfg__set_scalar(cfg_settings *s, const cfg_key *k, const char *text, b
         if (k->type == CFG_T_STRING) {
             free(*(char **)field);
             *(char **)field = NULL;
+        } else if (k->type == CFG_T_FLOAT) {
+            *(double *)field = NAN;
         } else {
             *(int64_t *)field = 0;
         }
@@ -473,7 +509,12 @@ static void print_value(FILE *out, const cfg_settings *s, const cfg_key *k, bool
         else
             fprintf(out, "%lld", (long long)*(const int64_t *)field);
         break;
-    case CFG_T_FLOAT: print_double(out, *(const double *)field); break;
+    case CFG_T_FLOAT:
+        if (isnan(*(const double *)field))
+            fputs(yaml ? "null" : "none", out);
+        else
+            print_double(out, *(const double *)field);
+        break;
     case CFG_T_BOOL: fputs(*(const bool *)field ? "true" : "false", out); break;
     case CFG_T_ENUM: fputs(k->choices[*(const int *)field], out); break;
     case CFG_T_LIST: {

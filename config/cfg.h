@@ -1,10 +1,10 @@
 /* cfg.h: every setting of `spindle serve` in one validated struct, merged from three
  * layers: the defaults, a YAML file (--config PATH, or /etc/spindle/spindle.yaml when
  * present) and the command-line flags, each overriding the one before. YAML keys are
- * the long flag names with '_' for '-' (--max-batch-size is max_batch_size); the two
+ * the long flag names with '_' for '-' (--max-batch-size is max_batch_size); the
  * repeatable flags are plural lists in YAML (--api-key: api_keys, --cors-origin:
- * cors_origins). Every value is checked against the same type and range wherever it
- * comes from; a bad value is an error naming where it came from
+ * cors_origins, --served-model-name: served_model_names). Every value is checked against the same type and range
+ * wherever it comes from; a bad value is an error naming where it came from
  * ("spindle.yaml:12: key 'max_batch_size': expected an integer between 1 and 4096,
  * got 'lots'", "--port: expected ..."), never a warning.
  *
@@ -27,7 +27,7 @@
 /* The file read when --config is not given, if it exists. */
 #define CFG_DEFAULT_PATH "/etc/spindle/spindle.yaml"
 /* How many settings there are (the rows of cfg.c's key table). */
-#define CFG_KEY_COUNT 61
+#define CFG_KEY_COUNT 72
 
 typedef enum cfg_device {
     CFG_DEVICE_AUTO, /* CUDA when built and present, else the CPU */
@@ -50,6 +50,8 @@ typedef enum cfg_policy { CFG_POLICY_FCFS, CFG_POLICY_PRIORITY } cfg_policy;
 
 typedef enum cfg_log_format { CFG_LOG_TEXT, CFG_LOG_JSON } cfg_log_format;
 typedef enum cfg_json_whitespace { CFG_JSON_COMPACT, CFG_JSON_FLEXIBLE } cfg_json_whitespace;
+typedef enum cfg_metrics_names { CFG_METRICS_SPINDLE, CFG_METRICS_VLLM } cfg_metrics_names;
+typedef enum cfg_pooling { CFG_POOLING_AUTO, CFG_POOLING_MEAN, CFG_POOLING_LAST, CFG_POOLING_CLS } cfg_pooling;
 
 /* A list setting (api_keys, cors_origins): n strings, each owned by the list. */
 typedef struct cfg_list {
@@ -62,9 +64,9 @@ typedef struct cfg_list {
  * main thread. */
 typedef struct cfg_settings {
     /* the model */
-    char *model;             /* --model, model */
-    char *served_model_name; /* NULL: the file name without .gguf */
-    char *chat_template;     /* Jinja file; NULL: the model's own template */
+    char *model;                 /* --model, model */
+    cfg_list served_model_names; /* --served-model-name (repeatable); none: the file name without .gguf */
+    char *chat_template;         /* Jinja file; NULL: the model's own template */
     cfg_device device;
     bool cuda_graphs;        /* on a GPU: decode steps replayed as captured graphs */
     cfg_cuda_gemv cuda_gemv; /* on a GPU: when small matmuls read quantized blocks directly */
@@ -111,6 +113,20 @@ typedef struct cfg_settings {
     int64_t max_sequences_per_request; /* prompts times n; 0: no bound */
     int64_t max_tokens;                /* largest max_tokens a request may ask for; 0: the context */
     int64_t default_max_tokens;        /* max_tokens of a request without one; 0: what the context leaves */
+    /* sampling defaults for requests that leave a field out; NAN (0 for top_k): unset,
+     * then the GGUF's general.sampling.* where present, else the API's defaults */
+    double temperature;
+    double top_p;
+    int64_t top_k;
+    double min_p;
+    double repeat_penalty;
+    /* the other APIs */
+    int64_t responses_store_mb;  /* stored /v1/responses; 0: none stored */
+    int64_t responses_store_max; /* and their count */
+    int64_t responses_store_ttl; /* seconds each is kept */
+    cfg_pooling pooling;         /* /v1/embeddings */
+    bool ui;                     /* the chat page at / */
+    cfg_metrics_names metrics_names;
     /* constrained output: bounds on what one constraint compiles to (grammar.h's gram_limits) */
     int64_t grammar_max_rules;
     int64_t grammar_max_states;                  /* automaton states (elements) of all rules together */

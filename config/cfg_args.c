@@ -11,11 +11,11 @@
 
 enum {
     OPT_KEY = 256,                     /* + key index: the flag */
-    OPT_NO_KEY = OPT_KEY + 64,         /* + key index: --no-<flag> of a bool */
-    OPT_CONFIG = OPT_NO_KEY + 64,      /* --config PATH */
+    OPT_NO_KEY = OPT_KEY + 128,        /* + key index: --no-<flag> of a bool */
+    OPT_CONFIG = OPT_NO_KEY + 128,     /* --config PATH */
     OPT_PRINT_CONFIG = OPT_CONFIG + 1, /* --print-config */
 };
-_Static_assert(CFG_KEY_COUNT <= 64, "the option codes hold 64 keys");
+_Static_assert(CFG_KEY_COUNT <= 128, "the option codes hold 128 keys");
 
 /* Room for every flag, a --no- form of each, the three others and the terminator. */
 typedef struct arg_table {

@@ -137,7 +137,10 @@ static sp_status read_mapping(yaml_reader *r, cfg_settings *s) {
         const char *text = (const char *)r->event.data.scalar.value;
         cfg__quote(text, shown, sizeof shown);
         const cfg_key *k = memchr(text, '\0', r->event.data.scalar.length) ? NULL : cfg__key_find(text);
-        if (!k || strcmp(k->name, text) != 0) {
+        /* the name's spelling before it became a list: one name, still read as before */
+        bool single = strcmp(text, "served_model_name") == 0;
+        if (single) k = cfg__key_find("served_model_names");
+        if (!k || (strcmp(k->name, text) != 0 && !single)) {
             const cfg_key *near = key_near(text);
             if (near)
                 return sp_fail(SP_ERR_INVALID_ARG, "%s:%d: unknown key '%s' (the key is '%s')", r->name, line, shown,
@@ -151,7 +154,13 @@ static sp_status read_mapping(yaml_reader *r, cfg_settings *s) {
                            k->name, first_line[i]);
         first_line[i] = line;
         if ((st = reader_next(r)) != SP_OK) return st;
-        if ((st = read_value(r, s, k)) != SP_OK) return st;
+        if (single && r->event.type == YAML_SCALAR_EVENT && !scalar_is_null(&r->event)) {
+            cfg__list_clear(s, k);
+            st = read_scalar(r, s, k);
+        } else {
+            st = read_value(r, s, k);
+        }
+        if (st != SP_OK) return st;
         s->_line[i] = line;
     }
 }

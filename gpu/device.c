@@ -145,6 +145,14 @@ sp_status dev_step_begin(dev_backend *dev, const dev_step *s, int32_t n_vocab, c
             return sp_fail(SP_ERR_INVALID_ARG, "step: logit_rows[%d] = %d not ascending within 0..%d", i,
                            s->logit_rows[i], s->n_tokens - 1);
     }
+    if (s->n_hidden < 0 || s->n_hidden > s->n_tokens)
+        return sp_fail(SP_ERR_INVALID_ARG, "step: n_hidden %d outside 0..%d", s->n_hidden, s->n_tokens);
+    for (int32_t i = 0; i < s->n_hidden; i++) {
+        if (s->hidden_rows[i] < 0 || s->hidden_rows[i] >= s->n_tokens ||
+            (i > 0 && s->hidden_rows[i] <= s->hidden_rows[i - 1]))
+            return sp_fail(SP_ERR_INVALID_ARG, "step: hidden_rows[%d] = %d not ascending within 0..%d", i,
+                           s->hidden_rows[i], s->n_tokens - 1);
+    }
     return dev->ops->step_upload(dev, s, kv, device_step);
 }
 

@@ -10,7 +10,8 @@
  * addresses of that backend; for the CPU backend they are plain host pointers.
  *
  * A step is a ragged batch (dev_step): the tokens of several sequences, each token with
- * its position and sequence, each sequence with its paged KV block table. Prefill
+ * its position and sequence, each sequence with its paged KV block table, and the rows
+ * whose logits (generation) or final hidden state (embeddings) the caller wants. Prefill
  * chunks and decode rows mix freely. On the CPU backend, results for a token never
  * depend on what else is in the step, bit for bit. A GPU backend's matrix products may
  * take other kernels (and so another summation order) for another number of rows, so
@@ -130,6 +131,10 @@ typedef struct dev_step {
     int32_t max_blocks;
     int32_t n_logits;          /* rows that want logits */
     const int32_t *logit_rows; /* (n_logits) token indices 0..T-1, ascending */
+    /* rows that want their final hidden state, after the output norm (embeddings:
+     * model_forward_sample_hidden copies them back); 0 for generation */
+    int32_t n_hidden;
+    const int32_t *hidden_rows; /* (n_hidden) token indices 0..T-1, ascending */
 } dev_step;
 
 /* Whether this build has the CUDA backend and a usable GPU is present; when not, the

@@ -10,6 +10,10 @@
  *            x += Wdown . (silu(Wgate . n(x)) * Wup . n(x))
  * then logits = Wout . n(x) for the rows the step asks for, L rows per pass.
  * Biases exist for qwen2, q/k norms for qwen3; the rest is shared.
+ *
+ * Embeddings: n(x) itself (the final hidden state after the output norm, as llama.cpp's
+ * embeddings of a decoder model) for the step's hidden rows, copied back before the
+ * logits; a step without hidden rows runs exactly as before.
  */
 #include <math.h>
 
@@ -89,11 +93,24 @@ static void forward_logits(model *m, const dev_step *ds, int32_t first, int32_t 
     dev_matmul(m->dev, a->logits, a->xn, &m->output, NULL, rows);
 }
 
+/* The final hidden states (n_hidden, D) of the step's hidden rows, normed with the
+ * output norm, copied to the host. xn has a row for every step token, so one pass. */
+static sp_status forward_hidden(model *m, const dev_step *ds, float *hidden) {
+    const model_hparams *hp = &m->hp;
+    const model_activations *a = &m->act;
+    dev_gather_rows(m->dev, a->xn, a->x, ds->hidden_rows, ds->n_hidden, hp->n_embd);
+    dev_rmsnorm(m->dev, a->xn, a->xn, &m->output_norm, hp->rms_eps, ds->n_hidden, hp->n_embd);
+    return dev_copy_to_host(m->dev, hidden, a->xn, (size_t)ds->n_hidden * (size_t)hp->n_embd * sizeof(float));
+}
+
 static int32_t logit_chunk(const dev_step *step, int32_t first) {
     return step->n_logits - first < MODEL_LOGIT_ROWS ? step->n_logits - first : MODEL_LOGIT_ROWS;
 }
 
 sp_status model_forward(model *m, dev_kv *kv, const dev_step *step, float *logits) {
+    if (step->n_hidden > 0)
+        return sp_fail(SP_ERR_INVALID_ARG, "model_forward: a step of %d hidden rows (model_forward_sample_hidden)",
+                       step->n_hidden);
     const dev_step *ds;
     sp_status st = forward_begin(m, kv, step, m->hp.n_layers, &ds);
     if (st != SP_OK) return st;
@@ -108,24 +125,39 @@ sp_status model_forward(model *m, dev_kv *kv, const dev_step *step, float *logit
     return step->n_logits == 0 ? dev_synchronize(m->dev) : SP_OK;
 }
 
-sp_status model_forward_sample(model *m, dev_kv *kv, const dev_step *step, const dev_sample_vocab *vocab,
-                               const dev_sample_row *rows, dev_sample_result *results) {
-    return model_forward_sample_layers(m, kv, step, m->hp.n_layers, vocab, rows, results);
-}
-
-sp_status model_forward_sample_layers(model *m, dev_kv *kv, const dev_step *step, int n_layers,
-                                      const dev_sample_vocab *vocab, const dev_sample_row *rows,
-                                      dev_sample_result *results) {
+/* The step through n_layers layers; hidden rows into hidden (when not NULL), then the
+ * draw of every logit row. */
+static sp_status forward_sample(model *m, dev_kv *kv, const dev_step *step, int n_layers, const dev_sample_vocab *vocab,
+                                const dev_sample_row *rows, dev_sample_result *results, float *hidden) {
     if (vocab->n_vocab != m->hp.n_vocab)
         return sp_fail(SP_ERR_INVALID_ARG, "sample: vocabulary of %d for a model of %d", vocab->n_vocab, m->hp.n_vocab);
+    if (step->n_hidden > 0 && !hidden)
+        return sp_fail(SP_ERR_INVALID_ARG, "a step of %d hidden rows without a buffer for them", step->n_hidden);
     const dev_step *ds;
     sp_status st = forward_begin(m, kv, step, n_layers, &ds);
     if (st != SP_OK) return st;
+    if (step->n_hidden > 0 && (st = forward_hidden(m, ds, hidden)) != SP_OK) return st;
     for (int32_t first = 0; first < step->n_logits; first += MODEL_LOGIT_ROWS) {
         int32_t n = logit_chunk(step, first);
         forward_logits(m, ds, first, n);
         st = dev_sample(m->dev, m->act.logits, n, vocab, rows + first, results + first);
         if (st != SP_OK) return st;
     }
-    return step->n_logits == 0 ? dev_synchronize(m->dev) : SP_OK;
+    return step->n_logits == 0 && step->n_hidden == 0 ? dev_synchronize(m->dev) : SP_OK;
+}
+
+sp_status model_forward_sample(model *m, dev_kv *kv, const dev_step *step, const dev_sample_vocab *vocab,
+                               const dev_sample_row *rows, dev_sample_result *results) {
+    return forward_sample(m, kv, step, m->hp.n_layers, vocab, rows, results, NULL);
+}
+
+sp_status model_forward_sample_hidden(model *m, dev_kv *kv, const dev_step *step, const dev_sample_vocab *vocab,
+                                      const dev_sample_row *rows, dev_sample_result *results, float *hidden) {
+    return forward_sample(m, kv, step, m->hp.n_layers, vocab, rows, results, hidden);
+}
+
+sp_status model_forward_sample_layers(model *m, dev_kv *kv, const dev_step *step, int n_layers,
+                                      const dev_sample_vocab *vocab, const dev_sample_row *rows,
+                                      dev_sample_result *results) {
+    return forward_sample(m, kv, step, n_layers, vocab, rows, results, NULL);
 }

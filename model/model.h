@@ -78,6 +78,13 @@ sp_status model_forward(model *m, dev_kv *kv, const dev_step *step, float *logit
 sp_status model_forward_sample(model *m, dev_kv *kv, const dev_step *step, const dev_sample_vocab *vocab,
                                const dev_sample_row *rows, dev_sample_result *results);
 
+/* model_forward_sample, and first the final hidden state of the step's hidden rows (after
+ * the output norm: what llama.cpp's embeddings are for a decoder model) copied into hidden
+ * (n_hidden, D), host memory owned by the caller. The other entry points refuse a step
+ * with hidden rows. */
+sp_status model_forward_sample_hidden(model *m, dev_kv *kv, const dev_step *step, const dev_sample_vocab *vocab,
+                                      const dev_sample_row *rows, dev_sample_result *results, float *hidden);
+
 /* model_forward_sample through the first n_layers layers only (1..n_layers of the
  * model), then the output norm and head: the self-speculative drafter. It writes the K/V
  * of those layers only, which are exactly what the whole model writes there for the

@@ -54,7 +54,8 @@ static void request_retire(sched *s, sched_request *r, sched_finish f, sp_status
     case SCHED_FINISH_STOP:
     case SCHED_FINISH_LENGTH:
         stat_add(&s->stats.finished, 1);
-        sched__spec_remember(s, r);
+        /* an embedding's prompt is no output the suffix cache should offer */
+        if (r->params.pooling == SCHED_POOLING_NONE) sched__spec_remember(s, r);
         sched__metrics_observe_finished(&s->metrics, &r->out.timings); /* done: only this thread wrote it */
         break;
     case SCHED_FINISH_CANCELLED: stat_add(&s->stats.cancelled, 1); break;
@@ -183,6 +184,7 @@ bool sched__emit(sched *s, sched_request *r, const dev_sample_result *drawn, dou
         }
     }
     o->completion_tokens = n_generated;
+    if (stopped) o->stop_matched = r->stop.matched + 1; /* which one: Anthropic's stop_sequence */
     if (o->timings.first_token == 0) o->timings.first_token = now;
     if (finish != SCHED_FINISH_NONE) output_finish_locked(r, finish, err, sp_last_error(), now);
     if (r->notify) r->notify(r->notify_arg);

@@ -78,6 +78,7 @@ sp_status sched_submit(sched *s, sched_request *const *reqs, int n) {
     /* allocate outside the lock; a later refusal leaves the arrays for a retry */
     for (int i = 0; i < n; i++) {
         sp_status st = sched__request_prepare(reqs[i], s->cfg.block_size);
+        if (st == SP_OK) st = sched__embed_prepare(reqs[i], s->n_embd);
         if (st != SP_OK) return st;
     }
 

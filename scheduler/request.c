@@ -21,7 +21,12 @@
 static sp_status request_check(const sched_request_params *p) {
     if (p->n_prompt < 0 || (p->n_prompt > 0 && !p->prompt))
         return sp_fail(SP_ERR_INVALID_ARG, "prompt: %d tokens without a token array", p->n_prompt);
-    if (p->max_tokens < 1) return sp_fail(SP_ERR_INVALID_ARG, "max_tokens %d must be at least 1", p->max_tokens);
+    if (p->pooling < SCHED_POOLING_NONE || p->pooling > SCHED_POOLING_CLS)
+        return sp_fail(SP_ERR_INVALID_ARG, "pooling %d unknown", (int)p->pooling);
+    if (p->pooling != SCHED_POOLING_NONE && p->max_tokens != 0)
+        return sp_fail(SP_ERR_INVALID_ARG, "an embedding generates nothing: max_tokens %d must be 0", p->max_tokens);
+    if (p->pooling == SCHED_POOLING_NONE && p->max_tokens < 1)
+        return sp_fail(SP_ERR_INVALID_ARG, "max_tokens %d must be at least 1", p->max_tokens);
     if (p->min_tokens < 0 || p->min_tokens > p->max_tokens)
         return sp_fail(SP_ERR_INVALID_ARG, "min_tokens %d must be between 0 and max_tokens (%d)", p->min_tokens,
                        p->max_tokens);
@@ -142,7 +147,7 @@ sp_status sched__request_prepare(sched_request *r, int block_size) {
     size_t text_cap = (size_t)p->max_tokens * 8 + 64;
     if (text_cap > ((size_t)1 << 20)) text_cap = (size_t)1 << 20;
     int32_t *tokens = malloc(sizeof *tokens * (size_t)total);
-    sched_token *out_tokens = malloc(sizeof *out_tokens * (size_t)p->max_tokens);
+    sched_token *out_tokens = malloc(sizeof *out_tokens * (size_t)(p->max_tokens > 0 ? p->max_tokens : 1));
     sched_token *top =
         r->out.top_logprobs > 0 ? malloc(sizeof *top * (size_t)p->max_tokens * (size_t)r->out.top_logprobs) : NULL;
     char *text = malloc(text_cap);
@@ -212,6 +217,8 @@ void sched_request_release(sched_request *r) {
     free(r->out.text);
     free(r->out.tokens);
     free(r->out.top);
+    free(r->out.embedding);
+    free(r->pool);
     gram_state_destroy(r->gram);
     free(r->think_close);
     gram_grammar_destroy(r->params.grammar);

@@ -106,6 +106,12 @@ static sp_status sched_alloc_arrays(sched *s) {
     s->step_chunk = malloc(sizeof(int32_t) * b);
     s->step_prefill = malloc(sizeof(bool) * b);
     s->step_logit_of = malloc(sizeof(int32_t) * b);
+    /* embeddings are prefill only: their rows fit the prefill budget */
+    size_t hidden_rows = (size_t)s->cfg.max_prefill_tokens;
+    s->step_hidden_rows = malloc(sizeof(int32_t) * hidden_rows);
+    s->step_hidden_of = malloc(sizeof(int32_t) * b);
+    s->step_hidden_n = malloc(sizeof(int32_t) * b);
+    s->step_hidden = malloc(sizeof(float) * hidden_rows * (size_t)s->n_embd);
     s->running = malloc(sizeof(sched_request *) * b);
     s->sample_rows = malloc(sizeof(dev_sample_row) * t);
     s->sample_results = malloc(sizeof(dev_sample_result) * t);
@@ -125,7 +131,8 @@ static sp_status sched_alloc_arrays(sched *s) {
     if (!s->step_tokens || !s->step_pos || !s->step_seq || !s->step_seq_len || !s->step_block_table || !s->match_ids ||
         !s->step_logit_rows || !s->step_reqs || !s->decode_candidates || !s->step_chunk || !s->step_prefill ||
         !s->step_logit_of || !s->running || !s->sample_rows || !s->sample_results || !s->piece || !s->text_work ||
-        !s->eog_ids || !s->step_n_draft || !s->step_proposer || !s->step_masks)
+        !s->eog_ids || !s->step_n_draft || !s->step_proposer || !s->step_masks || !s->step_hidden_rows ||
+        !s->step_hidden_of || !s->step_hidden_n || !s->step_hidden)
         return sp_fail(SP_ERR_NOMEM, "scheduler: out of memory for its step arrays");
     sp_status st = gram_vocab_create(s->vocab, &s->gram_vocab);
     if (st != SP_OK) return st;
@@ -147,6 +154,10 @@ static void sched_free_arrays(sched *s) {
     free(s->step_chunk);
     free(s->step_prefill);
     free(s->step_logit_of);
+    free(s->step_hidden_rows);
+    free(s->step_hidden_of);
+    free(s->step_hidden_n);
+    free(s->step_hidden);
     free(s->running);
     free(s->sample_rows);
     free(s->sample_results);
@@ -207,6 +218,7 @@ sp_status sched_create(const sched_config *config, model *m, sched **out) {
     s->m = m;
     s->vocab = model_vocab(m);
     s->n_vocab = tok_vocab_size(s->vocab);
+    s->n_embd = model_get_hparams(m)->n_embd;
     if (s->cfg.max_seq_len == 0) s->cfg.max_seq_len = model_get_hparams(m)->n_ctx_train;
     atomic_init(&s->queued, 0);
     atomic_init(&s->queued_tokens, 0);

@@ -80,11 +80,24 @@ sched_config sched_config_default(void);
 /* Checks ranges and consistency; SP_ERR_INVALID_ARG naming the field. */
 sp_status sched_config_validate(const sched_config *c);
 
+/* How an embedding request turns its prompt's final hidden states (after the output
+ * norm) into one vector, before it is L2-normalized. */
+typedef enum sched_pooling {
+    SCHED_POOLING_NONE, /* not an embedding: a generation */
+    SCHED_POOLING_MEAN, /* the mean over every prompt token */
+    SCHED_POOLING_LAST, /* the last prompt token's */
+    SCHED_POOLING_CLS   /* the first prompt token's */
+} sched_pooling;
+
 /* What one request asks for. Filled by the HTTP side before sched_request_create. */
 typedef struct sched_request_params {
     const int32_t *prompt; /* (n_prompt) token ids; copied by sched_request_create */
     int32_t n_prompt;
-    int32_t max_tokens;      /* tokens to generate at most (>= 1) */
+    /* an embedding (not NONE): the prompt is only prefilled, every position computed (no
+     * prefix cache either way), its vector goes to output.embedding and its KV blocks back
+     * to the pool at once; max_tokens must be 0 and the sampling fields are not used */
+    sched_pooling pooling;
+    int32_t max_tokens;      /* tokens to generate at most (>= 1; 0 for an embedding) */
     int32_t min_tokens;      /* end-of-generation tokens and stop strings are ignored before this */
     bool ignore_eos;         /* keep generating past end-of-generation tokens */
     const char *const *stop; /* (n_stop) stop strings, copied; matched across token boundaries */
@@ -145,6 +158,9 @@ typedef struct sched_output {
     int32_t completion_tokens; /* tokens sampled, end-of-generation included */
     int32_t prefilled;         /* prompt tokens computed so far (progress of a long prefill) */
     int32_t preemptions;       /* times this request was preempted and recomputed */
+    int32_t stop_matched;      /* finished by a stop string: 1 + its index in params.stop; else 0 */
+    float *embedding;          /* an embedding, finished with STOP: (n_embd) its pooled, L2-normalized vector */
+    int32_t n_embd;
     bool done;
     sched_finish finish;
     sp_status error;         /* SCHED_FINISH_ERROR: what kind */

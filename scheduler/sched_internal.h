@@ -103,6 +103,7 @@ void kv__seq_free(kv_seq *seq);
 typedef struct sched_stop {
     char held[SCHED_MAX_STOP_BYTES]; /* always shorter than the longest stop string */
     size_t n_held;
+    int matched; /* once sched__stop_feed returned true: the index of the stop string found */
 } sched_stop;
 
 /* Feeds text (n bytes) after the held text. work must hold st->n_held + n bytes; on
@@ -177,6 +178,7 @@ struct sched_request {
     int32_t reasoning_tokens; /* tokens emitted inside it */
     int32_t force_at;         /* next think_close token to force; n_think_close: none pending */
     char tag_tail[8];         /* the last bytes of text, to see a tag cut across tokens */
+    double *pool;             /* an embedding (params.pooling): (n_embd) the running sum (mean) or the row kept */
 };
 
 /* Allocates the sequence's arrays for a scheduler with block_size B (sched_submit,
@@ -185,6 +187,28 @@ sp_status sched__request_prepare(sched_request *r, int block_size);
 
 /* Makes room for n more bytes of text (NUL included); call with the lock held. */
 sp_status sched__output_reserve_text(sched_request *r, size_t n);
+
+/* ---- embeddings (embed.c) ------------------------------------------------------------ */
+
+/* An embedding's pool and output vector for a model of width n_embd, zeroed (sched_submit,
+ * after sched__request_prepare; again on a retry). Nothing for a generation. */
+sp_status sched__embed_prepare(sched_request *r, int32_t n_embd);
+/* Adds the final hidden states of n_rows prompt positions (rows (n_rows, D), the ones
+ * sched__pool_rows asked for) to an embedding's pool (D), which starts zeroed: mean sums
+ * them, last and cls keep their one row. Pure. */
+void sched__pool_add(sched_pooling pooling, double *pool, const float *rows, int32_t n_rows, int32_t dim);
+/* The pool of a prompt of n_prompt tokens as the finished vector into out (D): mean
+ * divides, then L2 normalization (a zero vector stays zero). Pure. */
+void sched__pool_finish(sched_pooling pooling, const double *pool, int32_t n_prompt, int32_t dim, float *out);
+/* The hidden rows an embedding's chunk (prompt positions first..first+chunk-1 of
+ * n_prompt) wants: how many, and in *first_row the position of the first (they are
+ * consecutive). Pure. */
+int32_t sched__pool_rows(sched_pooling pooling, int32_t first, int32_t chunk, int32_t n_prompt, int32_t *first_row);
+/* After a step computed r's chunk (its n_rows hidden rows in hidden, n_computed already
+ * advanced): pools them; once the whole prompt is in, publishes the vector and ends r
+ * (STOP, removed from running, its blocks back to the pool). Returns whether r still
+ * runs. */
+bool sched__embed_step(sched *s, sched_request *r, const float *hidden, int32_t n_rows);
 
 /* ---- policies (policy.c) ------------------------------------------------------------- */
 
@@ -282,6 +306,10 @@ struct sched {
     int32_t *step_chunk;                                        /* (S) tokens fed per sequence */
     bool *step_prefill;                                         /* (S) chunk is prompt/recompute */
     int32_t *step_logit_of;                                     /* (S) logits row, or -1 */
+    int32_t *step_hidden_rows;                                  /* (max_prefill_tokens) embeddings' rows */
+    int32_t *step_hidden_of, *step_hidden_n;                    /* (S) sequence q's first hidden row, count */
+    float *step_hidden;                                         /* (max_prefill_tokens, D) their vectors */
+    int32_t n_embd;                                             /* D */
     dev_sample_row *sample_rows;                                /* (S) each logit row's draw, for dev_sample */
     dev_sample_result *sample_results;
     gram_vocab *gram_vocab;           /* the vocabulary's trie for grammar masks */

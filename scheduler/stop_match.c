@@ -46,7 +46,10 @@ bool sched__stop_feed(sched_stop *st, const char *const *stops, const size_t *st
     size_t match = len;
     for (int i = 0; i < n_stops; i++) {
         const char *hit = memmem(work, len, stops[i], stop_lens[i]);
-        if (hit && (size_t)(hit - work) < match) match = (size_t)(hit - work);
+        if (hit && (size_t)(hit - work) < match) {
+            match = (size_t)(hit - work);
+            st->matched = i;
+        }
     }
     if (match < len) {
         *n_commit = match;

@@ -18,9 +18,13 @@
  *            shares them and starts computing after them.
  *            Prefill chunks share max_prefill_tokens; the step holds at most
  *            max_batch_tokens tokens, decode rows first.
- *   step     one model_forward_sample; logits only for rows that complete a sequence's feed,
- *            each drawn from where it was computed (dev_sample: only tokens come back);
- *            the full blocks it completed are registered in the prefix cache.
+ *   step     one model_forward_sample_hidden; logits only for rows that complete a sequence's
+ *            feed, each drawn from where it was computed (dev_sample: only tokens come back);
+ *            the full blocks it completed are registered in the prefix cache. An embedding
+ *            (embed.c) is prefill-only work in the same lanes: its chunks want the final
+ *            hidden states of the rows its pooling keeps instead of logits, it neither
+ *            starts from nor enters the prefix cache, and once its prompt is in it ends
+ *            and its blocks go back to the pool.
  *   end_tick sample, append, detokenize, stop (end_tick.c); a decode row's drafts are
  *            verified first and the accepted run emitted (spec_tick.c).
  *
@@ -43,7 +47,7 @@
 
 /* Counts of the step being built. */
 typedef struct step_build {
-    int32_t n_tokens, n_seqs, n_logits;
+    int32_t n_tokens, n_seqs, n_logits, n_hidden;
 } step_build;
 
 static void stat_add(_Atomic int64_t *c, int64_t n) {
@@ -144,7 +148,17 @@ static void step_add(sched *s, step_build *b, sched_request *r, int32_t chunk, b
     s->step_seq_len[q] = seq_len;
     memcpy(s->step_block_table + (size_t)q * (size_t)s->max_blocks_per_seq, r->kv.ids,
            sizeof(int32_t) * (size_t)r->kv.n);
-    if (seq_len == r->n_tokens + n_draft) { /* the feed's last row, and every draft row */
+    s->step_hidden_n[q] = 0;
+    if (r->params.pooling != SCHED_POOLING_NONE) { /* an embedding: hidden rows, never logits */
+        int32_t first_pos, chunk_start = b->n_tokens - chunk;
+        int32_t n = sched__pool_rows(r->params.pooling, r->n_computed, chunk, r->params.n_prompt, &first_pos);
+        SP_ASSERT(b->n_hidden + n <= s->cfg.max_prefill_tokens);
+        s->step_hidden_of[q] = b->n_hidden;
+        s->step_hidden_n[q] = n;
+        for (int32_t j = 0; j < n; j++)
+            s->step_hidden_rows[b->n_hidden++] = chunk_start + first_pos - r->n_computed + j;
+        s->step_logit_of[q] = -1;
+    } else if (seq_len == r->n_tokens + n_draft) { /* the feed's last row, and every draft row */
         s->step_logit_of[q] = b->n_logits;
         for (int32_t j = n_draft; j >= 0; j--) s->step_logit_rows[b->n_logits++] = b->n_tokens - 1 - j;
     } else {
@@ -156,6 +170,10 @@ static void step_add(sched *s, step_build *b, sched_request *r, int32_t chunk, b
  * least its last token is computed (its logits are needed), so at most
  * (n_tokens - 1) / B blocks. */
 static int32_t admit_match(sched *s, const sched_request *r, int32_t *unheld) {
+    if (r->params.pooling != SCHED_POOLING_NONE) { /* an embedding computes every position */
+        *unheld = 0;
+        return 0;
+    }
     int32_t max_blocks = (r->n_tokens - 1) / s->cfg.block_size;
     return kv__prefix_match(&s->blocks, r->tokens, max_blocks, s->match_ids, unheld);
 }
@@ -181,6 +199,7 @@ static void admit(sched *s, sched_request *r, double now) {
     SP_ASSERT(ok);
     int32_t cached = s->n_match * s->cfg.block_size;
     r->n_computed = cached;
+    if (r->pool) memset(r->pool, 0, sizeof *r->pool * (size_t)s->n_embd); /* an embedding pools afresh */
     if (s->blocks.caching) {
         stat_add(&s->stats.prefix_query_tokens, r->n_tokens);
         stat_add(&s->stats.prefix_hit_tokens, cached);
@@ -371,6 +390,8 @@ bool sched__tick(sched *s) {
         .max_blocks = s->max_blocks_per_seq,
         .n_logits = b.n_logits,
         .logit_rows = s->step_logit_rows,
+        .n_hidden = b.n_hidden,
+        .hidden_rows = s->step_hidden_rows,
     };
     size_t n_masks = 0;
     for (int32_t q = 0; q < b.n_seqs; q++) {
@@ -391,7 +412,8 @@ bool sched__tick(sched *s) {
     }
     const dev_sample_vocab vocab = {s->n_vocab, s->eog_ids, s->n_eog};
     double t0 = sched_now();
-    sp_status st = model_forward_sample(s->m, s->kv, &step, &vocab, s->sample_rows, s->sample_results);
+    sp_status st =
+        model_forward_sample_hidden(s->m, s->kv, &step, &vocab, s->sample_rows, s->sample_results, s->step_hidden);
     double t1 = sched_now();
     stat_add(&s->stats.ticks, 1);
     if (st != SP_OK) {
@@ -405,9 +427,10 @@ bool sched__tick(sched *s) {
     bool decode_only = true;
     for (int32_t q = 0; q < b.n_seqs; q++) {
         sched_request *r = s->step_reqs[q];
+        const bool embedding = r->params.pooling != SCHED_POOLING_NONE;
         if (s->step_prefill[q]) {
             r->n_computed += s->step_chunk[q];
-            kv__prefix_register(&s->blocks, &r->kv, r->tokens, r->n_computed);
+            if (!embedding) kv__prefix_register(&s->blocks, &r->kv, r->tokens, r->n_computed);
             prefilled += s->step_chunk[q];
             decode_only = false;
         }
@@ -419,6 +442,11 @@ bool sched__tick(sched *s) {
             r->out.timings.decode_s += t1 - t0;
         if (prompt_done > r->out.prefilled) r->out.prefilled = prompt_done;
         pthread_mutex_unlock(&r->lock);
+        if (embedding) {
+            sched__embed_step(s, r, s->step_hidden + (size_t)s->step_hidden_of[q] * (size_t)s->n_embd,
+                              s->step_hidden_n[q]);
+            continue;
+        }
         const dev_sample_result *results = s->step_logit_of[q] >= 0 ? &s->sample_results[s->step_logit_of[q]] : NULL;
         if (s->step_prefill[q]) {
             if (results) sched__emit(s, r, results, t1);

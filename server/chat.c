@@ -137,6 +137,8 @@ void srv_model_info_free(srv_model_info *mi) {
     mi->template_tokens = NULL;
     srv_grammar_cache_destroy(mi->grammars);
     mi->grammars = NULL;
+    srv_response_store_destroy(mi->responses);
+    mi->responses = NULL;
 }
 
 /* ---- messages ---- */

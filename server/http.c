@@ -105,7 +105,7 @@ enum MHD_Result srv__send_error(srv_conn *conn, const srv_error *err) {
         header = MHD_HTTP_HEADER_WWW_AUTHENTICATE;
         value = "Bearer";
     }
-    return send_body(conn, err->http_status, srv_error_json(err), "application/json", header, value);
+    return send_body(conn, err->http_status, srv__api_error_json(conn->api, err), "application/json", header, value);
 }
 
 enum MHD_Result srv__send_status_error(srv_conn *conn, sp_status st, const char *message) {
@@ -205,34 +205,105 @@ typedef enum route_kind {
     ROUTE_HEALTH,
     ROUTE_READY,
     ROUTE_METRICS,
+    ROUTE_UI,
     ROUTE_MODELS,
+    ROUTE_MODEL,
     ROUTE_CHAT,
     ROUTE_COMPLETIONS,
     ROUTE_TOKENIZE,
-    ROUTE_DETOKENIZE
+    ROUTE_DETOKENIZE,
+    ROUTE_RESPONSES,
+    ROUTE_RESPONSE,
+    ROUTE_MESSAGES,
+    ROUTE_COUNT_TOKENS,
+    ROUTE_EMBEDDINGS
 } route_kind;
 
+/* A route: its path, the methods it answers ("GET", "POST", "GET, DELETE"), whether it
+ * is also served without the leading /v1 (as llama-server and many proxies call it),
+ * and whether the path is a prefix followed by an id (/v1/models/{id}). */
 static const struct route {
     const char *path;
-    const char *method;
+    const char *methods;
     route_kind kind;
+    bool bare;
+    bool with_id;
+    const char *label; /* the endpoint label in /metrics (the path unless with_id) */
 } ROUTES[] = {
-    {"/health", "GET", ROUTE_HEALTH},
-    {"/ready", "GET", ROUTE_READY},
-    {"/metrics", "GET", ROUTE_METRICS},
-    {"/v1/models", "GET", ROUTE_MODELS},
-    {"/v1/chat/completions", "POST", ROUTE_CHAT},
-    {"/v1/completions", "POST", ROUTE_COMPLETIONS},
-    {"/tokenize", "POST", ROUTE_TOKENIZE},
-    {"/detokenize", "POST", ROUTE_DETOKENIZE},
+    {"/health", "GET", ROUTE_HEALTH, false, false, NULL},
+    {"/ready", "GET", ROUTE_READY, false, false, NULL},
+    {"/metrics", "GET", ROUTE_METRICS, false, false, NULL},
+    {"/", "GET", ROUTE_UI, false, false, NULL},
+    {"/v1/models", "GET", ROUTE_MODELS, true, false, NULL},
+    {"/v1/models/", "GET", ROUTE_MODEL, true, true, "/v1/models/{id}"},
+    {"/v1/chat/completions", "POST", ROUTE_CHAT, true, false, NULL},
+    {"/v1/completions", "POST", ROUTE_COMPLETIONS, true, false, NULL},
+    {"/tokenize", "POST", ROUTE_TOKENIZE, false, false, NULL},
+    {"/detokenize", "POST", ROUTE_DETOKENIZE, false, false, NULL},
+    {"/v1/responses", "POST", ROUTE_RESPONSES, true, false, NULL},
+    {"/v1/responses/", "GET, DELETE", ROUTE_RESPONSE, true, true, "/v1/responses/{id}"},
+    {"/v1/messages", "POST", ROUTE_MESSAGES, false, false, NULL},
+    {"/v1/messages/count_tokens", "POST", ROUTE_COUNT_TOKENS, false, false, NULL},
+    {"/v1/embeddings", "POST", ROUTE_EMBEDDINGS, true, false, NULL},
 };
+
+/* The API a route speaks: its errors take that API's shape. */
+static srv_endpoint route_api(route_kind kind) {
+    switch (kind) {
+    case ROUTE_MESSAGES:
+    case ROUTE_COUNT_TOKENS: return SRV_ENDPOINT_MESSAGES;
+    case ROUTE_RESPONSES:
+    case ROUTE_RESPONSE: return SRV_ENDPOINT_RESPONSES;
+    case ROUTE_COMPLETIONS: return SRV_ENDPOINT_COMPLETIONS;
+    default: return SRV_ENDPOINT_CHAT;
+    }
+}
+
+/* Whether url is path (or, for a bare route, path without "/v1"); for a with_id route,
+ * the id after it goes into *id (one non-empty segment). */
+static bool route_matches(const struct route *r, const char *url, const char **id) {
+    const char *path = r->path;
+    size_t n = strlen(path);
+    if (strncmp(url, path, n) != 0) {
+        if (!r->bare || strncmp(path, "/v1/", 4) != 0) return false;
+        path += 3;
+        n -= 3;
+        if (strncmp(url, path, n) != 0) return false;
+    }
+    if (!r->with_id) return url[n] == '\0';
+    if (!url[n] || strchr(url + n, '/')) return false;
+    *id = url + n;
+    return true;
+}
+
+static const struct route *find_route(const char *url, const char **id) {
+    const char *ignored;
+    for (size_t i = 0; i < sizeof ROUTES / sizeof ROUTES[0]; i++)
+        if (route_matches(&ROUTES[i], url, id ? id : &ignored)) return &ROUTES[i];
+    return NULL;
+}
+
+/* Whether method is one of the route's (HEAD where GET is). */
+static bool route_allows(const struct route *r, const char *method) {
+    size_t n = strlen(method);
+    for (const char *p = r->methods; *p;) {
+        size_t len = strcspn(p, ",");
+        if ((len == n && strncmp(p, method, n) == 0) ||
+            (len == 3 && strncmp(p, "GET", 3) == 0 && strcmp(method, "HEAD") == 0))
+            return true;
+        p += len;
+        while (*p == ',' || *p == ' ') p++;
+    }
+    return false;
+}
 
 /* ---- security: API keys (auth.c) and CORS preflight ---- */
 
 /* /health and /ready are open (probes carry no key); /metrics too unless
- * metrics_require_key. */
+ * metrics_require_key; the chat page too (a browser navigating sends none: the page
+ * sends the key itself with its API calls). */
 static bool route_needs_key(const srv_app *app, route_kind kind) {
-    if (kind == ROUTE_HEALTH || kind == ROUTE_READY) return false;
+    if (kind == ROUTE_HEALTH || kind == ROUTE_READY || kind == ROUTE_UI) return false;
     if (kind == ROUTE_METRICS) return app->http.metrics_require_key;
     return true;
 }
@@ -249,9 +320,8 @@ static bool route_authorized(srv_conn *conn, srv_error *err) {
                        srv__phase_refusal((srv_phase)atomic_load(&app->phase), app));
         return false;
     }
-    const char *authorization =
-        MHD_lookup_connection_value(conn->connection, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
-    return srv_auth_check(auth, authorization, err);
+    char buf[SRV_AUTHORIZATION_MAX];
+    return srv_auth_check(auth, srv__authorization(conn, buf, sizeof buf), err);
 }
 
 /* OPTIONS on a known path with CORS on: 204, and to an allowed origin what it may
@@ -261,12 +331,25 @@ static enum MHD_Result cors_preflight(srv_conn *conn, const struct route *found)
     struct MHD_Response *resp = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
     if (!resp) return MHD_NO;
     if (cors_allow_origin(conn)) {
-        bool get = strcmp(found->method, "GET") == 0;
-        MHD_add_response_header(resp, "Access-Control-Allow-Methods", get ? "GET, HEAD, OPTIONS" : "POST, OPTIONS");
-        MHD_add_response_header(resp, "Access-Control-Allow-Headers", "Authorization, Content-Type");
+        char methods[64];
+        snprintf(methods, sizeof methods, "%s%s, OPTIONS", found->methods,
+                 strncmp(found->methods, "GET", 3) == 0 ? ", HEAD" : "");
+        MHD_add_response_header(resp, "Access-Control-Allow-Methods", methods);
+        MHD_add_response_header(resp, "Access-Control-Allow-Headers",
+                                "Authorization, Content-Type, x-api-key, anthropic-version");
         MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
     }
     return srv__queue_response(conn, MHD_HTTP_NO_CONTENT, resp);
+}
+
+const char *srv__authorization(srv_conn *conn, char *buf, size_t cap) {
+    const char *authorization =
+        MHD_lookup_connection_value(conn->connection, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    if (authorization) return authorization;
+    const char *api_key = MHD_lookup_connection_value(conn->connection, MHD_HEADER_KIND, "x-api-key");
+    if (!api_key) return NULL;
+    if ((size_t)snprintf(buf, cap, "Bearer %s", api_key) >= cap) return "Bearer "; /* too long to be a key */
+    return buf;
 }
 
 /* ---- bodies prepared off the HTTP threads (prep.c) ---- */
@@ -288,11 +371,25 @@ static void prep_work(srv_conn *conn) {
         }
         break;
     }
+    case ROUTE_COUNT_TOKENS: {
+        json_t *answer = srv__messages_count_tokens(conn->body, conn->body_len, mi, &conn->prep_err);
+        if (answer) {
+            conn->prep_text = json_dumps(answer, SRV_JSON_FLAGS);
+            json_decref(answer);
+            if (!conn->prep_text) srv_error_make(&conn->prep_err, SRV_ERROR_INTERNAL, NULL, "out of memory");
+        }
+        break;
+    }
     case ROUTE_CHAT:
     case ROUTE_COMPLETIONS:
-        conn->prep_status =
-            srv_request_parse(conn->prep_route == ROUTE_CHAT ? SRV_ENDPOINT_CHAT : SRV_ENDPOINT_COMPLETIONS, conn->body,
-                              conn->body_len, mi, &conn->request, &conn->prep_err);
+    case ROUTE_RESPONSES:
+    case ROUTE_MESSAGES:
+        conn->prep_status = srv__api_parse(route_api((route_kind)conn->prep_route), conn->body, conn->body_len, mi,
+                                           conn->tenant, &conn->request, &conn->prep_err);
+        conn->have_request = conn->prep_status == SP_OK;
+        break;
+    case ROUTE_EMBEDDINGS: /* prefill-only prompts, submitted and answered as a completion is (embeddings.c) */
+        conn->prep_status = srv_embeddings_parse(conn->body, conn->body_len, mi, &conn->request, &conn->prep_err);
         conn->have_request = conn->prep_status == SP_OK;
         break;
     default: SP_ASSERT(!"not a prepared route");
@@ -318,20 +415,14 @@ static enum MHD_Result prepared_route(srv_conn *conn, route_kind kind) {
         srv_error_make(&err, SRV_ERROR_UNAVAILABLE, NULL, "the server is shutting down");
         return srv__send_error(conn, &err);
     }
-    if (kind == ROUTE_TOKENIZE || kind == ROUTE_DETOKENIZE) {
+    if (kind == ROUTE_TOKENIZE || kind == ROUTE_DETOKENIZE || kind == ROUTE_COUNT_TOKENS) {
         char *text = conn->prep_text;
         conn->prep_text = NULL; /* the response frees it */
         return text ? send_body(conn, 200, text, "application/json", NULL, NULL)
                     : srv__send_error(conn, &conn->prep_err);
     }
     if (conn->prep_status != SP_OK) return srv__send_error(conn, &conn->prep_err);
-    return srv__generation_start(conn, kind == ROUTE_CHAT ? SRV_ENDPOINT_CHAT : SRV_ENDPOINT_COMPLETIONS);
-}
-
-static const struct route *find_route(const char *url) {
-    for (size_t i = 0; i < sizeof ROUTES / sizeof ROUTES[0]; i++)
-        if (strcmp(url, ROUTES[i].path) == 0) return &ROUTES[i];
-    return NULL;
+    return srv__generation_start(conn);
 }
 
 /* A CORS preflight: OPTIONS on a known path while CORS is on. */
@@ -344,7 +435,7 @@ static bool is_preflight(const srv_conn *conn, const char *method) {
  * read (up to max_body_bytes of) its body. Returns whether the request may go on;
  * when not, *result is the handler's answer. */
 static bool admit_key(srv_conn *conn, const char *url, const char *method, enum MHD_Result *result) {
-    const struct route *found = find_route(url);
+    const struct route *found = find_route(url, NULL);
     if (!found || is_preflight(conn, method) || !route_needs_key(conn->app, found->kind)) return true;
     srv_error err;
     if (route_authorized(conn, &err)) return true;
@@ -354,21 +445,21 @@ static bool admit_key(srv_conn *conn, const char *url, const char *method, enum 
 
 static enum MHD_Result route(srv_conn *conn, const char *url, const char *method) {
     srv_error err;
-    const struct route *found = find_route(url);
-    if (!found) {
+    const char *id = NULL;
+    const struct route *found = find_route(url, &id);
+    if (found) conn->api = route_api(found->kind);
+    if (!found || (found->kind == ROUTE_UI && !conn->app->http.ui)) { /* --no-ui: / is unknown */
         srv_error_make(&err, SRV_ERROR_NOT_FOUND, NULL, "Invalid URL (%s %s)", method, url);
         return srv__send_error(conn, &err);
     }
     /* security: CORS preflight (no key); the API key was checked by admit_key */
     if (is_preflight(conn, method)) return cors_preflight(conn, found);
     /* HEAD is GET without a body; libmicrohttpd drops the body itself */
-    bool method_ok =
-        strcmp(method, found->method) == 0 || (strcmp(found->method, "GET") == 0 && strcmp(method, "HEAD") == 0);
-    if (!method_ok) {
+    if (!route_allows(found, method)) {
         srv_error_make(&err, SRV_ERROR_METHOD_NOT_ALLOWED, NULL, "Method %s is not allowed for %s (use %s)", method,
-                       url, found->method);
+                       url, found->methods);
         return send_body(conn, err.http_status, srv_error_json(&err), "application/json", MHD_HTTP_HEADER_ALLOW,
-                         found->method);
+                         found->methods);
     }
     if (conn->admin && found->kind != ROUTE_HEALTH && found->kind != ROUTE_READY && found->kind != ROUTE_METRICS) {
         srv_error_make(&err, SRV_ERROR_NOT_FOUND, NULL,
@@ -378,6 +469,9 @@ static enum MHD_Result route(srv_conn *conn, const char *url, const char *method
     if (found->kind == ROUTE_HEALTH) return handle_health(conn);
     if (found->kind == ROUTE_READY) return handle_ready(conn);
     if (found->kind == ROUTE_METRICS) return handle_metrics(conn);
+    /* the page is static: served while the model loads too, so a browser opened early
+     * gets the page, which says "Loading model" (its /v1/models call's 503) and retries */
+    if (found->kind == ROUTE_UI) return srv__ui_page(conn);
     if (conn->body_too_large) {
         srv_error_make(&err, SRV_ERROR_TOO_LARGE, NULL, "the request body exceeds the limit of %zu bytes",
                        conn->app->http.max_body_bytes);
@@ -388,12 +482,24 @@ static enum MHD_Result route(srv_conn *conn, const char *url, const char *method
         srv_error_make(&err, SRV_ERROR_UNAVAILABLE, NULL, "%s", srv__phase_refusal(phase, conn->app));
         return srv__send_error(conn, &err);
     }
+    char authorization[SRV_AUTHORIZATION_MAX]; /* the caller's key, for what is kept per key */
+    conn->tenant =
+        srv_auth_tenant(atomic_load(&conn->app->auth), srv__authorization(conn, authorization, sizeof authorization));
     switch (found->kind) {
     case ROUTE_MODELS: return srv__send_json(conn, 200, srv_render_models(&conn->app->model));
+    case ROUTE_MODEL: {
+        json_t *model = srv_render_model(&conn->app->model, id, &err);
+        return model ? srv__send_json(conn, 200, model) : srv__send_error(conn, &err);
+    }
+    case ROUTE_RESPONSE: return srv__responses_stored(conn, id, method);
     case ROUTE_CHAT:
     case ROUTE_COMPLETIONS:
+    case ROUTE_RESPONSES:
+    case ROUTE_MESSAGES:
+    case ROUTE_COUNT_TOKENS:
     case ROUTE_TOKENIZE:
-    case ROUTE_DETOKENIZE: return prepared_route(conn, found->kind);
+    case ROUTE_DETOKENIZE:
+    case ROUTE_EMBEDDINGS: return prepared_route(conn, found->kind);
     default: return MHD_NO;
     }
 }
@@ -450,6 +556,8 @@ static enum MHD_Result serve_request(srv_app *app, bool admin, struct MHD_Connec
         deadline_phase(app, connection, SRV_DEADLINE_BODY); /* the headers are in */
         snprintf(conn->method, sizeof conn->method, "%s", method);
         snprintf(conn->path, sizeof conn->path, "%s", url);
+        const struct route *known = find_route(url, NULL);
+        if (known) conn->api = route_api(known->kind); /* the answers before route() (401, 413) take its shape */
         /* refuse ambiguous framing before the body is read, and close the connection so
          * that no byte after these headers is ever parsed as another request */
         char why[200];
@@ -504,8 +612,8 @@ static enum MHD_Result on_admin_request(void *cls, struct MHD_Connection *connec
 
 /* The endpoint label of a path: the route's own path string, "other" when unknown. */
 static const char *route_endpoint(const char *path) {
-    const struct route *found = find_route(path);
-    return found ? found->path : "other";
+    const struct route *found = find_route(path, NULL);
+    return !found ? "other" : found->label ? found->label : found->path;
 }
 
 /* Why a request ended early, from how it finished or (not finished when the
@@ -535,7 +643,8 @@ static char *access_prompt(const srv_conn *conn) {
         prompt = json_string(conn->request.prompt_text);
     } else if (conn->body) {
         body = json_loadb(conn->body, conn->body_len, 0, NULL);
-        prompt = json_incref(json_object_get(body, "prompt"));
+        const char *field = conn->request.endpoint == SRV_ENDPOINT_EMBEDDINGS ? "input" : "prompt";
+        prompt = json_incref(json_object_get(body, field));
     }
     char *text = prompt ? json_dumps(prompt, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
     json_decref(prompt);
@@ -603,6 +712,7 @@ static void on_completed(void *cls, struct MHD_Connection *connection, void **co
     if (conn->dispatched) atomic_fetch_sub(&app->live_generations, 1);
     if (conn->have_request) srv_request_free(&conn->request);
     free(conn->prep_text); /* prepared, never sent */
+    srv__api_stream_destroy(conn->api_stream);
     pthread_mutex_destroy(&conn->lock);
     free(conn->reqs);
     free(conn->choices);

@@ -103,10 +103,22 @@ static bool out_append(srv_conn *conn, const char *text, size_t len) {
     return true;
 }
 
+/* Appends a chat event; a stream of an API over chat gets the events its translator
+ * makes of it instead. */
+static bool out_event(srv_conn *conn, const char *event) {
+    if (!conn->api_stream) return out_append(conn, event, strlen(event));
+    strbuf b = {0};
+    srv__api_stream_event(conn->api_stream, event, &b);
+    char *text = strbuf_take(&b);
+    bool ok = text && out_append(conn, text, strlen(text));
+    free(text);
+    return ok;
+}
+
 /* Appends an event the API layer built (takes ownership of it). */
 static bool out_append_owned(srv_conn *conn, char *event) {
     if (!event) return false;
-    bool ok = out_append(conn, event, strlen(event));
+    bool ok = out_event(conn, event);
     free(event);
     return ok;
 }
@@ -308,9 +320,12 @@ static bool stream_tools(srv_conn *conn, srv_choice *choice, choice_news *news, 
                 goto at_the_end;
             }
             choice->tools_decided = true;
-            bool ok = out_append_owned(conn, srv_sse_delta_chunk(rq, mi, conn->id, conn->created, choice->index, NULL,
+            bool ok = news->n_tokens == 0 ||
+                      out_append_owned(conn, srv_sse_delta_chunk(rq, mi, conn->id, conn->created, choice->index, NULL,
                                                                  0, conn->copy_tokens, news->n_tokens, conn->copy_top,
-                                                                 news->top_logprobs, "tool_calls"));
+                                                                 news->top_logprobs, NULL));
+            ok = ok && out_append_owned(conn, srv_sse_delta_chunk(rq, mi, conn->id, conn->created, choice->index, NULL,
+                                                                  0, NULL, 0, NULL, 0, "tool_calls"));
             choice->text_sent += len;
             choice->finish_sent = true;
             *sent = true;
@@ -373,12 +388,18 @@ static bool stream_collect(srv_conn *conn) {
         }
         bool failed = news.done && (news.finish == SCHED_FINISH_ERROR || news.finish == SCHED_FINISH_CANCELLED);
         const char *finish = news.done && !failed ? srv_finish_reason(news.finish) : NULL;
-        if (news.text_len > 0 || news.n_tokens > 0 || finish) {
+        /* the text goes in ordinary chunks and the finish in one of its own with an empty
+         * delta, as OpenAI sends it: clients that read text only while finish_reason is
+         * null lose nothing */
+        if (news.text_len > 0 || news.n_tokens > 0) {
             char *chunk =
                 srv_sse_delta_chunk(rq, mi, conn->id, conn->created, i, conn->copy_text, news.text_len,
-                                    conn->copy_tokens, news.n_tokens, conn->copy_top, news.top_logprobs, finish);
+                                    conn->copy_tokens, news.n_tokens, conn->copy_top, news.top_logprobs, NULL);
             if (!out_append_owned(conn, chunk)) return false;
         }
+        if (finish && !out_append_owned(conn, srv_sse_delta_chunk(rq, mi, conn->id, conn->created, i, NULL, 0, NULL, 0,
+                                                                  NULL, 0, finish)))
+            return false;
         if (failed) {
             srv_error err;
             if (news.finish == SCHED_FINISH_CANCELLED)
@@ -400,7 +421,7 @@ static bool stream_collect(srv_conn *conn) {
         if (!out_append_owned(conn, srv_sse_usage_chunk(rq, mi, conn->id, conn->created, outs, conn->n_reqs)))
             return false;
     }
-    if (!out_append(conn, SRV_SSE_DONE, strlen(SRV_SSE_DONE))) return false;
+    if (!out_event(conn, SRV_SSE_DONE)) return false;
     conn->stream_done = true;
     return true;
 }
@@ -453,8 +474,14 @@ static enum MHD_Result send_completion(srv_conn *conn) {
         if (outs[i]->finish == SCHED_FINISH_CANCELLED)
             return srv__send_status_error(conn, SP_ERR_CANCELLED, "the request was cancelled");
     }
+    const srv_model_info *mi = &conn->app->model;
+    if (conn->request.endpoint == SRV_ENDPOINT_EMBEDDINGS) /* vectors, not text (embeddings.c) */
+        return srv__send_json(conn, 200, srv_render_embeddings(&conn->request, mi, outs, conn->n_reqs));
+    srv_api_answer answer = {.id = conn->id, .created = conn->created, .tenant = conn->tenant};
     return srv__send_json(
-        conn, 200, srv_render_response(&conn->request, &conn->app->model, conn->id, conn->created, outs, conn->n_reqs));
+        conn, 200,
+        srv__api_render(&conn->request, mi, &answer,
+                        srv_render_response(&conn->request, mi, conn->id, conn->created, outs, conn->n_reqs)));
 }
 
 /* Called again after every resume until the answer is queued. */
@@ -468,7 +495,7 @@ enum MHD_Result srv__generation_continue(srv_conn *conn) {
 
 /* ---- generation requests ---- */
 
-enum MHD_Result srv__generation_start(srv_conn *conn, srv_endpoint endpoint) {
+enum MHD_Result srv__generation_start(srv_conn *conn) {
     srv_app *app = conn->app;
     SP_ASSERT(conn->have_request); /* parsed by a preparation worker (prep.c) */
     const srv_request *rq = &conn->request;
@@ -476,9 +503,7 @@ enum MHD_Result srv__generation_start(srv_conn *conn, srv_endpoint endpoint) {
     conn->reqs = calloc((size_t)n, sizeof *conn->reqs);
     conn->choices = calloc((size_t)n, sizeof *conn->choices);
     if (!conn->reqs || !conn->choices) return srv__send_status_error(conn, SP_ERR_NOMEM, "out of memory");
-    uint64_t tenant =
-        srv_auth_tenant(atomic_load(&app->auth),
-                        MHD_lookup_connection_value(conn->connection, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION));
+    uint64_t tenant = conn->tenant;
     for (int p = 0; p < rq->n_prompts; p++) {
         for (int c = 0; c < rq->n; c++) {
             int i = p * rq->n + c;
@@ -491,8 +516,14 @@ enum MHD_Result srv__generation_start(srv_conn *conn, srv_endpoint endpoint) {
             sched_request_set_notify(conn->reqs[i], choice_notify, &conn->choices[i]);
         }
     }
-    srv_response_id(endpoint, conn->id, sizeof conn->id);
+    srv_response_id(rq->api, conn->id, sizeof conn->id);
     conn->created = (int64_t)time(NULL);
+    if (rq->stream) {
+        bool failed;
+        srv_api_answer answer = {.id = conn->id, .created = conn->created, .tenant = tenant};
+        conn->api_stream = srv__api_stream_create(rq, &app->model, &answer, &failed);
+        if (failed) return srv__send_status_error(conn, SP_ERR_NOMEM, "out of memory");
+    }
 
     pthread_rwlock_rdlock(&app->lifecycle);
     sp_status st =

@@ -50,6 +50,29 @@ static void metric(strbuf *b, const char *name, const char *type, const char *he
                   value);
 }
 
+/* --metrics-names vllm: the gauges an endpoint picker (the Gateway API Inference
+ * Extension's model-server protocol) and vLLM's dashboards read, under vLLM's names and
+ * with its model_name label; the KV gauge under its v1 and v0 names. */
+static void render_vllm(strbuf *b, const srv_app *app, const sched_stats *st, double kv_usage) {
+    const char *model = app->model.served_name ? app->model.served_name : "";
+    const struct {
+        const char *name, *help;
+        double value;
+    } gauges[] = {
+        {"num_requests_waiting", "Number of requests waiting to be processed.", (double)st->queued},
+        {"num_requests_running", "Number of requests in model execution batches.", (double)st->running},
+        {"kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", kv_usage},
+        {"gpu_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage (the name before vLLM v1).", kv_usage},
+    };
+    for (size_t i = 0; i < sizeof gauges / sizeof gauges[0]; i++) {
+        strbuf_printf(b, "# HELP vllm:%s %s\n# TYPE vllm:%s gauge\nvllm:%s{model_name=\"", gauges[i].name,
+                      gauges[i].help, gauges[i].name, gauges[i].name);
+        for (const char *p = model; *p; p++) /* a label value escapes \\, \" and newlines */
+            strbuf_printf(b, *p == '\\' ? "\\\\" : *p == '"' ? "\\\"" : *p == '\n' ? "\\n" : "%c", *p);
+        strbuf_printf(b, "\"} %.17g\n", gauges[i].value);
+    }
+}
+
 /* One labelled family per proposer: name{proposer="ngram"} value. */
 static void metric_by_proposer(strbuf *b, const char *name, const char *type, const char *help,
                                const int64_t *by_proposer) {
@@ -166,6 +189,12 @@ char *srv_metrics_render(const srv_app *app, const sched *s) {
         metric(&b, "requests_running", "gauge", "sequences prefilling or decoding", (double)st.running);
         metric(&b, "requests_swapped", "gauge",
                "sequences swapped to host memory (always 0: preemption recomputes, nothing is swapped yet)", 0);
+        double kv_usage = st.kv_blocks_total > 0 ? (double)st.kv_blocks_used / st.kv_blocks_total : 0.0;
+        metric(&b, "kv_cache_utilization", "gauge",
+               "fraction of the KV cache held by running sequences, 0 to 1 (the Gateway API Inference Extension's "
+               "KV-cache gauge)",
+               kv_usage);
+        if (app->http.metrics_vllm) render_vllm(&b, app, &st, kv_usage);
         metric(&b, "kv_blocks_used", "gauge", "KV cache blocks in use", (double)st.kv_blocks_used);
         metric(&b, "kv_blocks_total", "gauge", "KV cache blocks", (double)st.kv_blocks_total);
         metric(&b, "kv_blocks_cached", "gauge", "KV blocks in the prefix cache (shared, or kept for reuse)",

@@ -207,14 +207,29 @@ static bool srv_name_is(const char *name, size_t len, const char *want) {
     return want && strlen(want) == len && memcmp(name, want, len) == 0;
 }
 
+bool srv_model_name_known(const srv_model_info *mi, const char *name, size_t len) {
+    if (srv_name_is(name, len, mi->served_name) || srv_name_is(name, len, mi->file_name)) return true;
+    for (int i = 0; i < mi->n_aliases; i++)
+        if (srv_name_is(name, len, mi->aliases[i])) return true;
+    return false;
+}
+
+sp_status srv__model_not_found(const srv_model_info *mi, const char *name, size_t len, const char *param,
+                               srv_error *err) {
+    char names[512];
+    size_t o = (size_t)snprintf(names, sizeof names, "`%s`", mi->served_name ? mi->served_name : "");
+    for (int i = 0; i < mi->n_aliases && o < sizeof names; i++)
+        o += (size_t)snprintf(names + o, sizeof names - o, ", `%s`", mi->aliases[i]);
+    return srv__fail(err, SRV_ERROR_MODEL_NOT_FOUND, param, "The model `%.*s` does not exist; this server serves %s.",
+                     len > 200 ? 200 : (int)len, name, names);
+}
+
 sp_status srv__check_model(const json_t *body, const srv_model_info *mi, srv_error *err) {
     const char *name = NULL;
     size_t len = 0;
     bool given = false;
     sp_status st = srv__read_string(body, "model", &name, &len, &given, err);
     if (st != SP_OK || !given) return st;
-    if (srv_name_is(name, len, mi->served_name) || srv_name_is(name, len, mi->file_name)) return SP_OK;
-    return srv__fail(err, SRV_ERROR_MODEL_NOT_FOUND, "model",
-                     "The model `%.200s` does not exist; this server serves `%s`.", name,
-                     mi->served_name ? mi->served_name : "");
+    if (srv_model_name_known(mi, name, len)) return SP_OK;
+    return srv__model_not_found(mi, name, len, "model", err);
 }

@@ -87,7 +87,13 @@ static sp_status request_logit_bias(const json_t *root, int32_t n_vocab, srv_req
 static sp_status request_sampling(const json_t *root, const srv_model_info *mi, srv_request *r, srv_error *err) {
     sample_params *p = &r->params.sampling;
     *p = sample_params_default();
-    p->repetition_penalty = 1.0f; /* off */
+    if (mi->sampling_defaults) { /* the server's defaults for what the request leaves out */
+        p->temperature = mi->sampling_defaults->temperature;
+        p->top_p = mi->sampling_defaults->top_p;
+        p->top_k = mi->sampling_defaults->top_k;
+        p->min_p = mi->sampling_defaults->min_p;
+        p->repetition_penalty = mi->sampling_defaults->repetition_penalty;
+    }
     double d = 0.0;
     int64_t i = 0;
     bool given = false;
@@ -462,26 +468,34 @@ static sp_status request_fit_context(const srv_model_info *mi, srv_request *r, i
     return SP_OK;
 }
 
-sp_status srv_request_parse(srv_endpoint endpoint, const char *body, size_t len, const srv_model_info *mi,
-                            srv_request *out, srv_error *err) {
-    *out = (srv_request){.endpoint = endpoint, .n = 1};
+sp_status srv__request_from_json(srv_endpoint endpoint, const json_t *root, const srv_model_info *mi, srv_request *out,
+                                 srv_error *err) {
+    *out = (srv_request){.endpoint = endpoint, .api = endpoint, .n = 1};
     *err = (srv_error){0};
-    json_t *root = NULL;
-    sp_status st = srv__parse_body(body, len, &root, err);
-    if (st != SP_OK) return st;
     int64_t max_tokens;
+    sp_status st;
     if ((st = srv__check_model(root, mi, err)) != SP_OK ||
         (st = request_options(root, mi, out, &max_tokens, err)) != SP_OK ||
         (st = endpoint == SRV_ENDPOINT_CHAT ? request_chat_prompt(root, mi, out, err)
                                             : request_completion_prompts(root, mi, out, err)) != SP_OK ||
         (st = request_sequences_bound(mi, out, err)) != SP_OK ||
         (st = request_fit_context(mi, out, max_tokens, err)) != SP_OK) {
-        json_decref(root);
         srv_request_free(out);
         return st;
     }
-    json_decref(root);
     return SP_OK;
+}
+
+sp_status srv_request_parse(srv_endpoint endpoint, const char *body, size_t len, const srv_model_info *mi,
+                            srv_request *out, srv_error *err) {
+    *out = (srv_request){.endpoint = endpoint, .api = endpoint, .n = 1};
+    *err = (srv_error){0};
+    json_t *root = NULL;
+    sp_status st = srv__parse_body(body, len, &root, err);
+    if (st != SP_OK) return st;
+    st = srv__request_from_json(endpoint, root, mi, out, err);
+    json_decref(root);
+    return st;
 }
 
 void srv_request_free(srv_request *r) {
@@ -497,6 +511,7 @@ void srv_request_free(srv_request *r) {
     json_decref(r->tools);
     free(r->tool_choice_name);
     free(r->think_close);
+    json_decref(r->api_fields);
     *r = (srv_request){0};
 }
 

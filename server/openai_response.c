@@ -19,8 +19,12 @@ const char SRV_SSE_DONE[] = "data: [DONE]\n\n";
 
 void srv_response_id(srv_endpoint endpoint, char *buf, size_t cap) {
     uint64_t a = srv__random_u64(), b = srv__random_u64();
-    snprintf(buf, cap, "%s%016llx%08llx", endpoint == SRV_ENDPOINT_CHAT ? "chatcmpl-" : "cmpl-", (unsigned long long)a,
-             (unsigned long long)(b & 0xFFFFFFFFu));
+    const char *prefix = endpoint == SRV_ENDPOINT_CHAT         ? "chatcmpl-"
+                         : endpoint == SRV_ENDPOINT_RESPONSES  ? "resp_"
+                         : endpoint == SRV_ENDPOINT_MESSAGES   ? "msg_"
+                         : endpoint == SRV_ENDPOINT_EMBEDDINGS ? "embd-"
+                                                               : "cmpl-";
+    snprintf(buf, cap, "%s%016llx%08llx", prefix, (unsigned long long)a, (unsigned long long)(b & 0xFFFFFFFFu));
 }
 
 const char *srv_finish_reason(sched_finish f) {
@@ -291,6 +295,11 @@ static json_t *resp_choice(const srv_request *r, const srv_model_info *mi, int i
                                resp_logprobs(r, mi, o->tokens, o->n_tokens, o->top, o->top_logprobs, true));
     bad |= json_object_set_new(choice, "finish_reason",
                                calls ? json_string("tool_calls") : resp_str_or_null(srv_finish_reason(o->finish)));
+    /* vLLM's stop_reason: the stop string that ended the choice (Anthropic's stop_sequence) */
+    if (!calls && o->stop_matched > 0 && o->stop_matched <= r->params.n_stop) {
+        const char *stop = r->params.stop[o->stop_matched - 1];
+        bad |= json_object_set_new(choice, "stop_reason", srv__json_text(stop, strlen(stop)));
+    }
     if (bad) {
         json_decref(choice);
         return NULL;
@@ -415,6 +424,17 @@ char *srv_sse_usage_chunk(const srv_request *r, const srv_model_info *mi, const 
     int bad = !root;
     bad |= json_object_set_new(root, "choices", json_array());
     bad |= json_object_set_new(root, "usage", resp_usage(r, mi, outs, n_outs));
+    /* an API over chat reads each choice's stop string here (its translator gets this chunk,
+     * never the client): the finish chunk is built without the output */
+    if (r->api != r->endpoint) {
+        json_t *stops = json_array();
+        for (int k = 0; k < n_outs && stops; k++) {
+            int m = outs[k]->stop_matched;
+            const char *s = m > 0 && m <= r->params.n_stop ? r->params.stop[m - 1] : NULL;
+            bad |= json_array_append_new(stops, s ? srv__json_text(s, strlen(s)) : json_null());
+        }
+        bad |= json_object_set_new(root, "stop_reasons", stops);
+    }
     if (bad) {
         json_decref(root);
         return NULL;
@@ -428,9 +448,25 @@ char *srv_sse_error_event(const srv_error *err) {
 
 /* ---- /v1/models ---- */
 
-json_t *srv_render_models(const srv_model_info *mi) {
+/* One model object of /v1/models, under the id asked for. */
+static json_t *model_object(const srv_model_info *mi, const char *id) {
     const char *name = mi->served_name ? mi->served_name : "";
-    return json_pack("{s:s,s:[{s:o,s:s,s:I,s:s,s:i}]}", "object", "list", "data", "id",
-                     srv__json_text(name, strlen(name)), "object", "model", "created", (json_int_t)mi->created,
-                     "owned_by", "spindle", "max_model_len", (int)mi->max_seq_len);
+    json_t *aliases = json_array();
+    for (int i = 0; i < mi->n_aliases; i++)
+        json_array_append_new(aliases, srv__json_text(mi->aliases[i], strlen(mi->aliases[i])));
+    return json_pack("{s:o,s:s,s:I,s:s,s:o,s:o,s:i}", "id", srv__json_text(id, strlen(id)), "object", "model",
+                     "created", (json_int_t)mi->created, "owned_by", "spindle", "root",
+                     srv__json_text(name, strlen(name)), "aliases", aliases, "max_model_len", (int)mi->max_seq_len);
+}
+
+json_t *srv_render_models(const srv_model_info *mi) {
+    return json_pack("{s:s,s:[o]}", "object", "list", "data", model_object(mi, mi->served_name ? mi->served_name : ""));
+}
+
+json_t *srv_render_model(const srv_model_info *mi, const char *id, srv_error *err) {
+    if (!srv_model_name_known(mi, id, strlen(id))) {
+        srv__model_not_found(mi, id, strlen(id), NULL, err);
+        return NULL;
+    }
+    return model_object(mi, id);
 }

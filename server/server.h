@@ -106,28 +106,41 @@ typedef enum srv_tool_choice {
 } srv_tool_choice;
 
 typedef struct srv_model_info {
-    const char *served_name;            /* the id /v1/models lists ("SmolLM2-135M-Instruct.Q4_1") */
-    const char *file_name;              /* the GGUF's file name, also accepted as `model` */
-    const tok_vocab *vocab;             /* immutable; tokenizes on any thread */
-    const tmpl *chat_template;          /* the model's, --chat-template's, or ChatML */
-    bool template_takes_parts;          /* the template iterates over content parts itself */
-    bool template_renders_tools;        /* the template prints the request's tools (probed at start) */
-    srv_tool_format tool_format;        /* how the answer's tool calls are written and parsed */
-    bool reasoning_tags;                /* the template uses <think> ... </think> (reasoning.c) */
-    json_t *template_tokens;            /* {"bos_token": ..., "eos_token": ...} added to every render */
-    int32_t max_seq_len;                /* prompt + completion limit of one sequence */
-    int max_n;                          /* most choices per request (--max-n); 0: SRV_MAX_N */
-    int max_sequences;                  /* most prompts times n per request (--max-sequences-per-request); 0: none */
-    int32_t max_tokens;                 /* largest max_tokens a request may ask for (--max-tokens); 0: the context */
-    int32_t default_max_tokens;         /* a request without max_tokens (--default-max-tokens); 0: the context */
-    int64_t created;                    /* unix time the server loaded the model */
-    const char *cpu_kernels;            /* the CPU backend's kernel set ("avx512"); NULL on a GPU */
-    gram_limits grammar_limits;         /* bounds on a compiled constraint (--grammar-max-*) */
-    int32_t schema_max_depth;           /* JSON Schema nesting (--grammar-schema-max-depth) */
-    bool json_flexible;                 /* JSON with optional whitespace (--grammar-json-whitespace) */
-    struct srv_grammar_cache *grammars; /* compiled constraints shared by their text; NULL: none (each
-                                           request compiles its own); freed by srv_model_info_free */
+    const char *served_name;    /* the id /v1/models lists ("SmolLM2-135M-Instruct.Q4_1") */
+    const char *const *aliases; /* (n_aliases) more names requests may use (--served-model-name) */
+    int n_aliases;
+    const char *file_name;       /* the GGUF's file name, also accepted as `model` */
+    const tok_vocab *vocab;      /* immutable; tokenizes on any thread */
+    const tmpl *chat_template;   /* the model's, --chat-template's, or ChatML */
+    bool template_takes_parts;   /* the template iterates over content parts itself */
+    bool template_renders_tools; /* the template prints the request's tools (probed at start) */
+    srv_tool_format tool_format; /* how the answer's tool calls are written and parsed */
+    bool reasoning_tags;         /* the template uses <think> ... </think> (reasoning.c) */
+    json_t *template_tokens;     /* {"bos_token": ..., "eos_token": ...} added to every render */
+    int32_t max_seq_len;         /* prompt + completion limit of one sequence */
+    int max_n;                   /* most choices per request (--max-n); 0: SRV_MAX_N */
+    int max_sequences;           /* most prompts times n per request (--max-sequences-per-request); 0: none */
+    int32_t max_tokens;          /* largest max_tokens a request may ask for (--max-tokens); 0: the context */
+    int32_t default_max_tokens;  /* a request without max_tokens (--default-max-tokens); 0: the context */
+    int64_t created;             /* unix time the server loaded the model */
+    const char *cpu_kernels;     /* the CPU backend's kernel set ("avx512"); NULL on a GPU */
+    gram_limits grammar_limits;  /* bounds on a compiled constraint (--grammar-max-*) */
+    int32_t schema_max_depth;    /* JSON Schema nesting (--grammar-schema-max-depth) */
+    bool json_flexible;          /* JSON with optional whitespace (--grammar-json-whitespace) */
+    const sample_params *sampling_defaults; /* what a request's missing sampling fields get (--temperature ...,
+                                               the GGUF's general.sampling.*); NULL: the API's defaults */
+    struct srv_response_store *responses;   /* stored /v1/responses; NULL: none kept; freed by
+                                               srv_model_info_free */
+    sched_pooling pooling;                  /* /v1/embeddings (--pooling, auto resolved); NONE: mean */
+    struct srv_grammar_cache *grammars;     /* compiled constraints shared by their text; NULL: none (each
+                                               request compiles its own); freed by srv_model_info_free */
 } srv_model_info;
+
+/* The responses /v1/responses stores for previous_response_id (response_store.c):
+ * bounded by bytes, count and age; per API key. Thread-safe. */
+typedef struct srv_response_store srv_response_store;
+sp_status srv_response_store_create(size_t max_bytes, int max_count, double ttl_s, srv_response_store **out);
+void srv_response_store_destroy(srv_response_store *s);
 
 /* Compiled grammars kept by their GBNF text (the last SRV_GRAMMAR_CACHE_ENTRIES used), so
  * a schema seen again reuses the grammar and the masks it has cached. Thread-safe. */
@@ -146,12 +159,21 @@ void srv_model_info_free(srv_model_info *mi);
 
 /* ---- requests ---- */
 
-typedef enum srv_endpoint { SRV_ENDPOINT_CHAT, SRV_ENDPOINT_COMPLETIONS } srv_endpoint;
+typedef enum srv_endpoint {
+    SRV_ENDPOINT_CHAT,        /* /v1/chat/completions */
+    SRV_ENDPOINT_COMPLETIONS, /* /v1/completions */
+    SRV_ENDPOINT_RESPONSES,   /* /v1/responses: a chat request underneath (responses.c) */
+    SRV_ENDPOINT_MESSAGES,    /* /v1/messages (Anthropic): a chat request underneath (anthropic.c) */
+    SRV_ENDPOINT_EMBEDDINGS   /* /v1/embeddings: prefill only, pooled */
+} srv_endpoint;
 
 /* A validated /v1/chat/completions or /v1/completions request. Owns everything it
  * points to; free with srv_request_free. */
 typedef struct srv_request {
-    srv_endpoint endpoint;
+    srv_endpoint endpoint; /* the request's kind: a /v1/responses or /v1/messages request is CHAT */
+    srv_endpoint api;      /* the API the client speaks: endpoint, or RESPONSES / MESSAGES over chat */
+    json_t *api_fields;    /* that API's fields the answer echoes and the store keeps (responses.c,
+                              anthropic.c); NULL for chat and completions; owned */
     bool stream;
     bool include_usage; /* stream_options.include_usage */
     int n;              /* choices per prompt (1..SRV_MAX_N) */
@@ -174,9 +196,12 @@ typedef struct srv_request {
     bool parallel_tool_calls;
     bool reasoning_open_at_start; /* the rendered prompt ends inside <think> (reasoning.c) */
     int32_t *think_close;         /* max_reasoning_tokens: the tokens of "</think>" (params points here) */
+    bool base64;                  /* embeddings: encoding_format base64 */
 } srv_request;
 
 enum { SRV_MAX_N = 16, SRV_MAX_PROMPTS = 64 };
+/* Most inputs of one /v1/embeddings request (each is a sequence, like prompts times n). */
+enum { SRV_MAX_EMBEDDING_INPUTS = 1024 };
 
 /* Parses and validates body (len bytes, need not be NUL-terminated) for endpoint:
  * JSON syntax, every known field's type and range (unknown fields ignored), the model
@@ -188,13 +213,29 @@ sp_status srv_request_parse(srv_endpoint endpoint, const char *body, size_t len,
                             srv_request *out, srv_error *err);
 void srv_request_free(srv_request *r);
 
+/* POST /v1/embeddings (embeddings.c): `input` (a string, strings, token ids, or lists of
+ * token ids; text tokenized with BOS by the vocab's rule and special tokens parsed, as
+ * llama-server does), `model`, `encoding_format` (float or base64), `user` (ignored);
+ * `dimensions` is a 400. Into out: one prompt per input, n 1, max_tokens 0, params.pooling
+ * from mi. On failure fills err (400 naming the field, input[i] for one input, 404
+ * model_not_found, 400 context_length_exceeded) and returns its status; out holds nothing. */
+sp_status srv_embeddings_parse(const char *body, size_t len, const srv_model_info *mi, srv_request *out,
+                               srv_error *err);
+/* Its answer from the finished outputs (one per input, in order, done with STOP):
+ * {"object": "list", "data": [{"object": "embedding", "index", "embedding": floats or
+ * base64}], "model", "usage": {prompt_tokens, total_tokens}}. New reference; NULL on out of
+ * memory. */
+json_t *srv_render_embeddings(const srv_request *r, const srv_model_info *mi, const sched_output *const *outs,
+                              int n_outs);
+
 /* The sched_request_params for choice `choice` (0..n-1) of prompt `prompt`: the prompt,
  * and the seed (seed + choice when given, else a fresh random seed per choice). */
 sched_request_params srv_request_choice_params(const srv_request *r, int prompt, int choice);
 
 /* ---- responses ---- */
 
-/* The id of a response: "chatcmpl-<hex>" or "cmpl-<hex>"; buf of at least 40 bytes. */
+/* The id of an answer of the API endpoint speaks: "chatcmpl-<hex>", "cmpl-<hex>", "resp_<hex>",
+ * "msg_<hex>" or "embd-<hex>"; buf of at least 40 bytes. */
 void srv_response_id(srv_endpoint endpoint, char *buf, size_t cap);
 
 /* The finish_reason text of a finished output: STOP "stop", LENGTH "length"; CANCELLED
@@ -212,11 +253,7 @@ json_t *srv_render_response(const srv_request *r, const srv_model_info *mi, cons
  * new string (caller owns, free()) or NULL on out of memory. */
 /* chat only: the first chunk of a choice: delta {"role": "assistant", "content": ""}. */
 char *srv_sse_role_chunk(const srv_request *r, const srv_model_info *mi, const char *id, int64_t created, int index);
-/* New content of choice `index`: text (len bytes) and, when logprobs were asked, the
- * tokens (n_tokens) with their alternatives top (n_tokens, out_top_logprobs) from the
- * output; finish_reason NULL, or "stop"/"length" for the choice's last chunk (which may
- * carry text too; without text its chat delta is {}, as OpenAI's last chunk). Streamed
- * completions logprobs have no text_offset (it needs the characters sent before). */
+
 /* A chat chunk whose delta is a piece of the reasoning (delta.reasoning_content). */
 char *srv_sse_reasoning_chunk(const srv_request *r, const srv_model_info *mi, const char *id, int64_t created,
                               int index, const char *text, size_t len, const sched_token *tokens, int32_t n_tokens,
@@ -225,6 +262,11 @@ char *srv_sse_reasoning_chunk(const srv_request *r, const srv_model_info *mi, co
  * and either the call's id, type and name or a piece of its arguments). */
 char *srv_sse_tool_call_delta(const srv_request *r, const srv_model_info *mi, const char *id, int64_t created,
                               int index, json_t *tool_call);
+/* New content of choice `index`: text (len bytes) and, when logprobs were asked, the
+ * tokens (n_tokens) with their alternatives top (n_tokens, out_top_logprobs) from the
+ * output; finish_reason NULL, or "stop"/"length" for the choice's last chunk (the stream
+ * sends it with no text: its chat delta is {}, its completions text "", as OpenAI's).
+ * Streamed completions logprobs have no text_offset (it needs the characters sent before). */
 char *srv_sse_delta_chunk(const srv_request *r, const srv_model_info *mi, const char *id, int64_t created, int index,
                           const char *text, size_t len, const sched_token *tokens, int32_t n_tokens,
                           const sched_token *top, int out_top_logprobs, const char *finish_reason);
@@ -238,8 +280,12 @@ extern const char SRV_SSE_DONE[];
 
 /* ---- the other endpoints' bodies ---- */
 
-/* GET /v1/models. New reference. */
+/* GET /v1/models: the served model with its aliases. New reference. */
 json_t *srv_render_models(const srv_model_info *mi);
+/* GET /v1/models/{id}: the model under any of its names; else NULL with the 404 in err. */
+json_t *srv_render_model(const srv_model_info *mi, const char *id, srv_error *err);
+/* Whether name (len bytes) is the served name, an alias or the file name. */
+bool srv_model_name_known(const srv_model_info *mi, const char *name, size_t len);
 /* POST /tokenize: {"content" | "prompt": string, or "messages": [...] (with tools and
  * chat_template_kwargs, tokenized exactly as a chat completion would be), "add_special"
  * or "add_special_tokens": bool (BOS by the vocab's rule; default false for content as
@@ -318,6 +364,12 @@ typedef struct srv_http_config {
     /* readiness and drain */
     double drain_timeout_s;      /* SIGTERM: in-flight work gets this long to finish */
     double ready_queue_fraction; /* /ready is 503 when the queue is above this fraction of its bounds */
+    /* the other APIs and pages */
+    bool metrics_vllm;            /* /metrics also under vLLM's names (--metrics-names vllm) */
+    bool ui;                      /* the chat page at / (--no-ui: off) */
+    size_t responses_store_bytes; /* stored /v1/responses; 0: none stored */
+    int responses_store_max;      /* and their count */
+    double responses_store_ttl_s; /* how long each is kept */
 } srv_http_config;
 
 typedef struct srv_watch srv_watch;

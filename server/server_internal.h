@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "common/status.h"
+#include "common/strbuf.h"
 #include "server/server.h"
 
 /* ==== The OpenAI layer ====
@@ -148,15 +149,23 @@ srv_call_event srv__tools_scan(srv_call_scan *sc, const char *text, size_t len, 
  * the calls are the whole answer, so once content has flowed (flowed) nothing is held. */
 size_t srv__tools_hold_from(const srv_model_info *mi, const char *text, size_t len, bool flowed);
 
-/* The request's `model`, when given, must name the served model (served_name or
- * file_name): else 404 model_not_found. */
+/* The request's `model`, when given, must name the served model (served_name, an alias
+ * or file_name): else 404 model_not_found. */
 sp_status srv__check_model(const json_t *body, const srv_model_info *mi, srv_error *err);
+/* The 404 model_not_found for name (len bytes), listing the names served. */
+sp_status srv__model_not_found(const srv_model_info *mi, const char *name, size_t len, const char *param,
+                               srv_error *err);
 
 /* Parses len bytes as one JSON object; not JSON or not an object is a 400 naming the
  * line and column. Caller owns *out (json_decref). */
 sp_status srv__parse_body(const char *body, size_t len, json_t **out, srv_error *err);
 
 /* ---- openai_request.c ---- */
+
+/* srv_request_parse on a body already parsed (chat or completions): what the APIs over
+ * chat call with the chat body they translated theirs into. root is borrowed. */
+sp_status srv__request_from_json(srv_endpoint endpoint, const json_t *root, const srv_model_info *mi, srv_request *out,
+                                 srv_error *err);
 
 /* 64 random bits for seeds and response ids (getrandom; a clock-and-counter mix when
  * the kernel has no entropy yet). Any thread. */
@@ -174,6 +183,71 @@ sp_status srv__chat_render(const json_t *body, const srv_model_info *mi, const s
  * unless the text already starts with the BOS token's text. Caller owns *ids (free()). */
 sp_status srv__chat_tokenize(const srv_model_info *mi, const char *text, size_t len, int32_t **ids, size_t *n_ids,
                              srv_error *err);
+
+/* ==== APIs over chat (api_bridge.c, responses.c, anthropic.c) ====
+ * /v1/responses and Anthropic's /v1/messages are chat requests underneath. Each API's
+ * file translates its body into a chat completions body (validated by
+ * srv__request_from_json; r->api names the API), the chat answer back into its own
+ * shape, and a stream's chat events, one at a time, into its own event sequence.
+ * api_bridge.c picks the API's functions by r->api, so the transport stays the chat
+ * machinery. Prep workers and HTTP threads; reentrant (a stream's translator has one
+ * owner, its connection).
+ */
+
+/* A stream's translator: the API's state between events. */
+typedef struct srv_api_stream srv_api_stream;
+struct srv_api_stream {
+    /* One chat event: a chunk object, or {"error": {...}} when the generation failed;
+     * NULL at the end ([DONE]). The API's events go into out. */
+    void (*event)(srv_api_stream *s, const json_t *chat_event, strbuf *out);
+    void (*destroy)(srv_api_stream *s);
+};
+
+/* What an answer needs beside the request: its id, time and the caller's API key. */
+typedef struct srv_api_answer {
+    const char *id;
+    int64_t created;
+    uint64_t tenant; /* srv_auth_tenant of the request's key (stores are per key) */
+} srv_api_answer;
+
+/* The bridge (api_bridge.c): by api. srv__api_parse fills out (out->api = api). */
+sp_status srv__api_parse(srv_endpoint api, const char *body, size_t len, const srv_model_info *mi, uint64_t tenant,
+                         srv_request *out, srv_error *err);
+/* The non-streaming answer: chat (srv_render_response's body, taken) in r->api's shape. */
+json_t *srv__api_render(const srv_request *r, const srv_model_info *mi, const srv_api_answer *a, json_t *chat);
+/* A stream's translator; NULL for chat and completions (their events go out as they are)
+ * and on out of memory (*failed set). */
+srv_api_stream *srv__api_stream_create(const srv_request *r, const srv_model_info *mi, const srv_api_answer *a,
+                                       bool *failed);
+/* One chat SSE event's text ("data: {...}\n\n", or SRV_SSE_DONE) through s into out. */
+void srv__api_stream_event(srv_api_stream *s, const char *chat_event, strbuf *out);
+void srv__api_stream_destroy(srv_api_stream *s);
+/* An error body in api's shape (Anthropic's for MESSAGES, else OpenAI's); free(). */
+char *srv__api_error_json(srv_endpoint api, const srv_error *err);
+
+/* responses.c: POST /v1/responses, and the stored responses (GET and DELETE by id) */
+sp_status srv__responses_parse(const char *body, size_t len, const srv_model_info *mi, uint64_t tenant,
+                               srv_request *out, srv_error *err);
+json_t *srv__responses_render(const srv_request *r, const srv_model_info *mi, const srv_api_answer *a, json_t *chat);
+srv_api_stream *srv__responses_stream(const srv_request *r, const srv_model_info *mi, const srv_api_answer *a);
+
+/* response_store.c (see srv_response_store in server.h). Put takes both references (and
+ * drops them when the entry cannot be kept: larger than the budget, none kept); get gives
+ * copies (NULL pointers: not wanted). A missing, expired or other key's id: false. now:
+ * the caller's clock in seconds (sched_now(); tests pass their own), which expiry uses. */
+bool srv__store_put(srv_response_store *s, const char *id, uint64_t tenant, json_t *response, json_t *conversation,
+                    double now);
+bool srv__store_get(srv_response_store *s, const char *id, uint64_t tenant, json_t **response, json_t **conversation,
+                    double now);
+bool srv__store_delete(srv_response_store *s, const char *id, uint64_t tenant, double now);
+
+/* anthropic.c: POST /v1/messages and /v1/messages/count_tokens */
+sp_status srv__messages_parse(const char *body, size_t len, const srv_model_info *mi, srv_request *out, srv_error *err);
+json_t *srv__messages_render(const srv_request *r, const srv_model_info *mi, const srv_api_answer *a, json_t *chat);
+srv_api_stream *srv__messages_stream(const srv_request *r, const srv_model_info *mi, const srv_api_answer *a);
+char *srv__messages_error_json(const srv_error *err);
+/* {"input_tokens": n}; on failure NULL and err. */
+json_t *srv__messages_count_tokens(const char *body, size_t len, const srv_model_info *mi, srv_error *err);
 
 /* ==== The HTTP transport ====
  * What the transport's two files share with each other and nobody
@@ -222,6 +296,9 @@ struct srv_conn {
     int n_reqs;
     char id[48];
     int64_t created;
+    srv_endpoint api;           /* the API of the route (errors take its shape) */
+    uint64_t tenant;            /* srv_auth_tenant of the request's key */
+    srv_api_stream *api_stream; /* a stream of an API over chat: its translator (api_bridge.c) */
     srv_watched watched;
     bool watching;
     _Atomic bool keepalive_wanted;
@@ -254,6 +331,11 @@ struct srv_conn {
 };
 
 /* ---- http.c: responses (HTTP threads) ---- */
+
+/* The request's credentials as an Authorization header value: the header itself, else
+ * Anthropic's x-api-key as "Bearer KEY" (written into buf); NULL when neither. */
+enum { SRV_AUTHORIZATION_MAX = 1024 };
+const char *srv__authorization(srv_conn *conn, char *buf, size_t cap);
 
 /* Queues resp (takes ownership of it) with what every answer carries (CORS) and
  * records the status for metrics and the access log. */
@@ -288,6 +370,9 @@ srv_deadline *srv__deadline_open(srv_deadlines *d, int fd);
 void srv__deadline_close(srv_deadlines *d, srv_deadline *e);
 void srv__deadline_set(srv_deadlines *d, srv_deadline *e, srv_deadline_phase phase);
 
+/* ui.c: GET /, the built-in chat page (server/ui/chat.html, embedded at build time). */
+enum MHD_Result srv__ui_page(srv_conn *conn);
+
 /* retry_after.c: the seconds a 429 asks the client to wait: the queue's length over the
  * measured drain rate, jittered by up to half either way, within 1..60. */
 int srv__retry_after_s(const sched *s);
@@ -313,13 +398,16 @@ enum MHD_Result srv__send_status_error(srv_conn *conn, sp_status st, const char 
 /* Why the server does not take new work in this phase (static text, or app's). */
 const char *srv__phase_refusal(srv_phase phase, const srv_app *app);
 
+/* ---- responses.c: GET and DELETE /v1/responses/{id} (HTTP threads) ---- */
+enum MHD_Result srv__responses_stored(srv_conn *conn, const char *id, const char *method);
+
 /* ---- http_generation.c: a generation's connection (HTTP threads) ---- */
 
 /* POST /v1/chat/completions and /v1/completions, once a preparation worker has parsed
  * conn's body into conn->request (have_request): submits one scheduler request per
  * choice, watches the socket, then answers a stream at once or suspends until the
  * choices are done. */
-enum MHD_Result srv__generation_start(srv_conn *conn, srv_endpoint endpoint);
+enum MHD_Result srv__generation_start(srv_conn *conn);
 /* A non-streaming generation's handler call after a resume: answers once every
  * choice is done, suspends again otherwise. */
 enum MHD_Result srv__generation_continue(srv_conn *conn);

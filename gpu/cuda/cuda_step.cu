@@ -23,9 +23,9 @@
  * caller's; padding rows are never read back.
  *
  * Layout of the device buffer (int32s): tokens, pos, seq (Tb each), seq_len (Tb),
- * block table (Tb x Mb), logit rows. Offsets depend only on (Tb, Mb), so a graph's
- * captured pointers stay valid for every later step of its bucket; growing the buffer
- * moves it, so that drops every graph.
+ * block table (Tb x Mb), logit rows, hidden rows (embeddings). Offsets depend only on
+ * (Tb, Mb), so a graph's captured pointers stay valid for every later step of its bucket;
+ * growing the buffer moves it, so that drops every graph.
  */
 #include <string.h>
 
@@ -102,13 +102,15 @@ sp_status cuda__step_upload(dev_backend *dev, const dev_step *host, const dev_kv
         sbk = tb;
         mb = blocks_bucket(m);
     }
-    const size_t need = 3 * (size_t)tb + (size_t)sbk + (size_t)sbk * (size_t)mb + (size_t)host->n_logits;
+    const size_t need =
+        3 * (size_t)tb + (size_t)sbk + (size_t)sbk * (size_t)mb + (size_t)host->n_logits + (size_t)host->n_hidden;
     sp_status st = step_buffers_fit(cb, need);
     if (st != SP_OK) return st;
 
     int32_t *h = sb->host;
     int32_t *tokens = h, *pos = h + tb, *seq = h + 2 * (size_t)tb, *seq_len = h + 3 * (size_t)tb;
     int32_t *table = seq_len + sbk, *logit_rows = table + (size_t)sbk * (size_t)mb;
+    int32_t *hidden_rows = logit_rows + host->n_logits;
     memcpy(tokens, host->tokens, sizeof(int32_t) * (size_t)t);
     memcpy(pos, host->pos, sizeof(int32_t) * (size_t)t);
     memcpy(seq, host->seq, sizeof(int32_t) * (size_t)t);
@@ -127,8 +129,9 @@ sp_status cuda__step_upload(dev_backend *dev, const dev_step *host, const dev_kv
         for (int32_t b = 0; b < mb; b++) table[(size_t)i * mb + b] = kv->scratch_block;
     }
     memcpy(logit_rows, host->logit_rows, sizeof(int32_t) * (size_t)host->n_logits);
+    if (host->n_hidden > 0) memcpy(hidden_rows, host->hidden_rows, sizeof(int32_t) * (size_t)host->n_hidden);
 
-    const size_t used = (size_t)(logit_rows - h) + (size_t)host->n_logits;
+    const size_t used = (size_t)(hidden_rows - h) + (size_t)host->n_hidden;
     if (!cuda__ok(cb, cudaMemcpyAsync(sb->device, h, used * sizeof(int32_t), cudaMemcpyHostToDevice, cb->stream),
                   "cudaMemcpyAsync(step)"))
         return cuda__fault_status(cb);
@@ -143,6 +146,7 @@ sp_status cuda__step_upload(dev_backend *dev, const dev_step *host, const dev_kv
     d->seq_len = sb->device + (seq_len - h);
     d->block_table = sb->device + (table - h);
     d->logit_rows = sb->device + (logit_rows - h);
+    d->hidden_rows = sb->device + (hidden_rows - h);
     *device_step = d;
     return SP_OK;
 }

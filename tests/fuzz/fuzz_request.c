@@ -2,14 +2,22 @@
  * input is a request body, parsed as a /v1/chat/completions and a /v1/completions body
  * against stories260K's vocabulary (SentencePiece) with two templates: the ChatML
  * fallback (content parts joined) and one that takes content parts. The same bytes
- * also go to /tokenize and /detokenize. The layer's contract is checked and traps when
+ * also go to /tokenize and /detokenize, and as an Anthropic Messages body to /v1/messages
+ * and its count_tokens (server/anthropic.c). The layer's contract is checked and traps when
  * broken:
  *   - a rejected body fills an error with a 400, 404 or 500 whose JSON parses back;
  *   - an accepted request has 1..SRV_MAX_N choices, 1..SRV_MAX_PROMPTS non-empty
  *     prompts of ids inside the vocabulary, each within the context with its
  *     max_tokens, and stop strings within the scheduler's limits;
  *   - responses rendered from outputs made of the prompt's own tokens (non-streaming
- *     body, SSE chunks, the usage chunk) are valid JSON, every event "data: ...\n\n".
+ *     body, SSE chunks, the usage chunk) are valid JSON, every event "data: ...\n\n";
+ *   - an accepted Messages body is one chat prompt whose count_tokens is its length; its
+ *     message and its stream's Anthropic events ("event: NAME\ndata: {...}" with that
+ *     type) are valid JSON; a refused one also has Anthropic's error shape;
+ *   - the same for a Responses body (/v1/responses, server/responses.c): one chat prompt,
+ *     a response object whose id is the answer's and that the store gives back, and a
+ *     stream of events numbered 0, 1, 2, ... that ends in response.completed or
+ *     response.incomplete.
  * Everything is freed per input, so LeakSanitizer sees any leak. Built and run by
  * tools/fuzz.sh; tests/unit/server/test_request_regressions.c replays the seeds and
  * tests/fuzz/regressions/request/ through this same function.
@@ -26,6 +34,7 @@
 #include "common/log.h"
 #include "gguf/gguf.h"
 #include "server/server.h"
+#include "server/server_internal.h"
 
 #define FUZZ_CHECK(cond)               \
     do {                               \
@@ -82,6 +91,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
                                .vocab = fuzz_vocab,
                                .max_seq_len = FUZZ_CTX,
                                .created = 1700000000};
+        /* a small store: a stored response comes back by id (bounded, so it never grows) */
+        FUZZ_CHECK(srv_response_store_create(1 << 20, 16, 1e9, &mi->responses) == SP_OK);
         if (srv_model_info_init_template(mi, f, i == 0 ? NULL : tpath) != SP_OK) {
             fprintf(stderr, "fuzz_request: template: %s\n", sp_last_error());
             abort();
@@ -199,6 +210,145 @@ static void fuzz_check_responses(const srv_request *r, const srv_model_info *mi)
     }
 }
 
+/* A stream's text of "event: NAME\ndata: {\"type\": NAME, ...}\n\n" frames (Anthropic's
+ * and the Responses API's); numbered: each data also has sequence_number 0, 1, 2, ...
+ * The last frame's type, or "" when there is none. */
+static const char *fuzz_check_named_events(const char *text, bool numbered, char *last, size_t last_cap) {
+    FUZZ_CHECK(text != NULL);
+    last[0] = '\0';
+    json_int_t sequence = 0;
+    for (const char *at = text; *at;) {
+        const char *end = strstr(at, "\n\n"), *data = strstr(at, "\ndata: ");
+        FUZZ_CHECK(end && data && data < end && strncmp(at, "event: ", 7) == 0);
+        json_t *j = json_loadb(data + 7, (size_t)(end - data - 7), JSON_ALLOW_NUL, NULL);
+        const char *type = json_string_value(json_object_get(j, "type"));
+        FUZZ_CHECK(type && strlen(type) == (size_t)(data - at - 7) && memcmp(type, at + 7, strlen(type)) == 0);
+        if (numbered) FUZZ_CHECK(json_integer_value(json_object_get(j, "sequence_number")) == sequence++);
+        snprintf(last, last_cap, "%s", type);
+        json_decref(j);
+        at = end + 2;
+    }
+    return last;
+}
+
+/* One chat event (taken) through an API's stream translator. */
+static void fuzz_feed(srv_api_stream *s, char *event, strbuf *out) {
+    FUZZ_CHECK(event != NULL);
+    json_t *j = json_loads(event + 6, JSON_DISABLE_EOF_CHECK | JSON_ALLOW_NUL, NULL);
+    FUZZ_CHECK(j != NULL);
+    s->event(s, j, out);
+    json_decref(j);
+    free(event);
+}
+
+static void fuzz_check_messages(const char *body, size_t size, const srv_model_info *mi) {
+    srv_request r;
+    srv_error err;
+    sp_status st = srv__messages_parse(body, size, mi, &r, &err);
+    if (st != SP_OK) {
+        FUZZ_CHECK(st < 0);
+        fuzz_check_error(&err);
+        char *text = srv__messages_error_json(&err);
+        fuzz_check_json(text, text ? strlen(text) : 0);
+        free(text);
+        return;
+    }
+    FUZZ_CHECK(r.api == SRV_ENDPOINT_MESSAGES && r.endpoint == SRV_ENDPOINT_CHAT && r.n == 1 && r.n_prompts == 1);
+    fuzz_check_request(&r, mi);
+    json_t *count = srv__messages_count_tokens(body, size, mi, &err);
+    FUZZ_CHECK(count && json_integer_value(json_object_get(count, "input_tokens")) == r.prompt_lens[0]);
+    json_decref(count);
+    sched_output o;
+    fuzz_make_output(&r, 0, &o);
+    o.stop_matched = r.params.n_stop > 0 ? 1 : 0;
+    const sched_output *outs[] = {&o};
+    srv_api_answer a = {.id = "msg_fuzz", .created = 1700000001};
+    fuzz_check_body(srv__messages_render(&r, mi, &a, srv_render_response(&r, mi, a.id, a.created, outs, 1)));
+    srv_api_stream *s = srv__messages_stream(&r, mi, &a);
+    FUZZ_CHECK(s != NULL);
+    strbuf out = {0};
+    fuzz_feed(s, srv_sse_role_chunk(&r, mi, a.id, a.created, 0), &out);
+    fuzz_feed(s, srv_sse_reasoning_chunk(&r, mi, a.id, a.created, 0, o.text, o.text_len / 2, NULL, 0, NULL, 0), &out);
+    fuzz_feed(s, srv_sse_delta_chunk(&r, mi, a.id, a.created, 0, o.text, o.text_len, NULL, 0, NULL, 0, NULL), &out);
+    fuzz_feed(s,
+              srv_sse_tool_call_delta(&r, mi, a.id, a.created, 0,
+                                      json_pack("{s:i,s:s,s:s,s:{s:s,s:s}}", "index", 0, "id", "call_1", "type",
+                                                "function", "function", "name", "f", "arguments", "")),
+              &out);
+    fuzz_feed(
+        s,
+        srv_sse_tool_call_delta(&r, mi, a.id, a.created, 0,
+                                json_pack("{s:i,s:{s:s%}}", "index", 0, "function", "arguments", o.text, o.text_len)),
+        &out);
+    fuzz_feed(s, srv_sse_delta_chunk(&r, mi, a.id, a.created, 0, NULL, 0, NULL, 0, NULL, 0, "stop"), &out);
+    fuzz_feed(s, srv_sse_usage_chunk(&r, mi, a.id, a.created, outs, 1), &out);
+    s->event(s, NULL, &out);
+    s->destroy(s);
+    char *events = strbuf_take(&out), last[64];
+    fuzz_check_named_events(events, false, last, sizeof last);
+    free(events);
+    free(o.text);
+    free(o.tokens);
+    free(o.top);
+    srv_request_free(&r);
+}
+
+static void fuzz_check_responses_api(const char *body, size_t size, const srv_model_info *mi) {
+    srv_request r;
+    srv_error err;
+    sp_status st = srv__responses_parse(body, size, mi, 7, &r, &err);
+    if (st != SP_OK) {
+        FUZZ_CHECK(st < 0);
+        fuzz_check_error(&err);
+        return;
+    }
+    FUZZ_CHECK(r.api == SRV_ENDPOINT_RESPONSES && r.endpoint == SRV_ENDPOINT_CHAT && r.n == 1 && r.n_prompts == 1);
+    fuzz_check_request(&r, mi);
+    sched_output o;
+    fuzz_make_output(&r, 0, &o);
+    const sched_output *outs[] = {&o};
+    char id[40];
+    srv_response_id(SRV_ENDPOINT_RESPONSES, id, sizeof id);
+    srv_api_answer a = {.id = id, .created = 1700000001, .tenant = 7};
+    json_t *response = srv__responses_render(&r, mi, &a, srv_render_response(&r, mi, a.id, a.created, outs, 1));
+    FUZZ_CHECK(response && strcmp(json_string_value(json_object_get(response, "id")), id) == 0);
+    /* stored unless the body said store: false; only for its own key */
+    json_t *stored = NULL;
+    if (srv__store_get(mi->responses, id, 7, &stored, NULL, 0)) FUZZ_CHECK(json_equal(stored, response));
+    FUZZ_CHECK(!srv__store_get(mi->responses, id, 8, NULL, NULL, 0));
+    json_decref(stored);
+    fuzz_check_body(response);
+    srv_api_stream *s = srv__responses_stream(&r, mi, &a);
+    FUZZ_CHECK(s != NULL);
+    strbuf out = {0};
+    fuzz_feed(s, srv_sse_role_chunk(&r, mi, a.id, a.created, 0), &out);
+    fuzz_feed(s, srv_sse_reasoning_chunk(&r, mi, a.id, a.created, 0, o.text, o.text_len / 2, NULL, 0, NULL, 0), &out);
+    fuzz_feed(s, srv_sse_delta_chunk(&r, mi, a.id, a.created, 0, o.text, o.text_len, NULL, 0, NULL, 0, NULL), &out);
+    fuzz_feed(s,
+              srv_sse_tool_call_delta(&r, mi, a.id, a.created, 0,
+                                      json_pack("{s:i,s:s,s:s,s:{s:s,s:s}}", "index", 0, "id", "call_1", "type",
+                                                "function", "function", "name", "f", "arguments", "")),
+              &out);
+    fuzz_feed(
+        s,
+        srv_sse_tool_call_delta(&r, mi, a.id, a.created, 0,
+                                json_pack("{s:i,s:{s:s%}}", "index", 0, "function", "arguments", o.text, o.text_len)),
+        &out);
+    fuzz_feed(s, srv_sse_delta_chunk(&r, mi, a.id, a.created, 0, NULL, 0, NULL, 0, NULL, 0, "length"), &out);
+    fuzz_feed(s, srv_sse_usage_chunk(&r, mi, a.id, a.created, outs, 1), &out);
+    s->event(s, NULL, &out);
+    s->destroy(s);
+    FUZZ_CHECK(!out.failed);
+    char *events = strbuf_take(&out), last[64];
+    fuzz_check_named_events(events, true, last, sizeof last);
+    FUZZ_CHECK(strcmp(last, "response.incomplete") == 0);
+    free(events);
+    free(o.text);
+    free(o.tokens);
+    free(o.top);
+    srv_request_free(&r);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!fuzz_n_models) LLVMFuzzerInitialize(NULL, NULL);
     const char *body = (const char *)data;
@@ -218,6 +368,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 fuzz_check_error(&err);
             }
         }
+        fuzz_check_messages(body, size, mi);
+        fuzz_check_responses_api(body, size, mi);
         srv_error err;
         json_t *j = srv_tokenize(body, size, mi, &err);
         if (j) {

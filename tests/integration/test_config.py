@@ -162,7 +162,8 @@ def test_print_config_merges_and_reads_back(spindle_bin, tmp_path):
     assert settings["log_format"] == "json"
     assert settings["cors_origins"] == ["*"]
     assert settings["api_keys"] == ["<redacted>"] and "sk-secret" not in text
-    assert settings["served_model_name"] is None and settings["threads"] is None
+    assert settings["served_model_names"] == [] and settings["threads"] is None
+    assert settings["temperature"] is None and settings["top_k"] is None and settings["ui"] is True
     assert settings["drain_timeout"] == 30 and settings["ready_queue_fraction"] == 0.9
     # every key of the example config, and nothing else
     with open(EXAMPLE) as f:

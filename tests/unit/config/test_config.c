@@ -2,6 +2,7 @@
  * read from YAML, the flags and their precedence over the file, each kind of error
  * with the file, line and key in its message, and --print-config's output read back
  * to the same settings. */
+#include <math.h>
 #include <criterion/criterion.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -71,7 +72,11 @@ static bool same_settings(const cfg_settings *a, const cfg_settings *b, bool red
             break;
         }
         case CFG_T_INT: same = *(const int64_t *)fa == *(const int64_t *)fb; break;
-        case CFG_T_FLOAT: same = *(const double *)fa == *(const double *)fb; break;
+        case CFG_T_FLOAT: {
+            double x = *(const double *)fa, y = *(const double *)fb;
+            same = x == y || (isnan(x) && isnan(y)); /* NAN: unset */
+            break;
+        }
         case CFG_T_BOOL: same = *(const bool *)fa == *(const bool *)fb; break;
         case CFG_T_ENUM: same = *(const int *)fa == *(const int *)fb; break;
         case CFG_T_LIST: {
@@ -93,7 +98,7 @@ static bool same_settings(const cfg_settings *a, const cfg_settings *b, bool red
 /* Every key set to something other than its default. */
 static const char EVERY_KEY[] = "# every key\n"
                                 "model: /models/m.gguf\n"
-                                "served_model_name: my-model\n"
+                                "served_model_names: [my-model, gpt-4o]\n"
                                 "chat_template: /t/chat.jinja\n"
                                 "device: cpu\n"
                                 "threads: 3\n"
@@ -126,7 +131,18 @@ static const char EVERY_KEY[] = "# every key\n"
                                 "access_log: false\n"
                                 "log_prompts: yes\n"
                                 "drain_timeout: 7\n"
-                                "ready_queue_fraction: 0.5\n";
+                                "ready_queue_fraction: 0.5\n"
+                                "temperature: 0.7\n"
+                                "top_p: 0.9\n"
+                                "top_k: 40\n"
+                                "min_p: 0.05\n"
+                                "repeat_penalty: 1.1\n"
+                                "responses_store_mb: 8\n"
+                                "responses_store_max: 50\n"
+                                "responses_store_ttl: 60\n"
+                                "pooling: last\n"
+                                "ui: false\n"
+                                "metrics_names: vllm\n";
 
 /* ---- defaults ---- */
 
@@ -135,9 +151,14 @@ Test(cfg_settings, defaults_are_those_of_serve_and_the_scheduler) {
     cfg_settings_init(&s);
     sched_config d = sched_config_default();
     cr_expect_str_eq(s.model, CFG_DEFAULT_MODEL);
-    cr_expect_null(s.served_model_name);
+    cr_expect_eq(s.served_model_names.n, 0);
     cr_expect_null(s.chat_template);
     cr_expect_eq(s.device, CFG_DEVICE_AUTO);
+    cr_expect(isnan(s.temperature) && isnan(s.top_p) && isnan(s.min_p) && isnan(s.repeat_penalty));
+    cr_expect_eq(s.top_k, 0);
+    cr_expect(s.ui);
+    cr_expect_eq(s.pooling, CFG_POOLING_AUTO);
+    cr_expect_eq(s.metrics_names, CFG_METRICS_SPINDLE);
     cr_expect_eq(s.threads, 0);
     cr_expect_eq(s.ctx_size, 0);
     cr_expect_str_eq(s.host, "127.0.0.1");
@@ -181,7 +202,7 @@ Test(cfg_settings, every_default_is_within_its_range) {
         const void *f = (const char *)&s + k->offset;
         if (k->type == CFG_T_INT && !(k->optional && *(const int64_t *)f == 0))
             cr_expect(*(const int64_t *)f >= k->min && *(const int64_t *)f <= k->max, "%s", k->name);
-        if (k->type == CFG_T_FLOAT)
+        if (k->type == CFG_T_FLOAT && !(k->optional && isnan(*(const double *)f)))
             cr_expect(*(const double *)f >= k->min && *(const double *)f <= k->max, "%s", k->name);
     }
     cfg_settings_free(&s);
@@ -206,7 +227,14 @@ Test(cfg_yaml, reads_every_key) {
     cfg_settings_init(&s);
     cr_assert_eq(load(&s, EVERY_KEY), SP_OK, "%s", sp_last_error());
     cr_expect_str_eq(s.model, "/models/m.gguf");
-    cr_expect_str_eq(s.served_model_name, "my-model");
+    cr_assert_eq(s.served_model_names.n, 2);
+    cr_expect_str_eq(s.served_model_names.items[0], "my-model");
+    cr_expect_str_eq(s.served_model_names.items[1], "gpt-4o");
+    cr_expect_float_eq(s.temperature, 0.7, 1e-12);
+    cr_expect_eq(s.top_k, 40);
+    cr_expect_eq(s.pooling, CFG_POOLING_LAST);
+    cr_expect(!s.ui);
+    cr_expect_eq(s.metrics_names, CFG_METRICS_VLLM);
     cr_expect_str_eq(s.chat_template, "/t/chat.jinja");
     cr_expect_eq(s.device, CFG_DEVICE_CPU);
     cr_expect_eq(s.threads, 3);
@@ -263,12 +291,25 @@ Test(cfg_yaml, the_example_config_covers_every_key_with_the_defaults) {
 Test(cfg_yaml, null_unsets_optional_keys_and_empties_lists) {
     cfg_settings s;
     cfg_settings_init(&s);
-    cr_assert_eq(load(&s, "served_model_name: x\nthreads: 4\napi_keys: [a]\n"), SP_OK);
-    cr_assert_eq(load(&s, "served_model_name: null\nthreads: ~\napi_keys:\ncors_origins: []\n"), SP_OK, "%s",
-                 sp_last_error());
-    cr_expect_null(s.served_model_name);
+    cr_assert_eq(load(&s, "served_model_names: [x]\nthreads: 4\napi_keys: [a]\ntemperature: 0.5\n"), SP_OK);
+    cr_assert_eq(load(&s, "served_model_names: null\nthreads: ~\napi_keys:\ncors_origins: []\ntemperature: null\n"),
+                 SP_OK, "%s", sp_last_error());
+    cr_expect_eq(s.served_model_names.n, 0);
+    cr_expect(isnan(s.temperature));
     cr_expect_eq(s.threads, 0);
     cr_expect_eq(s.api_keys.n, 0);
+    cfg_settings_free(&s);
+}
+
+Test(cfg_yaml, the_single_served_model_name_of_older_files_is_a_one_name_list) {
+    cfg_settings s;
+    cfg_settings_init(&s);
+    cr_assert_eq(load(&s, "served_model_name: old-name\n"), SP_OK, "%s", sp_last_error());
+    cr_assert_eq(s.served_model_names.n, 1);
+    cr_expect_str_eq(s.served_model_names.items[0], "old-name");
+    cr_assert_eq(load(&s, "served_model_name: [a, b]\n"), SP_OK, "%s", sp_last_error());
+    cr_expect_eq(s.served_model_names.n, 2);
+    cr_expect_neq(load(&s, "served_model_name: a\nserved_model_names: [b]\n"), SP_OK); /* the same key twice */
     cfg_settings_free(&s);
 }
 

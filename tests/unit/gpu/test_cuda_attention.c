@@ -108,7 +108,7 @@ typedef struct fill_batch {
 static void fill_flush(fill_batch *f) {
     const attn_case *c = f->c;
     dev_step step = {f->n,          f->tokens,          f->pos, f->seq, c->n_seqs, c->seq_len,
-                     f->lay->table, f->lay->max_blocks, 0,      NULL};
+                     f->lay->table, f->lay->max_blocks, 0,      NULL,   0,         NULL};
     const dev_step *step_dev;
     cr_assert_eq(dev_step_begin(f->dev, &step, TABLE_ROWS, f->kv, &step_dev), SP_OK, "%s", sp_last_error());
     dev_embed(f->dev, f->ak, f->tk, step_dev);
@@ -168,8 +168,8 @@ static float *attention_run(dev_kind kind, const attn_case *c, const attn_layout
     int32_t *step_tokens = malloc(sizeof(int32_t) * (size_t)c->n_tokens);
     cr_assert_not_null(step_tokens);
     for (int t = 0; t < c->n_tokens; t++) step_tokens[t] = row_of(c->seq[t], c->pos[t]);
-    dev_step step = {c->n_tokens, step_tokens, c->pos,          c->seq, c->n_seqs,
-                     c->seq_len,  lay->table,  lay->max_blocks, 0,      NULL};
+    dev_step step = {c->n_tokens, step_tokens,     c->pos, c->seq, c->n_seqs, c->seq_len,
+                     lay->table,  lay->max_blocks, 0,      NULL,   0,         NULL};
     const dev_step *step_dev;
     cr_assert_eq(dev_step_begin(dev, &step, TABLE_ROWS, kv, &step_dev), SP_OK, "%s", sp_last_error());
     dev_embed(dev, aq, &tq, step_dev);

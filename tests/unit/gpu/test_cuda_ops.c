@@ -41,7 +41,7 @@ static dev_step the_step(void) {
         step_seq[t] = t < 10 ? 0 : 1;
         step_pos[t] = t < 10 ? t : t - 10 + 3;
     }
-    return (dev_step){T, step_tokens, step_pos, step_seq, 2, step_seq_len, step_table, 4, 2, step_logit_rows};
+    return (dev_step){T, step_tokens, step_pos, step_seq, 2, step_seq_len, step_table, 4, 2, step_logit_rows, 0, NULL};
 }
 
 static void side_open_with(side *s, dev_options o) {
@@ -348,7 +348,7 @@ Test(cuda_ops, row_ops_match_the_cpu) {
  * step: writes them (rows 0..2 of k, v), then makes the main step current again. */
 static void write_earlier_positions(side *s, const float *k, const float *v) {
     int32_t tokens[3] = {0, 1, 2}, pos[3] = {0, 1, 2}, seq[3] = {1, 1, 1};
-    dev_step early = {3, tokens, pos, seq, 2, step_seq_len, step_table, 4, 0, NULL};
+    dev_step early = {3, tokens, pos, seq, 2, step_seq_len, step_table, 4, 0, NULL, 0, NULL};
     const dev_step *early_dev;
     cr_assert_eq(dev_step_begin(s->dev, &early, T, s->kv, &early_dev), SP_OK, "%s", sp_last_error());
     dev_kv_write(s->dev, s->kv, 0, k, v, early_dev);
@@ -465,7 +465,7 @@ Test(cuda_ops, stories260k_greedy_tokens_and_logits_match_the_cpu) {
              * the GPU breaks the other way does not change every later step */
             int32_t token = t == 0 ? 1 : tokens[0][t - 1];
             int32_t pos = t, seq = 0, len = t + 1, row = 0;
-            dev_step step = {1, &token, &pos, &seq, 1, &len, table, 4, 1, &row};
+            dev_step step = {1, &token, &pos, &seq, 1, &len, table, 4, 1, &row, 0, NULL};
             float *l = logits[i] + (size_t)t * V_MAX;
             cr_assert_eq(model_forward(m, kv, &step, l), SP_OK, "%s", sp_last_error());
             int32_t best = 0;
@@ -531,7 +531,7 @@ static float *run_decode(const char *path, const dev_options *o, int32_t *n_voca
         rows[q] = q * E2E_PROMPT + E2E_PROMPT - 1;
     }
     float *prefill = malloc(sizeof(float) * E2E_SEQS * (size_t)v);
-    dev_step step = {E2E_SEQS * E2E_PROMPT, tokens, pos, seq, E2E_SEQS, len, table, 2, E2E_SEQS, rows};
+    dev_step step = {E2E_SEQS * E2E_PROMPT, tokens, pos, seq, E2E_SEQS, len, table, 2, E2E_SEQS, rows, 0, NULL};
     cr_assert_eq(model_forward(m, kv, &step, prefill), SP_OK, "%s", sp_last_error());
     free(prefill);
     float *logits = malloc(sizeof(float) * E2E_STEPS * E2E_SEQS * (size_t)v);
@@ -543,7 +543,7 @@ static float *run_decode(const char *path, const dev_options *o, int32_t *n_voca
             len[q] = E2E_PROMPT + t + 1;
             rows[q] = q;
         }
-        dev_step d = {E2E_SEQS, tokens, pos, seq, E2E_SEQS, len, table, 2, E2E_SEQS, rows};
+        dev_step d = {E2E_SEQS, tokens, pos, seq, E2E_SEQS, len, table, 2, E2E_SEQS, rows, 0, NULL};
         cr_assert_eq(model_forward(m, kv, &d, logits + (size_t)t * E2E_SEQS * (size_t)v), SP_OK, "%s", sp_last_error());
     }
     dev_kv_destroy(dev, kv);
@@ -641,7 +641,7 @@ static float *run_schedule(const char *path, const dev_options *o, int32_t *n_vo
         len[q] = 4;
         rows[q] = q * 4 + 3;
     }
-    dev_step prefill = {SCHED_SEQS * 4, tokens, pos, seq, SCHED_SEQS, len, blocks, SCHED_WIDTH, 0, rows};
+    dev_step prefill = {SCHED_SEQS * 4, tokens, pos, seq, SCHED_SEQS, len, blocks, SCHED_WIDTH, 0, rows, 0, NULL};
     cr_assert_eq(model_forward(m, kv, &prefill, NULL), SP_OK, "%s", sp_last_error());
 
     int total = 0;
@@ -662,7 +662,7 @@ static float *run_schedule(const char *path, const dev_options *o, int32_t *n_vo
         }
         for (int i = 0; i < n; i++) /* the step's table is as wide as its longest sequence needs */
             memcpy(table + i * width, blocks + ((7 * s + i) % SCHED_SEQS) * SCHED_WIDTH, sizeof(int32_t) * width);
-        dev_step d = {n, tokens, pos, seq, n, step_len, table, width, n, rows};
+        dev_step d = {n, tokens, pos, seq, n, step_len, table, width, n, rows, 0, NULL};
         cr_assert_eq(model_forward(m, kv, &d, at), SP_OK, "step %d: %s", s, sp_last_error());
         at += (size_t)n * (size_t)v;
     }

@@ -50,7 +50,7 @@ static float *side_logits(side *s, const float *host, int64_t n) {
     void *act;
     cr_assert_eq(dev_arena_alloc(s->dev, sizeof(float) * (size_t)n, &act), SP_OK, "%s", sp_last_error());
     int32_t token = 0, pos = 0, seq = 0, seq_len = 1, block = 0;
-    dev_step step = {1, &token, &pos, &seq, 1, &seq_len, &block, 1, 0, NULL};
+    dev_step step = {1, &token, &pos, &seq, 1, &seq_len, &block, 1, 0, NULL, 0, NULL};
     const dev_step *device_step;
     cr_assert_eq(dev_step_begin(s->dev, &step, 1, s->kv, &device_step), SP_OK, "%s", sp_last_error());
     dev_embed(s->dev, act, &table, device_step);

@@ -65,12 +65,12 @@ static void run_alone(fwd_env *e, int s, float *out) {
     int32_t pos[8], seq[8] = {0}, last = 7, seq_len;
     for (int i = 0; i < 8; i++) pos[i] = i;
     seq_len = 8;
-    dev_step step = {8, seq_tokens[s], pos, seq, 1, &seq_len, block_tables[s], FWD_MAX_BLOCKS, 0, &last};
+    dev_step step = {8, seq_tokens[s], pos, seq, 1, &seq_len, block_tables[s], FWD_MAX_BLOCKS, 0, &last, 0, NULL};
     cr_assert_eq(model_forward(e->model, e->kv, &step, NULL), SP_OK, "%s", sp_last_error());
     for (int d = 0; d < 4; d++) {
         int32_t p = 8 + d, row = 0;
         seq_len = p + 1;
-        dev_step one = {1, &seq_tokens[s][p], &p, seq, 1, &seq_len, block_tables[s], FWD_MAX_BLOCKS, 1, &row};
+        dev_step one = {1, &seq_tokens[s][p], &p, seq, 1, &seq_len, block_tables[s], FWD_MAX_BLOCKS, 1, &row, 0, NULL};
         cr_assert_eq(model_forward(e->model, e->kv, &one, out + (size_t)d * (size_t)e->n_vocab), SP_OK);
     }
 }
@@ -113,7 +113,7 @@ static void check_batch_invariance(fwd_env *env) {
             }
         }
         float *logits = malloc(sizeof(float) * (size_t)e.n_vocab * (size_t)(n_rows ? n_rows : 1));
-        dev_step step = {n, tokens, pos, seq, FWD_SEQS, seq_len, tables, FWD_MAX_BLOCKS, n_rows, rows};
+        dev_step step = {n, tokens, pos, seq, FWD_SEQS, seq_len, tables, FWD_MAX_BLOCKS, n_rows, rows, 0, NULL};
         cr_assert_eq(model_forward(e.model, e.kv, &step, logits), SP_OK, "%s", sp_last_error());
         for (int r = 0; r < n_rows; r++) {
             int s = row_seq[r];
@@ -198,13 +198,13 @@ Test(forward, rejects_a_step_with_bad_positions) {
     env_open(&e, 1);
     make_block_tables();
     int32_t tok = 5, pos = 3, seq = 0, seq_len = 2, row = 0;
-    dev_step step = {1, &tok, &pos, &seq, 1, &seq_len, block_tables[0], FWD_MAX_BLOCKS, 0, &row};
+    dev_step step = {1, &tok, &pos, &seq, 1, &seq_len, block_tables[0], FWD_MAX_BLOCKS, 0, &row, 0, NULL};
     cr_assert_eq(model_forward(e.model, e.kv, &step, NULL), SP_ERR_INVALID_ARG);
     cr_assert(strstr(sp_last_error(), "pos[0]") != NULL, "%s", sp_last_error());
     int32_t bad_tok = 100000;
     pos = 0;
     seq_len = 1;
-    dev_step step2 = {1, &bad_tok, &pos, &seq, 1, &seq_len, block_tables[0], FWD_MAX_BLOCKS, 0, &row};
+    dev_step step2 = {1, &bad_tok, &pos, &seq, 1, &seq_len, block_tables[0], FWD_MAX_BLOCKS, 0, &row, 0, NULL};
     cr_assert_eq(model_forward(e.model, e.kv, &step2, NULL), SP_ERR_INVALID_ARG);
     cr_assert(strstr(sp_last_error(), "tokens[0]") != NULL, "%s", sp_last_error());
     env_close(&e);
@@ -245,7 +245,7 @@ Test(forward, forward_sample_is_forward_then_sample_c) {
             seq[s * 8 + i] = s;
         }
     }
-    dev_step step = {24, tokens, pos, seq, FWD_SEQS, seq_len, tables, FWD_MAX_BLOCKS, FWD_SEQS, rows};
+    dev_step step = {24, tokens, pos, seq, FWD_SEQS, seq_len, tables, FWD_MAX_BLOCKS, FWD_SEQS, rows, 0, NULL};
     float *logits = malloc(sizeof(float) * (size_t)e.n_vocab * FWD_SEQS);
     cr_assert_eq(model_forward(e.model, e.kv, &step, logits), SP_OK, "%s", sp_last_error());
 
@@ -307,13 +307,13 @@ Test(forward, a_step_without_logit_rows_completes) {
     run_alone(&e, 0, alone);
     int32_t pos[8], seq[8] = {0}, seq_len = 8, row = 0;
     for (int i = 0; i < 8; i++) pos[i] = i;
-    dev_step prefill = {8, seq_tokens[0], pos, seq, 1, &seq_len, block_tables[0], FWD_MAX_BLOCKS, 0, &row};
+    dev_step prefill = {8, seq_tokens[0], pos, seq, 1, &seq_len, block_tables[0], FWD_MAX_BLOCKS, 0, &row, 0, NULL};
     const dev_sample_vocab vocab = {e.n_vocab, NULL, 0};
     cr_assert_eq(model_forward_sample(e.model, e.kv, &prefill, &vocab, NULL, NULL), SP_OK, "%s", sp_last_error());
     int32_t p = 8;
     seq_len = 9;
     float *logits = malloc(sizeof(float) * (size_t)e.n_vocab);
-    dev_step one = {1, &seq_tokens[0][8], &p, seq, 1, &seq_len, block_tables[0], FWD_MAX_BLOCKS, 1, &row};
+    dev_step one = {1, &seq_tokens[0][8], &p, seq, 1, &seq_len, block_tables[0], FWD_MAX_BLOCKS, 1, &row, 0, NULL};
     cr_assert_eq(model_forward(e.model, e.kv, &one, logits), SP_OK);
     cr_assert(memcmp(logits, alone, sizeof(float) * (size_t)e.n_vocab) == 0, "the decode after it differs");
     free(logits);

@@ -191,7 +191,7 @@ static void run_logits(const tiny_spec *s, bool expect_bias, bool expect_qk_norm
     cr_assert_eq(model_kv_create(e.model, 4, 4, &kv), SP_OK);
     int32_t tokens[3] = {1, 3, 4}, pos[3] = {0, 1, 2}, seq[3] = {0}, table[4] = {2, 0, 1, 3}, len = 3,
             rows[3] = {0, 1, 2};
-    dev_step step = {3, tokens, pos, seq, 1, &len, table, 4, 3, rows};
+    dev_step step = {3, tokens, pos, seq, 1, &len, table, 4, 3, rows, 0, NULL};
     float logits[3 * T_V];
     cr_assert_eq(model_forward(e.model, kv, &step, logits), SP_OK, "%s", sp_last_error());
     for (int i = 0; i < 3 * T_V; i++) cr_assert(isfinite(logits[i]), "logit %d not finite", i);

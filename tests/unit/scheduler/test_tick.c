@@ -22,13 +22,13 @@ Test(sched_tick, greedy_output_equals_driving_the_model_directly) {
         float *logits = malloc(sizeof *logits * (size_t)e.n_vocab);
         for (int i = 0; i < n_prompt; i++) pos[i] = i;
         int32_t seq_len = n_prompt, last = n_prompt - 1;
-        dev_step step = {n_prompt, prompt, pos, seq, 1, &seq_len, table, BLOCKS, 1, &last};
+        dev_step step = {n_prompt, prompt, pos, seq, 1, &seq_len, table, BLOCKS, 1, &last, 0, NULL};
         cr_assert_eq(model_forward(e.m, kv, &step, logits), SP_OK, "%s", sp_last_error());
         for (int t = 0; t < N; t++) {
             want[t] = sample_argmax(logits, e.n_vocab);
             int32_t p1 = n_prompt + t, z = 0;
             seq_len = p1 + 1;
-            dev_step dec = {1, &want[t], &p1, seq, 1, &seq_len, table, BLOCKS, 1, &z};
+            dev_step dec = {1, &want[t], &p1, seq, 1, &seq_len, table, BLOCKS, 1, &z, 0, NULL};
             cr_assert_eq(model_forward(e.m, kv, &dec, logits), SP_OK, "%s", sp_last_error());
         }
         free(logits);

@@ -4,10 +4,10 @@
  * contract) and every seed in tests/fuzz/corpus/request/ goes through the fuzz harness
  * itself (tests/fuzz/fuzz_request.c, included here), which checks the API layer's
  * contract and traps when it is broken. A seed's name says what it must be: chat_* a
- * valid chat body, cmpl_* a valid completions body, tokenize_* and detokenize_* valid
- * bodies of those endpoints. Each input is copied into a buffer of exactly its size,
- * so a read past the end shows under ASan. Paths are relative to the repository root,
- * where make runs the tests.
+ * valid chat body, cmpl_* a valid completions body, messages_* a valid Anthropic Messages
+ * body, tokenize_* and detokenize_* valid bodies of those endpoints. Each input is copied
+ * into a buffer of exactly its size, so a read past the end shows under ASan. Paths are
+ * relative to the repository root, where make runs the tests.
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -42,13 +42,24 @@ static void check_seed(const char *path, const char *name, const uint8_t *buf, s
             cr_assert_eq(srv_request_parse(ep, body, size, &fuzz_models[m], &r, &err), SP_OK, "%s: %s", path,
                          err.message);
             srv_request_free(&r);
+        } else if (has_prefix(name, "messages_")) {
+            srv_request r;
+            cr_assert_eq(srv__messages_parse(body, size, &fuzz_models[m], &r, &err), SP_OK, "%s: %s", path,
+                         err.message);
+            srv_request_free(&r);
+        } else if (has_prefix(name, "responses_")) {
+            srv_request r;
+            cr_assert_eq(srv__responses_parse(body, size, &fuzz_models[m], 7, &r, &err), SP_OK, "%s: %s", path,
+                         err.message);
+            srv_request_free(&r);
         } else if (has_prefix(name, "tokenize_") || has_prefix(name, "detokenize_")) {
             json_t *j = has_prefix(name, "tokenize_") ? srv_tokenize(body, size, &fuzz_models[m], &err)
                                                       : srv_detokenize(body, size, &fuzz_models[m], &err);
             cr_assert_not_null(j, "%s: %s", path, err.message);
             json_decref(j);
         } else {
-            cr_assert_fail("%s: a seed's name starts with chat_, cmpl_, tokenize_ or detokenize_", path);
+            cr_assert_fail(
+                "%s: a seed's name starts with chat_, cmpl_, messages_, responses_, tokenize_ or detokenize_", path);
         }
     }
 }
