@@ -46,7 +46,7 @@ CONFIG_SRC    := config/cfg.c config/cfg_yaml.c config/cfg_args.c
 SERVER_SRC    := server/tools.c server/reasoning.c server/http.c server/http_generation.c server/http_framing.c server/http_security.c server/prep.c \
                  server/deadlines.c \
                  server/watch.c server/metrics.c \
-                 server/errors.c server/openai_fields.c server/openai_request.c server/openai_constraint.c server/openai_response.c \
+                 server/errors.c server/openai_fields.c server/openai_request.c server/openai_refused.c server/openai_constraint.c server/openai_response.c \
                  server/embeddings.c \
                  server/chat.c server/tokenize.c server/auth.c server/notify.c server/access_log.c \
                  server/retry_after.c server/api_bridge.c server/responses.c server/response_store.c server/anthropic.c \

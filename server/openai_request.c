@@ -209,22 +209,6 @@ static sp_status request_stream(const json_t *root, srv_request *r, srv_error *e
     return SP_OK;
 }
 
-/* Fields whose meaning spindle does not implement: refused with a 400 naming them
- * rather than ignored, since ignoring them would change what the client gets back
- * without telling it. The harmless settings of each are accepted. */
-static sp_status request_unsupported(const json_t *root, int n, srv_error *err) {
-    const json_t *v;
-    if ((v = json_object_get(root, "echo")) && json_is_true(v))
-        return srv__fail(err, SRV_ERROR_BAD_REQUEST, "echo", "'echo' is not supported: leave it out or set it false.");
-    if ((v = json_object_get(root, "best_of")) && !json_is_null(v) &&
-        !(json_is_integer(v) && (json_integer_value(v) == 1 || json_integer_value(v) == n)))
-        return srv__fail(err, SRV_ERROR_BAD_REQUEST, "best_of",
-                         "'best_of' is not supported: leave it out or set it to n (%d).", n);
-    if ((v = json_object_get(root, "suffix")) && !json_is_null(v) && !(json_is_string(v) && json_string_length(v) == 0))
-        return srv__fail(err, SRV_ERROR_BAD_REQUEST, "suffix", "'suffix' (insertion) is not supported.");
-    return SP_OK;
-}
-
 /* Every field but the prompt. *max_tokens is 0 when the request leaves it to the
  * context. */
 static sp_status request_options(const json_t *root, const srv_model_info *mi, srv_request *r, int64_t *max_tokens,
@@ -240,7 +224,7 @@ static sp_status request_options(const json_t *root, const srv_model_info *mi, s
     int max_n = mi->max_n > 0 && mi->max_n < SRV_MAX_N ? mi->max_n : SRV_MAX_N;
     if ((st = srv__read_int(root, "n", 1, max_n, &i, &given, err)) != SP_OK) return st;
     if (given) r->n = (int)i;
-    if ((st = request_unsupported(root, r->n, err)) != SP_OK) return st;
+    if ((st = srv__request_refused(root, r->endpoint, r->n, err)) != SP_OK) return st;
     if ((st = srv__request_constraint(root, mi, r, err)) != SP_OK) return st;
     if (r->endpoint == SRV_ENDPOINT_CHAT && (st = srv__request_tools(root, mi, r, err)) != SP_OK) return st;
     /* max_completion_tokens is the newer name; it wins when both are given */

@@ -20,10 +20,10 @@ enum { STORE_BUCKETS = 4096 };
 typedef struct store_entry {
     char id[48];
     uint64_t tenant;
-    json_t *response;     /* the response object as GET returns it */
-    json_t *conversation; /* chat messages up to and including its output */
-    size_t bytes;         /* what it counts against the budget */
-    double expires;       /* seconds on the caller's clock (sched_now()) */
+    json_t *response;                  /* the response object as GET returns it */
+    json_t *conversation;              /* chat messages up to and including its output */
+    size_t bytes;                      /* what it counts against the budget */
+    double expires;                    /* seconds on the caller's clock (sched_now()) */
     struct store_entry *older, *newer; /* the FIFO */
     struct store_entry *next_in_bucket;
 } store_entry;
@@ -80,8 +80,7 @@ static void entry_remove(srv_response_store *s, store_entry *e) {
 
 /* Drops the expired, then the oldest until `bytes` more and one more entry fit. */
 static void make_room(srv_response_store *s, size_t bytes, double now) {
-    while (s->oldest && (s->oldest->expires <= now || s->count + 1 > s->max_count ||
-                         s->bytes + bytes > s->max_bytes))
+    while (s->oldest && (s->oldest->expires <= now || s->count + 1 > s->max_count || s->bytes + bytes > s->max_bytes))
         entry_remove(s, s->oldest);
 }
 
@@ -128,8 +127,8 @@ bool srv__store_put(srv_response_store *s, const char *id, uint64_t tenant, json
     return true;
 }
 
-bool srv__store_get(srv_response_store *s, const char *id, uint64_t tenant, json_t **response,
-                    json_t **conversation, double now) {
+bool srv__store_get(srv_response_store *s, const char *id, uint64_t tenant, json_t **response, json_t **conversation,
+                    double now) {
     if (!s) return false;
     pthread_mutex_lock(&s->lock);
     store_entry *e = find(s, id, tenant, now);

@@ -92,9 +92,9 @@ static sp_status add_call(json_t *messages, const json_t *item, const char *para
         snprintf(p, sizeof p, "%s.%s", param, keys[k]);
         if (!json_is_string(v)) return srv__type_error(err, p, "a string", v);
     }
-    json_t *call = json_pack("{s:O,s:s,s:{s:O,s:O}}", "id", json_object_get(item, "call_id"), "type", "function",
-                             "function", "name", json_object_get(item, "name"), "arguments",
-                             json_object_get(item, "arguments"));
+    json_t *call =
+        json_pack("{s:O,s:s,s:{s:O,s:O}}", "id", json_object_get(item, "call_id"), "type", "function", "function",
+                  "name", json_object_get(item, "name"), "arguments", json_object_get(item, "arguments"));
     json_t *last = json_array_get(messages, json_array_size(messages) - 1);
     const char *role = json_string_value(json_object_get(last, "role"));
     json_t *calls = last && role && strcmp(role, "assistant") == 0 ? json_object_get(last, "tool_calls") : NULL;
@@ -102,7 +102,9 @@ static sp_status add_call(json_t *messages, const json_t *item, const char *para
         calls = json_array();
         json_object_set_new(last, "tool_calls", calls);
     }
-    if (calls) return json_array_append_new(calls, call) == 0 ? SP_OK : srv__fail(err, SRV_ERROR_INTERNAL, NULL, "out of memory");
+    if (calls)
+        return json_array_append_new(calls, call) == 0 ? SP_OK
+                                                       : srv__fail(err, SRV_ERROR_INTERNAL, NULL, "out of memory");
     json_t *m = json_pack("{s:s,s:n,s:[o]}", "role", "assistant", "content", "tool_calls", call);
     return json_array_append_new(messages, m) == 0 ? SP_OK : srv__fail(err, SRV_ERROR_INTERNAL, NULL, "out of memory");
 }
@@ -147,8 +149,8 @@ static sp_status input_messages(const json_t *input, json_t *messages, srv_error
             json_t *text = NULL;
             snprintf(q, sizeof q, "%s.output", p);
             if ((st = item_text(json_object_get(item, "output"), q, &text, err)) != SP_OK) return st;
-            st = json_array_append_new(messages,
-                                       json_pack("{s:s,s:O,s:o}", "role", "tool", "tool_call_id", id, "content", text)) == 0
+            st = json_array_append_new(
+                     messages, json_pack("{s:s,s:O,s:o}", "role", "tool", "tool_call_id", id, "content", text)) == 0
                      ? SP_OK
                      : srv__fail(err, SRV_ERROR_INTERNAL, NULL, "out of memory");
         } else if (strcmp(type, "reasoning") == 0) {
@@ -223,7 +225,8 @@ static sp_status chat_format(const json_t *root, json_t *chat, bool *summary, sr
                 json_t *v = json_object_get(format, keys[k]);
                 if (v) json_object_set(js, keys[k], v);
             }
-            json_object_set_new(chat, "response_format", json_pack("{s:s,s:o}", "type", "json_schema", "json_schema", js));
+            json_object_set_new(chat, "response_format",
+                                json_pack("{s:s,s:o}", "type", "json_schema", "json_schema", js));
         } else if (strcmp(type, "json_object") == 0 || strcmp(type, "text") == 0) {
             json_object_set_new(chat, "response_format", json_pack("{s:s}", "type", type));
         } else {
@@ -280,7 +283,8 @@ static void rename_param(srv_error *err) {
     }
     for (size_t i = 0; i < 4; i++) {
         size_t n = strlen(from[i]);
-        if (strncmp(err->param, from[i], n) == 0 && (err->param[n] == '\0' || err->param[n] == '.' || err->param[n] == '[')) {
+        if (strncmp(err->param, from[i], n) == 0 &&
+            (err->param[n] == '\0' || err->param[n] == '.' || err->param[n] == '[')) {
             char rest[64];
             snprintf(rest, sizeof rest, "%s", err->param + n);
             snprintf(err->param, sizeof err->param, "%s%s", to[i], rest);
@@ -337,8 +341,8 @@ sp_status srv__responses_parse(const char *body, size_t len, const srv_model_inf
     if ((st = chat_tools(srv__field(root, "tools"), chat, err)) != SP_OK) goto done;
     if ((st = chat_tool_choice(srv__field(root, "tool_choice"), chat, err)) != SP_OK) goto done;
     if ((st = chat_format(root, chat, &summary, err)) != SP_OK) goto done;
-    static const char *const same[] = {"model", "temperature", "top_p", "parallel_tool_calls", "user", "seed",
-                                       "stream"};
+    static const char *const same[] = {"model", "temperature", "top_p", "parallel_tool_calls",
+                                       "user",  "seed",        "stream"};
     for (size_t i = 0; i < sizeof same / sizeof same[0]; i++)
         if ((v = srv__field(root, same[i]))) json_object_set(chat, same[i], (json_t *)v);
     if ((v = srv__field(root, "max_output_tokens"))) json_object_set(chat, "max_completion_tokens", (json_t *)v);
@@ -350,8 +354,8 @@ sp_status srv__responses_parse(const char *body, size_t len, const srv_model_inf
         goto done;
     }
     out->api = SRV_ENDPOINT_RESPONSES;
-    out->api_fields = json_pack("{s:o,s:O,s:b,s:b}", "echo", echo_fields(root, mi, store), "conversation",
-                                conversation, "store", store, "summary", summary);
+    out->api_fields = json_pack("{s:o,s:O,s:b,s:b}", "echo", echo_fields(root, mi, store), "conversation", conversation,
+                                "store", store, "summary", summary);
     if (!out->api_fields) st = srv__fail(err, SRV_ERROR_INTERNAL, NULL, "out of memory");
 done:
     if (st != SP_OK) srv_request_free(out);
@@ -392,7 +396,8 @@ static json_t *call_item(json_t *id, const json_t *call_id, const json_t *name, 
 static json_t *usage_of(const json_t *u) {
     json_int_t in = json_integer_value(json_object_get(u, "prompt_tokens"));
     json_int_t out = json_integer_value(json_object_get(u, "completion_tokens"));
-    json_int_t cached = json_integer_value(json_object_get(json_object_get(u, "prompt_tokens_details"), "cached_tokens"));
+    json_int_t cached =
+        json_integer_value(json_object_get(json_object_get(u, "prompt_tokens_details"), "cached_tokens"));
     json_int_t reasoning =
         json_integer_value(json_object_get(json_object_get(u, "completion_tokens_details"), "reasoning_tokens"));
     return json_pack("{s:I,s:{s:I},s:I,s:{s:I},s:I}", "input_tokens", in, "input_tokens_details", "cached_tokens",
@@ -410,9 +415,9 @@ static json_t *response_object(const srv_request *r, const srv_api_answer *a, co
     json_object_set_new(o, "created_at", json_integer(a->created));
     json_object_set_new(o, "status", json_string(status));
     json_object_set_new(o, "error", error ? error : json_null());
-    json_object_set_new(o, "incomplete_details", strcmp(status, "incomplete") == 0
-                                                      ? json_pack("{s:s}", "reason", "max_output_tokens")
-                                                      : json_null());
+    json_object_set_new(o, "incomplete_details",
+                        strcmp(status, "incomplete") == 0 ? json_pack("{s:s}", "reason", "max_output_tokens")
+                                                          : json_null());
     json_object_set_new(o, "output", output ? output : json_array());
     json_object_set_new(o, "usage", usage ? usage : json_null());
     return o;
@@ -430,9 +435,10 @@ static json_t *output_as_chat(const json_t *output) {
             json_t *part = json_array_get(json_object_get(item, "content"), 0);
             json_object_set(m, "content", json_object_get(part, "text"));
         } else if (strcmp(type, "function_call") == 0) {
-            json_array_append_new(calls, json_pack("{s:O,s:s,s:{s:O,s:O}}", "id", json_object_get(item, "call_id"),
-                                                   "type", "function", "function", "name", json_object_get(item, "name"),
-                                                   "arguments", json_object_get(item, "arguments")));
+            json_array_append_new(calls,
+                                  json_pack("{s:O,s:s,s:{s:O,s:O}}", "id", json_object_get(item, "call_id"), "type",
+                                            "function", "function", "name", json_object_get(item, "name"), "arguments",
+                                            json_object_get(item, "arguments")));
         }
     }
     if (json_array_size(calls) > 0)
@@ -491,13 +497,13 @@ typedef struct responses_stream {
     bool started;
     json_t *output; /* the finished items */
     int open;
-    json_t *item_id;  /* the open item's id */
-    json_t *call_id;  /* an open call's call_id and name */
+    json_t *item_id; /* the open item's id */
+    json_t *call_id; /* an open call's call_id and name */
     json_t *name;
-    strbuf text;      /* the open item's text or arguments so far */
-    char *finish;     /* finish_reason */
-    json_t *usage;    /* Responses usage, from the last chunk */
-    json_t *error;    /* a failure's {code, message} */
+    strbuf text;   /* the open item's text or arguments so far */
+    char *finish;  /* finish_reason */
+    json_t *usage; /* Responses usage, from the last chunk */
+    json_t *error; /* a failure's {code, message} */
 } responses_stream;
 
 /* One event: `event: TYPE` and its data with type and sequence_number (data taken). */
@@ -533,13 +539,15 @@ static void close_item(responses_stream *s, strbuf *out) {
     if (s->open == OPEN_REASONING) {
         if (summary) {
             emit(s, out, "response.reasoning_summary_text.done",
-                 json_pack("{s:O,s:i,s:i,s:s}", "item_id", s->item_id, "output_index", at, "summary_index", 0, "text", t));
+                 json_pack("{s:O,s:i,s:i,s:s}", "item_id", s->item_id, "output_index", at, "summary_index", 0, "text",
+                           t));
             emit(s, out, "response.reasoning_summary_part.done",
                  json_pack("{s:O,s:i,s:i,s:{s:s,s:s}}", "item_id", s->item_id, "output_index", at, "summary_index", 0,
                            "part", "type", "summary_text", "text", t));
         } else {
             emit(s, out, "response.reasoning_text.done",
-                 json_pack("{s:O,s:i,s:i,s:s}", "item_id", s->item_id, "output_index", at, "content_index", 0, "text", t));
+                 json_pack("{s:O,s:i,s:i,s:s}", "item_id", s->item_id, "output_index", at, "content_index", 0, "text",
+                           t));
         }
         item = reasoning_item(t, summary);
         json_object_set(item, "id", s->item_id);
@@ -552,8 +560,9 @@ static void close_item(responses_stream *s, strbuf *out) {
                        "content_index", 0, "part", "type", "output_text", "text", t, "annotations", "logprobs"));
         item = message_item(json_incref(s->item_id), t, "completed");
     } else {
-        emit(s, out, "response.function_call_arguments.done",
-             json_pack("{s:O,s:i,s:s,s:O}", "item_id", s->item_id, "output_index", at, "arguments", t, "name", s->name));
+        emit(
+            s, out, "response.function_call_arguments.done",
+            json_pack("{s:O,s:i,s:s,s:O}", "item_id", s->item_id, "output_index", at, "arguments", t, "name", s->name));
         item = call_item(json_incref(s->item_id), s->call_id, s->name, t, "completed");
     }
     free(text);
@@ -605,8 +614,8 @@ static void add_text(responses_stream *s, strbuf *out, int kind, const char *del
     int at = output_index(s);
     if (kind == OPEN_MESSAGE) {
         emit(s, out, "response.output_text.delta",
-             json_pack("{s:O,s:i,s:i,s:s,s:[]}", "item_id", s->item_id, "output_index", at, "content_index", 0,
-                       "delta", delta, "logprobs"));
+             json_pack("{s:O,s:i,s:i,s:s,s:[]}", "item_id", s->item_id, "output_index", at, "content_index", 0, "delta",
+                       delta, "logprobs"));
     } else if (json_is_true(json_object_get(s->r->api_fields, "summary"))) {
         emit(s, out, "response.reasoning_summary_text.delta",
              json_pack("{s:O,s:i,s:i,s:s}", "item_id", s->item_id, "output_index", at, "summary_index", 0, "delta",
@@ -636,10 +645,10 @@ static void finish(responses_stream *s, strbuf *out) {
     const char *status = s->error                                        ? "failed"
                          : s->finish && strcmp(s->finish, "length") == 0 ? "incomplete"
                                                                          : "completed";
-    json_t *response = response_object(s->r, &s->a, status, json_incref(s->output), json_incref(s->usage),
-                                       json_incref(s->error));
+    json_t *response =
+        response_object(s->r, &s->a, status, json_incref(s->output), json_incref(s->usage), json_incref(s->error));
     if (response && !s->error) store_response(s->r, s->mi, &s->a, response);
-    const char *type = s->error                      ? "response.failed"
+    const char *type = s->error                            ? "response.failed"
                        : strcmp(status, "incomplete") == 0 ? "response.incomplete"
                                                            : "response.completed";
     emit(s, out, type, json_pack("{s:o}", "response", response));
@@ -654,11 +663,14 @@ static void responses_event(srv_api_stream *base, const json_t *ev, strbuf *out)
     start(s, out);
     const json_t *error = json_object_get(ev, "error");
     if (error) {
-        s->error = json_pack("{s:O,s:O}", "code", json_object_get(error, "code") ? json_object_get(error, "code") : json_string("server_error"),
-                             "message", json_object_get(error, "message"));
+        s->error =
+            json_pack("{s:O,s:O}", "code",
+                      json_object_get(error, "code") ? json_object_get(error, "code") : json_string("server_error"),
+                      "message", json_object_get(error, "message"));
         emit(s, out, "error",
              json_pack("{s:O,s:O,s:O}", "code", json_object_get(s->error, "code"), "message",
-                       json_object_get(error, "message"), "param", json_object_get(error, "param") ? json_object_get(error, "param") : json_null()));
+                       json_object_get(error, "message"), "param",
+                       json_object_get(error, "param") ? json_object_get(error, "param") : json_null()));
         return;
     }
     const json_t *usage = json_object_get(ev, "usage");

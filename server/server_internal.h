@@ -225,6 +225,10 @@ void srv__api_stream_destroy(srv_api_stream *s);
 /* An error body in api's shape (Anthropic's for MESSAGES, else OpenAI's); free(). */
 char *srv__api_error_json(srv_endpoint api, const srv_error *err);
 
+/* openai_refused.c: the known fields spindle does not implement, each a 400 naming it
+ * unless given its neutral value (the list in docs/api.md). n: the request's choices. */
+sp_status srv__request_refused(const json_t *root, srv_endpoint endpoint, int n, srv_error *err);
+
 /* responses.c: POST /v1/responses, and the stored responses (GET and DELETE by id) */
 sp_status srv__responses_parse(const char *body, size_t len, const srv_model_info *mi, uint64_t tenant,
                                srv_request *out, srv_error *err);

@@ -2,7 +2,7 @@
  * named real model, so kernels, backends and benchmarks can run at real sizes with no
  * download (GPU machines have no network).
  *
- *   build/mkmodel --shape smollm2-135m --type Q4_1 [--seed N] [--ctx N] [--sampling-temp T] -o PATH
+ *   build/mkmodel --shape smollm2-135m --type Q4_1 [--seed N] [--ctx N] [--sampling-temp T] [--pooling-type N] -o PATH
  *
  * Shapes (llama architecture, the real models' hyperparameters):
  *   stories260k   D 64,   5 layers,  8/4 heads,  F 172,   V 512      (Karpathy's tinyllamas)
@@ -64,6 +64,7 @@ typedef struct plan {
     uint64_t seed;
     int64_t ctx;
     const char *sampling_temp; /* general.sampling.temp to write, or NULL */
+    int pooling_type;          /* llama.pooling_type to write (1 mean, 2 cls, 3 last); 0: none */
     tensor t[MAX_TENSORS];
     int n;
 } plan;
@@ -76,12 +77,14 @@ static void die(const char *fmt, const char *arg) {
 }
 
 static void usage(FILE *out) {
-    fprintf(out, "usage: mkmodel --shape NAME --type TYPE [--seed N] [--ctx N] [--sampling-temp T] -o PATH\n"
+    fprintf(out, "usage: mkmodel --shape NAME --type TYPE [--seed N] [--ctx N] [--sampling-temp T] [--pooling-type N] "
+                 "-o PATH\n"
                  "  --shape  stories260k | smollm2-135m | llama-1b | llama-8b\n"
                  "  --type   F32 | F16 | BF16 | Q8_0 | Q4_0 | Q4_1 (the matrices; norms are F32)\n"
                  "  --seed   weights' seed (default 1)\n"
                  "  --ctx    context_length written (default: the real model's)\n"
-                 "  --sampling-temp  general.sampling.temp written (the model's recommended temperature)\n");
+                 "  --sampling-temp  general.sampling.temp written (the model's recommended temperature)\n"
+                 "  --pooling-type   llama.pooling_type written (1 mean, 2 cls, 3 last: llama.cpp's numbering)\n");
 }
 
 static void add(plan *p, const char *name, int64_t ne0, int64_t ne1, bool vector, int fill) {
@@ -160,7 +163,7 @@ enum { HEADER_KV = 19 }; /* the keys header() writes */
 static void header(gguf_builder *b, const plan *p) {
     const model_shape *s = p->shape;
     char name[96];
-    gb_header(b, 3, (uint64_t)p->n, HEADER_KV + (p->sampling_temp != NULL));
+    gb_header(b, 3, (uint64_t)p->n, HEADER_KV + (p->sampling_temp != NULL) + (p->pooling_type != 0));
     gb_kv_str(b, "general.architecture", "llama");
     snprintf(name, sizeof name, "synthetic %s %s seed %llu", s->name, quant_type_name(p->type),
              (unsigned long long)p->seed);
@@ -178,6 +181,7 @@ static void header(gguf_builder *b, const plan *p) {
     gb_kv_u32(b, "general.alignment", ALIGNMENT);
     header_tokenizer(b, s->n_vocab); /* 6 keys */
     if (p->sampling_temp) gb_kv_f32(b, "general.sampling.temp", strtof(p->sampling_temp, NULL));
+    if (p->pooling_type) gb_kv_u32(b, "llama.pooling_type", (uint32_t)p->pooling_type);
     for (int i = 0; i < p->n; i++) {
         const tensor *t = &p->t[i];
         int64_t ne[2] = {t->ne0, t->ne1};
@@ -309,7 +313,9 @@ int main(int argc, char **argv) {
             double t = strtod(v, &end);
             if (end == v || *end || !(t >= 0 && t <= 2)) die("--sampling-temp %s: not a number between 0 and 2", v);
             p->sampling_temp = v;
-        } else if (strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0)
+        } else if (strcmp(a, "--pooling-type") == 0)
+            p->pooling_type = (int)parse_u64(a, v, 1, 3);
+        else if (strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0)
             out = v;
         else
             die("%s: unknown flag (see --help)", a);

@@ -7,6 +7,7 @@ import json
 import math
 import pathlib
 import struct
+import subprocess
 import threading
 import time
 
@@ -197,3 +198,28 @@ def test_embeddings_while_a_chat_streams(smol_server):
     assert not reader.is_alive()
     assert sum(t > served for t in arrivals) >= 5, "the chat was still streaming after the embeddings were served"
     assert "".join(pieces) == want  # generation beside embeddings is unchanged
+
+
+def test_auto_pooling_comes_from_the_model_file(spindle_bin, tmp_path):
+    """--pooling auto (the default) takes the GGUF's llama.pooling_type (llama.cpp's numbering:
+    3 last, 2 cls), else mean: a synthetic model written with pooling_type 3 embeds as
+    --pooling last does, and one without it as --pooling mean."""
+    mkmodel = str(pathlib.Path(spindle_bin).parent / "mkmodel")
+    with_type, without = str(tmp_path / "last.gguf"), str(tmp_path / "plain.gguf")
+    for path, extra in ((with_type, ["--pooling-type", "3"]), (without, [])):
+        subprocess.run([mkmodel, "--shape", "stories260k", "--type", "F32", *extra, "-o", path], check=True,
+                       capture_output=True)
+
+    def embed(path, *flags):
+        s = Server(spindle_bin, path, *flags)
+        try:
+            return s.client().embeddings.create(model=server_model(s), input="Once upon a time there was",
+                                                encoding_format="float").data[0].embedding
+        finally:
+            assert s.stop() == 0
+
+    auto_typed, last_typed, mean_typed = embed(with_type), embed(with_type, "--pooling", "last"), embed(
+        with_type, "--pooling", "mean")
+    assert auto_typed == last_typed and auto_typed != mean_typed
+    auto_plain, mean_plain = embed(without), embed(without, "--pooling", "mean")
+    assert auto_plain == mean_plain

@@ -145,6 +145,35 @@ static const bad_case BAD_CASES[] = {
     {P, CMPL("\"max_tokens\":-5"), "max_tokens", 400},
     {P, CMPL("\"temperature\":9"), "temperature", 400},
     {P, CMPL("\"model\":\"other\""), "model", 404},
+    /* known but not implemented (server/openai_refused.c): refused, never ignored */
+    {C, CHAT("\"audio\":{\"voice\":\"alloy\",\"format\":\"wav\"}"), "audio", 400},
+    {C, CHAT("\"modalities\":[\"text\",\"audio\"]"), "modalities", 400},
+    {C, CHAT("\"web_search_options\":{}"), "web_search_options", 400},
+    {C, CHAT("\"functions\":[{\"name\":\"f\"}]"), "functions", 400},
+    {C, CHAT("\"function_call\":\"auto\""), "function_call", 400},
+    {C, CHAT("\"verbosity\":\"low\""), "verbosity", 400},
+    {C, CHAT("\"structured_outputs\":{\"regex\":\"a+\"}"), "structured_outputs", 400},
+    {P, CMPL("\"truncate_prompt_tokens\":5"), "truncate_prompt_tokens", 400},
+    {P, CMPL("\"use_beam_search\":true"), "use_beam_search", 400},
+    {P, CMPL("\"length_penalty\":0.5"), "length_penalty", 400},
+    {C, CHAT("\"include_stop_str_in_output\":true"), "include_stop_str_in_output", 400},
+    {C, CHAT("\"skip_special_tokens\":false"), "skip_special_tokens", 400},
+    {P, CMPL("\"bad_words\":[\"x\"]"), "bad_words", 400},
+    {P, CMPL("\"allowed_token_ids\":[1]"), "allowed_token_ids", 400},
+    {P, CMPL("\"stop_token_ids\":[2]"), "stop_token_ids", 400},
+    {P, CMPL("\"prompt_logprobs\":1"), "prompt_logprobs", 400},
+    {P, CMPL("\"n_predict\":8"), "n_predict", 400},
+    {P, CMPL("\"mirostat\":2"), "mirostat", 400},
+    {P, CMPL("\"typical_p\":0.5"), "typical_p", 400},
+    {C, CHAT("\"tfs_z\":\"0.9\""), "tfs_z", 400},
+    {C, CHAT("\"dry_multiplier\":0.8"), "dry_multiplier", 400},
+    {C, CHAT("\"xtc_probability\":0.5"), "xtc_probability", 400},
+    {C, CHAT("\"top_n_sigma\":1"), "top_n_sigma", 400},
+    {C, CHAT("\"dynatemp_range\":0.5"), "dynatemp_range", 400},
+    {C, CHAT("\"n_probs\":3"), "n_probs", 400},
+    {P, CMPL("\"echo\":true"), "echo", 400},
+    {P, CMPL("\"best_of\":3"), "best_of", 400},
+    {P, CMPL("\"suffix\":\"end\""), "suffix", 400},
 };
 
 #undef C
@@ -276,6 +305,24 @@ Test(srv_request, unknown_fields_are_ignored) {
              &r);
     srv_request_free(&r);
     parse_ok(SRV_ENDPOINT_COMPLETIONS, "{\"prompt\":\"hi\",\"echo\":false,\"best_of\":1,\"suffix\":null}", &r);
+    srv_request_free(&r);
+    fixture_close();
+}
+
+/* The refused fields' neutral values change nothing, so they pass (clients send them). */
+Test(srv_request, refused_fields_accept_their_neutral_values) {
+    fixture_smol();
+    srv_request r;
+    parse_ok(SRV_ENDPOINT_CHAT,
+             "{" CHAT_HI ",\"modalities\":[\"text\"],\"audio\":null,\"use_beam_search\":false,\"length_penalty\":1,"
+             "\"include_stop_str_in_output\":false,\"skip_special_tokens\":true,\"spaces_between_special_tokens\":true,"
+             "\"n_probs\":0,\"mirostat\":0,\"typical_p\":1,\"tfs_z\":1.0,\"top_n_sigma\":-1,\"dynatemp_range\":0,"
+             "\"dry_multiplier\":0,\"xtc_probability\":0,\"prediction\":{\"type\":\"content\",\"content\":\"x\"},"
+             "\"service_tier\":\"auto\",\"cache_prompt\":true}",
+             &r);
+    srv_request_free(&r);
+    /* the chat-only ones are unknown (ignored) on completions */
+    parse_ok(SRV_ENDPOINT_COMPLETIONS, "{\"prompt\":\"hi\",\"functions\":[1],\"modalities\":[\"audio\"]}", &r);
     srv_request_free(&r);
     fixture_close();
 }
