@@ -12,7 +12,7 @@ CFLAGS  ?= -g
 # OPT (optimization, and the sanitizers for `make debug`) is always added, even when
 # CFLAGS comes from the environment.
 override CFLAGS += $(OPT) -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -I. -MMD -MP -pthread
-LDLIBS  += -lmicrohttpd -lpcre2-8 -ljansson -lyaml -lm -pthread
+LDLIBS  += -lmicrohttpd -lnettle -lpcre2-8 -ljansson -lyaml -lm -pthread
 PYTHON  ?= python3
 MODEL   ?= models/SmolLM2-135M-Instruct.Q4_1.gguf
 # Where the shared test fixtures live (tests read SPINDLE_TESTDATA).
@@ -49,7 +49,7 @@ SERVER_SRC    := server/tools.c server/reasoning.c server/http.c server/http_gen
                  server/errors.c server/openai_fields.c server/openai_request.c server/openai_refused.c server/openai_constraint.c server/openai_response.c \
                  server/embeddings.c \
                  server/chat.c server/tokenize.c server/auth.c server/notify.c server/access_log.c \
-                 server/retry_after.c server/api_bridge.c server/responses.c server/response_store.c server/anthropic.c \
+                 server/retry_after.c server/api_bridge.c server/responses.c server/response_store.c server/anthropic.c server/anthropic_answer.c \
                  server/ui.c
 # cli/: everything but main.c goes into the library, so unit tests link it too
 CLI_SRC       := cli/cli_session.c cli/cmd_generate.c cli/cmd_inspect.c cli/cmd_bench.c cli/cmd_quantize.c \
@@ -165,7 +165,7 @@ run: setup all
 
 debug: setup
 	@SPINDLE_SANITIZED=1 LSAN_OPTIONS=suppressions=$(CURDIR)/tools/lsan.supp $(MAKE) --no-print-directory BUILD=build/debug OPT="-O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all" \
-	    LDLIBS="-lmicrohttpd -lpcre2-8 -ljansson -lyaml -lm -pthread -fsanitize=address,undefined" all unit-test integration-test
+	    LDLIBS="-lmicrohttpd -lnettle -lpcre2-8 -ljansson -lyaml -lm -pthread -fsanitize=address,undefined" all unit-test integration-test
 
 # libFuzzer harnesses (clang); FUZZ_SECONDS per harness.
 FUZZ_SECONDS ?= 60

@@ -37,8 +37,9 @@ static void serve_usage(FILE *out) {
     fprintf(out,
             "usage: spindle [serve] [options]\n"
             "\n"
-            "Serves the OpenAI API (/v1/chat/completions, /v1/completions, /v1/models, /tokenize,\n"
-            "/detokenize, /health, /ready, /metrics) for one GGUF model.\n"
+            "Serves one GGUF model over the OpenAI API (/v1/chat/completions, /v1/completions,\n"
+            "/v1/responses, /v1/embeddings, /v1/models), Anthropic's (/v1/messages), /tokenize,\n"
+            "/detokenize, /health, /ready, /metrics and a chat page at /.\n"
             "\n"
             "  %-32s YAML settings (default %s when it exists); flags override it\n"
             "  %-32s print the merged settings as YAML and exit\n",

@@ -458,8 +458,8 @@ static enum MHD_Result route(srv_conn *conn, const char *url, const char *method
     if (!route_allows(found, method)) {
         srv_error_make(&err, SRV_ERROR_METHOD_NOT_ALLOWED, NULL, "Method %s is not allowed for %s (use %s)", method,
                        url, found->methods);
-        return send_body(conn, err.http_status, srv_error_json(&err), "application/json", MHD_HTTP_HEADER_ALLOW,
-                         found->methods);
+        return send_body(conn, err.http_status, srv__api_error_json(conn->api, &err), "application/json",
+                         MHD_HTTP_HEADER_ALLOW, found->methods);
     }
     if (conn->admin && found->kind != ROUTE_HEALTH && found->kind != ROUTE_READY && found->kind != ROUTE_METRICS) {
         srv_error_make(&err, SRV_ERROR_NOT_FOUND, NULL,

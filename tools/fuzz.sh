@@ -29,6 +29,8 @@ if pkg-config --exists jansson 2>/dev/null; then LDLIBS+=($(pkg-config --libs ja
 # libmicrohttpd: server/ holds the HTTP server, so a harness that takes server/ sources
 # beyond its own list (make's library is all of server/) needs it.
 if pkg-config --exists libmicrohttpd 2>/dev/null; then LDLIBS+=($(pkg-config --libs libmicrohttpd)); else LDLIBS+=(-lmicrohttpd); fi
+# nettle: the chat page's SHA-256 (server/ui.c)
+LDLIBS+=(-lnettle)
 # libyaml: the config file reader (config/).
 if pkg-config --exists yaml-0.1 2>/dev/null; then LDLIBS+=($(pkg-config --libs yaml-0.1)); else LDLIBS+=(-lyaml); fi
 

@@ -23,7 +23,7 @@ set -euo pipefail
 
 cd "$(dirname "$0")/.."
 
-DEBIAN_PACKAGES=(gcc make pkg-config libpcre2-dev libcriterion-dev libjansson-dev libmicrohttpd-dev libyaml-dev curl nginx clang-format
+DEBIAN_PACKAGES=(gcc make pkg-config libpcre2-dev libcriterion-dev libjansson-dev libmicrohttpd-dev nettle-dev libyaml-dev curl nginx clang-format
     libcurl4-openssl-dev gnuplot-nox)
 BROWSER_PACKAGES=(chromium chromium-driver)
 PYTHON_MODULES=(pytest jinja2 openai prometheus_client jsonschema selenium)

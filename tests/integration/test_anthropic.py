@@ -223,6 +223,13 @@ def test_unknown_model_is_a_404_not_found_error(server):
         client(server).messages.count_tokens(model="claude-sonnet-4-5", messages=CAPITAL)
 
 
+def test_wrong_method_is_a_405_in_anthropic_shape(server):
+    status, headers, body = server.request("GET", "/v1/messages")
+    assert status == 405 and headers["Allow"] == "POST"
+    assert body["type"] == "error" and body["error"]["type"] == "invalid_request_error", body
+    assert "GET" in body["error"]["message"]
+
+
 def test_x_api_key(spindle_bin, stories_model):
     s = Server(spindle_bin, stories_model, "--api-key", "sk-anthropic")
     try:

@@ -15,6 +15,7 @@
 #include <criterion/criterion.h>
 
 #include "server/anthropic.c"
+#include "server/anthropic_answer.c"
 #include "tests/unit/server/openai_fixture.h"
 
 /* text with every ' turned into ", parsed. */
