@@ -61,8 +61,8 @@ static void serve_args_fill(serve_args *a) {
     a->model = c->model;
     a->chat_template = c->chat_template;
     a->served_name = c->served_model_names.n > 0 ? c->served_model_names.items[0] : NULL;
-    a->threads = (long)c->threads;
-    a->ctx_size = (long)c->ctx_size;
+    a->threads = c->threads == CFG_INT_UNSET ? 0 : (long)c->threads;
+    a->ctx_size = c->ctx_size == CFG_INT_UNSET ? 0 : (long)c->ctx_size;
     a->http = (srv_http_config){
         .host = c->host,
         .port = (int)c->port,
@@ -225,7 +225,7 @@ static void sampling_defaults(const cfg_settings *c, const gguf_file *f, sample_
     }
     uint32_t k = 0;
     const char *from = "default";
-    if (c->top_k > 0) {
+    if (c->top_k != CFG_INT_UNSET) { /* 0 too: --top-k 0 turns the file's off */
         out->top_k = (int)c->top_k;
         from = "setting";
     } else if (gguf_get_u32(f, "general.sampling.top_k", &k) == SP_OK && k <= INT32_MAX) {

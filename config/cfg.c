@@ -206,6 +206,9 @@ void cfg_settings_init(cfg_settings *s) {
         .grammar_max_states = 400000,
         .grammar_max_depth = 1024,
         .grammar_schema_max_depth = 32,
+        .threads = CFG_INT_UNSET,  /* all cores */
+        .ctx_size = CFG_INT_UNSET, /* the model's */
+        .top_k = CFG_INT_UNSET,
         .temperature = NAN, /* unset: the model file's, else the API's default */
         .top_p = NAN,
         .min_p = NAN,
@@ -362,7 +365,7 @@ sp_status cfg__set_scalar(cfg_settings *s, const cfg_key *k, const char *text, b
         } else if (k->type == CFG_T_FLOAT) {
             *(double *)field = NAN;
         } else {
-            *(int64_t *)field = 0;
+            *(int64_t *)field = CFG_INT_UNSET;
         }
         return SP_OK;
     }
@@ -504,7 +507,7 @@ static void print_value(FILE *out, const cfg_settings *s, const cfg_key *k, bool
         break;
     }
     case CFG_T_INT:
-        if (k->optional && *(const int64_t *)field == 0)
+        if (k->optional && *(const int64_t *)field == CFG_INT_UNSET)
             fputs(yaml ? "null" : "none", out);
         else
             fprintf(out, "%lld", (long long)*(const int64_t *)field);

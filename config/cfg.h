@@ -62,6 +62,10 @@ typedef struct cfg_list {
 /* Every setting, with the flag and YAML key it comes from. Strings and lists are owned
  * by the struct (free with cfg_settings_free); NULL strings are unset. Owned by the
  * main thread. */
+/* An optional integer setting left unset (null in YAML, the flag not given): a value no
+ * key accepts, so that 0 stays a value (--top-k 0: off). */
+#define CFG_INT_UNSET INT64_MIN
+
 typedef struct cfg_settings {
     /* the model */
     char *model;                 /* --model, model */
@@ -71,8 +75,8 @@ typedef struct cfg_settings {
     bool cuda_graphs;        /* on a GPU: decode steps replayed as captured graphs */
     cfg_cuda_gemv cuda_gemv; /* on a GPU: when small matmuls read quantized blocks directly */
     cfg_cpu_isa cpu_isa;     /* on the CPU: the kernel set (auto: the best this CPU runs) */
-    int64_t threads;         /* CPU threads; 0: all cores */
-    int64_t ctx_size;        /* context limit per sequence; 0: the model's training context */
+    int64_t threads;         /* CPU threads; CFG_INT_UNSET: all cores */
+    int64_t ctx_size;        /* context limit per sequence; CFG_INT_UNSET: the model's training context */
     /* HTTP */
     char *host;
     int64_t port; /* 0: any free port */
@@ -113,7 +117,7 @@ typedef struct cfg_settings {
     int64_t max_sequences_per_request; /* prompts times n; 0: no bound */
     int64_t max_tokens;                /* largest max_tokens a request may ask for; 0: the context */
     int64_t default_max_tokens;        /* max_tokens of a request without one; 0: what the context leaves */
-    /* sampling defaults for requests that leave a field out; NAN (0 for top_k): unset,
+    /* sampling defaults for requests that leave a field out; NAN (CFG_INT_UNSET for top_k): unset,
      * then the GGUF's general.sampling.* where present, else the API's defaults */
     double temperature;
     double top_p;

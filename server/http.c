@@ -219,7 +219,7 @@ typedef enum route_kind {
     ROUTE_EMBEDDINGS
 } route_kind;
 
-/* A route: its path, the methods it answers ("GET", "POST", "GET, DELETE"), whether it
+/* A route: its path, the methods it answers ("GET, HEAD", "POST", ...: the Allow header), whether it
  * is also served without the leading /v1 (as llama-server and many proxies call it),
  * and whether the path is a prefix followed by an id (/v1/models/{id}). */
 static const struct route {
@@ -230,18 +230,18 @@ static const struct route {
     bool with_id;
     const char *label; /* the endpoint label in /metrics (the path unless with_id) */
 } ROUTES[] = {
-    {"/health", "GET", ROUTE_HEALTH, false, false, NULL},
-    {"/ready", "GET", ROUTE_READY, false, false, NULL},
-    {"/metrics", "GET", ROUTE_METRICS, false, false, NULL},
-    {"/", "GET", ROUTE_UI, false, false, NULL},
-    {"/v1/models", "GET", ROUTE_MODELS, true, false, NULL},
-    {"/v1/models/", "GET", ROUTE_MODEL, true, true, "/v1/models/{id}"},
+    {"/health", "GET, HEAD", ROUTE_HEALTH, false, false, NULL},
+    {"/ready", "GET, HEAD", ROUTE_READY, false, false, NULL},
+    {"/metrics", "GET, HEAD", ROUTE_METRICS, false, false, NULL},
+    {"/", "GET, HEAD", ROUTE_UI, false, false, NULL},
+    {"/v1/models", "GET, HEAD", ROUTE_MODELS, true, false, NULL},
+    {"/v1/models/", "GET, HEAD", ROUTE_MODEL, true, true, "/v1/models/{id}"},
     {"/v1/chat/completions", "POST", ROUTE_CHAT, true, false, NULL},
     {"/v1/completions", "POST", ROUTE_COMPLETIONS, true, false, NULL},
     {"/tokenize", "POST", ROUTE_TOKENIZE, false, false, NULL},
     {"/detokenize", "POST", ROUTE_DETOKENIZE, false, false, NULL},
     {"/v1/responses", "POST", ROUTE_RESPONSES, true, false, NULL},
-    {"/v1/responses/", "GET, DELETE", ROUTE_RESPONSE, true, true, "/v1/responses/{id}"},
+    {"/v1/responses/", "GET, HEAD, DELETE", ROUTE_RESPONSE, true, true, "/v1/responses/{id}"},
     {"/v1/messages", "POST", ROUTE_MESSAGES, false, false, NULL},
     {"/v1/messages/count_tokens", "POST", ROUTE_COUNT_TOKENS, false, false, NULL},
     {"/v1/embeddings", "POST", ROUTE_EMBEDDINGS, true, false, NULL},
@@ -288,9 +288,7 @@ static bool route_allows(const struct route *r, const char *method) {
     size_t n = strlen(method);
     for (const char *p = r->methods; *p;) {
         size_t len = strcspn(p, ",");
-        if ((len == n && strncmp(p, method, n) == 0) ||
-            (len == 3 && strncmp(p, "GET", 3) == 0 && strcmp(method, "HEAD") == 0))
-            return true;
+        if (len == n && strncmp(p, method, n) == 0) return true;
         p += len;
         while (*p == ',' || *p == ' ') p++;
     }
@@ -332,8 +330,7 @@ static enum MHD_Result cors_preflight(srv_conn *conn, const struct route *found)
     if (!resp) return MHD_NO;
     if (cors_allow_origin(conn)) {
         char methods[64];
-        snprintf(methods, sizeof methods, "%s%s, OPTIONS", found->methods,
-                 strncmp(found->methods, "GET", 3) == 0 ? ", HEAD" : "");
+        snprintf(methods, sizeof methods, "%s, OPTIONS", found->methods);
         MHD_add_response_header(resp, "Access-Control-Allow-Methods", methods);
         MHD_add_response_header(resp, "Access-Control-Allow-Headers",
                                 "Authorization, Content-Type, x-api-key, anthropic-version");

@@ -1,6 +1,7 @@
 /* metrics.c: GET /metrics: the scheduler's counters, gauges and histograms and the
  * HTTP requests by endpoint and status, in Prometheus' text format (version 0.0.4),
- * every name prefixed `spindle_` (docs/api.md lists them all).
+ * every name prefixed `spindle_`, and with --metrics-names vllm the gateway's gauges again
+ * under vLLM's `vllm:` names (docs/api.md lists them all).
  *
  * DESIGN (threads). Rendering runs on an HTTP thread and reads sched_stats and the
  * scheduler's histograms without locks (atomics only; the caller holds app->lifecycle

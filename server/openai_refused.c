@@ -13,11 +13,11 @@
 #include "server/server_internal.h"
 
 typedef enum {
-    REFUSE_ANY,       /* any value but null */
-    REFUSE_TRUE,      /* true (false is the neutral value) */
-    REFUSE_FALSE,     /* false (true is the neutral value) */
-    REFUSE_NUMBER,    /* a number other than the row's neutral value */
-    REFUSE_NOT_TEXT,  /* anything but ["text"] (modalities) */
+    REFUSE_ANY,      /* any value but null */
+    REFUSE_TRUE,     /* true (false is the neutral value) */
+    REFUSE_FALSE,    /* false (true is the neutral value) */
+    REFUSE_NUMBER,   /* a number other than the row's neutral value */
+    REFUSE_NOT_TEXT, /* anything but ["text"] (modalities) */
 } refuse_when;
 
 typedef struct refused_field {
@@ -86,7 +86,7 @@ sp_status srv__request_refused(const json_t *root, srv_endpoint endpoint, int n,
         if (refused(f, json_object_get(root, f->name)))
             return srv__fail(err, SRV_ERROR_BAD_REQUEST, f->name, "'%s' is not supported: %s.", f->name, f->why);
     }
-    if ((v = json_object_get(root, "echo")) && json_is_true(v))
+    if ((v = json_object_get(root, "echo")) && !json_is_null(v) && !json_is_false(v))
         return srv__fail(err, SRV_ERROR_BAD_REQUEST, "echo", "'echo' is not supported: leave it out or set it false.");
     if ((v = json_object_get(root, "best_of")) && !json_is_null(v) &&
         !(json_is_integer(v) && (json_integer_value(v) == 1 || json_integer_value(v) == n)))

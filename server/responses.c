@@ -8,6 +8,7 @@
  * are kept (response_store.c) for previous_response_id and GET/DELETE
  * /v1/responses/{id}.
  */
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,14 +23,15 @@ static sp_status bad(srv_error *err, const char *param, const char *fmt, const c
 
 /* Fields that would change the answer and are not implemented: a 400 naming them. */
 static sp_status responses_unsupported(const json_t *root, srv_error *err) {
-    static const char *const refused[] = {"conversation", "prompt", "max_tool_calls", "top_logprobs"};
-    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
-        const json_t *v = srv__field(root, refused[i]);
-        if (v && !(json_is_integer(v) && json_integer_value(v) == 0))
+    static const char *const refused[] = {"conversation", "prompt", "max_tool_calls"};
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
+        if (srv__field(root, refused[i]))
             return srv__fail(err, SRV_ERROR_BAD_REQUEST, refused[i], "'%s' is not supported by this server.",
                              refused[i]);
-    }
-    const json_t *v = srv__field(root, "background");
+    const json_t *v = srv__field(root, "top_logprobs"); /* 0 asks for nothing */
+    if (v && !(json_is_integer(v) && json_integer_value(v) == 0))
+        return bad(err, "top_logprobs", "'top_logprobs' is not supported by this server%s.", "");
+    v = srv__field(root, "background");
     if (v && !json_is_false(v))
         return bad(err, "background", "'background' responses are not supported: leave it out%s.", "");
     v = srv__field(root, "truncation");
@@ -250,15 +252,24 @@ static json_t *field_or(const json_t *root, const char *key, json_t *fallback) {
     return json_deep_copy(v);
 }
 
-/* The Responses fields a response echoes, as given (or their defaults). */
+/* A float setting as JSON, at float precision (0.2f is 0.2, not 0.200000003). */
+static json_t *setting(float v) {
+    char text[32];
+    snprintf(text, sizeof text, "%g", (double)v);
+    return json_real(strtod(text, NULL));
+}
+
+/* The Responses fields a response echoes, as given (or the values used: the server's
+ * sampling defaults where the request left them out). */
 static json_t *echo_fields(const json_t *root, const srv_model_info *mi, bool store) {
+    sample_params sampling = mi->sampling_defaults ? *mi->sampling_defaults : sample_params_default();
     return json_pack("{s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:b,s:o,s:s,s:o,s:o}", "model",
                      field_or(root, "model", json_string(mi->served_name ? mi->served_name : "")), "instructions",
                      field_or(root, "instructions", json_null()), "max_output_tokens",
                      field_or(root, "max_output_tokens", json_null()), "temperature",
-                     field_or(root, "temperature", json_null()), "top_p", field_or(root, "top_p", json_null()), "tools",
-                     field_or(root, "tools", json_array()), "tool_choice",
-                     field_or(root, "tool_choice", json_string("auto")), "parallel_tool_calls",
+                     field_or(root, "temperature", setting(sampling.temperature)), "top_p",
+                     field_or(root, "top_p", setting(sampling.top_p)), "tools", field_or(root, "tools", json_array()),
+                     "tool_choice", field_or(root, "tool_choice", json_string("auto")), "parallel_tool_calls",
                      field_or(root, "parallel_tool_calls", json_true()), "previous_response_id",
                      field_or(root, "previous_response_id", json_null()), "store", store, "metadata",
                      field_or(root, "metadata", json_object()), "truncation", "disabled", "text",
@@ -266,12 +277,27 @@ static json_t *echo_fields(const json_t *root, const srv_model_info *mi, bool st
                      field_or(root, "reasoning", json_pack("{s:n,s:n}", "effort", "summary")));
 }
 
+/* Removes chat's ".function" level from every tools[i].function... in s (Responses
+ * tools are flat: tools[i].name). */
+static void drop_function_level(char *s) {
+    for (char *t = strstr(s, "tools["); t; t = strstr(t + 1, "tools[")) {
+        char *close = t + 6;
+        while (*close >= '0' && *close <= '9') close++;
+        if (*close == ']' && strncmp(close + 1, ".function", 9) == 0 && !isalnum((unsigned char)close[10]) &&
+            close[10] != '_')
+            memmove(close + 1, close + 10, strlen(close + 10) + 1);
+    }
+}
+
 /* A chat error names chat's fields: name the Responses field instead where they differ,
- * in param and where the message quotes it. */
+ * in param and where the message quotes it. Longer names first (a prefix of another). */
 static void rename_param(srv_error *err) {
-    static const char *const from[] = {"max_completion_tokens", "max_tokens", "response_format", "messages"};
-    static const char *const to[] = {"max_output_tokens", "max_output_tokens", "text.format", "input"};
-    for (size_t i = 0; i < 4; i++) {
+    static const char *const from[] = {"max_completion_tokens", "max_tokens",       "response_format.json_schema",
+                                       "response_format",       "reasoning_effort", "messages"};
+    static const char *const to[] = {"max_output_tokens", "max_output_tokens", "text.format",
+                                     "text.format",       "reasoning.effort",  "input"};
+    enum { N_RENAMES = sizeof from / sizeof from[0] };
+    for (size_t i = 0; i < N_RENAMES; i++) {
         char quoted[40];
         snprintf(quoted, sizeof quoted, "'%s", from[i]);
         char *at = strstr(err->message, quoted);
@@ -281,7 +307,9 @@ static void rename_param(srv_error *err) {
             snprintf(at, sizeof err->message - (size_t)(at - err->message), "'%s%s", to[i], rest);
         }
     }
-    for (size_t i = 0; i < 4; i++) {
+    drop_function_level(err->message);
+    drop_function_level(err->param);
+    for (size_t i = 0; i < N_RENAMES; i++) {
         size_t n = strlen(from[i]);
         if (strncmp(err->param, from[i], n) == 0 &&
             (err->param[n] == '\0' || err->param[n] == '.' || err->param[n] == '[')) {
@@ -465,10 +493,12 @@ json_t *srv__responses_render(const srv_request *r, const srv_model_info *mi, co
     const char *reasoning = json_string_value(json_object_get(message, "reasoning_content"));
     const json_t *calls = json_object_get(message, "tool_calls");
     json_t *output = json_array();
-    if (reasoning)
+    bool thought = reasoning && reasoning[0];
+    if (thought)
         json_array_append_new(output,
                               reasoning_item(reasoning, json_is_true(json_object_get(r->api_fields, "summary"))));
-    if ((content && content[0]) || json_array_size(calls) == 0)
+    /* as the stream has it: a message when there is text, or when nothing else came */
+    if ((content && content[0]) || (json_array_size(calls) == 0 && !thought))
         json_array_append_new(output, message_item(new_id("msg_"), content ? content : "", "completed"));
     for (size_t i = 0; i < json_array_size(calls); i++) {
         const json_t *call = json_array_get(calls, i), *fn = json_object_get(call, "function");
@@ -476,6 +506,10 @@ json_t *srv__responses_render(const srv_request *r, const srv_model_info *mi, co
                                                 json_string_value(json_object_get(fn, "arguments")), "completed"));
     }
     const char *status = finish && strcmp(finish, "length") == 0 ? "incomplete" : "completed";
+    /* the item the budget cut is incomplete too (a reasoning item has no status) */
+    json_t *last = json_array_get(output, json_array_size(output) - 1);
+    if (strcmp(status, "incomplete") == 0 && json_object_get(last, "status"))
+        json_object_set_new(last, "status", json_string("incomplete"));
     json_t *response = response_object(r, a, status, output, usage_of(json_object_get(chat, "usage")), NULL);
     json_decref(chat);
     if (response) store_response(r, mi, a, response);
@@ -536,6 +570,8 @@ static void close_item(responses_stream *s, strbuf *out) {
     int at = output_index(s);
     json_t *item = NULL;
     bool summary = json_is_true(json_object_get(s->r->api_fields, "summary"));
+    /* only the last item can be open when the finish arrives: the one the budget cut */
+    const char *status = s->finish && strcmp(s->finish, "length") == 0 ? "incomplete" : "completed";
     if (s->open == OPEN_REASONING) {
         if (summary) {
             emit(s, out, "response.reasoning_summary_text.done",
@@ -558,12 +594,12 @@ static void close_item(responses_stream *s, strbuf *out) {
         emit(s, out, "response.content_part.done",
              json_pack("{s:O,s:i,s:i,s:{s:s,s:s,s:[],s:[]}}", "item_id", s->item_id, "output_index", at,
                        "content_index", 0, "part", "type", "output_text", "text", t, "annotations", "logprobs"));
-        item = message_item(json_incref(s->item_id), t, "completed");
+        item = message_item(json_incref(s->item_id), t, status);
     } else {
         emit(
             s, out, "response.function_call_arguments.done",
             json_pack("{s:O,s:i,s:s,s:O}", "item_id", s->item_id, "output_index", at, "arguments", t, "name", s->name));
-        item = call_item(json_incref(s->item_id), s->call_id, s->name, t, "completed");
+        item = call_item(json_incref(s->item_id), s->call_id, s->name, t, status);
     }
     free(text);
     emit(s, out, "response.output_item.done", json_pack("{s:i,s:O}", "output_index", at, "item", item));
@@ -663,14 +699,16 @@ static void responses_event(srv_api_stream *base, const json_t *ev, strbuf *out)
     start(s, out);
     const json_t *error = json_object_get(ev, "error");
     if (error) {
-        s->error =
-            json_pack("{s:O,s:O}", "code",
-                      json_object_get(error, "code") ? json_object_get(error, "code") : json_string("server_error"),
-                      "message", json_object_get(error, "message"));
+        /* Responses' error code is always a string; chat's may be null (a 500, a 503) */
+        const json_t *code = json_object_get(error, "code");
+        const char *message = json_string_value(json_object_get(error, "message"));
+        const json_t *param = json_object_get(error, "param");
+        json_decref(s->error); /* only the last error is the response's */
+        s->error = json_pack("{s:s,s:s}", "code", json_is_string(code) ? json_string_value(code) : "server_error",
+                             "message", message ? message : "the generation failed");
         emit(s, out, "error",
              json_pack("{s:O,s:O,s:O}", "code", json_object_get(s->error, "code"), "message",
-                       json_object_get(error, "message"), "param",
-                       json_object_get(error, "param") ? json_object_get(error, "param") : json_null()));
+                       json_object_get(s->error, "message"), "param", param ? param : json_null()));
         return;
     }
     const json_t *usage = json_object_get(ev, "usage");

@@ -2,7 +2,8 @@
  * named real model, so kernels, backends and benchmarks can run at real sizes with no
  * download (GPU machines have no network).
  *
- *   build/mkmodel --shape smollm2-135m --type Q4_1 [--seed N] [--ctx N] [--sampling-temp T] [--pooling-type N] -o PATH
+ *   build/mkmodel --shape smollm2-135m --type Q4_1 [--seed N] [--ctx N] [--sampling-temp T] [--sampling-top-k K]
+ * [--pooling-type N] -o PATH
  *
  * Shapes (llama architecture, the real models' hyperparameters):
  *   stories260k   D 64,   5 layers,  8/4 heads,  F 172,   V 512      (Karpathy's tinyllamas)
@@ -64,6 +65,7 @@ typedef struct plan {
     uint64_t seed;
     int64_t ctx;
     const char *sampling_temp; /* general.sampling.temp to write, or NULL */
+    int sampling_top_k;        /* general.sampling.top_k to write; -1: none */
     int pooling_type;          /* llama.pooling_type to write (1 mean, 2 cls, 3 last); 0: none */
     tensor t[MAX_TENSORS];
     int n;
@@ -77,14 +79,16 @@ static void die(const char *fmt, const char *arg) {
 }
 
 static void usage(FILE *out) {
-    fprintf(out, "usage: mkmodel --shape NAME --type TYPE [--seed N] [--ctx N] [--sampling-temp T] [--pooling-type N] "
-                 "-o PATH\n"
-                 "  --shape  stories260k | smollm2-135m | llama-1b | llama-8b\n"
-                 "  --type   F32 | F16 | BF16 | Q8_0 | Q4_0 | Q4_1 (the matrices; norms are F32)\n"
-                 "  --seed   weights' seed (default 1)\n"
-                 "  --ctx    context_length written (default: the real model's)\n"
-                 "  --sampling-temp  general.sampling.temp written (the model's recommended temperature)\n"
-                 "  --pooling-type   llama.pooling_type written (1 mean, 2 cls, 3 last: llama.cpp's numbering)\n");
+    fprintf(out,
+            "usage: mkmodel --shape NAME --type TYPE [--seed N] [--ctx N] [--sampling-temp T] [--sampling-top-k K] "
+            "[--pooling-type N] -o PATH\n"
+            "  --shape  stories260k | smollm2-135m | llama-1b | llama-8b\n"
+            "  --type   F32 | F16 | BF16 | Q8_0 | Q4_0 | Q4_1 (the matrices; norms are F32)\n"
+            "  --seed   weights' seed (default 1)\n"
+            "  --ctx    context_length written (default: the real model's)\n"
+            "  --sampling-temp  general.sampling.temp written (the model's recommended temperature)\n"
+            "  --sampling-top-k general.sampling.top_k written (the model's recommended top_k)\n"
+            "  --pooling-type   llama.pooling_type written (1 mean, 2 cls, 3 last: llama.cpp's numbering)\n");
 }
 
 static void add(plan *p, const char *name, int64_t ne0, int64_t ne1, bool vector, int fill) {
@@ -163,7 +167,8 @@ enum { HEADER_KV = 19 }; /* the keys header() writes */
 static void header(gguf_builder *b, const plan *p) {
     const model_shape *s = p->shape;
     char name[96];
-    gb_header(b, 3, (uint64_t)p->n, HEADER_KV + (p->sampling_temp != NULL) + (p->pooling_type != 0));
+    gb_header(b, 3, (uint64_t)p->n,
+              HEADER_KV + (p->sampling_temp != NULL) + (p->sampling_top_k >= 0) + (p->pooling_type != 0));
     gb_kv_str(b, "general.architecture", "llama");
     snprintf(name, sizeof name, "synthetic %s %s seed %llu", s->name, quant_type_name(p->type),
              (unsigned long long)p->seed);
@@ -181,6 +186,7 @@ static void header(gguf_builder *b, const plan *p) {
     gb_kv_u32(b, "general.alignment", ALIGNMENT);
     header_tokenizer(b, s->n_vocab); /* 6 keys */
     if (p->sampling_temp) gb_kv_f32(b, "general.sampling.temp", strtof(p->sampling_temp, NULL));
+    if (p->sampling_top_k >= 0) gb_kv_u32(b, "general.sampling.top_k", (uint32_t)p->sampling_top_k);
     if (p->pooling_type) gb_kv_u32(b, "llama.pooling_type", (uint32_t)p->pooling_type);
     for (int i = 0; i < p->n; i++) {
         const tensor *t = &p->t[i];
@@ -292,6 +298,7 @@ int main(int argc, char **argv) {
     if (!p) return 1;
     const char *out = NULL, *shape = NULL, *type = NULL;
     p->seed = 1;
+    p->sampling_top_k = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
@@ -313,7 +320,9 @@ int main(int argc, char **argv) {
             double t = strtod(v, &end);
             if (end == v || *end || !(t >= 0 && t <= 2)) die("--sampling-temp %s: not a number between 0 and 2", v);
             p->sampling_temp = v;
-        } else if (strcmp(a, "--pooling-type") == 0)
+        } else if (strcmp(a, "--sampling-top-k") == 0)
+            p->sampling_top_k = (int)parse_u64(a, v, 0, 1u << 20);
+        else if (strcmp(a, "--pooling-type") == 0)
             p->pooling_type = (int)parse_u64(a, v, 1, 3);
         else if (strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0)
             out = v;

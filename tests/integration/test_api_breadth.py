@@ -198,6 +198,32 @@ def test_sampling_defaults_come_from_flags_then_the_model_file(spindle_bin, tmp_
         assert s.stop() == 0
 
 
+def test_top_k_zero_turns_the_files_top_k_off(spindle_bin, tmp_path):
+    mkmodel = str(__import__("pathlib").Path(spindle_bin).parent / "mkmodel")
+    path = str(tmp_path / "topk1.gguf")
+    subprocess.run([mkmodel, "--shape", "stories260k", "--type", "F32", "--sampling-top-k", "1", "-o", path],
+                   check=True, capture_output=True)
+
+    def completion(s, **kw):
+        return s.client().completions.create(model="topk1", prompt="Once upon a time", max_tokens=24, **kw).choices[
+            0].text
+
+    # the file's top_k 1: every seed gives the most likely token
+    s = Server(spindle_bin, path)
+    try:
+        assert "top_k 1 (model file)" in s.log_text()
+        assert completion(s, seed=1) == completion(s, seed=2) == completion(s, temperature=0)
+    finally:
+        assert s.stop() == 0
+    # --top-k 0 is a value (off), not "unset": it wins over the file
+    s = Server(spindle_bin, path, "--top-k", "0")
+    try:
+        assert "top_k 0 (setting)" in s.log_text()
+        assert completion(s, seed=1) != completion(s, seed=2)
+    finally:
+        assert s.stop() == 0
+
+
 def test_bad_sampling_flags_stop_the_start(spindle_bin, stories_model):
     r = subprocess.run([spindle_bin, "serve", "--model", stories_model, "--temperature", "3"], capture_output=True,
                        text=True, timeout=30)

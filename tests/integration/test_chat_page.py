@@ -64,7 +64,7 @@ def test_page_is_served_with_its_headers(keyed_server):
     status, headers, _ = keyed_server.request("HEAD", "/")
     assert status == 200 and headers["Content-Type"].startswith("text/html")
     status, headers, body = keyed_server.request("POST", "/", body={})
-    assert status == 405 and headers["Allow"] == "GET", body
+    assert status == 405 and headers["Allow"] == "GET, HEAD", body
     # the API behind it still needs the key
     status, _, body = keyed_server.request("GET", "/v1/models")
     assert status == 401, body

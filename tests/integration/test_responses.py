@@ -82,7 +82,7 @@ def test_get_and_delete_by_id(server):
     with pytest.raises(openai.NotFoundError, match="previous_response_id|not found"):
         c.responses.create(model=MODEL, input="Hi", previous_response_id=r.id)
     status, hdrs, _ = server.request("POST", f"/v1/responses/{r.id}", body={})
-    assert status == 405 and hdrs["Allow"] == "GET, DELETE"
+    assert status == 405 and hdrs["Allow"] == "GET, HEAD, DELETE"
 
 
 def test_stream_sends_the_documented_event_sequence(server):

@@ -155,12 +155,12 @@ Test(cfg_settings, defaults_are_those_of_serve_and_the_scheduler) {
     cr_expect_null(s.chat_template);
     cr_expect_eq(s.device, CFG_DEVICE_AUTO);
     cr_expect(isnan(s.temperature) && isnan(s.top_p) && isnan(s.min_p) && isnan(s.repeat_penalty));
-    cr_expect_eq(s.top_k, 0);
+    cr_expect_eq(s.top_k, CFG_INT_UNSET);
     cr_expect(s.ui);
     cr_expect_eq(s.pooling, CFG_POOLING_AUTO);
     cr_expect_eq(s.metrics_names, CFG_METRICS_SPINDLE);
-    cr_expect_eq(s.threads, 0);
-    cr_expect_eq(s.ctx_size, 0);
+    cr_expect_eq(s.threads, CFG_INT_UNSET);
+    cr_expect_eq(s.ctx_size, CFG_INT_UNSET);
     cr_expect_str_eq(s.host, "127.0.0.1");
     cr_expect_eq(s.port, 8080);
     cr_expect_eq(s.http_threads, 2);
@@ -200,7 +200,7 @@ Test(cfg_settings, every_default_is_within_its_range) {
     for (int i = 0; i < CFG_KEY_COUNT; i++) {
         const cfg_key *k = &cfg__keys[i];
         const void *f = (const char *)&s + k->offset;
-        if (k->type == CFG_T_INT && !(k->optional && *(const int64_t *)f == 0))
+        if (k->type == CFG_T_INT && !(k->optional && *(const int64_t *)f == CFG_INT_UNSET))
             cr_expect(*(const int64_t *)f >= k->min && *(const int64_t *)f <= k->max, "%s", k->name);
         if (k->type == CFG_T_FLOAT && !(k->optional && isnan(*(const double *)f)))
             cr_expect(*(const double *)f >= k->min && *(const double *)f <= k->max, "%s", k->name);
@@ -296,7 +296,7 @@ Test(cfg_yaml, null_unsets_optional_keys_and_empties_lists) {
                  SP_OK, "%s", sp_last_error());
     cr_expect_eq(s.served_model_names.n, 0);
     cr_expect(isnan(s.temperature));
-    cr_expect_eq(s.threads, 0);
+    cr_expect_eq(s.threads, CFG_INT_UNSET);
     cr_expect_eq(s.api_keys.n, 0);
     cfg_settings_free(&s);
 }
