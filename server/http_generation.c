@@ -33,8 +33,9 @@ struct srv_choice {
     bool tools_decided;  /* a request with tools: the answer is known not to be tool calls (its text flows) */
     uint8_t think;       /* a thinking template's answer: THINK_* below */
     bool content_flowed; /* a request with tools: content other than blanks has been sent */
-    srv_call_scan scan;  /* forced calls streamed as they come (stream_forced_calls) */
+    srv_call_scan scan;  /* calls streamed as they come (stream_forced_calls) */
     bool scan_lost;      /* the scan gave up: the calls go out when the answer ends */
+    bool auto_calls;     /* tool_choice auto: the held text began a call; streamed as forced ones */
 };
 
 /* ---- the suspend/resume handshake ---- */
@@ -308,7 +309,15 @@ static bool stream_tools(srv_conn *conn, srv_choice *choice, choice_news *news, 
     const char *text = conn->copy_text;
     size_t len = news->text_len;
     const bool forced = rq->tool_choice == SRV_TOOL_CHOICE_REQUIRED || rq->tool_choice == SRV_TOOL_CHOICE_NAMED;
-    if (forced && !choice->scan_lost) { /* the grammar makes it calls: stream them as they come */
+    /* auto: once the held text (everything before it has flowed) begins a call of one of
+     * the tools, it is streamed as it comes, like a forced one */
+    if (!forced && !choice->auto_calls && !choice->scan_lost && !news->done && len > 0 &&
+        srv__tools_hold_from(mi, text, len, choice->content_flowed) == 0) {
+        srv_auto_calls start = srv__tools_auto_start(mi, rq, text, len);
+        choice->auto_calls = start == SRV_AUTO_START;
+        choice->scan_lost = start == SRV_AUTO_NO;
+    }
+    if ((forced || choice->auto_calls) && !choice->scan_lost) { /* calls: stream them as they come */
         if (!stream_forced_calls(conn, choice, text, len)) return false;
         if (!choice->scan_lost) {
             choice->text_sent -= len; /* the held text, scanned again from its start next time */
@@ -320,12 +329,24 @@ static bool stream_tools(srv_conn *conn, srv_choice *choice, choice_news *news, 
                 goto at_the_end;
             }
             choice->tools_decided = true;
-            bool ok = news->n_tokens == 0 ||
-                      out_append_owned(conn, srv_sse_delta_chunk(rq, mi, conn->id, conn->created, choice->index, NULL,
-                                                                 0, conn->copy_tokens, news->n_tokens, conn->copy_top,
-                                                                 news->top_logprobs, NULL));
+            /* auto (hermes): text the model wrote after its calls goes out as content */
+            char *content = NULL;
+            json_t *parsed = choice->auto_calls && news->finish == SCHED_FINISH_STOP
+                                 ? srv__tools_parse(mi, rq, text, len, &content)
+                                 : NULL;
+            json_decref(parsed);
+            bool ok = !content ||
+                      out_append_owned(conn, srv_sse_delta_chunk(rq, mi, conn->id, conn->created, choice->index,
+                                                                 content, strlen(content), NULL, 0, NULL, 0, NULL));
+            free(content);
+            ok = ok && (news->n_tokens == 0 ||
+                        out_append_owned(conn, srv_sse_delta_chunk(rq, mi, conn->id, conn->created, choice->index, NULL,
+                                                                   0, conn->copy_tokens, news->n_tokens, conn->copy_top,
+                                                                   news->top_logprobs, NULL)));
+            /* the calls' finish, or what cut them (max_tokens: "length") */
+            const char *finish = news->finish == SCHED_FINISH_STOP ? "tool_calls" : srv_finish_reason(news->finish);
             ok = ok && out_append_owned(conn, srv_sse_delta_chunk(rq, mi, conn->id, conn->created, choice->index, NULL,
-                                                                  0, NULL, 0, NULL, 0, "tool_calls"));
+                                                                  0, NULL, 0, NULL, 0, finish));
             choice->text_sent += len;
             choice->finish_sent = true;
             *sent = true;

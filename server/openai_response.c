@@ -278,6 +278,12 @@ static json_t *resp_choice(const srv_request *r, const srv_model_info *mi, int i
     json_t *calls = r->endpoint == SRV_ENDPOINT_CHAT && o->finish == SCHED_FINISH_STOP
                         ? srv__tools_parse(mi, r, all, all_len, &content)
                         : NULL;
+    /* forced calls (the grammar makes the answer calls) that max_tokens cut: the calls as
+     * far as they came, with finish_reason "length", as OpenAI answers them */
+    bool forced = r->tool_choice == SRV_TOOL_CHOICE_REQUIRED || r->tool_choice == SRV_TOOL_CHOICE_NAMED;
+    bool cut_calls = false;
+    if (!calls && r->endpoint == SRV_ENDPOINT_CHAT && forced && o->finish == SCHED_FINISH_LENGTH)
+        cut_calls = (calls = srv__tools_scan_all(all, all_len)) != NULL;
     if (calls) {
         json_decref(text);
         text = content ? srv__json_text(content, strlen(content)) : json_null();
@@ -294,7 +300,8 @@ static json_t *resp_choice(const srv_request *r, const srv_model_info *mi, int i
     bad |= json_object_set_new(choice, "logprobs",
                                resp_logprobs(r, mi, o->tokens, o->n_tokens, o->top, o->top_logprobs, true));
     bad |= json_object_set_new(choice, "finish_reason",
-                               calls ? json_string("tool_calls") : resp_str_or_null(srv_finish_reason(o->finish)));
+                               calls && !cut_calls ? json_string("tool_calls")
+                                                   : resp_str_or_null(srv_finish_reason(o->finish)));
     /* vLLM's stop_reason: the stop string that ended the choice (Anthropic's stop_sequence) */
     if (!calls && o->stop_matched > 0 && o->stop_matched <= r->params.n_stop) {
         const char *stop = r->params.stop[o->stop_matched - 1];

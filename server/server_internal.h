@@ -142,6 +142,15 @@ typedef enum srv_call_event {
 } srv_call_event;
 
 srv_call_event srv__tools_scan(srv_call_scan *sc, const char *text, size_t len, size_t *from, size_t *n);
+/* For a stream of tool_choice auto: whether the held text (from where calls may begin)
+ * starts a call of one of r's tools in mi's format, so that it can be streamed as it comes
+ * (START), is not one (NO: decided when the answer ends), or cannot tell yet (WAIT). */
+typedef enum srv_auto_calls { SRV_AUTO_WAIT, SRV_AUTO_START, SRV_AUTO_NO } srv_auto_calls;
+srv_auto_calls srv__tools_auto_start(const srv_model_info *mi, const srv_request *r, const char *text, size_t len);
+/* The calls srv__tools_scan finds in the whole of text, the last one's arguments as far as
+ * they came (OpenAI's tool_calls array; NULL when no call's name came): the calls of a
+ * forced tool_choice that max_tokens cut. */
+json_t *srv__tools_scan_all(const char *text, size_t len);
 
 /* For a stream: the offset in the answer's unsent text from which it must be held back
  * because it may still be tool calls (len: nothing to hold). hermes calls may follow

@@ -610,3 +610,68 @@ srv_call_event srv__tools_scan(srv_call_scan *sc, const char *text, size_t len, 
     if (ended) sc->in_args = false;
     return SRV_CALL_ARGS;
 }
+
+json_t *srv__tools_scan_all(const char *text, size_t len) {
+    srv_call_scan sc = {0};
+    json_t *calls = json_array();
+    strbuf args = {0};
+    for (;;) {
+        size_t from = 0, n = 0;
+        srv_call_event ev = srv__tools_scan(&sc, text, len, &from, &n);
+        if (ev == SRV_CALL_WAIT || ev == SRV_CALL_LOST) break;
+        if (ev == SRV_CALL_HEAD) {
+            char id[32];
+            snprintf(id, sizeof id, "call_%016llx", (unsigned long long)srv__random_u64());
+            json_array_append_new(calls, json_pack("{s:s,s:s,s:{s:s%,s:s}}", "id", id, "type", "function", "function",
+                                                   "name", text + from, n, "arguments", ""));
+        } else {
+            json_t *fn = json_object_get(json_array_get(calls, json_array_size(calls) - 1), "function");
+            const char *before = json_string_value(json_object_get(fn, "arguments"));
+            args.len = 0;
+            strbuf_append(&args, before ? before : "", before ? strlen(before) : 0);
+            strbuf_append(&args, text + from, n);
+            json_object_set_new(fn, "arguments", json_stringn(args.p ? args.p : "", args.len));
+        }
+    }
+    free(strbuf_take(&args));
+    if (json_array_size(calls) == 0) {
+        json_decref(calls);
+        return NULL;
+    }
+    return calls;
+}
+
+/* Whether s (n bytes) begins with prefix, or could still: 1 yes, 0 no, -1 too short. */
+static int begins(const char *s, size_t n, const char *prefix) {
+    size_t k = strlen(prefix);
+    if (n < k) return memcmp(s, prefix, n) == 0 ? -1 : 0;
+    return memcmp(s, prefix, k) == 0;
+}
+
+srv_auto_calls srv__tools_auto_start(const srv_model_info *mi, const srv_request *r, const char *text, size_t len) {
+    size_t at = skip_blank(text, len, 0);
+    if (at == len) return SRV_AUTO_WAIT;
+    const char *s = text + at;
+    size_t n = len - at;
+    int opens = 1; /* the format's opener: <tool_call>, [TOOL_CALLS] or [, {"tool_calls": */
+    switch (mi->tool_format) {
+    case SRV_TOOLS_HERMES: opens = begins(s, n, "<tool_call>"); break;
+    case SRV_TOOLS_MISTRAL: opens = s[0] == '[' ? 1 : 0; break;
+    case SRV_TOOLS_LLAMA3: opens = s[0] == '{' || begins(s, n, "<|python_tag|>") != 0 ? 1 : 0; break;
+    case SRV_TOOLS_GENERIC: {
+        if (s[0] != '{') return SRV_AUTO_NO; /* a fenced block: decided when the answer ends */
+        size_t k = skip_blank(s, n, 1);
+        opens = k == n ? -1 : begins(s + k, n - k, "\"tool_calls\"");
+        break;
+    }
+    }
+    if (opens <= 0) return opens < 0 ? SRV_AUTO_WAIT : SRV_AUTO_NO;
+    /* the first call's name, on a scan of its own: one of the request's tools? */
+    srv_call_scan trial = {0};
+    size_t from = 0, name_len = 0;
+    switch (srv__tools_scan(&trial, text, len, &from, &name_len)) {
+    case SRV_CALL_WAIT: return SRV_AUTO_WAIT;
+    case SRV_CALL_HEAD: return tool_find(r->tools, text + from, name_len) >= 0 ? SRV_AUTO_START : SRV_AUTO_NO;
+    default: return SRV_AUTO_NO;
+    }
+}

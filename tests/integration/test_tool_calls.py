@@ -69,6 +69,33 @@ def test_named_function_is_called_once(server):
     assert_valid_calls(c.message.tool_calls, names=("add",))
 
 
+def test_forced_calls_cut_by_max_tokens_come_as_calls_with_length(server):
+    """max_tokens ends a forced call mid-arguments: the call as far as it came, finish_reason
+    "length" (as OpenAI answers), streamed and not, never the raw text as content."""
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    full = create(server, tool_choice=named, temperature=0).choices[0]
+    assert full.finish_reason == "tool_calls"
+    whole_args = full.message.tool_calls[0].function.arguments
+    cut = create(server, tool_choice=named, temperature=0, max_tokens=20).choices[0]
+    assert cut.finish_reason == "length" and cut.message.content is None
+    assert [c.function.name for c in cut.message.tool_calls] == ["get_weather"]
+    partial = cut.message.tool_calls[0].function.arguments
+    # the same tokens: what came is the start of the whole call's arguments (modulo spacing)
+    assert whole_args.replace(" ", "").startswith(partial.replace(" ", "")[:5]), (partial, whole_args)
+    with pytest.raises(ValueError):
+        json.loads(partial)  # cut: not a whole document
+    names, args, finish = [], "", None
+    for chunk in create(server, tool_choice=named, temperature=0, max_tokens=20, stream=True):
+        for ch in chunk.choices:
+            assert not ch.delta.content
+            for tc in ch.delta.tool_calls or []:
+                if tc.id:
+                    names.append(tc.function.name)
+                args += tc.function.arguments or ""
+            finish = ch.finish_reason or finish
+    assert finish == "length" and names == ["get_weather"] and args == partial
+
+
 def test_parallel_tool_calls_false_gives_one_call(server):
     r = create(server, tool_choice="required", parallel_tool_calls=False, temperature=1.0, seed=8)
     assert len(r.choices[0].message.tool_calls) == 1
@@ -172,7 +199,7 @@ def test_parameters_with_refs_are_enforced(server):
     tools = [{"type": "function", "function": {"name": "forecast", "parameters": params}}]
     r = server.client().chat.completions.create(
         model=MODEL, messages=ASK, tools=tools, tool_choice={"type": "function", "function": {"name": "forecast"}},
-        temperature=0.7, seed=3, max_tokens=120)
+        temperature=0.7, seed=3, max_tokens=200)
     calls = r.choices[0].message.tool_calls
     assert r.choices[0].finish_reason == "tool_calls" and len(calls) == 1
     jsonschema.validate(json.loads(calls[0].function.arguments), params)
@@ -187,12 +214,14 @@ CALL = '<tool_call>\\n{\\"name\\": \\"add\\", \\"arguments\\": {\\"a\\": 1, \\"b
 @pytest.mark.parametrize("template,shape,reasoning", [
     (QWEN25, 'root ::= "Let me add.\\n' + CALL + '"\n', None),
     (QWEN3, 'root ::= "<think>\\nadd them\\n</think>\\n\\n' + CALL + '"\n', "add them\n"),
-], ids=["hermes-after-text", "hermes-after-thinking"])
+    (QWEN25, 'root ::= "' + CALL + '\\nDone."\n', None),
+], ids=["hermes-after-text", "hermes-after-thinking", "hermes-then-text"])
 def test_hermes_calls_after_text_or_thinking_stream_as_calls(spindle_bin, default_model, template, shape,
                                                             reasoning):
-    """A model in the hermes format writes calls after some text or after its thinking (the
-    default model's words shaped by a grammar): streamed, the text flows first and the calls
-    come as tool_calls deltas; not streamed, the same split."""
+    """A model in the hermes format writes calls after some text or after its thinking, or
+    text after its calls (the default model's words shaped by a grammar): streamed, the text
+    flows and the calls come as tool_calls deltas, their arguments token by token as they
+    are generated (tool_choice auto: not held to the end); not streamed, the same split."""
     if not os.path.exists(template):
         pytest.skip(f"{template} absent")
     s = Server(spindle_bin, default_model, "--chat-template", template)
@@ -204,7 +233,7 @@ def test_hermes_calls_after_text_or_thinking_stream_as_calls(spindle_bin, defaul
         assert [c.function.name for c in whole.message.tool_calls] == ["add"]
         assert json.loads(whole.message.tool_calls[0].function.arguments) == {"a": 1, "b": 2}
         assert whole.message.model_dump().get("reasoning_content") == reasoning
-        content, thought, names, args, finish = "", "", [], "", None
+        content, thought, names, args, finish, pieces = "", "", [], "", None, 0
         for chunk in s.client().chat.completions.create(stream=True, **kw):
             for ch in chunk.choices:
                 d = ch.delta.model_dump()
@@ -214,8 +243,10 @@ def test_hermes_calls_after_text_or_thinking_stream_as_calls(spindle_bin, defaul
                     if tc.id:
                         names.append(tc.function.name)
                     args += tc.function.arguments or ""
+                    pieces += bool(tc.function.arguments)
                 finish = ch.finish_reason or finish
         assert finish == "tool_calls" and names == ["add"] and json.loads(args) == {"a": 1, "b": 2}
+        assert pieces > 1, "the arguments came in one piece: held to the end, not streamed as generated"
         assert content.strip() == (whole.message.content or "").strip()
         assert (thought or None) == reasoning
     finally:
