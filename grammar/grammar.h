@@ -14,7 +14,7 @@
  * DESIGN (threads). Compiling (gram_compile, the *_to_gbnf functions) is pure and runs on
  * any thread (the server's HTTP threads). A compiled gram_grammar is immutable except its
  * mask cache, which only gram_mask touches: one thread at a time may call gram_mask on a
- * grammar (the scheduler thread). gram_state and gram_vocab belong to their caller.
+ * grammar (the scheduler's mask worker, scheduler/masks.c). gram_state and gram_vocab belong to their caller.
  */
 #ifndef SP_GRAMMAR_H
 #define SP_GRAMMAR_H

@@ -128,7 +128,8 @@ sp_status model_forward(model *m, dev_kv *kv, const dev_step *step, float *logit
 /* The step through n_layers layers; hidden rows into hidden (when not NULL), then the
  * draw of every logit row. */
 static sp_status forward_sample(model *m, dev_kv *kv, const dev_step *step, int n_layers, const dev_sample_vocab *vocab,
-                                const dev_sample_row *rows, dev_sample_result *results, float *hidden) {
+                                const dev_sample_row *rows, dev_sample_result *results, float *hidden,
+                                const model_sample_hook *hook) {
     if (vocab->n_vocab != m->hp.n_vocab)
         return sp_fail(SP_ERR_INVALID_ARG, "sample: vocabulary of %d for a model of %d", vocab->n_vocab, m->hp.n_vocab);
     if (step->n_hidden > 0 && !hidden)
@@ -137,6 +138,7 @@ static sp_status forward_sample(model *m, dev_kv *kv, const dev_step *step, int 
     sp_status st = forward_begin(m, kv, step, n_layers, &ds);
     if (st != SP_OK) return st;
     if (step->n_hidden > 0 && (st = forward_hidden(m, ds, hidden)) != SP_OK) return st;
+    if (hook && hook->before_sample) hook->before_sample(hook->ctx); /* the layers are issued */
     for (int32_t first = 0; first < step->n_logits; first += MODEL_LOGIT_ROWS) {
         int32_t n = logit_chunk(step, first);
         forward_logits(m, ds, first, n);
@@ -148,16 +150,17 @@ static sp_status forward_sample(model *m, dev_kv *kv, const dev_step *step, int 
 
 sp_status model_forward_sample(model *m, dev_kv *kv, const dev_step *step, const dev_sample_vocab *vocab,
                                const dev_sample_row *rows, dev_sample_result *results) {
-    return forward_sample(m, kv, step, m->hp.n_layers, vocab, rows, results, NULL);
+    return forward_sample(m, kv, step, m->hp.n_layers, vocab, rows, results, NULL, NULL);
 }
 
 sp_status model_forward_sample_hidden(model *m, dev_kv *kv, const dev_step *step, const dev_sample_vocab *vocab,
-                                      const dev_sample_row *rows, dev_sample_result *results, float *hidden) {
-    return forward_sample(m, kv, step, m->hp.n_layers, vocab, rows, results, hidden);
+                                      const dev_sample_row *rows, dev_sample_result *results, float *hidden,
+                                      const model_sample_hook *hook) {
+    return forward_sample(m, kv, step, m->hp.n_layers, vocab, rows, results, hidden, hook);
 }
 
 sp_status model_forward_sample_layers(model *m, dev_kv *kv, const dev_step *step, int n_layers,
                                       const dev_sample_vocab *vocab, const dev_sample_row *rows,
                                       dev_sample_result *results) {
-    return forward_sample(m, kv, step, n_layers, vocab, rows, results, NULL);
+    return forward_sample(m, kv, step, n_layers, vocab, rows, results, NULL, NULL);
 }

@@ -78,12 +78,21 @@ sp_status model_forward(model *m, dev_kv *kv, const dev_step *step, float *logit
 sp_status model_forward_sample(model *m, dev_kv *kv, const dev_step *step, const dev_sample_vocab *vocab,
                                const dev_sample_row *rows, dev_sample_result *results);
 
+/* Called in a step once its layers are issued and before its first row is drawn, so that
+ * the caller can finish the rows' draw inputs (the scheduler's grammar masks) while a GPU
+ * runs the layers or the CPU pool's other threads do. */
+typedef struct model_sample_hook {
+    void (*before_sample)(void *ctx);
+    void *ctx;
+} model_sample_hook;
+
 /* model_forward_sample, and first the final hidden state of the step's hidden rows (after
  * the output norm: what llama.cpp's embeddings are for a decoder model) copied into hidden
  * (n_hidden, D), host memory owned by the caller. The other entry points refuse a step
- * with hidden rows. */
+ * with hidden rows. hook (NULL: none) is called once, after the layers are issued. */
 sp_status model_forward_sample_hidden(model *m, dev_kv *kv, const dev_step *step, const dev_sample_vocab *vocab,
-                                      const dev_sample_row *rows, dev_sample_result *results, float *hidden);
+                                      const dev_sample_row *rows, dev_sample_result *results, float *hidden,
+                                      const model_sample_hook *hook);
 
 /* model_forward_sample through the first n_layers layers only (1..n_layers of the
  * model), then the output norm and head: the self-speculative drafter. It writes the K/V

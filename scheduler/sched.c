@@ -136,6 +136,7 @@ static sp_status sched_alloc_arrays(sched *s) {
         return sp_fail(SP_ERR_NOMEM, "scheduler: out of memory for its step arrays");
     sp_status st = gram_vocab_create(s->vocab, &s->gram_vocab);
     if (st != SP_OK) return st;
+    if ((st = sched__masks_init(s, (int)b)) != SP_OK) return st;
     for (int32_t id = 0; id < s->n_vocab; id++)
         if (tok_is_eog(s->vocab, id)) s->eog_ids[s->n_eog++] = id;
     return SP_OK;
@@ -166,6 +167,7 @@ static void sched_free_arrays(sched *s) {
     free(s->eog_ids);
     free(s->step_n_draft);
     free(s->step_proposer);
+    sched__masks_destroy(s);
     free(s->step_masks);
     gram_vocab_destroy(s->gram_vocab);
 }

@@ -239,6 +239,30 @@ void sched__metrics_observe_finished(sched_metrics *m, const sched_timings *t);
 /* Cumulative buckets, count and sum of histogram id. Any thread. */
 void sched__metrics_snapshot(const sched_metrics *m, sched_hist_id id, sched_hist_snapshot *out);
 
+/* ---- grammar masks off the critical path (masks.c) --------------------------------- */
+
+/* One constrained sequence's rows of a step: n_draft + 1 rows and as many masks. */
+typedef struct sched_mask_job {
+    sched_request *r;
+    int32_t n_draft;
+    dev_sample_row *rows; /* its rows in sample_rows: their `allowed` is set */
+    uint32_t *masks;      /* (n_draft + 1, mask_words) in step_masks */
+} sched_mask_job;
+
+/* The mask worker and the jobs of the step at hand (see masks.c for the hand-over). */
+typedef struct sched_masks {
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t wake, done;
+    sched_mask_job *jobs; /* (max_batch_size) */
+    int n_jobs;
+    bool posted;      /* under lock: jobs handed to the worker, not finished yet */
+    bool stop;        /* under lock: the worker returns */
+    bool started;     /* the worker runs */
+    bool failed;      /* it could not start: masks are computed inline */
+    bool initialized; /* lock, conditions and jobs exist */
+} sched_masks;
+
 /* ---- the scheduler ---------------------------------------------------------------- */
 
 /* Operational counters (sched_stats); relaxed atomics, each value on its own. */
@@ -314,6 +338,7 @@ struct sched {
     dev_sample_result *sample_results;
     gram_vocab *gram_vocab;           /* the vocabulary's trie for grammar masks */
     uint32_t *step_masks;             /* (max_mask_rows, mask_words) the allowed tokens of grammar rows of a step */
+    sched_masks masks;                /* who computes them (masks.c) */
     size_t mask_words, max_mask_rows; /* (S) the tokens it chose */
     int32_t *step_n_draft;            /* (S) draft tokens after sequence q's decode row (its rows: 1 + n_draft) */
     int8_t *step_proposer;            /* (S) the spec_proposer of those drafts; -1: none */
@@ -376,6 +401,15 @@ bool sched__emit(sched *s, sched_request *r, const dev_sample_result *drawn, dou
 
 /* Removes running[i] from the running set (keeps the order). */
 void sched__running_remove(sched *s, int i);
+
+/* masks.c: jobs are added and started by the scheduler thread before the step; wait
+ * (a model_sample_hook, hence the void *: the sched) returns once every job's masks are
+ * written; it is cheap and harmless when nothing was started. */
+sp_status sched__masks_init(sched *s, int max_jobs);
+void sched__masks_destroy(sched *s);
+void sched__masks_add(sched *s, sched_request *r, int32_t n_draft, dev_sample_row *rows, size_t *n_masks);
+void sched__masks_start(sched *s);
+void sched__masks_wait(void *s);
 
 /* ---- speculative decoding (spec_tick.c) ---------------------------------------------- */
 

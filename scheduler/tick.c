@@ -20,6 +20,8 @@
  *            max_batch_tokens tokens, decode rows first.
  *   step     one model_forward_sample_hidden; logits only for rows that complete a sequence's
  *            feed, each drawn from where it was computed (dev_sample: only tokens come back);
+ *            constrained rows' grammar masks are computed meanwhile (masks.c) and
+ *            awaited before the first draw;
  *            the full blocks it completed are registered in the prefix cache. An embedding
  *            (embed.c) is prefill-only work in the same lanes: its chunks want the final
  *            hidden states of the rows its pooling keeps instead of logits, it neither
@@ -34,9 +36,10 @@
  * function of the sequence's seed and the token's position (sample_rng_at), so drafts
  * verified in one step choose what one-at-a-time decoding would.
  *
- * DESIGN (threads). Everything here runs on the scheduler thread; the only shared
- * things it touches are a request's output (under the request's lock), the cancel
- * flags and the atomic counters.
+ * DESIGN (threads). Everything here runs on the scheduler thread, but for the grammar
+ * masks of a step (masks.c's worker, between start and wait); the only shared things it
+ * touches are a request's output (under the request's lock), the cancel flags and the
+ * atomic counters.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -338,31 +341,6 @@ static void step_fail(sched *s, const step_build *b, sp_status st) {
     }
 }
 
-/* The allowed tokens of a grammar sequence's rows: row j's are those of its state after
- * the j drafts before it (spec_tick.c kept only drafts the grammar allows). */
-static void grammar_masks(sched *s, sched_request *r, int32_t n_draft, dev_sample_row *rows, size_t *n_masks) {
-    gram_state *ahead = NULL;
-    for (int32_t j = 0; j <= n_draft; j++) {
-        SP_ASSERT(*n_masks < s->max_mask_rows);
-        uint32_t *mask = s->step_masks + (*n_masks)++ * s->mask_words;
-        const gram_state *at = r->gram;
-        if (j > 0) {
-            bool ok = (ahead || gram_state_clone(r->gram, &ahead) == SP_OK) &&
-                      gram_state_advance_token(ahead, s->gram_vocab, r->tokens[r->n_tokens + j - 1]);
-            /* out of memory: no token allowed, so the row cannot match its draft and the run stops there */
-            if (!ok) {
-                memset(mask, 0, s->mask_words * sizeof *mask);
-                rows[j].allowed = mask;
-                continue;
-            }
-            at = ahead;
-        }
-        gram_mask(r->params.grammar, s->gram_vocab, at, mask);
-        rows[j].allowed = mask;
-    }
-    gram_state_destroy(ahead);
-}
-
 /* Metrics of a tick that ran a step (counted in stats.ticks): its duration from
  * `start` and its tokens. */
 static void tick_observe(sched *s, double start, const step_build *b) {
@@ -406,14 +384,17 @@ bool sched__tick(sched *s) {
             memset(mask, 0, s->mask_words * sizeof *mask);
             mask[id >> 5] = 1u << (id & 31);
             s->sample_rows[s->step_logit_of[q]].allowed = mask;
-        } else if (r->gram) {
-            grammar_masks(s, r, s->step_n_draft[q], &s->sample_rows[s->step_logit_of[q]], &n_masks);
+        } else if (r->gram) { /* computed while the step runs (masks.c) */
+            sched__masks_add(s, r, s->step_n_draft[q], &s->sample_rows[s->step_logit_of[q]], &n_masks);
         }
     }
     const dev_sample_vocab vocab = {s->n_vocab, s->eog_ids, s->n_eog};
+    const model_sample_hook masks_ready = {sched__masks_wait, s};
     double t0 = sched_now();
-    sp_status st =
-        model_forward_sample_hidden(s->m, s->kv, &step, &vocab, s->sample_rows, s->sample_results, s->step_hidden);
+    sched__masks_start(s);
+    sp_status st = model_forward_sample_hidden(s->m, s->kv, &step, &vocab, s->sample_rows, s->sample_results,
+                                               s->step_hidden, &masks_ready);
+    sched__masks_wait(s); /* also when the step failed before drawing */
     double t1 = sched_now();
     stat_add(&s->stats.ticks, 1);
     if (st != SP_OK) {

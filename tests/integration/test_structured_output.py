@@ -146,6 +146,32 @@ def error_of(server, body):
     return data["error"]
 
 
+def thread_names(pid: int) -> list:
+    import os
+    names = []
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{tid}/comm") as f:
+            names.append(f.read().strip())
+    return names
+
+
+def test_masks_are_computed_on_their_own_thread(spindle_bin, default_model):
+    """The grammar masks of a step are computed by the scheduler's mask worker while the
+    step runs (scheduler/masks.c): it starts with the first constrained step, not before,
+    and the output is the same as ever."""
+    s = Server(spindle_bin, default_model)
+    try:
+        plain = chat(s, "Hi", max_tokens=4, temperature=0)
+        assert plain.choices[0].message.content
+        assert "spindle-masks" not in thread_names(s.proc.pid)
+        r = chat(s, "Describe a person as JSON.", temperature=0,
+                 response_format={"type": "json_schema", "json_schema": {"name": "p", "schema": PERSON}})
+        jsonschema.validate(json.loads(r.choices[0].message.content), PERSON)
+        assert "spindle-masks" in thread_names(s.proc.pid)
+    finally:
+        assert s.stop() == 0
+
+
 def test_bad_constraints_are_400s_naming_the_place(server):
     before = server.metrics().get("spindle_requests_submitted_total", 0)
     e = error_of(server, {"grammar": 'root ::= "a" missing\n'})

@@ -90,7 +90,7 @@ Test(model_hidden, rows_are_the_normed_state_the_logits_come_from) {
 
     dev_step step = env_step(&e, 0, NULL, 3, rows);
     const dev_sample_vocab vocab = {e.n_vocab, NULL, 0};
-    cr_assert_eq(model_forward_sample_hidden(e.m, e.kv, &step, &vocab, NULL, NULL, hidden), SP_OK, "%s",
+    cr_assert_eq(model_forward_sample_hidden(e.m, e.kv, &step, &vocab, NULL, NULL, hidden, NULL), SP_OK, "%s",
                  sp_last_error());
     const float *w = output_weights(&e);
     for (int r = 0; r < 3; r++) {
@@ -121,12 +121,12 @@ Test(model_hidden, rows_and_logits_do_not_change_each_other) {
 
     float *alone = malloc(sizeof *alone * T * (size_t)e.d), *beside = malloc(sizeof *beside * T * (size_t)e.d);
     dev_step hidden_only = env_step(&e, 0, NULL, T, all);
-    cr_assert_eq(model_forward_sample_hidden(e.m, e.kv, &hidden_only, &vocab, NULL, NULL, alone), SP_OK);
+    cr_assert_eq(model_forward_sample_hidden(e.m, e.kv, &hidden_only, &vocab, NULL, NULL, alone, NULL), SP_OK);
     dev_sample_result sampled_alone, sampled_beside;
     dev_step logits_only = env_step(&e, 1, &last, 0, NULL);
     cr_assert_eq(model_forward_sample(e.m, e.kv, &logits_only, &vocab, &draw, &sampled_alone), SP_OK);
     dev_step both = env_step(&e, 1, &last, T, all);
-    cr_assert_eq(model_forward_sample_hidden(e.m, e.kv, &both, &vocab, &draw, &sampled_beside, beside), SP_OK);
+    cr_assert_eq(model_forward_sample_hidden(e.m, e.kv, &both, &vocab, &draw, &sampled_beside, beside, NULL), SP_OK);
     cr_assert_eq(memcmp(alone, beside, sizeof *alone * T * (size_t)e.d), 0, "hidden rows changed beside logits");
     cr_assert_eq(sampled_alone.token, sampled_beside.token);
     cr_assert_eq(sampled_alone.logprob, sampled_beside.logprob, "bit for bit");
@@ -142,14 +142,14 @@ Test(model_hidden, bad_rows_are_refused) {
     float hidden[2 * 64];
     const int32_t descending[2] = {3, 1}, outside[1] = {T};
     dev_step step = env_step(&e, 0, NULL, 2, descending);
-    cr_assert_eq(model_forward_sample_hidden(e.m, e.kv, &step, &vocab, NULL, NULL, hidden), SP_ERR_INVALID_ARG);
+    cr_assert_eq(model_forward_sample_hidden(e.m, e.kv, &step, &vocab, NULL, NULL, hidden, NULL), SP_ERR_INVALID_ARG);
     cr_assert(strstr(sp_last_error(), "hidden_rows[1]"), "%s", sp_last_error());
     step = env_step(&e, 0, NULL, 1, outside);
-    cr_assert_eq(model_forward_sample_hidden(e.m, e.kv, &step, &vocab, NULL, NULL, hidden), SP_ERR_INVALID_ARG);
+    cr_assert_eq(model_forward_sample_hidden(e.m, e.kv, &step, &vocab, NULL, NULL, hidden, NULL), SP_ERR_INVALID_ARG);
     /* hidden rows without a buffer, or through an entry point that hands none back */
     const int32_t one[1] = {0};
     step = env_step(&e, 0, NULL, 1, one);
-    cr_assert_eq(model_forward_sample_hidden(e.m, e.kv, &step, &vocab, NULL, NULL, NULL), SP_ERR_INVALID_ARG);
+    cr_assert_eq(model_forward_sample_hidden(e.m, e.kv, &step, &vocab, NULL, NULL, NULL, NULL), SP_ERR_INVALID_ARG);
     cr_assert_eq(model_forward_sample(e.m, e.kv, &step, &vocab, NULL, NULL), SP_ERR_INVALID_ARG);
     cr_assert_eq(model_forward(e.m, e.kv, &step, NULL), SP_ERR_INVALID_ARG);
     env_close(&e);
@@ -163,7 +163,7 @@ static void run_hidden(dev_kind kind, float *out) {
     for (int i = 0; i < T; i++) all[i] = i;
     const dev_sample_vocab vocab = {e.n_vocab, NULL, 0};
     dev_step prefill = env_step(&e, 0, NULL, T, all);
-    cr_assert_eq(model_forward_sample_hidden(e.m, e.kv, &prefill, &vocab, NULL, NULL, out), SP_OK, "%s",
+    cr_assert_eq(model_forward_sample_hidden(e.m, e.kv, &prefill, &vocab, NULL, NULL, out, NULL), SP_OK, "%s",
                  sp_last_error());
     for (int k = 0; k < 3; k++) {
         int32_t token = 3 + k, pos = T + k, seq = 0, len = T + k + 1, row = 0;
@@ -178,7 +178,7 @@ static void run_hidden(dev_kind kind, float *out) {
                         .n_hidden = 1,
                         .hidden_rows = &row};
         float *at = out + (size_t)(T + k) * (size_t)e.d;
-        cr_assert_eq(model_forward_sample_hidden(e.m, e.kv, &one, &vocab, NULL, NULL, at), SP_OK, "%s",
+        cr_assert_eq(model_forward_sample_hidden(e.m, e.kv, &one, &vocab, NULL, NULL, at, NULL), SP_OK, "%s",
                      sp_last_error());
     }
     env_close(&e);
