@@ -241,6 +241,30 @@ static void fuzz_feed(srv_api_stream *s, char *event, strbuf *out) {
     free(event);
 }
 
+/* A chat stream of o through translator s (which it destroys): the role, thinking, text,
+ * a tool call's head and arguments, the finish, the usage, the end. */
+static void fuzz_feed_stream(srv_api_stream *s, const srv_request *r, const srv_model_info *mi, const srv_api_answer *a,
+                             const sched_output *o, const char *finish, strbuf *out) {
+    const sched_output *outs[] = {o};
+    fuzz_feed(s, srv_sse_role_chunk(r, mi, a->id, a->created, 0), out);
+    fuzz_feed(s, srv_sse_reasoning_chunk(r, mi, a->id, a->created, 0, o->text, o->text_len / 2, NULL, 0, NULL, 0), out);
+    fuzz_feed(s, srv_sse_delta_chunk(r, mi, a->id, a->created, 0, o->text, o->text_len, NULL, 0, NULL, 0, NULL), out);
+    fuzz_feed(s,
+              srv_sse_tool_call_delta(r, mi, a->id, a->created, 0,
+                                      json_pack("{s:i,s:s,s:s,s:{s:s,s:s}}", "index", 0, "id", "call_1", "type",
+                                                "function", "function", "name", "f", "arguments", "")),
+              out);
+    fuzz_feed(
+        s,
+        srv_sse_tool_call_delta(r, mi, a->id, a->created, 0,
+                                json_pack("{s:i,s:{s:s%}}", "index", 0, "function", "arguments", o->text, o->text_len)),
+        out);
+    fuzz_feed(s, srv_sse_delta_chunk(r, mi, a->id, a->created, 0, NULL, 0, NULL, 0, NULL, 0, finish), out);
+    fuzz_feed(s, srv_sse_usage_chunk(r, mi, a->id, a->created, outs, 1), out);
+    s->event(s, NULL, out);
+    s->destroy(s);
+}
+
 static void fuzz_check_messages(const char *body, size_t size, const srv_model_info *mi) {
     srv_request r;
     srv_error err;
@@ -267,23 +291,7 @@ static void fuzz_check_messages(const char *body, size_t size, const srv_model_i
     srv_api_stream *s = srv__messages_stream(&r, mi, &a);
     FUZZ_CHECK(s != NULL);
     strbuf out = {0};
-    fuzz_feed(s, srv_sse_role_chunk(&r, mi, a.id, a.created, 0), &out);
-    fuzz_feed(s, srv_sse_reasoning_chunk(&r, mi, a.id, a.created, 0, o.text, o.text_len / 2, NULL, 0, NULL, 0), &out);
-    fuzz_feed(s, srv_sse_delta_chunk(&r, mi, a.id, a.created, 0, o.text, o.text_len, NULL, 0, NULL, 0, NULL), &out);
-    fuzz_feed(s,
-              srv_sse_tool_call_delta(&r, mi, a.id, a.created, 0,
-                                      json_pack("{s:i,s:s,s:s,s:{s:s,s:s}}", "index", 0, "id", "call_1", "type",
-                                                "function", "function", "name", "f", "arguments", "")),
-              &out);
-    fuzz_feed(
-        s,
-        srv_sse_tool_call_delta(&r, mi, a.id, a.created, 0,
-                                json_pack("{s:i,s:{s:s%}}", "index", 0, "function", "arguments", o.text, o.text_len)),
-        &out);
-    fuzz_feed(s, srv_sse_delta_chunk(&r, mi, a.id, a.created, 0, NULL, 0, NULL, 0, NULL, 0, "stop"), &out);
-    fuzz_feed(s, srv_sse_usage_chunk(&r, mi, a.id, a.created, outs, 1), &out);
-    s->event(s, NULL, &out);
-    s->destroy(s);
+    fuzz_feed_stream(s, &r, mi, &a, &o, "stop", &out);
     char *events = strbuf_take(&out), last[64];
     fuzz_check_named_events(events, false, last, sizeof last);
     free(events);
@@ -321,23 +329,7 @@ static void fuzz_check_responses_api(const char *body, size_t size, const srv_mo
     srv_api_stream *s = srv__responses_stream(&r, mi, &a);
     FUZZ_CHECK(s != NULL);
     strbuf out = {0};
-    fuzz_feed(s, srv_sse_role_chunk(&r, mi, a.id, a.created, 0), &out);
-    fuzz_feed(s, srv_sse_reasoning_chunk(&r, mi, a.id, a.created, 0, o.text, o.text_len / 2, NULL, 0, NULL, 0), &out);
-    fuzz_feed(s, srv_sse_delta_chunk(&r, mi, a.id, a.created, 0, o.text, o.text_len, NULL, 0, NULL, 0, NULL), &out);
-    fuzz_feed(s,
-              srv_sse_tool_call_delta(&r, mi, a.id, a.created, 0,
-                                      json_pack("{s:i,s:s,s:s,s:{s:s,s:s}}", "index", 0, "id", "call_1", "type",
-                                                "function", "function", "name", "f", "arguments", "")),
-              &out);
-    fuzz_feed(
-        s,
-        srv_sse_tool_call_delta(&r, mi, a.id, a.created, 0,
-                                json_pack("{s:i,s:{s:s%}}", "index", 0, "function", "arguments", o.text, o.text_len)),
-        &out);
-    fuzz_feed(s, srv_sse_delta_chunk(&r, mi, a.id, a.created, 0, NULL, 0, NULL, 0, NULL, 0, "length"), &out);
-    fuzz_feed(s, srv_sse_usage_chunk(&r, mi, a.id, a.created, outs, 1), &out);
-    s->event(s, NULL, &out);
-    s->destroy(s);
+    fuzz_feed_stream(s, &r, mi, &a, &o, "length", &out);
     FUZZ_CHECK(!out.failed);
     char *events = strbuf_take(&out), last[64];
     fuzz_check_named_events(events, true, last, sizeof last);
