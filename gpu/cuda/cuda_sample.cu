@@ -23,6 +23,7 @@ struct sample_plan {
     std::vector<int32_t> job_rows; /* the caller's row of each job */
     std::vector<sample_group> groups;
     std::vector<sample_edit> edits;
+    std::vector<uint32_t> allowed;  /* the masked jobs' grammar bitsets, one after another */
     std::vector<int32_t> host_rows; /* rows sample/sample.c samples on the host */
     std::vector<sample_pending> pending;
     std::vector<int32_t> counts; /* (V) all zero between rows; sized when penalties first need it */
@@ -116,8 +117,7 @@ static sp_status plan_build(sample_plan *plan, int32_t n_rows, const dev_sample_
         const float inv_t = 1.0f / p->temperature;
         const bool greedy = !(p->temperature > 0.0f) || !isfinite(inv_t);
         const bool top_k = p->top_k > 0 && p->top_k < n_vocab;
-        /* a grammar's rows are sampled on the host for now (their logits come down) */
-        if (r->allowed || (!greedy && top_k && p->top_k > SORT_MAX)) {
+        if (!greedy && top_k && p->top_k > SORT_MAX) { /* past what the kernel selects */
             plan->host_rows.push_back(i);
             continue;
         }
@@ -137,6 +137,12 @@ static sp_status plan_build(sample_plan *plan, int32_t n_rows, const dev_sample_
             job.mode = top_k ? MODE_TOP_K : p->top_p < 1.0f ? MODE_TOP_P : job.min_p_on ? MODE_MIN_P : MODE_ALL;
         }
         results[i].rng = rng;
+        job.allowed_at = -1;
+        if (r->allowed) { /* the grammar's bitset goes up as it is */
+            const size_t words = ((size_t)n_vocab + 31) / 32;
+            job.allowed_at = (int64_t)plan->allowed.size();
+            plan->allowed.insert(plan->allowed.end(), r->allowed, r->allowed + words);
+        }
         plan_edits(plan, vocab, r, &job);
         plan->jobs.push_back(job);
         plan->job_rows.push_back(i);
@@ -183,7 +189,8 @@ static sp_status jobs_run(cuda_backend *cb, const sample_plan &plan, float *logi
     const size_t n_jobs = plan.jobs.size(), n_groups = plan.groups.size();
     const size_t groups_at = align16(sizeof(sample_job) * n_jobs);
     const size_t edits_at = align16(groups_at + sizeof(sample_group) * n_groups);
-    const size_t upload = edits_at + sizeof(sample_edit) * plan.edits.size();
+    const size_t allowed_at = align16(edits_at + sizeof(sample_edit) * plan.edits.size());
+    const size_t upload = allowed_at + sizeof(uint32_t) * plan.allowed.size();
     const size_t raw_at = align16(upload);
     const size_t outs_at = align16(raw_at + sizeof(float) * n_groups);
     const size_t bytes = outs_at + sizeof(sample_out) * n_jobs;
@@ -192,6 +199,7 @@ static sp_status jobs_run(cuda_backend *cb, const sample_plan &plan, float *logi
     blob_put(blob.data(), plan.jobs);
     blob_put(blob.data() + groups_at, plan.groups);
     blob_put(blob.data() + edits_at, plan.edits);
+    blob_put(blob.data() + allowed_at, plan.allowed);
 
     unsigned char *d = NULL;
     cudaError_t err = cudaMallocAsync((void **)&d, bytes, cb->stream);
@@ -206,7 +214,7 @@ static sp_status jobs_run(cuda_backend *cb, const sample_plan &plan, float *logi
     if (ok)
         ok = cuda__sample_launch(cb, (uint32_t)n_jobs, (sample_out *)(d + outs_at), (float *)(d + raw_at), logits,
                                  (const sample_job *)d, (const sample_group *)(d + groups_at),
-                                 (const sample_edit *)(d + edits_at), n_vocab);
+                                 (const sample_edit *)(d + edits_at), (const uint32_t *)(d + allowed_at), n_vocab);
     if (ok)
         ok = cuda__ok(
             cb,

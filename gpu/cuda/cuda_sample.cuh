@@ -16,15 +16,20 @@
  * repetition penalty once per distinct prompt or generated token, then - frequency *
  * count and - presence once per distinct generated token). One thread replays a token's
  * edits with the same IEEE operations (__fadd_rn & co, nothing contracted): the edited
- * logits are the CPU's bit for bit. Rows with SORT_MAX < top_k < V go to sample/sample.c
- * on the host (their raw row copied back): the CPU backend's results, bit for bit.
+ * logits are the CPU's bit for bit. A grammar row's allowed tokens go up as its bitset
+ * (V / 8 bytes, no per-token host work). Rows with SORT_MAX < top_k < V go to
+ * sample/sample.c on the host (their raw row copied back): the CPU backend's results, bit
+ * for bit.
  *
  * One block of 1024 threads per job; thread t owns the slice [t*S, min((t+1)*S, V)), so
  * "in id order" is one block-wide exclusive scan of per-thread totals. In sample_next's
  * order:
  *   1. top_logprobs >= 0: log-sum-exp (max over non-NaN, then expf(l - max) summed in
  *      double); the k best raw logits by select_top_k; logprob = logit - lse.
- *   2. the edits, each token's raw logit kept for the chosen token's logprob.
+ *   2. the edits, each token's raw logit kept for the chosen token's logprob; then a
+ *      grammar row's bitset: every token it does not allow becomes -inf. The CPU masks
+ *      before the penalties; -inf is a fixed point of every edit, so the order does not
+ *      change a logit.
  *   3. max. Greedy, or max not finite: the argmax (lowest id among equals, 0 if all NaN).
  *      Else, with floor = min(max + logf(min_p), max) (logf on the host) or -inf:
  *      - top-k <= SORT_MAX: select_top_k sorts the k best in shared memory; thread 0 walks
@@ -62,8 +67,8 @@
  * Everything else follows the CPU's order.
  *
  * Memory: one cudaMallocAsync on the backend's stream per call (sampling is never in a
- * graph capture) holds jobs, groups and edits (one upload), the edited tokens' raw
- * logits, and the results (one download).
+ * graph capture) holds jobs, groups, edits and bitsets (one upload), the edited tokens'
+ * raw logits, and the results (one download).
  */
 #ifndef SP_CUDA_SAMPLE_CUH
 #define SP_CUDA_SAMPLE_CUH
@@ -117,6 +122,7 @@ typedef struct sample_job {
     float top_p;
     float log_min_p; /* logf(min_p) when min_p_on */
     int32_t min_p_on;
+    int64_t allowed_at; /* a grammar's bitset: its first word in the call's allowed words; -1: none */
 } sample_job;
 
 typedef struct sample_out {
@@ -126,9 +132,11 @@ typedef struct sample_out {
 } sample_out;
 
 /* Launches one block per job on the backend's stream: outs (n_jobs), raw (the call's
- * groups), logits (R, V) edited in place, jobs (n_jobs), groups, edits, all on the
- * device. False (the backend faulted) when the launch fails. */
+ * groups), logits (R, V) edited in place, jobs (n_jobs), groups, edits, the grammar
+ * bitsets (ceil(V / 32) words per masked job), all on the device. False (the backend
+ * faulted) when the launch fails. */
 bool cuda__sample_launch(cuda_backend *cb, uint32_t n_jobs, sample_out *outs, float *raw, float *logits,
-                         const sample_job *jobs, const sample_group *groups, const sample_edit *edits, int32_t n_vocab);
+                         const sample_job *jobs, const sample_group *groups, const sample_edit *edits,
+                         const uint32_t *allowed, int32_t n_vocab);
 
 #endif

@@ -434,7 +434,8 @@ __device__ static int32_t draw_top_p(sample_shared &sh, const float *row, row_sl
 /* One block per job: the log-probabilities, the edits, the draw. */
 __global__ static void __launch_bounds__(THREADS, 1)
     sample_kernel(sample_out *outs, float *raw /* (G) */, float *logits /* (R, V) */, const sample_job *jobs,
-                  const sample_group *groups /* (G) */, const sample_edit *edits /* (E) */, int32_t n_vocab) {
+                  const sample_group *groups /* (G) */, const sample_edit *edits /* (E) */,
+                  const uint32_t *allowed /* (masked jobs, ceil(V / 32)) */, int32_t n_vocab) {
     __shared__ sample_shared sh;
     const sample_job job = jobs[blockIdx.x];
     float *row = logits + job.row * (int64_t)n_vocab;
@@ -480,6 +481,13 @@ __global__ static void __launch_bounds__(THREADS, 1)
         row[group.id] = v;
     }
     __syncthreads();
+    /* a grammar's row: what it does not allow is -inf (after the edits: -inf stays -inf) */
+    if (job.allowed_at >= 0) {
+        const uint32_t *bits = allowed + job.allowed_at;
+        for (int32_t i = s.begin; i < s.end; i++)
+            if (!((bits[i >> 5] >> (i & 31)) & 1u)) row[i] = -INFINITY;
+        __syncthreads();
+    }
 
     /* 3. the draw */
     const float max = row_max(sh, row, s);
@@ -514,7 +522,7 @@ __global__ static void __launch_bounds__(THREADS, 1)
 
 bool cuda__sample_launch(cuda_backend *cb, uint32_t n_jobs, sample_out *outs, float *raw, float *logits,
                          const sample_job *jobs, const sample_group *groups, const sample_edit *edits,
-                         int32_t n_vocab) {
-    sample_kernel<<<n_jobs, THREADS, 0, cb->stream>>>(outs, raw, logits, jobs, groups, edits, n_vocab);
+                         const uint32_t *allowed, int32_t n_vocab) {
+    sample_kernel<<<n_jobs, THREADS, 0, cb->stream>>>(outs, raw, logits, jobs, groups, edits, allowed, n_vocab);
     return cuda__launched(cb, "sample_kernel");
 }

@@ -423,6 +423,9 @@ Test(cuda_sample, a_row_draws_the_same_alone_or_in_a_batch) {
 
 /* ---- grammar masks ---- */
 
+/* A grammar row's bitset goes up and the kernel masks (no host sampling): greedy, top-k and
+ * min-p draws equal the CPU's; a top-p draw (the same distribution, walked in another
+ * order: cuda_sample.cuh) stays inside the mask. */
 Test(cuda_sample, allowed_masks_match_the_cpu) {
     skip_without_gpu();
     enum { R = 4, V = 5000 };
@@ -432,20 +435,31 @@ Test(cuda_sample, allowed_masks_match_the_cpu) {
     memset(mask, 0, sizeof mask);
     for (int r = 0; r < R; r++)
         for (int i = r; i < V; i += 7 + r) mask[r][i / 32] |= 1u << (i % 32);
-    sample_params p = sample_params_default();
-    p.temperature = 0.9f;
-    p.top_p = 0.9f;
+    sample_params p[R];
+    for (int r = 0; r < R; r++) p[r] = sample_params_default();
+    p[0].temperature = 0.0f; /* greedy */
+    p[1].temperature = 0.9f;
+    p[1].top_k = 40;
+    p[2].temperature = 0.9f;
+    p[2].min_p = 0.05f;
+    p[3].temperature = 0.9f;
+    p[3].top_p = 0.9f;
     dev_sample_row rows[R];
     for (int r = 0; r < R; r++) {
-        rows[r] = row_of(&p, 2, 31u + (uint64_t)r);
+        rows[r] = row_of(&p[r], 2, 31u + (uint64_t)r);
         rows[r].allowed = mask[r];
     }
     dev_sample_vocab vocab = {V, NULL, 0};
     dev_sample_result cpu[R], gpu[R];
     sample_both(l, R, &vocab, rows, cpu, gpu);
     for (int r = 0; r < R; r++) {
-        cr_expect_eq(gpu[r].token, cpu[r].token, "row %d", r);
-        cr_expect((mask[r][cpu[r].token / 32] >> (cpu[r].token % 32)) & 1, "row %d: a token outside its mask", r);
+        if (r < 3) cr_expect_eq(gpu[r].token, cpu[r].token, "row %d", r);
+        cr_expect((mask[r][gpu[r].token / 32] >> (gpu[r].token % 32)) & 1, "row %d: a token outside its mask", r);
+        /* the chosen token's log-probability is under the raw logits (the mask does not touch them) */
+        const float *row = l + (size_t)r * V;
+        const float lse = row[cpu[r].token] - cpu[r].logprob;
+        cr_expect(close_or_both_nan(gpu[r].logprob, row[gpu[r].token] - lse, 1e-4f), "row %d: logprob %g", r,
+                  (double)gpu[r].logprob);
     }
     free(l);
 }
