@@ -98,8 +98,8 @@ void sched__masks_destroy(sched *s) {
 void sched__masks_add(sched *s, sched_request *r, int32_t n_draft, dev_sample_row *rows, size_t *n_masks) {
     sched_masks *m = &s->masks;
     SP_ASSERT(*n_masks + (size_t)n_draft + 1 <= s->max_mask_rows);
-    m->jobs[m->n_jobs++] = (sched_mask_job){
-        .r = r, .n_draft = n_draft, .rows = rows, .masks = s->step_masks + *n_masks * s->mask_words};
+    m->jobs[m->n_jobs++] =
+        (sched_mask_job){.r = r, .n_draft = n_draft, .rows = rows, .masks = s->step_masks + *n_masks * s->mask_words};
     *n_masks += (size_t)n_draft + 1;
 }
 

@@ -97,7 +97,7 @@ static void direct_embedding(tick_env *e, const int32_t *prompt, int32_t n, sche
     float *hidden = malloc(sizeof *hidden * (size_t)n * (size_t)d);
     double *pool = calloc((size_t)d, sizeof *pool);
     const dev_sample_vocab vocab = {e->n_vocab, NULL, 0};
-    cr_assert_eq(model_forward_sample_hidden(e->m, kv, &step, &vocab, NULL, NULL, hidden), SP_OK, "%s",
+    cr_assert_eq(model_forward_sample_hidden(e->m, kv, &step, &vocab, NULL, NULL, hidden, NULL), SP_OK, "%s",
                  sp_last_error());
     int32_t first, k = sched__pool_rows(pooling, 0, n, n, &first);
     sched__pool_add(pooling, pool, hidden + (size_t)first * (size_t)d, k, d);
