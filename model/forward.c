@@ -138,10 +138,11 @@ static sp_status forward_sample(model *m, dev_kv *kv, const dev_step *step, int 
     sp_status st = forward_begin(m, kv, step, n_layers, &ds);
     if (st != SP_OK) return st;
     if (step->n_hidden > 0 && (st = forward_hidden(m, ds, hidden)) != SP_OK) return st;
-    if (hook && hook->before_sample) hook->before_sample(hook->ctx); /* the layers are issued */
     for (int32_t first = 0; first < step->n_logits; first += MODEL_LOGIT_ROWS) {
         int32_t n = logit_chunk(step, first);
         forward_logits(m, ds, first, n);
+        /* the layers and the first logits are issued: the caller's draw inputs now */
+        if (first == 0 && hook && hook->before_sample) hook->before_sample(hook->ctx);
         st = dev_sample(m->dev, m->act.logits, n, vocab, rows + first, results + first);
         if (st != SP_OK) return st;
     }

@@ -78,7 +78,8 @@ sp_status model_forward(model *m, dev_kv *kv, const dev_step *step, float *logit
 sp_status model_forward_sample(model *m, dev_kv *kv, const dev_step *step, const dev_sample_vocab *vocab,
                                const dev_sample_row *rows, dev_sample_result *results);
 
-/* Called in a step once its layers are issued and before its first row is drawn, so that
+/* Called in a step once its layers (and the first rows' logits) are issued and before its
+ * first row is drawn (not at all in a step without logit rows), so that
  * the caller can finish the rows' draw inputs (the scheduler's grammar masks) while a GPU
  * runs the layers or the CPU pool's other threads do. */
 typedef struct model_sample_hook {

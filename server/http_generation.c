@@ -274,8 +274,13 @@ static bool stream_forced_calls(srv_conn *conn, srv_choice *choice, const char *
     const srv_model_info *mi = &conn->app->model;
     for (;;) {
         size_t from = 0, n = 0;
+        const srv_call_scan before = choice->scan;
         srv_call_event ev = srv__tools_scan(&choice->scan, text, len, &from, &n);
         if (ev == SRV_CALL_WAIT) return true;
+        if (ev == SRV_CALL_HEAD && choice->auto_calls && !srv__tools_known(rq, text + from, n)) {
+            choice->scan = before; /* auto: not a call of the tools; the answer's end decides the rest */
+            return true;
+        }
         if (ev == SRV_CALL_LOST) {
             choice->scan_lost = choice->scan.index == 0; /* nothing sent yet: the end-of-answer path */
             return true;
@@ -329,15 +334,25 @@ static bool stream_tools(srv_conn *conn, srv_choice *choice, choice_news *news, 
                 goto at_the_end;
             }
             choice->tools_decided = true;
-            /* auto (hermes): text the model wrote after its calls goes out as content */
+            if (news->finish != SCHED_FINISH_STOP && news->finish != SCHED_FINISH_LENGTH) {
+                /* an error or a cancel after calls went out: the failure path reports it */
+                choice->text_sent += len;
+                news->text_len = 0;
+                return true;
+            }
+            /* auto (hermes): calls the scan gave up on and the text after the calls go out
+             * as the whole answer parses (the calls already sent are its first ones) */
             char *content = NULL;
             json_t *parsed = choice->auto_calls && news->finish == SCHED_FINISH_STOP
                                  ? srv__tools_parse(mi, rq, text, len, &content)
                                  : NULL;
+            bool ok = true;
+            for (size_t k = (size_t)choice->scan.index; ok && k < json_array_size(parsed); k++)
+                ok = tool_call_chunks(conn, choice->index, (int)k, json_array_get(parsed, k));
             json_decref(parsed);
-            bool ok = !content ||
-                      out_append_owned(conn, srv_sse_delta_chunk(rq, mi, conn->id, conn->created, choice->index,
-                                                                 content, strlen(content), NULL, 0, NULL, 0, NULL));
+            ok = ok && (!content ||
+                        out_append_owned(conn, srv_sse_delta_chunk(rq, mi, conn->id, conn->created, choice->index,
+                                                                   content, strlen(content), NULL, 0, NULL, 0, NULL)));
             free(content);
             ok = ok && (news->n_tokens == 0 ||
                         out_append_owned(conn, srv_sse_delta_chunk(rq, mi, conn->id, conn->created, choice->index, NULL,

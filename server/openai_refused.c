@@ -13,11 +13,13 @@
 #include "server/server_internal.h"
 
 typedef enum {
-    REFUSE_ANY,      /* any value but null */
-    REFUSE_TRUE,     /* true (false is the neutral value) */
-    REFUSE_FALSE,    /* false (true is the neutral value) */
-    REFUSE_NUMBER,   /* a number other than the row's neutral value */
-    REFUSE_NOT_TEXT, /* anything but ["text"] (modalities) */
+    REFUSE_ANY,       /* any value but null */
+    REFUSE_TRUE,      /* true (false is the neutral value) */
+    REFUSE_FALSE,     /* false (true is the neutral value) */
+    REFUSE_NUMBER,    /* a number other than the row's neutral value */
+    REFUSE_NOT_TEXT,  /* anything but ["text"] (modalities) */
+    REFUSE_NONEMPTY,  /* anything but [] (the list's default: nothing) */
+    REFUSE_NOT_MEDIUM /* anything but "medium" (verbosity's default) */
 } refuse_when;
 
 typedef struct refused_field {
@@ -35,7 +37,7 @@ static const refused_field REFUSED[] = {
     {"web_search_options", REFUSE_ANY, 0, true, "web search is not supported"},
     {"functions", REFUSE_ANY, 0, true, "the legacy function fields are not supported: use 'tools'"},
     {"function_call", REFUSE_ANY, 0, true, "the legacy function fields are not supported: use 'tool_choice'"},
-    {"verbosity", REFUSE_ANY, 0, true, "output verbosity is not supported"},
+    {"verbosity", REFUSE_NOT_MEDIUM, 0, true, "output verbosity other than medium is not supported"},
     /* vLLM */
     {"structured_outputs", REFUSE_ANY, 0, false,
      "use 'response_format', 'guided_json', 'guided_regex', 'guided_choice' or 'guided_grammar'"},
@@ -45,12 +47,12 @@ static const refused_field REFUSED[] = {
     {"include_stop_str_in_output", REFUSE_TRUE, 0, false, "the stop string is never returned"},
     {"skip_special_tokens", REFUSE_FALSE, 0, false, "special tokens are always left out of the text"},
     {"spaces_between_special_tokens", REFUSE_FALSE, 0, false, "special tokens are always left out of the text"},
-    {"bad_words", REFUSE_ANY, 0, false, "use 'logit_bias' with -100"},
+    {"bad_words", REFUSE_NONEMPTY, 0, false, "use 'logit_bias' with -100"},
     {"allowed_token_ids", REFUSE_ANY, 0, false, "use 'logit_bias' or a grammar"},
-    {"stop_token_ids", REFUSE_ANY, 0, false, "use 'stop' strings"},
+    {"stop_token_ids", REFUSE_NONEMPTY, 0, false, "use 'stop' strings"},
     {"prompt_logprobs", REFUSE_ANY, 0, false, "prompt log-probabilities are not computed"},
     /* llama-server */
-    {"n_predict", REFUSE_ANY, 0, false, "use 'max_tokens'"},
+    {"n_predict", REFUSE_NUMBER, -1, false, "use 'max_tokens'"}, /* -1: no limit */
     {"n_probs", REFUSE_NUMBER, 0, false, "use 'logprobs' and 'top_logprobs'"},
     {"mirostat", REFUSE_NUMBER, 0, false, "mirostat sampling is not supported"},
     {"typical_p", REFUSE_NUMBER, 1, false, "typical sampling is not supported"},
@@ -74,6 +76,8 @@ static bool refused(const refused_field *f, const json_t *v) {
     case REFUSE_FALSE: return !json_is_true(v);
     case REFUSE_NUMBER: return !json_is_number(v) || fabs(json_number_value(v) - f->neutral) > 0;
     case REFUSE_NOT_TEXT: return !is_text_only(v);
+    case REFUSE_NONEMPTY: return !(json_is_array(v) && json_array_size(v) == 0);
+    case REFUSE_NOT_MEDIUM: return !(json_is_string(v) && strcmp(json_string_value(v), "medium") == 0);
     }
     return true;
 }

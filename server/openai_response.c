@@ -278,12 +278,25 @@ static json_t *resp_choice(const srv_request *r, const srv_model_info *mi, int i
     json_t *calls = r->endpoint == SRV_ENDPOINT_CHAT && o->finish == SCHED_FINISH_STOP
                         ? srv__tools_parse(mi, r, all, all_len, &content)
                         : NULL;
-    /* forced calls (the grammar makes the answer calls) that max_tokens cut: the calls as
-     * far as they came, with finish_reason "length", as OpenAI answers them */
-    bool forced = r->tool_choice == SRV_TOOL_CHOICE_REQUIRED || r->tool_choice == SRV_TOOL_CHOICE_NAMED;
+    /* calls that max_tokens cut: the calls as far as they came, with finish_reason
+     * "length", as OpenAI answers them (and as a stream sent them): forced ones (the
+     * grammar makes the answer calls), and auto ones once the answer opened a call of one
+     * of the tools (the text before it is content) */
     bool cut_calls = false;
-    if (!calls && r->endpoint == SRV_ENDPOINT_CHAT && forced && o->finish == SCHED_FINISH_LENGTH)
-        cut_calls = (calls = srv__tools_scan_all(all, all_len)) != NULL;
+    if (!calls && r->endpoint == SRV_ENDPOINT_CHAT && r->tools && o->finish == SCHED_FINISH_LENGTH) {
+        size_t at = 0;
+        bool opened = r->tool_choice == SRV_TOOL_CHOICE_REQUIRED || r->tool_choice == SRV_TOOL_CHOICE_NAMED;
+        if (!opened && r->tool_choice == SRV_TOOL_CHOICE_AUTO) {
+            at = srv__tools_hold_from(mi, all, all_len, false);
+            opened = at < all_len && srv__tools_auto_start(mi, r, all + at, all_len - at) == SRV_AUTO_START;
+        }
+        if (opened && (calls = srv__tools_scan_all(all + at, all_len - at)) != NULL) {
+            cut_calls = true;
+            size_t n = at;
+            while (n > 0 && (all[n - 1] == ' ' || all[n - 1] == '\n' || all[n - 1] == '\t' || all[n - 1] == '\r')) n--;
+            if (n > 0) content = strndup(all, n);
+        }
+    }
     if (calls) {
         json_decref(text);
         text = content ? srv__json_text(content, strlen(content)) : json_null();

@@ -142,6 +142,8 @@ typedef enum srv_call_event {
 } srv_call_event;
 
 srv_call_event srv__tools_scan(srv_call_scan *sc, const char *text, size_t len, size_t *from, size_t *n);
+/* Whether name (n bytes) is one of r's tools. */
+bool srv__tools_known(const srv_request *r, const char *name, size_t n);
 /* For a stream of tool_choice auto: whether the held text (from where calls may begin)
  * starts a call of one of r's tools in mi's format, so that it can be streamed as it comes
  * (START), is not one (NO: decided when the answer ends), or cannot tell yet (WAIT). */

@@ -575,6 +575,7 @@ srv_call_event srv__tools_scan(srv_call_scan *sc, const char *text, size_t len, 
         if (text[i] != ':') return SRV_CALL_LOST;
         i = skip_blank(text, len, i + 1);
         if (i >= len) return SRV_CALL_WAIT;
+        if (text[i] != '{') return SRV_CALL_LOST; /* arguments are an object (a string would never close) */
         sc->at = i;
         sc->in_args = true;
         sc->depth = 0;
@@ -674,4 +675,8 @@ srv_auto_calls srv__tools_auto_start(const srv_model_info *mi, const srv_request
     case SRV_CALL_HEAD: return tool_find(r->tools, text + from, name_len) >= 0 ? SRV_AUTO_START : SRV_AUTO_NO;
     default: return SRV_AUTO_NO;
     }
+}
+
+bool srv__tools_known(const srv_request *r, const char *name, size_t n) {
+    return tool_find(r->tools, name, n) >= 0;
 }

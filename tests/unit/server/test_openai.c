@@ -318,7 +318,8 @@ Test(srv_request, refused_fields_accept_their_neutral_values) {
              "\"include_stop_str_in_output\":false,\"skip_special_tokens\":true,\"spaces_between_special_tokens\":true,"
              "\"n_probs\":0,\"mirostat\":0,\"typical_p\":1,\"tfs_z\":1.0,\"top_n_sigma\":-1,\"dynatemp_range\":0,"
              "\"dry_multiplier\":0,\"xtc_probability\":0,\"prediction\":{\"type\":\"content\",\"content\":\"x\"},"
-             "\"service_tier\":\"auto\",\"cache_prompt\":true}",
+             "\"service_tier\":\"auto\",\"cache_prompt\":true,\"verbosity\":\"medium\",\"bad_words\":[],"
+             "\"stop_token_ids\":[],\"n_predict\":-1}",
              &r);
     srv_request_free(&r);
     /* the chat-only ones are unknown (ignored) on completions */
