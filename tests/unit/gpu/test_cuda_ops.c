@@ -493,6 +493,52 @@ Test(cuda_ops, stories260k_greedy_tokens_and_logits_match_the_cpu) {
     free(logits[1]);
 }
 
+/* ---- embeddings: a prompt's final hidden states (after the output norm) ---- */
+
+/* The rows /v1/embeddings pools, from the CUDA backend as from the CPU: a 12-token
+ * prompt in one step, every row's hidden state (model_forward_sample_hidden), no logits. */
+Test(cuda_ops, stories260k_hidden_rows_match_the_cpu) {
+    skip_without_gpu();
+    char path[512];
+    TESTDATA_REQUIRE(testdata_path(path, sizeof path, "models/stories260K.gguf"));
+    enum { N = 12 };
+    float *hidden[2] = {NULL, NULL};
+    int32_t d = 0;
+    dev_kind kinds[2] = {DEV_KIND_CPU, DEV_KIND_CUDA};
+    for (int i = 0; i < 2; i++) {
+        dev_backend *dev;
+        dev_options o = {.kind = kinds[i], .n_threads = 2};
+        cr_assert_eq(dev_create(&o, &dev), SP_OK, "%s", sp_last_error());
+        model *m;
+        model_options mo = {.max_batch_tokens = 16};
+        cr_assert_eq(model_load(path, dev, &mo, &m), SP_OK, "%s", sp_last_error());
+        d = model_get_hparams(m)->n_embd;
+        dev_kv *kv;
+        cr_assert_eq(model_kv_create(m, 4, 16, &kv), SP_OK, "%s", sp_last_error());
+        int32_t tokens[N], pos[N], seq[N], rows[N], len = N, table[4] = {1, 0, 2, 3};
+        for (int t = 0; t < N; t++) {
+            tokens[t] = 1 + (t * 37) % 400;
+            pos[t] = t;
+            seq[t] = 0;
+            rows[t] = t;
+        }
+        dev_step step = {N, tokens, pos, seq, 1, &len, table, 4, 0, NULL, N, rows};
+        const dev_sample_vocab vocab = {model_get_hparams(m)->n_vocab, NULL, 0};
+        hidden[i] = malloc(sizeof(float) * N * (size_t)d);
+        cr_assert_eq(model_forward_sample_hidden(m, kv, &step, &vocab, NULL, NULL, hidden[i], NULL), SP_OK, "%s",
+                     sp_last_error());
+        dev_kv_destroy(dev, kv);
+        model_destroy(m);
+        dev_destroy(dev);
+    }
+    for (int t = 0; t < N; t++) {
+        double e = rel_error(hidden[1] + (size_t)t * d, hidden[0] + (size_t)t * d, d);
+        cr_expect(e < 2e-2, "row %d: hidden state relative error %.2e", t, e);
+    }
+    free(hidden[0]);
+    free(hidden[1]);
+}
+
 /* ---- end to end on synthetic models: decode batches, every path ---- */
 
 /* Writes a synthetic model with build/mkmodel (SPINDLE_MKMODEL overrides) into /tmp. */
