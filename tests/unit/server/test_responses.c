@@ -1033,6 +1033,17 @@ static const json_t *final_response(const json_t *events) {
     "{'choices':[{'index':0,'delta':{'tool_calls':[{'index':" #k ",'function':{'arguments':'" a "'}}]}," \
     "'finish_reason':null}],'usage':null}"
 
+/* The stream's final response equals the non-streaming render of the same answer
+ * (rendered, taken), item ids aside. */
+static void expect_final_equals_render(json_t *events, json_t *rendered) {
+    json_t *a = without_item_ids(final_response(events)), *b = without_item_ids(rendered);
+    json_object_set_new(b, "id", json_string("resp_9"));
+    cr_expect(json_equal(a, b));
+    json_decref(a);
+    json_decref(b);
+    json_decref(rendered);
+}
+
 Test(responses_stream, text_in_the_exact_event_sequence) {
     srv_model_info mi = {.served_name = "served"};
     const char *chunks[] = {ROLE, TEXT("Par"), TEXT("is."), FINISH("stop"), USAGE_CHUNK, NULL};
@@ -1190,15 +1201,9 @@ Test(responses_stream, reasoning_as_a_summary) {
     cr_expect_eq(json_integer_value(json_object_get(event_at(events, 4), "summary_index")), 0);
     cr_expect_str_eq(str_at(events, 6, "text"), "hm");
     expect_json(json_object_get(event_at(events, 7), "part"), "{'type':'summary_text','text':'hm'}");
-    json_t *rendered = render("{'choices':[{'index':0,'message':{'role':'assistant','content':'ok',"
-                              "'reasoning_content':'hm'},'finish_reason':'stop'}]," USAGE "}",
-                              false, true, &mi);
-    json_t *a = without_item_ids(final_response(events)), *b = without_item_ids(rendered);
-    json_object_set_new(b, "id", json_string("resp_9"));
-    cr_expect(json_equal(a, b));
-    json_decref(a);
-    json_decref(b);
-    json_decref(rendered);
+    expect_final_equals_render(events, render("{'choices':[{'index':0,'message':{'role':'assistant','content':'ok',"
+                                              "'reasoning_content':'hm'},'finish_reason':'stop'}]," USAGE "}",
+                                              false, true, &mi));
     json_decref(events);
 }
 
@@ -1226,15 +1231,9 @@ Test(responses_stream, length_is_incomplete_and_an_empty_answer_is_one_empty_mes
                                 "response.output_item.done",  "response.completed"};
     expect_types(events, want_empty, sizeof want_empty / sizeof want_empty[0]);
     cr_expect_str_eq(str_at(events, 4, "text"), "");
-    json_t *rendered = render("{'choices':[{'index':0,'message':{'role':'assistant','content':''},"
-                              "'finish_reason':'stop'}]," USAGE "}",
-                              false, false, &mi);
-    json_t *a = without_item_ids(final_response(events)), *b = without_item_ids(rendered);
-    json_object_set_new(b, "id", json_string("resp_9"));
-    cr_expect(json_equal(a, b));
-    json_decref(a);
-    json_decref(b);
-    json_decref(rendered);
+    expect_final_equals_render(events, render("{'choices':[{'index':0,'message':{'role':'assistant','content':''},"
+                                              "'finish_reason':'stop'}]," USAGE "}",
+                                              false, false, &mi));
     json_decref(events);
 }
 
