@@ -229,9 +229,5 @@ sp_status srv__request_constraint(const json_t *root, const srv_model_info *mi, 
         sp_status st = constraint_field(fields[i], v, mi, r, err);
         if (st != SP_OK) return st;
     }
-    v = json_object_get(root, "guided_whitespace_pattern");
-    if (v && !json_is_null(v))
-        return srv__fail(err, SRV_ERROR_BAD_REQUEST, "guided_whitespace_pattern",
-                         "'guided_whitespace_pattern' is not supported: JSON is emitted without whitespace.");
-    return SP_OK;
+    return SP_OK; /* guided_whitespace_pattern is refused with the others (openai_refused.c) */
 }

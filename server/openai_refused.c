@@ -39,6 +39,8 @@ static const refused_field REFUSED[] = {
     {"function_call", REFUSE_ANY, 0, true, "the legacy function fields are not supported: use 'tool_choice'"},
     {"verbosity", REFUSE_NOT_MEDIUM, 0, true, "output verbosity other than medium is not supported"},
     /* vLLM */
+    {"guided_whitespace_pattern", REFUSE_ANY, 0, false,
+     "JSON is written as --grammar-json-whitespace says, not by a pattern"},
     {"structured_outputs", REFUSE_ANY, 0, false,
      "use 'response_format', 'guided_json', 'guided_regex', 'guided_choice' or 'guided_grammar'"},
     {"truncate_prompt_tokens", REFUSE_ANY, 0, false, "prompts are never truncated"},

@@ -21,7 +21,7 @@ static sp_status bad(srv_error *err, const char *param, const char *fmt, const c
     return srv__fail(err, SRV_ERROR_BAD_REQUEST, param, fmt, detail);
 }
 
-/* Fields that would change the answer and are not implemented: a 400 naming them. */
+/* Responses fields spindle refuses, each of which would change the answer: a 400 naming it. */
 static sp_status responses_unsupported(const json_t *root, srv_error *err) {
     static const char *const refused[] = {"conversation", "prompt", "max_tool_calls"};
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)

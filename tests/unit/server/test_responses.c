@@ -409,7 +409,7 @@ typedef struct bad_body {
 
 #define FCALL(extra) "{'input':[{'type':'function_call'" extra "}]}"
 static const bad_body BAD[] = {
-    /* not implemented */
+    /* refused: each would change the answer (a 400 naming it) */
     {"{'input':'hi','conversation':'conv_1'}", "conversation", 400},
     {"{'input':'hi','conversation':{'id':'conv_1'}}", "conversation", 400},
     {"{'input':'hi','prompt':{'id':'pmpt_1'}}", "prompt", 400},
