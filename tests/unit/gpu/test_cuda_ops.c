@@ -437,6 +437,15 @@ Test(cuda_ops, fused_rope_and_kv_write_equal_the_separate_ops) {
     free(q), free(k), free(v);
 }
 
+/* stories260K on a backend of kind (2 threads), with a 4-block KV pool of 16 tokens. */
+static void open_stories(const char *path, dev_kind kind, dev_backend **dev, model **m, dev_kv **kv) {
+    dev_options o = {.kind = kind, .n_threads = 2};
+    cr_assert_eq(dev_create(&o, dev), SP_OK, "%s", sp_last_error());
+    model_options mo = {.max_batch_tokens = 16};
+    cr_assert_eq(model_load(path, *dev, &mo, m), SP_OK, "%s", sp_last_error());
+    cr_assert_eq(model_kv_create(*m, 4, 16, kv), SP_OK, "%s", sp_last_error());
+}
+
 /* ---- end to end: stories260K, greedy, the GPU fed the CPU's tokens ---- */
 
 Test(cuda_ops, stories260k_greedy_tokens_and_logits_match_the_cpu) {
@@ -449,15 +458,11 @@ Test(cuda_ops, stories260k_greedy_tokens_and_logits_match_the_cpu) {
     dev_kind kinds[2] = {DEV_KIND_CPU, DEV_KIND_CUDA};
     for (int i = 0; i < 2; i++) {
         dev_backend *dev;
-        dev_options o = {.kind = kinds[i], .n_threads = 2};
-        cr_assert_eq(dev_create(&o, &dev), SP_OK, "%s", sp_last_error());
         model *m;
-        model_options mo = {.max_batch_tokens = 16};
-        cr_assert_eq(model_load(path, dev, &mo, &m), SP_OK, "%s", sp_last_error());
+        dev_kv *kv;
+        open_stories(path, kinds[i], &dev, &m, &kv);
         n_vocab = model_get_hparams(m)->n_vocab;
         cr_assert(n_vocab <= V_MAX);
-        dev_kv *kv;
-        cr_assert_eq(model_kv_create(m, 4, 16, &kv), SP_OK, "%s", sp_last_error());
         logits[i] = malloc(sizeof(float) * STEPS * V_MAX);
         int32_t table[4] = {2, 0, 3, 1};
         for (int t = 0; t < STEPS; t++) {
@@ -507,14 +512,10 @@ Test(cuda_ops, stories260k_hidden_rows_match_the_cpu) {
     dev_kind kinds[2] = {DEV_KIND_CPU, DEV_KIND_CUDA};
     for (int i = 0; i < 2; i++) {
         dev_backend *dev;
-        dev_options o = {.kind = kinds[i], .n_threads = 2};
-        cr_assert_eq(dev_create(&o, &dev), SP_OK, "%s", sp_last_error());
         model *m;
-        model_options mo = {.max_batch_tokens = 16};
-        cr_assert_eq(model_load(path, dev, &mo, &m), SP_OK, "%s", sp_last_error());
-        d = model_get_hparams(m)->n_embd;
         dev_kv *kv;
-        cr_assert_eq(model_kv_create(m, 4, 16, &kv), SP_OK, "%s", sp_last_error());
+        open_stories(path, kinds[i], &dev, &m, &kv);
+        d = model_get_hparams(m)->n_embd;
         int32_t tokens[N], pos[N], seq[N], rows[N], len = N, table[4] = {1, 0, 2, 3};
         for (int t = 0; t < N; t++) {
             tokens[t] = 1 + (t * 37) % 400;
