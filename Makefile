@@ -31,7 +31,7 @@ TEMPLATE_SRC  := template/template_lexer.c template/template_parser.c template/t
                  template/template_ops.c template/template_format.c template/template_strings.c \
                  template/template_str_methods.c template/template_filters.c template/template_builtins.c \
                  template/template_gguf.c
-GRAMMAR_SRC   := grammar/gram_gbnf.c grammar/gram_match.c grammar/gram_mask.c grammar/gram_dfa.c grammar/gram_schema.c grammar/gram_schema_types.c \
+GRAMMAR_SRC   := grammar/gram_gbnf.c grammar/gram_match.c grammar/gram_mask.c grammar/gram_keys.c grammar/gram_dfa.c grammar/gram_schema.c grammar/gram_schema_types.c \
                  grammar/gram_regex.c
 GPU_SRC       := gpu/device.c gpu/host/host_backend.c gpu/host/host_ops.c gpu/host/host_matmul.c gpu/host/host_amx.c \
                  gpu/host/host_attention.c gpu/host/host_cpu.c gpu/host/host_quant_dot.c gpu/host/host_quant_dot_rows.c \

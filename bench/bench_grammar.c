@@ -3,13 +3,16 @@
  * For each constraint (a JSON Schema, a GBNF grammar, a regex) it tokenizes documents of
  * the constraint's language with the model's own tokenizer (as a model would write
  * them) and times gram_mask at every token of every document, then advances by that
- * token. Two passes per constraint:
- *   new      the grammar compiled afresh for every document (a server that sees the
- *            schema for the first time: its cache starts empty);
- *   repeat   one grammar for all documents (the same schema again: spindle's server
+ * token. Three passes per constraint:
+ *   lazy     the grammar compiled afresh for every document and not prepared: every cut
+ *            stack's first walk falls on a token (how masks cost before gram_mask_prepare);
+ *   new      compiled and prepared afresh for every document, as the server does for a
+ *            schema it has not seen (the first request with it);
+ *   repeat   one prepared grammar for all documents (the same schema again: the server
  *            shares compiled grammars by their text).
  * Prints one JSON line per constraint and pass: median, p99 and max microseconds per
- * mask, and the tokens timed.
+ * mask, the tokens timed, the median milliseconds to compile (and prepare) a grammar and
+ * the cut stacks prepared.
  *
  * usage: bench_grammar MODEL.gguf [documents per constraint (default 20)]
  */
@@ -69,20 +72,33 @@ typedef struct kind {
     void (*doc)(int, char *, size_t);
 } kind;
 
-static void run(const kind *k, tok_vocab *v, gram_vocab *gv, int docs, bool fresh) {
+typedef enum pass { PASS_LAZY, PASS_NEW, PASS_REPEAT } pass;
+static const char *PASS_NAMES[] = {"lazy", "new", "repeat"};
+
+/* The grammar of k, compiled (and prepared, unless lazy); *ms what that took. */
+static gram_grammar *compile(const kind *k, const gram_vocab *gv, bool prepare, double *ms, int32_t *keys) {
+    gram_grammar *g;
+    double a = now_us();
+    if (gram_compile(k->gbnf, strlen(k->gbnf), NULL, &g) != SP_OK) abort();
+    *keys = prepare ? gram_mask_prepare(g, gv) : 0;
+    *ms = (now_us() - a) / 1e3;
+    return g;
+}
+
+static void run(const kind *k, tok_vocab *v, gram_vocab *gv, int docs, pass p) {
     size_t cap = 64 * (size_t)docs + 64, n = 0;
-    double *t = malloc(sizeof *t * cap);
+    double *t = malloc(sizeof *t * cap), *compile_ms = malloc(sizeof *compile_ms * (size_t)docs);
     uint32_t *mask = malloc(sizeof *mask * gram_mask_words(gv));
-    gram_grammar *shared = NULL;
-    if (!fresh && gram_compile(k->gbnf, strlen(k->gbnf), NULL, &shared) != SP_OK) abort();
+    int32_t keys = 0;
+    int n_compiled = 0;
+    gram_grammar *shared = p == PASS_REPEAT ? compile(k, gv, true, &compile_ms[n_compiled++], &keys) : NULL;
     for (int d = 0; d < docs; d++) {
         char text[512];
         k->doc(d, text, sizeof text);
         int32_t *ids;
         size_t n_ids;
         if (tok_encode(v, text, strlen(text), false, false, &ids, &n_ids) != SP_OK) abort();
-        gram_grammar *g = shared;
-        if (fresh && gram_compile(k->gbnf, strlen(k->gbnf), NULL, &g) != SP_OK) abort();
+        gram_grammar *g = shared ? shared : compile(k, gv, p == PASS_NEW, &compile_ms[n_compiled++], &keys);
         gram_state *s;
         if (gram_state_create(g, &s) != SP_OK) abort();
         for (size_t i = 0; i < n_ids && n < cap; i++) {
@@ -96,15 +112,18 @@ static void run(const kind *k, tok_vocab *v, gram_vocab *gv, int docs, bool fres
             }
         }
         gram_state_destroy(s);
-        if (fresh) gram_grammar_destroy(g);
+        if (!shared) gram_grammar_destroy(g);
         free(ids);
     }
     gram_grammar_destroy(shared);
     qsort(t, n, sizeof *t, cmp_double);
+    qsort(compile_ms, (size_t)n_compiled, sizeof *compile_ms, cmp_double);
     printf("{\"constraint\":\"%s\",\"grammar\":\"%s\",\"tokens\":%zu,\"median_us\":%.1f,\"p99_us\":%.1f,\"max_us\":%."
-           "1f}\n",
-           k->name, fresh ? "new" : "repeat", n, t[n / 2], t[(size_t)((double)(n - 1) * 0.99)], t[n - 1]);
+           "1f,\"compile_ms\":%.2f,\"keys\":%d}\n",
+           k->name, PASS_NAMES[p], n, t[n / 2], t[(size_t)((double)(n - 1) * 0.99)], t[n - 1],
+           compile_ms[n_compiled / 2], keys);
     free(t);
+    free(compile_ms);
     free(mask);
 }
 
@@ -133,8 +152,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     for (int k = 0; k < 3; k++) {
-        run(&kinds[k], v, gv, docs, true);
-        run(&kinds[k], v, gv, docs, false);
+        for (pass p = PASS_LAZY; p <= PASS_REPEAT; p++) run(&kinds[k], v, gv, docs, p);
         free(kinds[k].gbnf);
     }
     json_decref(schema);

@@ -307,6 +307,7 @@ static sp_status serve_load(const serve_args *a, srv_app *app, serve_state *s) {
     app->model.pooling = serve_pooling(a->cfg.pooling, model_gguf(s->model), hp->arch_name);
     if ((st = srv_model_info_init_template(&app->model, model_gguf(s->model), a->chat_template)) != SP_OK) return st;
     if ((st = srv_grammar_cache_create(&app->model.grammars)) != SP_OK) return st;
+    app->model.grammar_vocab = sched_grammar_vocab(app->sched);
     if (a->http.responses_store_bytes > 0 &&
         (st = srv_response_store_create(a->http.responses_store_bytes, a->http.responses_store_max,
                                         a->http.responses_store_ttl_s, &app->model.responses)) != SP_OK)

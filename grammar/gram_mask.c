@@ -23,12 +23,14 @@
 
 #include "grammar/grammar_internal.h"
 
-/* Nodes of a stack that key the cache: deeper keys mean fewer dependent tokens but more
- * keys. Three cover a JSON string's character loop and its closing quote, so every string
- * of a grammar shares one entry. */
-enum { GRAM_KEY_NODES = 3 };
 /* Cached keys per grammar; past it the cache starts over. */
-enum { GRAM_CACHE_ENTRIES = 1024, GRAM_CACHE_SLOTS = 4096 };
+/* Entries walked lazily (past the prepared ones) before the cache starts over. */
+enum { GRAM_CACHE_ENTRIES = 1024 };
+/* What gram_mask_prepare walks ahead at most: keys and the bytes their entries hold. About
+ * 5 µs a key: a schema of 40 properties has ~2,000 keys (~10 ms), a grammar past these
+ * bounds walks its remaining keys lazily. */
+enum { GRAM_PREPARE_KEYS = 8192 };
+#define GRAM_PREPARE_BYTES ((size_t)16 << 20)
 /* Stacks a walk step keeps before it drops duplicates. */
 enum { GRAM_DEDUPE_TOPS = 32 };
 
@@ -171,15 +173,22 @@ typedef struct dep {
 typedef struct cache_entry {
     int32_t key[GRAM_KEY_NODES + 1]; /* positions top first, then the parent past the cut */
     int32_t key_len;
-    uint32_t *accepted; /* (words) */
+    /* the accepted tokens: a bitset (words) when many, else their ids (n_ids), whichever is
+     * smaller: most keys take a handful of tokens, and a prepared grammar holds hundreds */
+    uint32_t *accepted;
+    int32_t *ids;
+    int32_t n_ids;
     dep *deps;
     int32_t n_deps;
     uint8_t *prefixes;
 } cache_entry;
 
 struct gram_mask_cache {
-    cache_entry *slots[GRAM_CACHE_SLOTS];
+    cache_entry **slots; /* (n_slots, a power of two, at least twice n_entries) open addressing */
+    int32_t n_slots;
     int32_t n_entries;
+    int32_t n_prepared; /* entries gram_mask_prepare made (they stay until the cache starts over) */
+    size_t bytes;       /* the entries' memory */
     gram_stacks arena;  /* walk nodes; truncated as the walk backs out */
     gram_stacks *level; /* (max_len + 2) tops at each trie depth */
     int32_t n_levels;
@@ -189,7 +198,10 @@ struct gram_mask_cache {
     int32_t n_deps, cap_deps;
     uint8_t *prefixes;
     int32_t n_prefix, cap_prefix;
-    gram_dfa *dfa; /* the cut walks' states (gram_dfa.c) */
+    gram_dfa *dfa;     /* the cut walks' states (gram_dfa.c) */
+    uint32_t *scratch; /* (scratch_words) the accepted set of the entry being built */
+    size_t scratch_words;
+    int64_t walks; /* cut walks made (entries built) */
 };
 
 typedef struct walk {
@@ -306,30 +318,75 @@ static bool cache_fit(gram_mask_cache *c, const gram_vocab *gv) {
 static void entry_free(cache_entry *e) {
     if (!e) return;
     free(e->accepted);
+    free(e->ids);
     free(e->deps);
     free(e->prefixes);
     free(e);
 }
 
 static void cache_clear(gram_mask_cache *c) {
-    for (int32_t i = 0; i < GRAM_CACHE_SLOTS; i++) {
+    for (int32_t i = 0; i < c->n_slots; i++) {
         entry_free(c->slots[i]);
         c->slots[i] = NULL;
     }
-    c->n_entries = 0;
+    c->n_entries = c->n_prepared = 0;
+    c->bytes = 0;
+}
+
+static uint32_t key_hash(const int32_t *key, int32_t n);
+
+/* Room for one more entry (the table doubled and rehashed when half full); false when out
+ * of memory. */
+static bool slots_room(gram_mask_cache *c) {
+    if (2 * (c->n_entries + 1) <= c->n_slots) return true;
+    int32_t n = c->n_slots ? 2 * c->n_slots : 256;
+    cache_entry **t = calloc((size_t)n, sizeof *t);
+    if (!t) return false;
+    for (int32_t i = 0; i < c->n_slots; i++) {
+        cache_entry *e = c->slots[i];
+        if (!e) continue;
+        uint32_t at = key_hash(e->key, e->key_len) & (uint32_t)(n - 1);
+        while (t[at]) at = (at + 1) & (uint32_t)(n - 1);
+        t[at] = e;
+    }
+    free(c->slots);
+    c->slots = t;
+    c->n_slots = n;
+    return true;
 }
 
 void gram__mask_cache_destroy(gram_mask_cache *c) {
     if (!c) return;
     cache_clear(c);
+    free(c->slots);
     for (int32_t i = 0; i < c->n_levels; i++) gram__stacks_free(&c->level[i]);
     free(c->level);
     free(c->path);
     gram__stacks_free(&c->arena);
     gram__dfa_destroy(c->dfa);
+    free(c->scratch);
     free(c->deps);
     free(c->prefixes);
     free(c);
+}
+
+/* Stores the accepted set in as bitset or id list, whichever is smaller; false when out
+ * of memory. */
+static bool entry_keep_accepted(cache_entry *e, const uint32_t *set, size_t words) {
+    size_t n = 0;
+    for (size_t i = 0; i < words; i++) n += (size_t)__builtin_popcount(set[i]);
+    if (n >= words) {
+        e->accepted = malloc(sizeof *e->accepted * words);
+        if (!e->accepted) return false;
+        memcpy(e->accepted, set, sizeof *e->accepted * words);
+        return true;
+    }
+    e->ids = malloc(sizeof *e->ids * (n ? n : 1));
+    if (!e->ids) return false;
+    for (size_t i = 0; i < words; i++)
+        for (uint32_t bits = set[i]; bits; bits &= bits - 1)
+            e->ids[e->n_ids++] = (int32_t)(i * 32 + (size_t)__builtin_ctz(bits));
+    return true;
 }
 
 /* The key of the stack whose top is node top of s. */
@@ -352,22 +409,26 @@ static uint32_t key_hash(const int32_t *key, int32_t n) {
 /* The cached walk of the cut stack; NULL when out of memory. */
 static cache_entry *entry_for(walk *w, const int32_t *key, int32_t key_len) {
     gram_mask_cache *c = w->c;
-    uint32_t slot = key_hash(key, key_len) & (GRAM_CACHE_SLOTS - 1);
-    for (;; slot = (slot + 1) & (GRAM_CACHE_SLOTS - 1)) {
-        cache_entry *e = c->slots[slot];
+    const uint32_t h = key_hash(key, key_len);
+    for (uint32_t at = h; c->n_slots > 0; at++) {
+        cache_entry *e = c->slots[at & (uint32_t)(c->n_slots - 1)];
         if (!e) break;
         if (e->key_len == key_len && memcmp(e->key, key, sizeof *key * (size_t)key_len) == 0) return e;
     }
-    if (c->n_entries >= GRAM_CACHE_ENTRIES) {
-        cache_clear(c);
-        slot = key_hash(key, key_len) & (GRAM_CACHE_SLOTS - 1);
-    }
+    if (c->n_entries >= c->n_prepared + GRAM_CACHE_ENTRIES) cache_clear(c);
+    if (!slots_room(c)) return NULL;
     size_t words = gram_mask_words(w->gv);
     cache_entry *e = calloc(1, sizeof *e);
-    if (!e || !(e->accepted = calloc(words, sizeof *e->accepted))) {
+    if (c->scratch_words < words) {
+        free(c->scratch);
+        c->scratch = malloc(sizeof *c->scratch * words);
+        c->scratch_words = c->scratch ? words : 0;
+    }
+    if (!e || !c->scratch) {
         entry_free(e);
         return NULL;
     }
+    memset(c->scratch, 0, sizeof *c->scratch * words);
     memcpy(e->key, key, sizeof *key * (size_t)key_len);
     e->key_len = key_len;
     /* the cut stack (key_len - 1 nodes over the context, or the real bottom) as a DFA state */
@@ -383,9 +444,14 @@ static cache_entry *entry_for(walk *w, const int32_t *key, int32_t key_len) {
     }
     c->n_deps = c->n_prefix = 0;
     walk cut = *w;
-    cut.mask = e->accepted;
+    cut.mask = c->scratch;
     cut.record_deps = true;
     walk_cut(&cut, 0, 0, start, false);
+    c->walks++;
+    if (!entry_keep_accepted(e, c->scratch, words)) {
+        entry_free(e);
+        return NULL;
+    }
     if (c->n_deps) {
         e->deps = malloc(sizeof *e->deps * (size_t)c->n_deps);
         e->prefixes = malloc((size_t)(c->n_prefix ? c->n_prefix : 1));
@@ -397,8 +463,12 @@ static cache_entry *entry_for(walk *w, const int32_t *key, int32_t key_len) {
         memcpy(e->prefixes, c->prefixes, (size_t)c->n_prefix);
         e->n_deps = c->n_deps;
     }
-    c->slots[slot] = e;
+    uint32_t at = h & (uint32_t)(c->n_slots - 1);
+    while (c->slots[at]) at = (at + 1) & (uint32_t)(c->n_slots - 1);
+    c->slots[at] = e;
     c->n_entries++;
+    c->bytes += sizeof *e + (e->accepted ? sizeof *e->accepted * words : 0) + sizeof *e->ids * (size_t)e->n_ids +
+                sizeof *e->deps * (size_t)e->n_deps + (size_t)c->n_prefix;
     return e;
 }
 
@@ -461,7 +531,9 @@ void gram_mask(gram_grammar *g, const gram_vocab *gv, const gram_state *s, uint3
         int32_t key_len = stack_key(&s->st, s->st.tops[t], key);
         const cache_entry *e = entry_for(&w, key, key_len);
         if (!e) continue;
-        for (size_t i = 0; i < words; i++) mask[i] |= e->accepted[i];
+        if (e->accepted)
+            for (size_t i = 0; i < words; i++) mask[i] |= e->accepted[i];
+        for (int32_t i = 0; i < e->n_ids; i++) mask[e->ids[i] >> 5] |= 1u << (e->ids[i] & 31);
         if (!e->n_deps) continue;
         /* the whole stack, in the arena the dependent walks extend */
         c->arena.n_nodes = 0;
@@ -477,6 +549,26 @@ void gram_mask(gram_grammar *g, const gram_vocab *gv, const gram_state *s, uint3
     if (s->st.accepting)
         for (int32_t id = 0; id < gv->n_vocab; id++)
             if (gv->eog[id]) mask[id >> 5] |= 1u << (id & 31);
+}
+
+int64_t gram_mask_walks(const gram_grammar *g) {
+    return g->cache ? g->cache->walks : 0;
+}
+
+int32_t gram_mask_prepare(gram_grammar *g, const gram_vocab *gv) {
+    if (!g->cache) g->cache = calloc(1, sizeof *g->cache);
+    if (!g->cache || !cache_fit(g->cache, gv)) return 0; /* out of memory: masks walk lazily */
+    gram_cut_key *keys;
+    int32_t n = gram__cut_keys(g, GRAM_PREPARE_KEYS, &keys);
+    walk w = {.g = g, .gv = gv, .c = g->cache};
+    int32_t walked = 0;
+    for (int32_t i = 0; i < n && g->cache->bytes < GRAM_PREPARE_BYTES; i++) {
+        if (!entry_for(&w, keys[i].pos, keys[i].len)) break; /* out of memory: the rest stay lazy */
+        walked++;
+        g->cache->n_prepared = g->cache->n_entries;
+    }
+    free(keys);
+    return walked;
 }
 
 bool gram_state_advance_token(gram_state *s, const gram_vocab *gv, int32_t id) {

@@ -107,6 +107,22 @@ struct gram_state {
 
 void gram__mask_cache_destroy(gram_mask_cache *c);
 
+/* Nodes of a stack that key gram_mask.c's cache: deeper keys mean fewer dependent tokens
+ * but more keys. Three cover a JSON string's character loop and its closing quote, so
+ * every string of a grammar shares one entry. */
+enum { GRAM_KEY_NODES = 3 };
+
+/* A cut stack: positions top first, then what lies past the cut (GRAM_CONTEXT, or -1 for
+ * the bottom); len counts both. */
+typedef struct gram_cut_key {
+    int32_t pos[GRAM_KEY_NODES + 1];
+    int32_t len;
+} gram_cut_key;
+
+/* Every cut stack g's states may hold (gram_keys.c), at most max_keys of them, into *out
+ * (caller frees); returns how many (fewer than all when max_keys or memory ran out). */
+int32_t gram__cut_keys(const gram_grammar *g, int32_t max_keys, gram_cut_key **out);
+
 /* ---- the cut stacks' DFA (gram_dfa.c): states are sets of cut stacks, found again by
  * their structure; transitions filled on first use ---- */
 typedef struct gram_dfa gram_dfa;

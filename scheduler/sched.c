@@ -359,6 +359,10 @@ const sched_config *sched_get_config(const sched *s) {
     return &s->cfg;
 }
 
+const gram_vocab *sched_grammar_vocab(const sched *s) {
+    return s->gram_vocab;
+}
+
 bool sched_device_fault(const sched *s, char *why, size_t cap) {
     if (!atomic_load_explicit(&s->device_fault, memory_order_acquire)) return false;
     snprintf(why, cap, "%s", s->device_fault_msg);

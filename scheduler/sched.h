@@ -253,6 +253,9 @@ void sched_destroy(sched *s);
 
 void sched_get_stats(const sched *s, sched_stats *out);
 const sched_config *sched_get_config(const sched *s);
+/* The vocabulary's trie the grammar masks walk: immutable once the scheduler exists, so
+ * any thread may read it (the server prepares new grammars' masks with it). */
+const gram_vocab *sched_grammar_vocab(const sched *s);
 
 /* Seconds since the scheduler thread last began a tick or woke up idle (liveness). */
 double sched_seconds_since_heartbeat(const sched *s);

@@ -134,6 +134,8 @@ typedef struct srv_model_info {
     sched_pooling pooling;                  /* /v1/embeddings (--pooling, auto resolved); NONE: mean */
     struct srv_grammar_cache *grammars;     /* compiled constraints shared by their text; NULL: none (each
                                                request compiles its own); freed by srv_model_info_free */
+    const gram_vocab *grammar_vocab;        /* the scheduler's (sched_grammar_vocab): a new grammar's masks are
+                                               prepared with it before it is queued; NULL: they walk lazily */
 } srv_model_info;
 
 /* The responses /v1/responses stores for previous_response_id (response_store.c):

@@ -3,7 +3,8 @@
  * string of the language and every token it refuses cannot, at states reached by
  * walking the grammar with the mask's own choices; end-of-generation is allowed exactly
  * in accepting states. The cached context-free walks are checked against brute force
- * over the whole vocabulary, in contexts that share a key but differ below it. */
+ * over the whole vocabulary, in contexts that share a key but differ below it; a
+ * prepared grammar (gram_mask_prepare) gives the same masks and walks nothing later. */
 #include <criterion/criterion.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,24 +33,29 @@ static bool token_ok(const gram_state *s, const gram_vocab *gv, int32_t id) {
 }
 
 /* Compares the mask with brute force at every state of a walk that picks allowed tokens
- * (pseudo-randomly from seed) for up to steps tokens; returns how many states were
- * checked. */
-static int check_walk(gram_grammar *g, const tok_vocab *v, const gram_vocab *gv, unsigned seed, int steps) {
+ * (pseudo-randomly from seed) for up to steps tokens, and the mask of the same grammar
+ * compiled again and prepared (gp) with it; returns how many states were checked. */
+static int check_walk(gram_grammar *g, gram_grammar *gp, const tok_vocab *v, const gram_vocab *gv, unsigned seed,
+                      int steps) {
     int32_t n_vocab = tok_vocab_size(v);
     size_t words = gram_mask_words(gv);
-    uint32_t *mask = calloc(words, sizeof *mask);
+    uint32_t *mask = calloc(words, sizeof *mask), *prepared = calloc(words, sizeof *prepared);
     int32_t *allowed = malloc(sizeof *allowed * (size_t)n_vocab);
-    gram_state *s = NULL;
+    gram_state *s = NULL, *sp = NULL;
     cr_assert_eq(gram_state_create(g, &s), SP_OK);
+    cr_assert_eq(gram_state_create(gp, &sp), SP_OK);
     int checked = 0;
     for (int step = 0; step < steps; step++) {
         gram_mask(g, gv, s, mask);
+        gram_mask(gp, gv, sp, prepared);
         int32_t n_allowed = 0;
         for (int32_t id = 0; id < n_vocab; id++) {
             bool in_mask = (mask[id >> 5] >> (id & 31)) & 1;
             bool ok = token_ok(s, gv, id);
             cr_assert_eq(in_mask, ok, "step %d: token %d (%s): mask %d, brute force %d", step, id,
                          tok_token_text(v, id), in_mask, ok);
+            cr_assert_eq(in_mask, (prepared[id >> 5] >> (id & 31)) & 1,
+                         "step %d: token %d (%s): the prepared mask differs", step, id, tok_token_text(v, id));
             if (in_mask && !tok_is_eog(v, id)) allowed[n_allowed++] = id;
         }
         checked++;
@@ -57,9 +63,12 @@ static int check_walk(gram_grammar *g, const tok_vocab *v, const gram_vocab *gv,
         seed = seed * 1103515245u + 12345u;
         int32_t pick = allowed[(seed >> 8) % (unsigned)n_allowed];
         cr_assert(gram_state_advance_token(s, gv, pick));
+        cr_assert(gram_state_advance_token(sp, gv, pick));
     }
     gram_state_destroy(s);
+    gram_state_destroy(sp);
     free(mask);
+    free(prepared);
     free(allowed);
     return checked;
 }
@@ -77,12 +86,20 @@ static void check_grammar(const char *model, const char *gbnf, int walks, int st
     tok_vocab *v = load_vocab(model);
     gram_vocab *gv = NULL;
     cr_assert_eq(gram_vocab_create(v, &gv), SP_OK);
-    gram_grammar *g = NULL;
+    gram_grammar *g = NULL, *gp = NULL;
     cr_assert_eq(gram_compile(gbnf, strlen(gbnf), NULL, &g), SP_OK, "%s", sp_last_error());
+    cr_assert_eq(gram_compile(gbnf, strlen(gbnf), NULL, &gp), SP_OK);
+    int32_t keys = gram_mask_prepare(gp, gv);
+    cr_assert_gt(keys, 0);
+    cr_assert_eq(gram_mask_walks(gp), keys);
     int checked = 0;
-    for (int w = 0; w < walks; w++) checked += check_walk(g, v, gv, 17u + (unsigned)w, steps);
+    for (int w = 0; w < walks; w++) checked += check_walk(g, gp, v, gv, 17u + (unsigned)w, steps);
     cr_assert(checked >= walks, "checked %d states", checked);
+    /* every cut stack the walks met was among the prepared ones */
+    cr_assert_eq(gram_mask_walks(gp), keys, "%lld cut stacks walked after the %d prepared",
+                 (long long)(gram_mask_walks(gp) - keys), keys);
     gram_grammar_destroy(g);
+    gram_grammar_destroy(gp);
     gram_vocab_destroy(gv);
     tok_vocab_destroy(v);
 }
@@ -157,6 +174,81 @@ Test(gram_mask, the_depth_bound_agrees_with_the_advance) {
     free(mask);
     gram_state_destroy(s);
     gram_grammar_destroy(g);
+    gram_vocab_destroy(gv);
+    tok_vocab_destroy(v);
+}
+
+/* Grammars from JSON Schemas (recursive $ref, unions, arrays, formats, both whitespace
+ * layouts) and a regex, prepared: long random walks meet no cut stack the preparation
+ * missed, and every mask equals the lazily walked grammar's. */
+Test(gram_mask, prepared_grammars_walk_nothing_later) {
+    tok_vocab *v = load_vocab(testdata_default_model());
+    gram_vocab *gv = NULL;
+    cr_assert_eq(gram_vocab_create(v, &gv), SP_OK);
+    const char *schemas[] = {
+        "{\"$defs\":{\"node\":{\"type\":\"object\",\"properties\":{\"v\":{\"type\":\"string\"},\"kids\":{\"type\":"
+        "\"array\",\"items\":{\"$ref\":\"#/$defs/node\"}}}}},\"$ref\":\"#/$defs/node\"}",
+        "{\"type\":\"object\",\"properties\":{\"id\":{\"type\":\"string\",\"format\":\"uuid\"},\"when\":{\"type\":"
+        "\"string\",\"format\":\"date-time\"},\"n\":{\"type\":[\"integer\",\"null\"]},\"tags\":{\"type\":\"array\","
+        "\"prefixItems\":[{\"enum\":[\"a\",\"b\"]},{\"type\":\"number\"}]},\"any\":{}},\"required\":[\"id\",\"n\"]}",
+        "{\"anyOf\":[{\"type\":\"string\",\"maxLength\":5},{\"type\":\"array\",\"items\":{\"type\":\"boolean\"},"
+        "\"maxItems\":3},{\"type\":\"object\",\"additionalProperties\":{\"type\":\"integer\"}}]}",
+    };
+    size_t words = gram_mask_words(gv);
+    uint32_t *lazy_mask = calloc(words, sizeof *lazy_mask), *mask = calloc(words, sizeof *mask);
+    int32_t *allowed = malloc(sizeof *allowed * (size_t)tok_vocab_size(v));
+    int grammars = 0, states = 0;
+    for (size_t i = 0; i < 2 * (sizeof schemas / sizeof *schemas) + 1; i++) {
+        char *gbnf = NULL;
+        if (i < 2 * (sizeof schemas / sizeof *schemas)) {
+            json_t *schema = json_loads(schemas[i / 2], 0, NULL);
+            cr_assert(schema);
+            gram_schema_options opt = gram_schema_options_default();
+            opt.compact = i % 2 == 0;
+            cr_assert_eq(gram_schema_to_gbnf(schema, &opt, &gbnf), SP_OK, "%s", sp_last_error());
+            json_decref(schema);
+        } else {
+            const char *re = "(\\+\\d{1,3} )?\\(?\\d{3}\\)?[ .-]\\d{3}[ .-]\\d{4}( x\\d+)?|[a-z]+@[a-z]+\\.(com|org)";
+            cr_assert_eq(gram_regex_to_gbnf(re, strlen(re), &gbnf), SP_OK, "%s", sp_last_error());
+        }
+        gram_grammar *lazy = NULL, *g = NULL;
+        cr_assert_eq(gram_compile(gbnf, strlen(gbnf), NULL, &lazy), SP_OK, "%s", sp_last_error());
+        cr_assert_eq(gram_compile(gbnf, strlen(gbnf), NULL, &g), SP_OK);
+        int32_t keys = gram_mask_prepare(g, gv);
+        cr_assert_gt(keys, 0);
+        for (unsigned walk = 0; walk < 6; walk++) {
+            gram_state *sl = NULL, *s = NULL;
+            cr_assert_eq(gram_state_create(lazy, &sl), SP_OK);
+            cr_assert_eq(gram_state_create(g, &s), SP_OK);
+            unsigned seed = 1000u * (unsigned)i + walk;
+            for (int step = 0; step < 80; step++, states++) {
+                gram_mask(lazy, gv, sl, lazy_mask);
+                gram_mask(g, gv, s, mask);
+                cr_assert_arr_eq(mask, lazy_mask, words * sizeof *mask, "grammar %zu, walk %u, step %d", i, walk, step);
+                int32_t n_allowed = 0;
+                for (int32_t id = 0; id < tok_vocab_size(v); id++)
+                    if ((mask[id >> 5] >> (id & 31)) & 1 && !tok_is_eog(v, id)) allowed[n_allowed++] = id;
+                if (n_allowed == 0) break;
+                seed = seed * 1103515245u + 12345u;
+                int32_t pick = allowed[(seed >> 8) % (unsigned)n_allowed];
+                cr_assert(gram_state_advance_token(sl, gv, pick));
+                cr_assert(gram_state_advance_token(s, gv, pick));
+            }
+            gram_state_destroy(sl);
+            gram_state_destroy(s);
+        }
+        cr_assert_eq(gram_mask_walks(g), keys, "grammar %zu: %lld cut stacks walked after the %d prepared: %s", i,
+                     (long long)(gram_mask_walks(g) - keys), keys, gbnf);
+        grammars++;
+        gram_grammar_destroy(lazy);
+        gram_grammar_destroy(g);
+        free(gbnf);
+    }
+    cr_assert_eq(grammars, 7);
+    cr_assert_gt(states, 7 * 20, "checked %d states", states);
+    free(lazy_mask);
+    free(mask);
+    free(allowed);
     gram_vocab_destroy(gv);
     tok_vocab_destroy(v);
 }
