@@ -140,7 +140,7 @@ def report(a, raw, masks, points):
     lines = [f"## Constrained output: mask time and throughput ({os.path.basename(a.model)}, CPU)", "",
              f"- Machine: {cpu_model()}, {a.threads} threads; spindle {git_commit()}; "
              f"{datetime.date.today().isoformat()}",
-             f"- Command: `python3 bench/bench_grammar.py --bin {a.bin} --model {a.model}` "
+             f"- Command: `{' '.join(['python3', 'bench/bench_grammar.py'] + sys.argv[1:])}` "
              f"(raw results: `{os.path.relpath(raw, ROOT)}`)", "",
              "### Mask time per token (`build/bench_grammar`)", "",
              "Documents of each constraint's language tokenized by the model's tokenizer, a mask timed at every "

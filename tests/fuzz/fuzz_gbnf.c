@@ -7,7 +7,9 @@
  * ../shared/testdata's) gpt-2 vocabulary; masks are skipped when it is absent) is checked against brute force
  * on 512 tokens spread over the vocabulary:
  *   - a token is in the mask exactly when its bytes advance a copy of the state;
- *   - a failed advance leaves the state as it was (the same mask after it).
+ *   - a failed advance leaves the state as it was (the same mask after it);
+ *   - the grammar prepared (gram_mask_prepare) gives masks that agree too, and walks no
+ *     cut stack later that the preparation missed.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -73,6 +75,29 @@ static void check_mask(gram_grammar *g, const gram_state *s, uint32_t *mask) {
     }
 }
 
+/* The grammar again with room to nest (so masks come from the cached cut walks, not the
+ * depth bound's whole-stack walks), prepared: its masks agree with brute force, and a
+ * state fed the same bytes walks no cut stack the preparation missed. */
+static void check_prepared(const uint8_t *gbnf, size_t len, const gram_limits *lim, const uint8_t *feed,
+                           size_t feed_len, uint32_t *mask) {
+    gram_limits deep = *lim;
+    deep.max_depth = 4096;
+    gram_grammar *g = NULL;
+    FUZZ_CHECK(gram_compile((const char *)gbnf, len, &deep, &g) == SP_OK, "compiles with a small depth bound only");
+    int32_t keys = gram_mask_prepare(g, gvocab);
+    FUZZ_CHECK(gram_mask_walks(g) == keys, "%d keys prepared, %lld walks", keys, (long long)gram_mask_walks(g));
+    gram_state *s = NULL;
+    FUZZ_CHECK(gram_state_create(g, &s) == SP_OK, "state");
+    check_mask(g, s, mask);
+    for (size_t i = 0; i < feed_len && i < 256; i++) gram_state_advance(s, feed + i, 1);
+    check_mask(g, s, mask);
+    /* under the preparation's bounds (8,192 keys, 16 MiB) every key was walked ahead */
+    if (keys < 1024) FUZZ_CHECK(gram_mask_walks(g) == keys, "%lld walks after %d keys prepared",
+                                (long long)gram_mask_walks(g), keys);
+    gram_state_destroy(s);
+    gram_grammar_destroy(g);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     size_t gbnf_len = size;
     const uint8_t *feed = NULL;
@@ -103,6 +128,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (!gram_state_advance(s, feed + i, 1)) FUZZ_CHECK(gram_state_accepting(s) == before, "refused byte");
     }
     check_mask(g, s, mask);
+    if (gvocab && gbnf_len <= 4096) check_prepared(data, gbnf_len, &lim, feed, feed_len, mask);
     free(mask);
     gram_state_destroy(s);
     gram_grammar_destroy(g);
