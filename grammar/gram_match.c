@@ -118,12 +118,43 @@ bool gram__chains_equal(const gram_stacks *arena, int32_t a, int32_t b) {
     return a == b;
 }
 
+/* Equal chains hash alike: their top nodes' positions and their depth. */
+static uint32_t chain_prefix_hash(const gram_stacks *arena, int32_t at) {
+    uint32_t h = 2166136261u ^ (uint32_t)arena->nodes[at].depth;
+    for (int i = 0; i < 4 && at >= 0; i++, at = arena->nodes[at].parent)
+        h = (h ^ (uint32_t)arena->nodes[at].pos) * 16777619u;
+    return h;
+}
+
+/* Tops past which duplicates are found through a hash of each chain's top (a mask's
+ * whole-stack walk may dedupe hundreds of stacks at every trie edge: pairwise, that was
+ * quadratic). */
+enum { DEDUPE_HASHED_FROM = 16, DEDUPE_HASH_SLOTS = 2048 };
+
 void gram__dedupe(gram_stacks *s, const gram_stacks *arena) {
     int32_t m = 0;
+    if (s->n_tops < DEDUPE_HASHED_FROM || 2 * s->n_tops > DEDUPE_HASH_SLOTS) {
+        for (int32_t i = 0; i < s->n_tops; i++) {
+            bool seen = false;
+            for (int32_t j = 0; j < m && !seen; j++) seen = gram__chains_equal(arena, s->tops[i], s->tops[j]);
+            if (!seen) s->tops[m++] = s->tops[i];
+        }
+        s->n_tops = m;
+        return;
+    }
+    uint32_t slots = 32;
+    while (slots < 2 * (uint32_t)s->n_tops) slots *= 2;
+    int32_t kept[DEDUPE_HASH_SLOTS]; /* indices into the kept tops, -1 empty */
+    memset(kept, -1, sizeof *kept * slots);
     for (int32_t i = 0; i < s->n_tops; i++) {
+        const int32_t top = s->tops[i];
+        uint32_t at = chain_prefix_hash(arena, top) & (slots - 1);
         bool seen = false;
-        for (int32_t j = 0; j < m && !seen; j++) seen = gram__chains_equal(arena, s->tops[i], s->tops[j]);
-        if (!seen) s->tops[m++] = s->tops[i];
+        for (; kept[at] >= 0 && !seen; at = (at + 1) & (slots - 1))
+            seen = gram__chains_equal(arena, top, s->tops[kept[at]]);
+        if (seen) continue;
+        kept[at] = m;
+        s->tops[m++] = top;
     }
     s->n_tops = m;
 }
