@@ -92,8 +92,9 @@ static void check_prepared(const uint8_t *gbnf, size_t len, const gram_limits *l
     for (size_t i = 0; i < feed_len && i < 256; i++) gram_state_advance(s, feed + i, 1);
     check_mask(g, s, mask);
     /* under the preparation's bounds (8,192 keys, 16 MiB) every key was walked ahead */
-    if (keys < 1024) FUZZ_CHECK(gram_mask_walks(g) == keys, "%lld walks after %d keys prepared",
-                                (long long)gram_mask_walks(g), keys);
+    if (keys < 1024)
+        FUZZ_CHECK(gram_mask_walks(g) == keys, "%lld walks after %d keys prepared", (long long)gram_mask_walks(g),
+                   keys);
     gram_state_destroy(s);
     gram_grammar_destroy(g);
 }
