@@ -347,12 +347,15 @@ struct sched {
 
     /* speculative decoding (spec_tick.c): the scheduler thread */
     spec_gate gate;
-    bool spec_ran[SPEC_N_PROPOSERS];   /* this tick ran that proposer's model (its time is its own) */
-    spec_cost cost[SPEC_GATE_BUCKETS]; /* per width bucket: a decode step's time against its rows */
-    spec_suffix *suffix;               /* NULL: the suffix proposer is not used */
-    dev_kv *draft_kv;                  /* the draft model's KV pool (NULL: no draft model) */
-    kv_blocks draft_blocks;            /* its block ids (no prefix cache) */
-    struct draft_slot *draft_slots;    /* (S) the sequences of one tick's draft model run */
+    bool spec_ran[SPEC_N_PROPOSERS];       /* this tick ran that proposer's model (its time is its own) */
+    double spec_seconds[SPEC_N_PROPOSERS]; /* how long that model ran this tick */
+    double draft_catchup_s;                /* spec_draft.c: the draft model's seconds per catch-up token (EWMA;
+                                              0: not measured yet) */
+    spec_cost cost[SPEC_GATE_BUCKETS];     /* per width bucket: a decode step's time against its rows */
+    spec_suffix *suffix;                   /* NULL: the suffix proposer is not used */
+    dev_kv *draft_kv;                      /* the draft model's KV pool (NULL: no draft model) */
+    kv_blocks draft_blocks;                /* its block ids (no prefix cache) */
+    struct draft_slot *draft_slots;        /* (S) the sequences of one tick's draft model run */
     sched_spec_counters spec_stats;
 
     sched_counters stats;
@@ -435,6 +438,9 @@ int32_t sched__spec_verify(sched *s, sched_request *r, int32_t n_draft, int prop
 /* A decode-only step of width sequences at mean depth took seconds and delivered tokens. */
 void sched__spec_observe(sched *s, int width, double depth, double seconds, int64_t tokens,
                          const int64_t drafts[SPEC_N_PROPOSERS]);
+/* A step with a prefill chunk, which the gate does not measure: the drafter models that ran
+ * in its tick are charged their time (spec_gate_charge). */
+void sched__spec_charge(sched *s, int width);
 /* r finished without error: its prompt and output join the suffix cache. */
 void sched__spec_remember(sched *s, const sched_request *r);
 /* r ends or is preempted: its draft model blocks go back. */

@@ -32,6 +32,10 @@
 #include "common/log.h"
 #include "scheduler/sched_internal.h"
 
+/* Tokens fed in one catch-up step from which its time measures the drafter's cost per
+ * catch-up token (spec_tick.c weighs catch-ups by it). */
+enum { DRAFT_CATCHUP_MEASURED = 32 };
+
 /* The draft model must speak the target's tokens, or its drafts mean nothing. */
 static sp_status draft_check_vocab(const sched *s, const model *d) {
     const tok_vocab *dv = model_vocab(d);
@@ -196,9 +200,20 @@ void sched__draft_propose(sched *s, draft_slot *slots, int n, bool self) {
             draft_row(s, d, rows++);
         }
     }
+    const double t0 = sched_now();
     if (st.n_seqs == 0 || !draft_run(s, &dr, &st, in_step)) return;
-    if (!dr.self)
-        for (int i = 0; i < n; i++) slots[i].r->draft_computed += slots[i].chunk;
+    if (!dr.self) {
+        int32_t fed = 0;
+        for (int i = 0; i < n; i++) {
+            slots[i].r->draft_computed += slots[i].chunk;
+            fed += slots[i].chunk;
+        }
+        /* a real catch-up (not a decode's few tokens) measures what one costs a token */
+        if (fed >= DRAFT_CATCHUP_MEASURED) {
+            double per_token = (sched_now() - t0) / fed;
+            s->draft_catchup_s = s->draft_catchup_s > 0 ? 0.7 * s->draft_catchup_s + 0.3 * per_token : per_token;
+        }
+    }
     /* then one token a round: take each drawn token, feed it to draw the next */
     for (;;) {
         int row = 0;

@@ -154,6 +154,29 @@ int32_t sched__spec_reserve(sched *s, sched_request *r, int32_t n_draft) {
     return held < n_draft ? held : n_draft;
 }
 
+/* Whether the draft model may take r in a step of width sequences. Before it drafts, the
+ * drafter must catch up on every token of r it has not seen (a new sequence's whole
+ * prompt): a prefill of its own that only the tokens r has still to generate can pay
+ * back. It pays when that catch-up (its measured seconds per token, or before any, the
+ * target's cost of one more row) costs less than the time drafting may save over those
+ * tokens (a token's share of an off step, times the gain the gate measured for the
+ * drafter, or half before any). A long prompt with a short answer (an agent's turn) is
+ * not worth it; a drafter that loses is worth nothing. */
+static bool draft_catch_up_pays(const sched *s, const sched_request *r, int width) {
+    const int32_t lag = r->n_tokens - r->draft_computed;
+    if (lag <= 1 + SPEC_MAX_K) return true; /* caught up but for a step's tokens */
+    int32_t to_generate = r->params.n_prompt + r->params.max_tokens - r->n_tokens;
+    int32_t to_context = s->cfg.max_seq_len - r->n_tokens;
+    if (to_generate > to_context) to_generate = to_context;
+    double per_row, fixed, off, on;
+    spec_cost_fit(&s->cost[spec_gate_bucket_of(width)], &per_row, &fixed);
+    spec_gate_rates(&s->gate, width, SPEC_DRAFT, &off, &on);
+    const double catch_up = lag * (s->draft_catchup_s > 0 ? s->draft_catchup_s : per_row);
+    const double token_s = off > 0 ? 1 / off : (fixed + per_row * width) / width;
+    const double gain = off > 0 && on > 0 ? (on > off ? 1 - off / on : 0) : 0.5;
+    return catch_up < to_generate * token_s * gain;
+}
+
 static bool spec_any(const sched *s) {
     return s->cfg.spec_ngram || s->cfg.spec_suffix || s->draft_kv || s->cfg.self_spec_layers > 0;
 }
@@ -164,7 +187,10 @@ void sched__spec_plan(sched *s, sched_request *const *chosen, int n, int32_t bud
         n_draft[i] = 0;
         proposer[i] = -1;
     }
-    for (int p = 0; p < SPEC_N_PROPOSERS; p++) s->spec_ran[p] = false;
+    for (int p = 0; p < SPEC_N_PROPOSERS; p++) {
+        s->spec_ran[p] = false;
+        s->spec_seconds[p] = 0;
+    }
     if (n == 0 || budget <= 0 || !spec_any(s)) return;
     double depth = 0;
     for (int i = 0; i < n; i++) depth += chosen[i]->n_tokens;
@@ -189,12 +215,13 @@ void sched__spec_plan(sched *s, sched_request *const *chosen, int n, int32_t bud
         int32_t m = draft_propose(s, r, allowed, k, draft, &who);
         if (m > 0) {
             memcpy(r->tokens + r->n_tokens, draft, sizeof *draft * (size_t)m);
-        } else if ((allowed[SPEC_DRAFT] && s->draft_kv) || (allowed[SPEC_SELF] && s->cfg.self_spec_layers > 0)) {
-            m = k;
-            who = allowed[SPEC_DRAFT] && s->draft_kv ? SPEC_DRAFT : SPEC_SELF;
-            n_model++;
         } else {
-            continue;
+            const bool by_draft = allowed[SPEC_DRAFT] && s->draft_kv && draft_catch_up_pays(s, r, n);
+            const bool by_self = allowed[SPEC_SELF] && s->cfg.self_spec_layers > 0;
+            if (!by_draft && !by_self) continue;
+            m = k;
+            who = by_draft ? SPEC_DRAFT : SPEC_SELF;
+            n_model++;
         }
         n_draft[i] = m;
         proposer[i] = (int8_t)who;
@@ -207,7 +234,9 @@ void sched__spec_plan(sched *s, sched_request *const *chosen, int n, int32_t bud
             if (proposer[i] == who) slots[j++] = (draft_slot){.r = chosen[i], .want = n_draft[i]};
         if (j == 0) continue;
         s->spec_ran[who] = true;
+        double t0 = sched_now();
         sched__draft_propose(s, slots, j, who == SPEC_SELF);
+        s->spec_seconds[who] = sched_now() - t0;
         j = 0;
         for (int i = 0; i < n; i++)
             if (proposer[i] == who) n_draft[i] = slots[j++].got;
@@ -264,6 +293,11 @@ void sched__spec_observe(sched *s, int width, double depth, double seconds, int6
     spec_cost_observe(&s->cost[spec_gate_bucket_of(width)], (int)rows, seconds);
     spec_gate_observe(&s->gate, width, depth, seconds, tokens, charged);
     publish_gate(s);
+}
+
+void sched__spec_charge(sched *s, int width) {
+    for (int p = 0; p < SPEC_N_PROPOSERS; p++)
+        if (s->spec_ran[p]) spec_gate_charge(&s->gate, width, (spec_proposer)p, s->spec_seconds[p]);
 }
 
 void sched__spec_release(sched *s, sched_request *r) {

@@ -439,7 +439,10 @@ bool sched__tick(sched *s) {
         delivered += sched__spec_verify(s, r, s->step_n_draft[q], s->step_proposer[q], results, t1);
     }
     stat_add(&s->stats.prompt_tokens, prefilled);
-    if (decode_only) sched__spec_observe(s, b.n_seqs, depth / b.n_seqs, sched_now() - now, delivered, drafts);
+    if (decode_only)
+        sched__spec_observe(s, b.n_seqs, depth / b.n_seqs, sched_now() - now, delivered, drafts);
+    else
+        sched__spec_charge(s, b.n_seqs);
     tick_observe(s, now, &b);
     return true;
 }

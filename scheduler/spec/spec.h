@@ -103,7 +103,8 @@ int spec_cost_draft_len(const spec_cost *c, int width, double p, int max_k);
  * first in a new bucket. An estimate goes stale when the mean context depth changes more
  * than twofold from where it was measured: a stale loss is probed again within one
  * probe interval from then. Only
- * decode-only steps are measured (a prefill chunk's time is not the decode's). */
+ * decode-only steps are measured (a prefill chunk's time is not the decode's), but a
+ * drafter model's time in the other steps is charged to it (spec_gate_charge). */
 enum {
     SPEC_GATE_BUCKETS = 8,
     SPEC_GATE_WINDOW = 4,     /* steps per measurement */
@@ -154,6 +155,13 @@ void spec_gate_plan(spec_gate *g, int width, double depth, bool allowed[SPEC_N_P
  * drafts[p]: the draft rows each proposer put in it. */
 void spec_gate_observe(spec_gate *g, int width, double depth, double seconds, int64_t tokens,
                        const int64_t drafts[SPEC_N_PROPOSERS]);
+/* Seconds a drafter model (p) spent in a step the gate does not measure (one with a
+ * prefill chunk): a cost of p all the same, added to p's next window in that bucket, so a
+ * drafter whose catch-ups fall among prefills still shows what it costs. */
+void spec_gate_charge(spec_gate *g, int width, spec_proposer p, double seconds);
+/* The measured rates of the bucket of `width`: *off and *on (p's) in delivered tokens per
+ * second, 0 where not measured yet. */
+void spec_gate_rates(const spec_gate *g, int width, spec_proposer p, double *off, double *on);
 /* Whether p is on in the bucket of the last planned step (metrics). */
 bool spec_gate_enabled(const spec_gate *g, spec_proposer p);
 

@@ -199,6 +199,17 @@ void spec_gate_observe(spec_gate *g, int width, double depth, double seconds, in
     if (was_probe) g->probing = -2;
 }
 
+void spec_gate_charge(spec_gate *g, int width, spec_proposer p, double seconds) {
+    if (!(seconds > 0)) return;
+    g->buckets[spec_gate_bucket_of(width)].on[p].seconds += seconds;
+}
+
+void spec_gate_rates(const spec_gate *g, int width, spec_proposer p, double *off, double *on) {
+    const spec_gate_bucket *bk = &g->buckets[spec_gate_bucket_of(width)];
+    *off = bk->off.windows > 0 ? bk->off.rate : 0;
+    *on = bk->on[p].windows > 0 ? bk->on[p].rate : 0;
+}
+
 bool spec_gate_enabled(const spec_gate *g, spec_proposer p) {
     return g->available[p] && g->buckets[g->last_bucket].enabled[p];
 }

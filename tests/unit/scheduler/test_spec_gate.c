@@ -175,3 +175,33 @@ Test(spec_gate, a_probe_that_cannot_conclude_backs_off) {
     }
     cr_assert_gt(suffix_steps, n * 9 / 10, "suffix drafted %d of %d steps", suffix_steps, n);
 }
+
+/* A drafter model that wins its measured (decode-only) windows by a little but spends
+ * long in the steps the gate does not measure (catch-ups beside prefill chunks) is
+ * charged that time and switched off; without the charges it stays on. */
+Test(spec_gate, a_drafters_time_in_unmeasured_steps_counts_against_it) {
+    static const bool DRAFT_ONLY[SPEC_N_PROPOSERS] = {[SPEC_DRAFT] = true};
+    for (int charged = 0; charged < 2; charged++) {
+        spec_gate g;
+        spec_gate_init(&g, DRAFT_ONLY);
+        for (int i = 0; i < 400; i++) {
+            bool allowed[SPEC_N_PROPOSERS];
+            spec_gate_plan(&g, 4, 100, allowed);
+            int64_t drafts[SPEC_N_PROPOSERS] = {0};
+            if (allowed[SPEC_DRAFT]) drafts[SPEC_DRAFT] = 8;
+            /* 100 tokens a step: 1 s without drafts, 0.9 s with them */
+            spec_gate_observe(&g, 4, 100, allowed[SPEC_DRAFT] ? 0.9 : 1.0, 100, drafts);
+            if (charged && allowed[SPEC_DRAFT]) spec_gate_charge(&g, 4, SPEC_DRAFT, 0.5);
+        }
+        double off, on;
+        spec_gate_rates(&g, 4, SPEC_DRAFT, &off, &on);
+        cr_assert_float_eq(off, 100.0, 1e-6);
+        if (charged) {
+            cr_assert(!spec_gate_enabled(&g, SPEC_DRAFT), "charged %.1f tok/s against off's %.1f: still on", on, off);
+            cr_assert_lt(on, off);
+        } else {
+            cr_assert(spec_gate_enabled(&g, SPEC_DRAFT));
+            cr_assert_float_eq(on, 100 / 0.9, 1e-6);
+        }
+    }
+}

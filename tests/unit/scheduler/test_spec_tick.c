@@ -377,3 +377,34 @@ Test(spec_tick, a_request_that_opts_out_gets_no_drafts, .timeout = 60) {
     cr_assert_eq(sum(st.spec_proposed, SCHED_SPEC_PROPOSERS), 0);
     env_close(&e);
 }
+
+/* The draft model catches a sequence up (a prefill of its own over what it has not seen)
+ * only when the tokens the sequence has left to generate can repay it: prompts of ~60
+ * tokens with 16-token answers get no drafter run, the same prompts with 200-token
+ * answers do. */
+Test(spec_tick, a_draft_model_skips_catch_ups_the_answer_cannot_repay, .timeout = 120) {
+    tick_env e;
+    env_open(&e, 1);
+    static int32_t prompts[4][SPEC_PROMPT_CAP];
+    static sched_request_params p[4];
+    const char *text = "Once upon a time there was a cat. The cat was happy. Once upon a time there was a";
+    static result out[4];
+    int64_t proposed[2];
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; i < 4; i++) {
+            int32_t n = make_prompt(&e, text, 36 + i, prompts[i], SPEC_PROMPT_CAP);
+            p[i] = base_params(prompts[i], n, pass == 0 ? 16 : 200);
+        }
+        sched_config c = spec_config(false, false);
+        c.spec_draft = true;
+        c.draft_model = draft_model_for(&e);
+        sched_stats st;
+        drive(&e, &c, p, 4, 1, out, &st, NULL);
+        model_destroy(c.draft_model);
+        proposed[pass] = st.spec_proposed[SCHED_SPEC_DRAFT];
+        cr_assert_eq(st.generated_tokens, 4 * p[0].max_tokens);
+    }
+    cr_assert_eq(proposed[0], 0, "short answers: the drafter drafted %lld tokens", (long long)proposed[0]);
+    cr_assert_gt(proposed[1], 0, "long answers: the drafter never drafted");
+    env_close(&e);
+}
