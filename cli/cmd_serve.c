@@ -120,6 +120,7 @@ static void serve_args_fill(serve_args *a) {
     a->sched.spec_draft = use.draft;
     a->sched.draft_kv_cache_mb = c->draft_kv_cache_mb;
     a->sched.self_spec_layers = use.self ? (int)c->self_spec_layers : 0;
+    a->sched.spec_gate = c->spec_gate;
 }
 
 /* Defaults, then the config file, then the flags (config/cfg.h). Returns -1 when the

@@ -13,7 +13,7 @@
 #define SP_SCHED_DEFAULT_FIELDS                                                                                  \
     .kv_cache_mb = 512 /* MiB */, .gpu_memory_fraction = 0.9, .block_size = 16, .max_batch_size = 64,            \
     .max_batch_tokens = 512, .max_prefill_tokens = 256, .queue_max_requests = 4096, .queue_max_tokens = 4000000, \
-    .prefix_cache = true, .spec_k = 8, .spec_ngram_min = 2, .spec_ngram_max = 5
+    .prefix_cache = true, .spec_k = 8, .spec_ngram_min = 2, .spec_ngram_max = 5, .spec_gate = true
 
 /* speculative decoding's proposers: "auto" (every one built; the gate decides) */
 #define SP_SCHED_DEFAULT_SPECULATIVE "auto"

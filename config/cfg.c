@@ -101,6 +101,9 @@ const cfg_key cfg__keys[] = {
         "quantize)", "(default: none)"),
     INT("draft_kv_cache_mb", "draft-kv-cache-mb", draft_kv_cache_mb, 1, 1 << 24, false,
         "the draft model's KV cache budget in MiB", NULL),
+    BOOL("spec_gate", "spec-gate", spec_gate,
+         "speculation only where it pays: a gate measures each proposer at each batch width and drafter models "
+         "weigh their own cost; --no-spec-gate drafts whenever a proposer can (to measure one alone)"),
     INT("self_spec_layers", "self-spec-layers", self_spec_layers, 0, 4096, false,
         "self-speculation: the model's first N layers and its output head draft (no extra weights), 0 = none; "
         "below the model's layer count", NULL),

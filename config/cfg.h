@@ -27,7 +27,7 @@
 /* The file read when --config is not given, if it exists. */
 #define CFG_DEFAULT_PATH "/etc/spindle/spindle.yaml"
 /* How many settings there are (the rows of cfg.c's key table). */
-#define CFG_KEY_COUNT 72
+#define CFG_KEY_COUNT 73
 
 typedef enum cfg_device {
     CFG_DEVICE_AUTO, /* CUDA when built and present, else the CPU */
@@ -112,6 +112,7 @@ typedef struct cfg_settings {
     char *draft_model;         /* a smaller model of the same vocabulary that drafts; NULL: none */
     int64_t draft_kv_cache_mb; /* its KV pool */
     int64_t self_spec_layers;  /* > 0: the model's first this many layers draft; 0: no self-speculation */
+    bool spec_gate;            /* weigh each proposer's cost (the gate); false: draft whenever a proposer can */
     /* request limits */
     int64_t max_n;                     /* most choices a request may ask for (n) */
     int64_t max_sequences_per_request; /* prompts times n; 0: no bound */

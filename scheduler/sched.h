@@ -68,6 +68,8 @@ typedef struct sched_config {
     model *draft_model;        /* borrowed, on the same device; must outlive the scheduler */
     int64_t draft_kv_cache_mb; /* the draft model's own KV pool (CPU) */
     int self_spec_layers;      /* > 0: the model's first this many layers draft (self-speculative) */
+    bool spec_gate;            /* measure and weigh (the gate, the drafter models' costs); false: every chosen
+                                  proposer drafts whenever it has a draft (tests, measuring a proposer alone) */
 } sched_config;
 
 /* The most draft tokens a sequence proposes in one step. */

@@ -349,13 +349,16 @@ struct sched {
     spec_gate gate;
     bool spec_ran[SPEC_N_PROPOSERS];       /* this tick ran that proposer's model (its time is its own) */
     double spec_seconds[SPEC_N_PROPOSERS]; /* how long that model ran this tick */
-    double draft_catchup_s;                /* spec_draft.c: the draft model's seconds per catch-up token (EWMA;
-                                              0: not measured yet) */
-    spec_cost cost[SPEC_GATE_BUCKETS];     /* per width bucket: a decode step's time against its rows */
-    spec_suffix *suffix;                   /* NULL: the suffix proposer is not used */
-    dev_kv *draft_kv;                      /* the draft model's KV pool (NULL: no draft model) */
-    kv_blocks draft_blocks;                /* its block ids (no prefix cache) */
-    struct draft_slot *draft_slots;        /* (S) the sequences of one tick's draft model run */
+    double spec_token_s[SPEC_N_PROPOSERS][SPEC_GATE_BUCKETS]; /* spec_draft.c: a drafter model's seconds per draft
+                                                                 token and sequence, per round width (EWMA; 0: not
+                                                                 measured yet) */
+    double draft_catchup_s;            /* spec_draft.c: the draft model's seconds per catch-up token (EWMA;
+                                          0: not measured yet) */
+    spec_cost cost[SPEC_GATE_BUCKETS]; /* per width bucket: a decode step's time against its rows */
+    spec_suffix *suffix;               /* NULL: the suffix proposer is not used */
+    dev_kv *draft_kv;                  /* the draft model's KV pool (NULL: no draft model) */
+    kv_blocks draft_blocks;            /* its block ids (no prefix cache) */
+    struct draft_slot *draft_slots;    /* (S) the sequences of one tick's draft model run */
     sched_spec_counters spec_stats;
 
     sched_counters stats;

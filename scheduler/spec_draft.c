@@ -139,9 +139,19 @@ static void draft_step_add(sched *s, const drafter *dr, dev_step *st, sched_requ
  * forgotten) on failure. */
 static bool draft_run(sched *s, const drafter *dr, dev_step *st, sched_request *const *in_step) {
     const dev_sample_vocab vocab = {s->n_vocab, s->eog_ids, s->n_eog};
+    const double t0 = sched_now();
     sp_status rc =
         model_forward_sample_layers(dr->m, dr->kv, st, dr->n_layers, &vocab, s->sample_rows, s->sample_results);
-    if (rc == SP_OK) return true;
+    if (rc == SP_OK) {
+        /* a round of one token per sequence measures what a draft token costs (per bucket of
+         * the round's width: batched rounds share the weights' reads) */
+        if (st->n_tokens == st->n_seqs && st->n_logits == st->n_seqs) {
+            double *t = &s->spec_token_s[dr->self ? SPEC_SELF : SPEC_DRAFT][spec_gate_bucket_of(st->n_seqs)];
+            double per_token = (sched_now() - t0) / st->n_seqs;
+            *t = *t > 0 ? 0.7 * *t + 0.3 * per_token : per_token;
+        }
+        return true;
+    }
     sp_log_warn("%s: a draft step failed (%s); those sequences go without drafts",
                 dr->self ? "self-speculation" : "draft model", sp_last_error());
     if (!dr->self) /* self drafts only wrote where the target's step writes again */

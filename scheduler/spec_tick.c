@@ -160,9 +160,10 @@ int32_t sched__spec_reserve(sched *s, sched_request *r, int32_t n_draft) {
  * back. It pays when that catch-up (its measured seconds per token, or before any, the
  * target's cost of one more row) costs less than the time drafting may save over those
  * tokens (a token's share of an off step, times the gain the gate measured for the
- * drafter, or half before any). A long prompt with a short answer (an agent's turn) is
+ * drafter, or before any, the gain spec_cost.c predicts from the drafter's measured cost
+ * per token). A long prompt with a short answer (an agent's turn) is
  * not worth it; a drafter that loses is worth nothing. */
-static bool draft_catch_up_pays(const sched *s, const sched_request *r, int width) {
+static bool draft_catch_up_pays(const sched *s, const sched_request *r, int width, int32_t k, double draft_s) {
     const int32_t lag = r->n_tokens - r->draft_computed;
     if (lag <= 1 + SPEC_MAX_K) return true; /* caught up but for a step's tokens */
     int32_t to_generate = r->params.n_prompt + r->params.max_tokens - r->n_tokens;
@@ -173,8 +174,22 @@ static bool draft_catch_up_pays(const sched *s, const sched_request *r, int widt
     spec_gate_rates(&s->gate, width, SPEC_DRAFT, &off, &on);
     const double catch_up = lag * (s->draft_catchup_s > 0 ? s->draft_catchup_s : per_row);
     const double token_s = off > 0 ? 1 / off : (fixed + per_row * width) / width;
-    const double gain = off > 0 && on > 0 ? (on > off ? 1 - off / on : 0) : 0.5;
+    const double gain = off > 0 && on > 0
+                            ? (on > off ? 1 - off / on : 0)
+                            : spec_cost_model_gain(&s->cost[spec_gate_bucket_of(width)], width, r->spec_p, k, draft_s);
     return catch_up < to_generate * token_s * gain;
+}
+
+/* A drafter model's measured seconds per draft token and sequence for rounds of about
+ * width sequences: that bucket's, else the nearest measured one's (a drafter measured
+ * once is not explored again at every width); 0 when never measured. */
+static double model_token_s(const sched *s, int who, int width) {
+    const int b = spec_gate_bucket_of(width);
+    for (int d = 0; d < SPEC_GATE_BUCKETS; d++) {
+        if (b - d >= 0 && s->spec_token_s[who][b - d] > 0) return s->spec_token_s[who][b - d];
+        if (b + d < SPEC_GATE_BUCKETS && s->spec_token_s[who][b + d] > 0) return s->spec_token_s[who][b + d];
+    }
+    return 0;
 }
 
 static bool spec_any(const sched *s) {
@@ -195,7 +210,10 @@ void sched__spec_plan(sched *s, sched_request *const *chosen, int n, int32_t bud
     double depth = 0;
     for (int i = 0; i < n; i++) depth += chosen[i]->n_tokens;
     bool allowed[SPEC_N_PROPOSERS];
-    spec_gate_plan(&s->gate, n, depth / n, allowed);
+    if (s->cfg.spec_gate)
+        spec_gate_plan(&s->gate, n, depth / n, allowed);
+    else
+        for (int p = 0; p < SPEC_N_PROPOSERS; p++) allowed[p] = s->gate.available[p];
     publish_gate(s);
     /* the free proposers first; the draft model takes the sequences they had nothing for
      * (its drafts cost a model run), n_draft[i] meanwhile holding what each may take */
@@ -216,11 +234,24 @@ void sched__spec_plan(sched *s, sched_request *const *chosen, int n, int32_t bud
         if (m > 0) {
             memcpy(r->tokens + r->n_tokens, draft, sizeof *draft * (size_t)m);
         } else {
-            const bool by_draft = allowed[SPEC_DRAFT] && s->draft_kv && draft_catch_up_pays(s, r, n);
-            const bool by_self = allowed[SPEC_SELF] && s->cfg.self_spec_layers > 0;
-            if (!by_draft && !by_self) continue;
-            m = k;
-            who = by_draft ? SPEC_DRAFT : SPEC_SELF;
+            /* a drafter model's tokens cost its run too: as many as that leaves worth it */
+            const spec_cost *cost = &s->cost[spec_gate_bucket_of(n)];
+            const double draft_s = model_token_s(s, SPEC_DRAFT, n), self_s = model_token_s(s, SPEC_SELF, n);
+            const bool gated = s->cfg.spec_gate; /* else: whenever it can */
+            int32_t by_draft = 0, by_self = 0;
+            if (allowed[SPEC_DRAFT] && s->draft_kv)
+                by_draft = gated ? spec_cost_model_draft_len(cost, n, r->spec_p, k, draft_s) : k;
+            if (allowed[SPEC_SELF] && s->cfg.self_spec_layers > 0)
+                by_self = gated ? spec_cost_model_draft_len(cost, n, r->spec_p, k, self_s) : k;
+            if (by_draft > 0 && (!gated || draft_catch_up_pays(s, r, n, by_draft, draft_s))) {
+                who = SPEC_DRAFT;
+                m = by_draft;
+            } else if (by_self > 0) {
+                who = SPEC_SELF;
+                m = by_self;
+            } else {
+                continue;
+            }
             n_model++;
         }
         n_draft[i] = m;

@@ -88,6 +88,16 @@ bool spec_cost_fit(const spec_cost *c, double *per_row, double *fixed);
  * probability p, in a step of `width` decode rows: the largest k such that p^k exceeds
  * the row share (0: none), at most max_k. */
 int spec_cost_draft_len(const spec_cost *c, int width, double p, int max_k);
+/* The same for a drafter model, each of whose draft tokens also costs token_s seconds of
+ * its own run (per sequence; 0: not measured yet, taken as SPEC_MODEL_PRIOR of a token's
+ * time, a drafter ten times cheaper than the target, so that it runs once and is measured).
+ * A drafter as costly as the target drafts nothing. */
+enum { SPEC_MODEL_PRIOR_PERCENT = 10 };
+#define SPEC_MODEL_PRIOR (SPEC_MODEL_PRIOR_PERCENT / 100.0)
+int spec_cost_model_draft_len(const spec_cost *c, int width, double p, int max_k, double token_s);
+/* The share of a token's time that drafts of k tokens from such a drafter save, as the
+ * model predicts it (0 or less: they lose). */
+double spec_cost_model_gain(const spec_cost *c, int width, double p, int k, double token_s);
 
 /* ---- the gate (spec_gate.c) ------------------------------------------------------ */
 
@@ -102,7 +112,8 @@ int spec_cost_draft_len(const spec_cost *c, int width, double p, int max_k);
  * probe that confirms a loss, so a losing proposer costs ever less. Off is measured
  * first in a new bucket. An estimate goes stale when the mean context depth changes more
  * than twofold from where it was measured: a stale loss is probed again within one
- * probe interval from then. Only
+ * probe interval from then. The drafter models (draft, self) start off and are probed
+ * first: they draft freely only after winning a probe. Only
  * decode-only steps are measured (a prefill chunk's time is not the decode's), but a
  * drafter model's time in the other steps is charged to it (spec_gate_charge). */
 enum {

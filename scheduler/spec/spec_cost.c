@@ -40,12 +40,17 @@ bool spec_cost_fit(const spec_cost *c, double *per_row, double *fixed) {
     return false;
 }
 
-int spec_cost_draft_len(const spec_cost *c, int width, double p, int max_k) {
+/* The longest draft whose k-th token, accepted with probability p^k, still beats what it
+ * costs: its row, plus extra_s seconds (a drafter model's time for one token), as a share
+ * of one token's time in the step. */
+static int draft_len(const spec_cost *c, int width, double p, int max_k, double extra_s) {
     if (max_k <= 0 || width <= 0 || !(p > 0)) return 0;
     double per_row, fixed;
     spec_cost_fit(c, &per_row, &fixed);
-    if (c->n < 1e-9) return max_k < 2 ? max_k : 2;              /* nothing measured yet: a short draft */
-    double share = per_row * width / (fixed + per_row * width); /* of a token's time, one row */
+    if (c->n < 1e-9) return max_k < 2 ? max_k : 2; /* nothing measured yet: a short draft */
+    double token_s = (fixed + per_row * width) / width;
+    if (extra_s < 0) extra_s = SPEC_MODEL_PRIOR * token_s;
+    double share = (per_row + extra_s) / token_s; /* of a token's time, one draft token */
     if (!(share < 1)) return 0;
     if (p >= 1) return max_k;
     int k = 0;
@@ -55,4 +60,23 @@ int spec_cost_draft_len(const spec_cost *c, int width, double p, int max_k) {
         reach *= p;
     }
     return k;
+}
+
+int spec_cost_draft_len(const spec_cost *c, int width, double p, int max_k) {
+    return draft_len(c, width, p, max_k, 0);
+}
+
+double spec_cost_model_gain(const spec_cost *c, int width, double p, int k, double token_s) {
+    if (k <= 0 || width <= 0 || !(p > 0) || p >= 1) return 0;
+    double per_row, fixed;
+    spec_cost_fit(c, &per_row, &fixed);
+    if (c->n < 1e-9) return 0;
+    double token = (fixed + per_row * width) / width;
+    if (!(token_s > 0)) token_s = SPEC_MODEL_PRIOR * token;
+    double tokens = (1 - pow(p, k + 1)) / (1 - p); /* expected per step: accepted drafts and one more */
+    return 1 - (token + k * (per_row + token_s)) / tokens / token;
+}
+
+int spec_cost_model_draft_len(const spec_cost *c, int width, double p, int max_k, double token_s) {
+    return draft_len(c, width, p, max_k, token_s > 0 ? token_s : -1);
 }

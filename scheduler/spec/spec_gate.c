@@ -38,7 +38,10 @@ void spec_gate_init(spec_gate *g, const bool available[SPEC_N_PROPOSERS]) {
         bk->off_probe_every = SPEC_GATE_PROBE_MIN;
         bk->next_off_probe = 0; /* off is measured first */
         for (int p = 0; p < SPEC_N_PROPOSERS; p++) {
-            bk->enabled[p] = available[p]; /* optimistic: speculation is on until it loses */
+            /* the free proposers are on until they lose; a drafter model, whose every draft
+             * token costs a run of its own (and a catch-up on each new sequence), drafts
+             * freely only once a probe has seen it win: the first as soon as off is known */
+            bk->enabled[p] = available[p] && p != SPEC_DRAFT && p != SPEC_SELF;
             bk->probe_every[p] = SPEC_GATE_PROBE_MIN;
         }
     }

@@ -165,7 +165,7 @@ def test_a_drafter_the_model_cannot_use_exits_2(spindle_bin, stories_model, defa
 
 
 def test_self_speculation_keeps_the_output(spindle_bin, stories_model):
-    on = Server(spindle_bin, stories_model, "--self-spec-layers", "3", "--speculative", "self")
+    on = Server(spindle_bin, stories_model, "--self-spec-layers", "3", "--speculative", "self", "--no-spec-gate")
     off = Server(spindle_bin, stories_model, "--speculative", "off")
     try:
         for kw in (dict(temperature=0), dict(temperature=0.9, seed=8, presence_penalty=0.5)):
@@ -182,7 +182,7 @@ def test_a_draft_model_quantized_from_the_target_keeps_the_output(spindle_bin, s
     q = subprocess.run([spindle_bin, "quantize", stories_model, str(draft), "Q4_1"], capture_output=True, text=True,
                        timeout=60)
     assert q.returncode == 0, q.stderr
-    on = Server(spindle_bin, stories_model, "--draft-model", str(draft), "--speculative", "draft")
+    on = Server(spindle_bin, stories_model, "--draft-model", str(draft), "--speculative", "draft", "--no-spec-gate")
     off = Server(spindle_bin, stories_model, "--speculative", "off")
     try:
         for kw in (dict(temperature=0), dict(temperature=0.9, seed=4, frequency_penalty=0.3)):
