@@ -32,6 +32,18 @@ static bool token_ok(const gram_state *s, const gram_vocab *gv, int32_t id) {
     return ok;
 }
 
+/* Advances a and b by one of the n allowed tokens, picked pseudo-randomly from *seed;
+ * false when there is none. */
+static bool advance_both(gram_state *a, gram_state *b, const gram_vocab *gv, const int32_t *allowed, int32_t n,
+                         unsigned *seed) {
+    if (n == 0) return false;
+    *seed = *seed * 1103515245u + 12345u;
+    int32_t pick = allowed[(*seed >> 8) % (unsigned)n];
+    cr_assert(gram_state_advance_token(a, gv, pick));
+    cr_assert(gram_state_advance_token(b, gv, pick));
+    return true;
+}
+
 /* Compares the mask with brute force at every state of a walk that picks allowed tokens
  * (pseudo-randomly from seed) for up to steps tokens, and the mask of the same grammar
  * compiled again and prepared (gp) with it; returns how many states were checked. */
@@ -59,11 +71,7 @@ static int check_walk(gram_grammar *g, gram_grammar *gp, const tok_vocab *v, con
             if (in_mask && !tok_is_eog(v, id)) allowed[n_allowed++] = id;
         }
         checked++;
-        if (n_allowed == 0) break;
-        seed = seed * 1103515245u + 12345u;
-        int32_t pick = allowed[(seed >> 8) % (unsigned)n_allowed];
-        cr_assert(gram_state_advance_token(s, gv, pick));
-        cr_assert(gram_state_advance_token(sp, gv, pick));
+        if (!advance_both(s, sp, gv, allowed, n_allowed, &seed)) break;
     }
     gram_state_destroy(s);
     gram_state_destroy(sp);
@@ -228,11 +236,7 @@ Test(gram_mask, prepared_grammars_walk_nothing_later) {
                 int32_t n_allowed = 0;
                 for (int32_t id = 0; id < tok_vocab_size(v); id++)
                     if ((mask[id >> 5] >> (id & 31)) & 1 && !tok_is_eog(v, id)) allowed[n_allowed++] = id;
-                if (n_allowed == 0) break;
-                seed = seed * 1103515245u + 12345u;
-                int32_t pick = allowed[(seed >> 8) % (unsigned)n_allowed];
-                cr_assert(gram_state_advance_token(sl, gv, pick));
-                cr_assert(gram_state_advance_token(s, gv, pick));
+                if (!advance_both(sl, s, gv, allowed, n_allowed, &seed)) break;
             }
             gram_state_destroy(sl);
             gram_state_destroy(s);
