@@ -26,7 +26,13 @@ typedef struct parents {
     bool bottom;
 } parents;
 
+/* Steps (parent comparisons) the analysis may take: a grammar whose rules are referenced
+ * from very many places (`root ::= x x x ...`) would make the duplicate checks
+ * quadratic; past this it is not prepared at all and its masks walk lazily. */
+#define GRAM_KEYS_MAX_WORK ((int64_t)1 << 24)
+
 typedef struct rule_refs {
+    int64_t work;        /* steps taken, against GRAM_KEYS_MAX_WORK */
     int32_t *rule_of;    /* (n_elems) the rule each element belongs to */
     int32_t *tail_from;  /* per rule, the rules that end an alternative with a reference to it */
     int32_t *tail_first; /* (n_rules + 1) rule r's tail callers: tail_from[tail_first[r] .. tail_first[r + 1]) */
@@ -46,7 +52,10 @@ static int32_t alt_end(const gram_grammar *g, int32_t a) {
     return a + 1 < g->n_alts ? g->alts[a + 1] : g->n_elems;
 }
 
-static bool add_parent(parents *p, int32_t pos) {
+/* false when out of memory or past the work bound */
+static bool add_parent(rule_refs *rr, parents *p, int32_t pos) {
+    rr->work += p->n + 1;
+    if (rr->work > GRAM_KEYS_MAX_WORK) return false;
     for (int32_t i = 0; i < p->n; i++)
         if (p->pos[i] == pos) return true;
     if (!gram__grow((void **)&p->pos, &p->cap, p->n + 1, sizeof *p->pos)) return false;
@@ -75,7 +84,7 @@ static bool refs_build(const gram_grammar *g, rule_refs *rr) {
         int32_t callee = g->elems[p].arg;
         if (g->elems[p + 1].kind == GRAM_END)
             rr->tail_from[rr->tail_first[callee + 1]++] = rr->rule_of[p];
-        else if (!add_parent(&rr->up[callee], p + 1))
+        else if (!add_parent(rr, &rr->up[callee], p + 1))
             return false;
     }
     rr->up[g->root].bottom = true;
@@ -94,7 +103,7 @@ static bool refs_close(const gram_grammar *g, rule_refs *rr) {
                 if (caller->bottom && !me->bottom) me->bottom = changed = true;
                 for (int32_t k = 0; k < caller->n; k++) {
                     int32_t before = me->n;
-                    if (!add_parent(me, caller->pos[k])) return false;
+                    if (!add_parent(rr, me, caller->pos[k])) return false;
                     if (me->n != before) changed = true;
                 }
             }
@@ -146,7 +155,7 @@ int32_t gram__cut_keys(const gram_grammar *g, int32_t max_keys, gram_cut_key **o
     *out = NULL;
     rule_refs rr = {0};
     key_list kl = {.max = max_keys};
-    bool ok = refs_build(g, &rr) && refs_close(g, &rr);
+    bool ok = refs_build(g, &rr) && refs_close(g, &rr); /* else: none (too big, or out of memory) */
     for (int32_t p = 0; p < g->n_elems && ok; p++) {
         if (g->elems[p].kind != GRAM_BYTES) continue;
         int32_t key[GRAM_KEY_NODES + 1] = {p};

@@ -349,6 +349,7 @@ struct sched {
     spec_gate gate;
     bool spec_ran[SPEC_N_PROPOSERS];       /* this tick ran that proposer's model (its time is its own) */
     double spec_seconds[SPEC_N_PROPOSERS]; /* how long that model ran this tick */
+    int spec_width;                        /* the decode sequences this tick's drafts were planned for */
     double spec_token_s[SPEC_N_PROPOSERS][SPEC_GATE_BUCKETS]; /* spec_draft.c: a drafter model's seconds per draft
                                                                  token and sequence, per round width (EWMA; 0: not
                                                                  measured yet) */
@@ -443,7 +444,7 @@ void sched__spec_observe(sched *s, int width, double depth, double seconds, int6
                          const int64_t drafts[SPEC_N_PROPOSERS]);
 /* A step with a prefill chunk, which the gate does not measure: the drafter models that ran
  * in its tick are charged their time (spec_gate_charge). */
-void sched__spec_charge(sched *s, int width);
+void sched__spec_charge(sched *s);
 /* r finished without error: its prompt and output join the suffix cache. */
 void sched__spec_remember(sched *s, const sched_request *r);
 /* r ends or is preempted: its draft model blocks go back. */

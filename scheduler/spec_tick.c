@@ -76,8 +76,8 @@ void sched__spec_stats(const sched *s, sched_stats *out) {
 /* The gate's verdicts and switch counts, for the metrics. */
 static void publish_gate(sched *s) {
     for (int p = 0; p < SPEC_N_PROPOSERS; p++) {
-        atomic_store_explicit(&s->spec_stats.enabled[p], spec_gate_enabled(&s->gate, (spec_proposer)p),
-                              memory_order_relaxed);
+        bool on = s->cfg.spec_gate ? spec_gate_enabled(&s->gate, (spec_proposer)p) : s->gate.available[p];
+        atomic_store_explicit(&s->spec_stats.enabled[p], on, memory_order_relaxed);
         atomic_store_explicit(&s->spec_stats.switches[p], s->gate.switches[p], memory_order_relaxed);
     }
 }
@@ -174,7 +174,9 @@ static bool draft_catch_up_pays(const sched *s, const sched_request *r, int widt
     spec_gate_rates(&s->gate, width, SPEC_DRAFT, &off, &on);
     const double catch_up = lag * (s->draft_catchup_s > 0 ? s->draft_catchup_s : per_row);
     const double token_s = off > 0 ? 1 / off : (fixed + per_row * width) / width;
-    const double gain = off > 0 && on > 0
+    /* a probe must be able to draft: it judges by the prediction, not by the loss it re-checks */
+    const bool measured = off > 0 && on > 0 && s->gate.probing != SPEC_DRAFT;
+    const double gain = measured
                             ? (on > off ? 1 - off / on : 0)
                             : spec_cost_model_gain(&s->cost[spec_gate_bucket_of(width)], width, r->spec_p, k, draft_s);
     return catch_up < to_generate * token_s * gain;
@@ -192,6 +194,15 @@ static double model_token_s(const sched *s, int who, int width) {
     return 0;
 }
 
+/* Forgets which drafter models ran: once their time is observed or charged, and before
+ * each plan (a tick without decodes plans nothing, and must not charge a runs twice). */
+static void spec_tick_reset(sched *s) {
+    for (int p = 0; p < SPEC_N_PROPOSERS; p++) {
+        s->spec_ran[p] = false;
+        s->spec_seconds[p] = 0;
+    }
+}
+
 static bool spec_any(const sched *s) {
     return s->cfg.spec_ngram || s->cfg.spec_suffix || s->draft_kv || s->cfg.self_spec_layers > 0;
 }
@@ -202,10 +213,8 @@ void sched__spec_plan(sched *s, sched_request *const *chosen, int n, int32_t bud
         n_draft[i] = 0;
         proposer[i] = -1;
     }
-    for (int p = 0; p < SPEC_N_PROPOSERS; p++) {
-        s->spec_ran[p] = false;
-        s->spec_seconds[p] = 0;
-    }
+    spec_tick_reset(s);
+    s->spec_width = n;
     if (n == 0 || budget <= 0 || !spec_any(s)) return;
     double depth = 0;
     for (int i = 0; i < n; i++) depth += chosen[i]->n_tokens;
@@ -322,13 +331,16 @@ void sched__spec_observe(sched *s, int width, double depth, double seconds, int6
         charged[p] = s->spec_ran[p] ? drafts[p] + 1 + (int64_t)width * SPEC_MAX_K : drafts[p];
     }
     spec_cost_observe(&s->cost[spec_gate_bucket_of(width)], (int)rows, seconds);
-    spec_gate_observe(&s->gate, width, depth, seconds, tokens, charged);
+    if (s->cfg.spec_gate) spec_gate_observe(&s->gate, width, depth, seconds, tokens, charged);
+    spec_tick_reset(s);
     publish_gate(s);
 }
 
-void sched__spec_charge(sched *s, int width) {
+void sched__spec_charge(sched *s) {
     for (int p = 0; p < SPEC_N_PROPOSERS; p++)
-        if (s->spec_ran[p]) spec_gate_charge(&s->gate, width, (spec_proposer)p, s->spec_seconds[p]);
+        if (s->spec_ran[p] && s->cfg.spec_gate)
+            spec_gate_charge(&s->gate, s->spec_width, (spec_proposer)p, s->spec_seconds[p]);
+    spec_tick_reset(s);
 }
 
 void sched__spec_release(sched *s, sched_request *r) {

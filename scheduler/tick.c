@@ -442,7 +442,7 @@ bool sched__tick(sched *s) {
     if (decode_only)
         sched__spec_observe(s, b.n_seqs, depth / b.n_seqs, sched_now() - now, delivered, drafts);
     else
-        sched__spec_charge(s, b.n_seqs);
+        sched__spec_charge(s);
     tick_observe(s, now, &b);
     return true;
 }

@@ -256,3 +256,32 @@ Test(gram_mask, prepared_grammars_walk_nothing_later) {
     gram_vocab_destroy(gv);
     tok_vocab_destroy(v);
 }
+
+/* A rule referenced from very many places (`root ::= x x x ...`) would make the key
+ * analysis quadratic: past its work bound the grammar is left unprepared (its masks walk
+ * lazily) and preparing returns at once; the masks stay right. */
+Test(gram_mask, a_grammar_too_large_to_analyse_is_left_lazy, .timeout = 20) {
+    tok_vocab *v = load_vocab(testdata_default_model());
+    gram_vocab *gv = NULL;
+    cr_assert_eq(gram_vocab_create(v, &gv), SP_OK);
+    enum { REFS = 60000 };
+    char *text = malloc(16 + 2 * REFS + 32);
+    size_t n = (size_t)sprintf(text, "root ::=");
+    for (int i = 0; i < REFS; i++) n += (size_t)sprintf(text + n, " x");
+    sprintf(text + n, "\nx ::= \"a\" | \"b\"\n");
+    gram_grammar *g = NULL;
+    cr_assert_eq(gram_compile(text, strlen(text), NULL, &g), SP_OK, "%s", sp_last_error());
+    cr_assert_eq(gram_mask_prepare(g, gv), 0, "prepared although past the work bound");
+    gram_state *s = NULL;
+    cr_assert_eq(gram_state_create(g, &s), SP_OK);
+    uint32_t *mask = calloc(gram_mask_words(gv), sizeof *mask);
+    gram_mask(g, gv, s, mask);
+    for (int32_t id = 0; id < tok_vocab_size(v); id++)
+        cr_assert_eq((mask[id >> 5] >> (id & 31)) & 1, token_ok(s, gv, id), "token %d (%s)", id, tok_token_text(v, id));
+    free(mask);
+    free(text);
+    gram_state_destroy(s);
+    gram_grammar_destroy(g);
+    gram_vocab_destroy(gv);
+    tok_vocab_destroy(v);
+}
