@@ -351,7 +351,7 @@ struct sched {
     double spec_seconds[SPEC_N_PROPOSERS]; /* how long that model ran this tick */
     int spec_width;                        /* the decode sequences this tick's drafts were planned for */
     double spec_token_s[SPEC_N_PROPOSERS][SPEC_GATE_BUCKETS]; /* spec_draft.c: a drafter model's seconds per draft
-                                                                 token and sequence, per round width (EWMA; 0: not
+                                                                 token and sequence, per step width (EWMA; 0: not
                                                                  measured yet) */
     double draft_catchup_s;            /* spec_draft.c: the draft model's seconds per catch-up token (EWMA;
                                           0: not measured yet) */

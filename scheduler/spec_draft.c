@@ -143,10 +143,11 @@ static bool draft_run(sched *s, const drafter *dr, dev_step *st, sched_request *
     sp_status rc =
         model_forward_sample_layers(dr->m, dr->kv, st, dr->n_layers, &vocab, s->sample_rows, s->sample_results);
     if (rc == SP_OK) {
-        /* a round of one token per sequence measures what a draft token costs (per bucket of
-         * the round's width: batched rounds share the weights' reads) */
+        /* a round of one token per sequence measures what a draft token costs a sequence, filed
+         * under the step's decode width, where spec_tick.c looks it up (batched rounds share
+         * the weights' reads, so it falls with the width) */
         if (st->n_tokens == st->n_seqs && st->n_logits == st->n_seqs) {
-            double *t = &s->spec_token_s[dr->self ? SPEC_SELF : SPEC_DRAFT][spec_gate_bucket_of(st->n_seqs)];
+            double *t = &s->spec_token_s[dr->self ? SPEC_SELF : SPEC_DRAFT][spec_gate_bucket_of(s->spec_width)];
             double per_token = (sched_now() - t0) / st->n_seqs;
             *t = *t > 0 ? 0.7 * *t + 0.3 * per_token : per_token;
         }
