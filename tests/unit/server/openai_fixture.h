@@ -90,4 +90,24 @@ static inline json_t *fixture_json(const char *text, size_t len) {
     return j;
 }
 
+/* text with every ' turned into ", parsed. */
+static inline json_t *jq(const char *text) {
+    char *s = strdup(text);
+    for (char *p = s; *p; p++)
+        if (*p == '\'') *p = '"';
+    json_t *j = fixture_json(s, strlen(s));
+    free(s);
+    return j;
+}
+
+/* Expects got to equal the JSON of want_text (with ' for "). */
+static inline void expect_json(const json_t *got, const char *want_text) {
+    json_t *want = jq(want_text);
+    char *g = json_dumps(got, JSON_COMPACT | JSON_SORT_KEYS), *w = json_dumps(want, JSON_COMPACT | JSON_SORT_KEYS);
+    cr_expect(json_equal(got, want), "got  %s\nwant %s", g, w);
+    free(g);
+    free(w);
+    json_decref(want);
+}
+
 #endif
