@@ -100,6 +100,11 @@ static void serve_args_fill(serve_args *a) {
     a->sched.kv_cache_mb = c->kv_cache_mb;
     a->sched.gpu_memory_fraction = c->gpu_memory_fraction;
     a->sched.prefix_cache = c->prefix_cache;
+    a->sched.kv_host_mb = c->kv_host_mb;
+    a->sched.kv_disk_dir = c->kv_disk_dir;
+    a->sched.kv_disk_gb = c->kv_disk_gb;
+    a->sched.kv_disk_persist = c->kv_disk_persist;
+    a->sched.model_path = c->model;
     a->sched.block_size = (int)c->block_size;
     a->sched.max_batch_size = (int)c->max_batch_size;
     a->sched.max_batch_tokens = (int)c->max_batch_tokens;

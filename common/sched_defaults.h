@@ -10,10 +10,11 @@
 
 /* Designated initializers for the knobs that sched_config and cfg_settings name alike
  * (the scheduler's struct and the settings it is filled from). */
-#define SP_SCHED_DEFAULT_FIELDS                                                                                  \
-    .kv_cache_mb = 512 /* MiB */, .gpu_memory_fraction = 0.9, .block_size = 16, .max_batch_size = 64,            \
-    .max_batch_tokens = 512, .max_prefill_tokens = 256, .queue_max_requests = 4096, .queue_max_tokens = 4000000, \
-    .prefix_cache = true, .spec_k = 8, .spec_ngram_min = 2, .spec_ngram_max = 5, .spec_gate = true
+#define SP_SCHED_DEFAULT_FIELDS                                                                                    \
+    .kv_cache_mb = 512 /* MiB */, .gpu_memory_fraction = 0.9, .block_size = 16, .max_batch_size = 64,              \
+    .max_batch_tokens = 512, .max_prefill_tokens = 256, .queue_max_requests = 4096, .queue_max_tokens = 4000000,   \
+    .prefix_cache = true, .kv_host_mb = 0, .kv_disk_gb = 4, .spec_k = 8, .spec_ngram_min = 2, .spec_ngram_max = 5, \
+    .spec_gate = true
 
 /* speculative decoding's proposers: "auto" (every one built; the gate decides) */
 #define SP_SCHED_DEFAULT_SPECULATIVE "auto"

@@ -85,6 +85,15 @@ const cfg_key cfg__keys[] = {
     ENUM("policy", "policy", policy, POLICIES, "admission and preemption order"),
     FLT("request_timeout", "request-timeout", request_timeout, 0, 1e7, "S", "seconds a request may take, 0 = none"),
     BOOL("prefix_cache", "prefix-cache", prefix_cache, "reuse the KV of prompt prefixes computed before"),
+    INT("kv_host_mb", "kv-host-mb", kv_host_mb, 0, 1 << 24, false,
+        "the prefix cache's host-memory tier in MiB: KV blocks the pool evicts wait there to be reloaded instead of "
+        "recomputed, 0 = none", NULL),
+    STR("kv_disk_dir", "kv-disk-dir", kv_disk_dir, true, "DIR",
+        "the prefix cache's disk tier: evicted KV blocks are kept in a directory of this process's own under DIR "
+        "(removed at exit, unless --kv-disk-persist)", "(default: none)"),
+    FLT("kv_disk_gb", "kv-disk-gb", kv_disk_gb, 0, 1e6, "G", "the disk tier's budget in GB"),
+    BOOL("kv_disk_persist", "kv-disk-persist", kv_disk_persist,
+         "keep the disk tier across restarts in DIR/spindle-kv-<model sha256>: its files carry the model's sha256"),
     /* speculative decoding */
     STR("speculative", "speculative", speculative, false, "LIST",
         "draft proposers: off, auto (all; a measured gate switches each off where it loses), or a comma list of ngram "

@@ -27,7 +27,7 @@
 /* The file read when --config is not given, if it exists. */
 #define CFG_DEFAULT_PATH "/etc/spindle/spindle.yaml"
 /* How many settings there are (the rows of cfg.c's key table). */
-#define CFG_KEY_COUNT 73
+#define CFG_KEY_COUNT 77
 
 typedef enum cfg_device {
     CFG_DEVICE_AUTO, /* CUDA when built and present, else the CPU */
@@ -103,6 +103,10 @@ typedef struct cfg_settings {
     cfg_policy policy;
     double request_timeout; /* seconds; 0: none */
     bool prefix_cache;      /* share computed KV blocks of equal prefixes */
+    int64_t kv_host_mb;     /* the prefix cache's host-memory tier; 0: none */
+    char *kv_disk_dir;      /* its disk tier's directory; NULL: none */
+    double kv_disk_gb;      /* the disk tier's budget */
+    bool kv_disk_persist;   /* the disk tier survives restarts */
     /* speculative decoding */
     char *speculative;         /* off, auto, or a comma list of proposers (cfg_speculative) */
     int64_t spec_k;            /* most draft tokens per sequence and step */

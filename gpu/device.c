@@ -98,6 +98,28 @@ size_t dev_kv_bytes(const dev_kv_shape *s) {
            (size_t)s->head_dim * sizeof(uint16_t);
 }
 
+size_t dev_kv_block_bytes(const dev_kv_shape *s) {
+    dev_kv_shape one = *s;
+    one.n_blocks = 1;
+    return dev_kv_bytes(&one);
+}
+
+/* Block ids in range of the pool; a programmer error otherwise. */
+static void kv_check_ids(const dev_kv *kv, const int32_t *ids, int32_t n) {
+    const dev_kv_common *c = (const dev_kv_common *)kv;
+    for (int32_t i = 0; i < n; i++) SP_ASSERT(ids[i] >= 0 && ids[i] < c->shape.n_blocks);
+}
+
+sp_status dev_kv_blocks_save(dev_backend *dev, const dev_kv *kv, const int32_t *ids, int32_t n, void *host) {
+    kv_check_ids(kv, ids, n);
+    return n > 0 ? dev->ops->kv_save(dev, kv, ids, n, host) : SP_OK;
+}
+
+sp_status dev_kv_blocks_load(dev_backend *dev, dev_kv *kv, const int32_t *ids, int32_t n, const void *host) {
+    kv_check_ids(kv, ids, n);
+    return n > 0 ? dev->ops->kv_load(dev, kv, ids, n, host) : SP_OK;
+}
+
 sp_status dev_kv_create(dev_backend *dev, const dev_kv_shape *shape, dev_kv **out) {
     if (shape->n_layers <= 0 || shape->n_blocks <= 0 || shape->block_size <= 0 || shape->n_kv_heads <= 0 ||
         shape->head_dim <= 0)

@@ -175,6 +175,18 @@ sp_status dev_kv_create(dev_backend *dev, const dev_kv_shape *shape, dev_kv **ou
 void dev_kv_destroy(dev_backend *dev, dev_kv *kv);
 size_t dev_kv_bytes(const dev_kv_shape *shape);
 
+/* One block's K and V over every layer, as dev_kv_blocks_save writes it and
+ * dev_kv_blocks_load reads it: for each layer, its B*Hk*Dh K elements then its V
+ * elements, in the pool's element type. The tiered prefix cache keeps blocks in this
+ * form (scheduler/kv_tiers.c). */
+size_t dev_kv_block_bytes(const dev_kv_shape *shape);
+/* Copies blocks ids[0..n) of kv to host (n * dev_kv_block_bytes, block after block),
+ * after every queued op. A device fault is SP_ERR_DEVICE. */
+sp_status dev_kv_blocks_save(dev_backend *dev, const dev_kv *kv, const int32_t *ids, int32_t n, void *host);
+/* Writes host (as dev_kv_blocks_save made it) into blocks ids[0..n) of kv; done when it
+ * returns, so the next step reads them. */
+sp_status dev_kv_blocks_load(dev_backend *dev, dev_kv *kv, const int32_t *ids, int32_t n, const void *host);
+
 /* Validates the step (ids, positions, block ids in range: SP_ERR_INVALID_ARG naming the
  * field) and makes it current; the returned view is what ops receive. Borrowed until
  * the next dev_step_begin. */

@@ -13,6 +13,9 @@ typedef struct dev_backend_ops {
     sp_status (*reserve)(dev_backend *dev, int64_t max_tokens, int64_t max_width);
     sp_status (*kv_create)(dev_backend *dev, const dev_kv_shape *shape, dev_kv **out);
     void (*kv_destroy)(dev_backend *dev, dev_kv *kv);
+    /* copies every layer's K and V of n blocks to or from host, in dev_kv_blocks_save's layout */
+    sp_status (*kv_save)(dev_backend *dev, const dev_kv *kv, const int32_t *ids, int32_t n, void *host);
+    sp_status (*kv_load)(dev_backend *dev, dev_kv *kv, const int32_t *ids, int32_t n, const void *host);
     /* kv: the pool the step's block ids index */
     sp_status (*step_upload)(dev_backend *dev, const dev_step *host, const dev_kv *kv, const dev_step **device_step);
     void (*embed)(dev_backend *dev, float *x, const dev_tensor *emb, const dev_step *step);

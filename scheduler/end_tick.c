@@ -69,6 +69,10 @@ static void request_retire(sched *s, sched_request *r, sched_finish f, sp_status
 }
 
 void sched__request_end(sched *s, sched_request *r, sched_finish f, sp_status err, const char *msg) {
+    if (r->swapped) { /* ended while waiting to come back */
+        r->swapped = false;
+        atomic_fetch_sub_explicit(&s->stats.swapped, 1, memory_order_relaxed);
+    }
     pthread_mutex_lock(&r->lock);
     output_finish_locked(r, f, err, msg, sched_now());
     if (r->notify) r->notify(r->notify_arg);

@@ -34,7 +34,7 @@
 /* ---- the hash ---- */
 
 /* FNV-1a over the parent's hash and the block's tokens, then a 64-bit finalizer. */
-static uint64_t chain_hash(uint64_t parent, const int32_t *tokens, int block_size) {
+uint64_t kv__chain_hash(uint64_t parent, const int32_t *tokens, int block_size) {
     uint64_t h = 0xcbf29ce484222325ULL ^ parent;
     for (int i = 0; i < block_size; i++) {
         uint32_t t = (uint32_t)tokens[i];
@@ -48,9 +48,6 @@ static uint64_t chain_hash(uint64_t parent, const int32_t *tokens, int block_siz
     h ^= h >> 33;
     return h;
 }
-
-/* The chain hash of a first block's parent: any fixed value. */
-#define CHAIN_ROOT 0x9e3779b97f4a7c15ULL
 
 /* ---- the map: hash -> registered block ---- */
 
@@ -137,13 +134,14 @@ sp_status kv__blocks_init(kv_blocks *kb, int32_t n_blocks, int block_size, bool 
     kb->ref = calloc(n, sizeof(int32_t));
     kb->registered = calloc(n, sizeof(bool));
     kb->hash = calloc(n, sizeof(uint64_t));
+    kb->parent_hash = calloc(n, sizeof(uint64_t));
     kb->parent = malloc(sizeof(int32_t) * n);
     kb->tokens = prefix_cache ? malloc(sizeof(int32_t) * n * (size_t)block_size) : NULL;
     kb->lru_prev = malloc(sizeof(int32_t) * n);
     kb->lru_next = malloc(sizeof(int32_t) * n);
     kb->map = malloc(sizeof(int32_t) * map_cap);
-    if (!kb->free_ids || !kb->ref || !kb->registered || !kb->hash || !kb->parent || (prefix_cache && !kb->tokens) ||
-        !kb->lru_prev || !kb->lru_next || !kb->map) {
+    if (!kb->free_ids || !kb->ref || !kb->registered || !kb->hash || !kb->parent_hash || !kb->parent ||
+        (prefix_cache && !kb->tokens) || !kb->lru_prev || !kb->lru_next || !kb->map) {
         kv__blocks_free(kb);
         return sp_fail(SP_ERR_NOMEM, "KV block manager: out of memory for %d blocks", n_blocks);
     }
@@ -166,6 +164,7 @@ void kv__blocks_free(kv_blocks *kb) {
     free(kb->ref);
     free(kb->registered);
     free(kb->hash);
+    free(kb->parent_hash);
     free(kb->parent);
     free(kb->tokens);
     free(kb->lru_prev);
@@ -186,6 +185,9 @@ static int32_t take_block(kv_blocks *kb) {
     } else {
         id = kb->lru_head;
         SP_ASSERT(id >= 0);
+        if (kb->on_evict)
+            kb->on_evict(kb->evict_arg, id, kb->hash[id], kb->parent_hash[id],
+                         kb->tokens + (size_t)id * (size_t)kb->block_size);
         lru_unlink(kb, id);
         map_remove(kb, id);
         kb->registered[id] = false;
@@ -251,11 +253,11 @@ int32_t kv__prefix_match(const kv_blocks *kb, const int32_t *tokens, int32_t max
                          int32_t *unheld) {
     *unheld = 0;
     if (!kb->caching) return 0;
-    uint64_t h = CHAIN_ROOT;
+    uint64_t h = KV_CHAIN_ROOT;
     int32_t parent = -1, n = 0;
     for (; n < max_blocks; n++) {
         const int32_t *block_tokens = tokens + (size_t)n * (size_t)kb->block_size;
-        h = chain_hash(h, block_tokens, kb->block_size);
+        h = kv__chain_hash(h, block_tokens, kb->block_size);
         int32_t id = map_find(kb, h, block_tokens, parent);
         if (id < 0) break;
         ids[n] = id;
@@ -267,13 +269,13 @@ int32_t kv__prefix_match(const kv_blocks *kb, const int32_t *tokens, int32_t max
 
 void kv__prefix_take(kv_blocks *kb, kv_seq *seq, const int32_t *ids, int32_t n, const int32_t *tokens) {
     SP_ASSERT(seq->n == 0 && n <= seq->cap);
-    uint64_t h = CHAIN_ROOT;
+    uint64_t h = KV_CHAIN_ROOT;
     for (int32_t i = 0; i < n; i++) {
         int32_t id = ids[i];
         SP_ASSERT(kb->registered[id]);
         if (kb->ref[id]++ == 0) lru_unlink(kb, id);
         seq->ids[seq->n++] = id;
-        h = chain_hash(h, tokens + (size_t)i * (size_t)kb->block_size, kb->block_size);
+        h = kv__chain_hash(h, tokens + (size_t)i * (size_t)kb->block_size, kb->block_size);
     }
     seq->n_hashed = n;
     seq->last_hash = h;
@@ -286,7 +288,7 @@ void kv__prefix_register(kv_blocks *kb, kv_seq *seq, const int32_t *tokens, int3
     if (full > seq->n) full = seq->n;
     for (int32_t b = seq->n_hashed; b < full; b++) {
         const int32_t *block_tokens = tokens + (size_t)b * (size_t)kb->block_size;
-        uint64_t h = chain_hash(b == 0 ? CHAIN_ROOT : seq->last_hash, block_tokens, kb->block_size);
+        uint64_t h = kv__chain_hash(b == 0 ? KV_CHAIN_ROOT : seq->last_hash, block_tokens, kb->block_size);
         int32_t id = seq->ids[b], parent = b == 0 ? -1 : seq->ids[b - 1];
         if (!kb->registered[id]) {
             int32_t found = map_find(kb, h, block_tokens, parent);
@@ -302,6 +304,7 @@ void kv__prefix_register(kv_blocks *kb, kv_seq *seq, const int32_t *tokens, int3
             } else {
                 kb->registered[id] = true;
                 kb->hash[id] = h;
+                kb->parent_hash[id] = b == 0 ? KV_CHAIN_ROOT : seq->last_hash;
                 kb->parent[id] = parent;
                 memcpy(kb->tokens + (size_t)id * (size_t)kb->block_size, block_tokens,
                        sizeof(int32_t) * (size_t)kb->block_size);

@@ -14,14 +14,24 @@
  * The preemption victim comes from the class that goes last (under priority, the highest
  * value) and, within it, from the submission (one HTTP request) with the most running
  * sequences: its latest turn. So the request that fills the KV pool gives back blocks,
- * not a one-sequence request that arrived after it (whose turn may be as late).
- * Pure functions of the requests' immutable fields (arrival_no and turn are set before
- * the request reaches the scheduler thread).
+ * not a one-sequence request that arrived after it (whose turn may be as late). Among
+ * the sequences of that submission the one with the fewest generated tokens goes (the
+ * least work to redo or reload), then the latest turn. A sequence that came back from a
+ * preemption less than SCHED_RESUME_IMMUNITY_TICKS ago is not chosen while another can
+ * be, so no sequence thrashes in and out of the pool.
+ * Swapped sequences (preempted, waiting to come back) are admitted before any other,
+ * the fewest tokens (blocks) first: they were admitted once already and their blocks
+ * are likely still in the prefix cache or its tiers.
+ * Pure functions of the requests' fields (arrival_no and turn are set before the request
+ * reaches the scheduler thread; swapped, n_tokens and resumed_tick are the scheduler
+ * thread's, which calls these).
  */
 #include "common/assert.h"
 #include "scheduler/sched_internal.h"
 
 bool sched__policy_before(sched_policy_kind kind, const sched_request *a, const sched_request *b) {
+    if (a->swapped != b->swapped) return a->swapped;
+    if (a->swapped && a->n_tokens != b->n_tokens) return a->n_tokens < b->n_tokens;
     if (kind == SCHED_POLICY_PRIORITY && a->params.priority != b->params.priority)
         return a->params.priority < b->params.priority;
     if (a->turn != b->turn) return a->turn < b->turn;
@@ -36,11 +46,22 @@ static int group_size(sched_request *const *running, int n, const sched_request 
     return count;
 }
 
-int sched__policy_victim(sched_policy_kind kind, sched_request *const *running, int n) {
+static bool immune(const sched_request *r, uint64_t tick) {
+    return r->resumed_tick > 0 && tick - r->resumed_tick < SCHED_RESUME_IMMUNITY_TICKS;
+}
+
+static int32_t generated(const sched_request *r) {
+    return r->n_tokens - r->params.n_prompt;
+}
+
+int sched__policy_victim(sched_policy_kind kind, sched_request *const *running, int n, uint64_t tick) {
     SP_ASSERT(n >= 1);
+    bool any_open = false; /* a sequence outside its immunity window */
+    for (int i = 0; i < n && !any_open; i++) any_open = !immune(running[i], tick);
     int victim = -1, victim_group = 0;
     for (int i = 0; i < n; i++) {
         const sched_request *r = running[i];
+        if (any_open && immune(r, tick)) continue;
         if (victim >= 0) {
             const sched_request *v = running[victim];
             /* a class that goes earlier is never the victim's */
@@ -49,7 +70,8 @@ int sched__policy_victim(sched_policy_kind kind, sched_request *const *running, 
             } else {
                 int size = group_size(running, n, r);
                 if (size < victim_group) continue;
-                if (size == victim_group && !sched__policy_before(kind, v, r)) continue;
+                if (size == victim_group && generated(r) > generated(v)) continue;
+                if (size == victim_group && generated(r) == generated(v) && !sched__policy_before(kind, v, r)) continue;
             }
         }
         victim = i;

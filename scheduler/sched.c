@@ -66,6 +66,12 @@ sp_status sched_config_validate(const sched_config *c) {
     if (c->max_seq_len < 0)
         return sp_fail(SP_ERR_INVALID_ARG, "max_seq_len %d must be 0 (the model's context) or positive",
                        c->max_seq_len);
+    if (c->kv_host_mb < 0 || c->kv_host_mb > ((int64_t)1 << 30))
+        return sp_fail(SP_ERR_INVALID_ARG, "kv_host_mb %lld must be between 0 and 2^30", (long long)c->kv_host_mb);
+    if (!isfinite(c->kv_disk_gb) || c->kv_disk_gb < 0)
+        return sp_fail(SP_ERR_INVALID_ARG, "kv_disk_gb %g must be 0 or positive", c->kv_disk_gb);
+    if (c->kv_disk_persist && !(c->kv_disk_dir && c->kv_disk_dir[0]))
+        return sp_fail(SP_ERR_INVALID_ARG, "kv_disk_persist needs kv_disk_dir");
     if (!(c->kv_watermark >= 0 && c->kv_watermark < 1))
         return sp_fail(SP_ERR_INVALID_ARG, "kv_watermark %g must be in [0, 1)", c->kv_watermark);
     if (c->spec_k < 1 || c->spec_k > SCHED_SPEC_MAX_K)
@@ -257,6 +263,7 @@ sp_status sched_create(const sched_config *config, model *m, sched **out) {
         sp_fail_prefix(st, "KV cache of %d blocks", n_blocks);
         goto fail;
     }
+    if ((st = sched__tiers_init(s)) != SP_OK) goto fail;
     heartbeat(s);
     *out = s;
     return SP_OK;
@@ -315,6 +322,7 @@ void sched_destroy(sched *s) {
         sched__request_end(s, r, SCHED_FINISH_ERROR, SP_ERR_UNAVAILABLE, "the server is shutting down");
     }
 
+    sched__tiers_free(s);
     if (s->kv) dev_kv_destroy(model_device(s->m), s->kv);
     kv__blocks_free(&s->blocks);
     sched__spec_free(s);
@@ -344,7 +352,10 @@ void sched_get_stats(const sched *s, sched_stats *out) {
         .generated_tokens = LOAD(generated_tokens),
         .prefix_query_tokens = LOAD(prefix_query_tokens),
         .prefix_hit_tokens = LOAD(prefix_hit_tokens),
+        .tier_reloaded_tokens = LOAD(tier_reloaded_tokens),
+        .swap_resumes = LOAD(swap_resumes),
         .running = LOAD(running),
+        .swapped = LOAD(swapped),
     };
 #undef LOAD
     out->queued = atomic_load_explicit(&s->queued, memory_order_relaxed);
@@ -352,6 +363,7 @@ void sched_get_stats(const sched *s, sched_stats *out) {
     out->kv_blocks_used = kv__blocks_used(&s->blocks);
     out->kv_blocks_total = s->blocks.n_total;
     out->kv_blocks_cached = kv__blocks_cached(&s->blocks);
+    kvt_stats_get(s->tiers, &out->tiers);
     sched__spec_stats(s, out);
 }
 

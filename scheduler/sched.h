@@ -27,6 +27,7 @@
 
 #include "common/status.h"
 #include "grammar/grammar.h"
+#include "kvtier/kvtier.h"
 #include "sample/sample.h"
 
 /* The model the scheduler thread owns (model/model.h); only a pointer crosses here,
@@ -57,6 +58,12 @@ typedef struct sched_config {
     int32_t max_seq_len;        /* context limit of one sequence (prompt + generated) */
     double kv_watermark;        /* fraction of blocks kept free at admission for growth */
     bool prefix_cache;          /* share computed full KV blocks between requests with the same prefix */
+    /* the prefix cache's lower tiers (kv_tiers.c): blocks the pool evicts wait there */
+    int64_t kv_host_mb;      /* host-memory tier in MiB; 0: none */
+    const char *kv_disk_dir; /* disk tier's directory (borrowed until sched_destroy); NULL: none */
+    double kv_disk_gb;       /* its budget in GB */
+    bool kv_disk_persist;    /* the disk tier survives restarts (files carry the model's sha256) */
+    const char *model_path;  /* kv_disk_persist: the model file (borrowed) */
     /* speculative decoding (scheduler/spec/): proposers the gate may use; none: off */
     bool spec_ngram;           /* prompt lookup over a sequence's own tokens */
     bool spec_suffix;          /* the suffix cache shared by requests of one tenant */
@@ -212,11 +219,15 @@ typedef struct sched_stats {
     int32_t queued; /* accepted, not yet admitted */
     int64_t queued_tokens;
     int32_t running;        /* admitted sequences (prefilling or decoding) */
+    int32_t swapped;        /* preempted sequences waiting to come back */
     int32_t kv_blocks_used; /* held by a running sequence */
     int32_t kv_blocks_total;
-    int32_t kv_blocks_cached;    /* in the prefix cache (held or not) */
-    int64_t prefix_query_tokens; /* tokens of admitted feeds (prefix cache on) */
-    int64_t prefix_hit_tokens;   /* of those, served from the cache */
+    int32_t kv_blocks_cached;     /* in the prefix cache (held or not) */
+    int64_t prefix_query_tokens;  /* tokens of admitted feeds (prefix cache on) */
+    int64_t prefix_hit_tokens;    /* of those, served from the cache (its lower tiers included) */
+    int64_t tier_reloaded_tokens; /* of those, reloaded from the host or disk tier */
+    int64_t swap_resumes;         /* preempted sequences that came back with blocks from the cache */
+    kvt_stats tiers;              /* the tiers' sizes and counters */
     /* speculative decoding, per proposer (SCHED_SPEC_NGRAM, SCHED_SPEC_SUFFIX) */
     int64_t spec_proposed[SCHED_SPEC_PROPOSERS]; /* draft tokens put in steps */
     int64_t spec_accepted[SCHED_SPEC_PROPOSERS]; /* of those, accepted */

@@ -19,6 +19,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "kvtier/kvtier.h"
 #include "model/model.h"
 #include "scheduler/sched.h"
 #include "scheduler/spec/spec.h"
@@ -39,6 +40,11 @@ typedef struct kv_seq {
     uint64_t last_hash; /* the chain hash of block n_hashed - 1 */
 } kv_seq;
 
+/* Called when a registered block is evicted, before its id is reused: the tiered prefix
+ * cache (kv_tiers.c) keeps a copy of its K/V under its chain hash, its parent's chain
+ * hash and its tokens. */
+typedef void (*kv_evict_fn)(void *arg, int32_t id, uint64_t hash, uint64_t parent_hash, const int32_t *tokens);
+
 /* The pool of block ids, with the prefix cache (kv_blocks.c has the design). Scheduler
  * thread; the atomics are for stats read on other threads. */
 typedef struct kv_blocks {
@@ -51,6 +57,7 @@ typedef struct kv_blocks {
     int32_t *ref;                 /* sequences holding it */
     bool *registered;             /* in the cache: its hash, parent and tokens are valid */
     uint64_t *hash;               /* chain hash of its tokens and every token before them */
+    uint64_t *parent_hash;        /* the chain hash of the block before it (KV_CHAIN_ROOT: the first) */
     int32_t *parent;              /* the registered block before it in its chain; -1: the first */
     int32_t *tokens;              /* (n_total, B) its tokens */
     int32_t *lru_prev, *lru_next; /* cached blocks no sequence holds, oldest first */
@@ -60,7 +67,15 @@ typedef struct kv_blocks {
     uint32_t map_mask;
     _Atomic int32_t n_used;   /* held by a sequence */
     _Atomic int32_t n_cached; /* registered (held or evictable) */
+    kv_evict_fn on_evict;     /* NULL: none */
+    void *evict_arg;
 } kv_blocks;
+
+/* The chain hash of a first block's parent. */
+#define KV_CHAIN_ROOT 0x9e3779b97f4a7c15ULL
+/* The chain hash of a block of tokens (block_size of them) after a block of chain hash
+ * parent. */
+uint64_t kv__chain_hash(uint64_t parent, const int32_t *tokens, int block_size);
 
 /* Caller owns the pool's arrays; free with kv__blocks_free. prefix_cache: keep full
  * blocks' contents findable after their sequences end. */
@@ -167,6 +182,8 @@ struct sched_request {
     kv_seq draft_kv;           /* its blocks in the draft model's pool (spec_draft.c) */
     int32_t draft_computed;    /* leading tokens whose K/V the draft model holds */
     uint64_t last_decode_tick; /* the tick it last had a decode row (tick.c's fair share) */
+    bool swapped;              /* preempted, waiting to come back (policy.c admits it first) */
+    uint64_t resumed_tick;     /* the tick it came back from its last preemption; 0: never preempted */
     tok_decoder dec;
     gram_state *gram; /* its place in params.grammar (NULL: none); advanced over every emitted token */
     sched_stop stop;
@@ -216,7 +233,10 @@ bool sched__embed_step(sched *s, sched_request *r, const float *hidden, int32_t 
 bool sched__policy_before(sched_policy_kind kind, const sched_request *a, const sched_request *b);
 /* Index of the sequence to preempt among running (n >= 1): the one admitted last by
  * the policy's order (the youngest, or the lowest priority then youngest). */
-int sched__policy_victim(sched_policy_kind kind, sched_request *const *running, int n);
+int sched__policy_victim(sched_policy_kind kind, sched_request *const *running, int n, uint64_t tick);
+/* Ticks after its return during which a preempted sequence is not preempted again while
+ * another can be. */
+enum { SCHED_RESUME_IMMUNITY_TICKS = 32 };
 
 /* ---- histograms (sched_metrics.c) ------------------------------------------------- */
 
@@ -278,8 +298,9 @@ typedef struct sched_spec_counters {
 typedef struct sched_counters {
     _Atomic int64_t submitted, rejected_queue_requests, rejected_queue_tokens, rejected_shutdown, rejected_invalid,
         finished, cancelled, errors, timeouts, preemptions, ticks, prompt_tokens, generated_tokens, prefix_query_tokens,
-        prefix_hit_tokens;
+        prefix_hit_tokens, tier_reloaded_tokens, swap_resumes;
     _Atomic int32_t running;
+    _Atomic int32_t swapped;
 } sched_counters;
 
 struct sched {
@@ -317,6 +338,12 @@ struct sched {
     kv_blocks blocks;
     int32_t *match_ids; /* (max_blocks_per_seq) the prefix cache's match for the head being admitted */
     int32_t n_match;
+    int32_t n_tier_match;                 /* blocks after those that the tiers hold (kv_tiers.c) */
+    kvt_store *tiers;                     /* the prefix cache's host and disk tiers; NULL: none */
+    uint8_t *tier_buf;                    /* (tier_block_bytes) one block on its way between the pool and a tier */
+    size_t tier_block_bytes;              /* dev_kv_block_bytes of the pool */
+    double tier_reload_s[3];              /* per kvt_tier: seconds one block's reload took (EWMA; 0: not measured) */
+    double prefill_row_s;                 /* seconds one row of a prefill step took (EWMA; 0: not measured) */
     sched_request *wait_head, *wait_tail; /* ordered by sched__policy_before */
     sched_request **running;              /* (max_batch_size) in admission order */
     int n_running;
@@ -390,6 +417,21 @@ void sched__queue_uncount(sched *s, sched_request *r);
  * with finish f; for SCHED_FINISH_ERROR, err and msg say why. Notifies, counts, and
  * drops the scheduler's reference. Scheduler thread (or sched_destroy). */
 void sched__request_end(sched *s, sched_request *r, sched_finish f, sp_status err, const char *msg);
+
+/* ---- the prefix cache's tiers (kv_tiers.c) ------------------------------------------ */
+
+/* Creates the tiers from s->cfg (none when kv_host_mb is 0 and kv_disk_dir unset) and
+ * hooks them to the pool's evictions. Needs s->blocks and s->kv. */
+sp_status sched__tiers_init(sched *s);
+void sched__tiers_free(sched *s);
+/* How many blocks of tokens from block from_block on (below max_blocks) the tiers hold
+ * as one run and are worth reloading. No I/O. */
+int32_t sched__tiers_match(sched *s, const int32_t *tokens, int32_t from_block, int32_t max_blocks);
+/* Writes up to n blocks from the tiers into r's blocks from_block.. (r holds them, the
+ * first from_block computed) and registers them; returns how many it wrote. */
+int32_t sched__tiers_reload(sched *s, sched_request *r, int32_t from_block, int32_t n);
+/* A step of `rows` rows with prefill took `seconds` (the cost model's compute side). */
+void sched__tiers_observe_prefill(sched *s, double seconds, int64_t rows);
 
 /* One tick: drop what ended, admit, build and run one step, sample. Returns false
  * when there was nothing to run (idle). Scheduler thread. */

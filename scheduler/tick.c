@@ -101,6 +101,8 @@ static void tick_preempt(sched *s, int i) {
     sched__spec_release(s, r);
     r->n_computed = 0;
     r->state = SCHED_SEQ_WAITING;
+    r->swapped = true;
+    atomic_fetch_add_explicit(&s->stats.swapped, 1, memory_order_relaxed);
     sched__waiting_insert(s, r);
     pthread_mutex_lock(&r->lock);
     r->out.preemptions++;
@@ -117,7 +119,7 @@ static void decode_reserve_blocks(sched *s) {
         if (!seq_is_decode(r)) continue;
         int32_t need = kv__blocks_for_tokens(r->n_tokens, s->cfg.block_size);
         while (!kv__blocks_grow(&s->blocks, &r->kv, need)) {
-            int v = sched__policy_victim(s->cfg.policy, s->running, s->n_running);
+            int v = sched__policy_victim(s->cfg.policy, s->running, s->n_running, s->tick_no);
             tick_preempt(s, v);
             if (v == i) { /* r itself went back to waiting */
                 i--;
@@ -187,6 +189,9 @@ static int32_t admit_match(sched *s, const sched_request *r, int32_t *unheld) {
 static bool admit_fits(sched *s, const sched_request *r) {
     int32_t unheld = 0;
     s->n_match = admit_match(s, r, &unheld);
+    s->n_tier_match = r->params.pooling != SCHED_POOLING_NONE
+                          ? 0
+                          : sched__tiers_match(s, r->tokens, s->n_match, (r->n_tokens - 1) / s->cfg.block_size);
     int32_t need = kv__blocks_for_tokens(r->n_tokens, s->cfg.block_size) - s->n_match;
     int32_t available = kv__blocks_available(&s->blocks) - unheld; /* shared unheld blocks leave the pool */
     if (available < need) return false;
@@ -200,7 +205,15 @@ static void admit(sched *s, sched_request *r, double now) {
     kv__prefix_take(&s->blocks, &r->kv, s->match_ids, s->n_match, r->tokens);
     bool ok = kv__blocks_grow(&s->blocks, &r->kv, kv__blocks_for_tokens(r->n_tokens, s->cfg.block_size));
     SP_ASSERT(ok);
-    int32_t cached = s->n_match * s->cfg.block_size;
+    /* the chain goes on in the host and disk tiers: those blocks are reloaded, not computed */
+    int32_t reloaded = s->n_tier_match > 0 ? sched__tiers_reload(s, r, s->n_match, s->n_tier_match) : 0;
+    int32_t cached = (s->n_match + reloaded) * s->cfg.block_size;
+    if (r->swapped) {
+        r->swapped = false;
+        r->resumed_tick = s->tick_no > 0 ? s->tick_no : 1;
+        atomic_fetch_sub_explicit(&s->stats.swapped, 1, memory_order_relaxed);
+        if (cached > 0) stat_add(&s->stats.swap_resumes, 1);
+    }
     r->n_computed = cached;
     if (r->pool) memset(r->pool, 0, sizeof *r->pool * (size_t)s->n_embd); /* an embedding pools afresh */
     if (s->blocks.caching) {
@@ -439,6 +452,7 @@ bool sched__tick(sched *s) {
         delivered += sched__spec_verify(s, r, s->step_n_draft[q], s->step_proposer[q], results, t1);
     }
     stat_add(&s->stats.prompt_tokens, prefilled);
+    if (prefilled > 0) sched__tiers_observe_prefill(s, t1 - t0, b.n_tokens);
     if (decode_only)
         sched__spec_observe(s, b.n_seqs, depth / b.n_seqs, sched_now() - now, delivered, drafts);
     else

@@ -107,6 +107,41 @@ static void render_spec(strbuf *b, const sched_stats *st) {
            (double)st->spec_suffix_bytes);
 }
 
+/* One metric with a value per tier of the prefix cache below the pool. */
+static void metric_by_tier(strbuf *b, const char *name, const char *type, const char *help, int64_t host,
+                           int64_t disk) {
+    strbuf_printf(b, "# HELP spindle_%s %s\n# TYPE spindle_%s %s\n", name, help, name, type);
+    strbuf_printf(b, "spindle_%s{tier=\"host\"} %lld\nspindle_%s{tier=\"disk\"} %lld\n", name, (long long)host, name,
+                  (long long)disk);
+}
+
+/* The prefix cache's host and disk tiers (--kv-host-mb, --kv-disk-dir) and swaps. */
+static void render_tiers(strbuf *b, const sched_stats *st) {
+    const kvt_stats *t = &st->tiers;
+    metric_by_tier(b, "kv_tier_blocks", "gauge", "KV blocks a tier of the prefix cache holds", t->host_blocks,
+                   t->disk_blocks);
+    metric_by_tier(b, "kv_tier_capacity_blocks", "gauge", "KV blocks a tier can hold (0: the tier is off)",
+                   t->host_capacity, t->disk_capacity);
+    metric_by_tier(b, "kv_tier_hits_total", "counter", "blocks reloaded into the KV pool from a tier", t->host_hits,
+                   t->disk_hits);
+    metric_by_tier(b, "kv_tier_evictions_total", "counter",
+                   "blocks pushed out of a tier (host: to the disk tier, or dropped without one; disk: deleted)",
+                   t->host_evictions, t->disk_evictions);
+    metric(b, "kv_tier_stored_total", "counter", "blocks the KV pool evicted that a tier took", (double)t->stored);
+    metric(b, "kv_tier_disk_writes_total", "counter", "block files written", (double)t->disk_writes);
+    metric(b, "kv_tier_disk_write_errors_total", "counter", "block files that could not be written (block dropped)",
+           (double)t->disk_write_errors);
+    metric(b, "kv_tier_disk_rejected_total", "counter",
+           "block files dropped for a wrong header, size or checksum (never loaded)", (double)t->disk_rejected);
+    metric(b, "kv_tier_disk_restored_blocks", "gauge", "block files indexed at start from an earlier run (persist)",
+           (double)t->disk_restored);
+    metric(b, "kv_tier_reloaded_tokens_total", "counter", "prompt tokens reloaded from a tier instead of computed",
+           (double)st->tier_reloaded_tokens);
+    metric(b, "swap_resumes_total", "counter",
+           "preempted sequences that came back with KV from the prefix cache or its tiers (not recomputed from 0)",
+           (double)st->swap_resumes);
+}
+
 static void render_http_requests(strbuf *b) {
     strbuf_printf(b, "# HELP spindle_http_requests_total HTTP requests by endpoint (the route path; other: unknown "
                      "paths) and the status answered (499: the client left before an answer)\n"
@@ -189,7 +224,8 @@ char *srv_metrics_render(const srv_app *app, const sched *s) {
         metric(&b, "requests_waiting_tokens", "gauge", "their prompt tokens", (double)st.queued_tokens);
         metric(&b, "requests_running", "gauge", "sequences prefilling or decoding", (double)st.running);
         metric(&b, "requests_swapped", "gauge",
-               "sequences swapped to host memory (always 0: preemption recomputes, nothing is swapped yet)", 0);
+               "preempted sequences waiting to come back, their computed blocks kept in the prefix cache and its tiers",
+               (double)st.swapped);
         double kv_usage = st.kv_blocks_total > 0 ? (double)st.kv_blocks_used / st.kv_blocks_total : 0.0;
         metric(&b, "kv_cache_utilization", "gauge",
                "fraction of the KV cache held by running sequences, 0 to 1 (the Gateway API Inference Extension's "
@@ -207,6 +243,7 @@ char *srv_metrics_render(const srv_app *app, const sched *s) {
         metric(&b, "scheduler_heartbeat_age_seconds", "gauge", "seconds since the scheduler thread last ticked or woke",
                sched_seconds_since_heartbeat(s));
         render_spec(&b, &st);
+        render_tiers(&b, &st);
         for (size_t i = 0; i < sizeof HISTOGRAMS / sizeof HISTOGRAMS[0]; i++) {
             sched_hist_snapshot h;
             sched_get_histogram(s, HISTOGRAMS[i].id, &h);

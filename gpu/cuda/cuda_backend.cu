@@ -258,6 +258,34 @@ static void cuda_kv_destroy(dev_backend *dev, dev_kv *kv) {
     free(ck);
 }
 
+/* One block's K and V of every layer is one strided copy: the (2 * layers) pools are
+ * pool_stride elements apart, and the block is a run of B*Hk*Dh elements in each. */
+static sp_status cuda_kv_copy(cuda_backend *cb, const cuda_kv *ck, const int32_t *ids, int32_t n, void *host,
+                              bool to_host) {
+    if (cb->faulted) return cuda__fault_status(cb);
+    const dev_kv_shape *sh = &ck->common.shape;
+    size_t run = (size_t)sh->block_size * (size_t)sh->n_kv_heads * (size_t)sh->head_dim * sizeof(__half);
+    size_t pitch = ck->pool_stride * sizeof(__half), rows = 2 * (size_t)sh->n_layers;
+    for (int32_t i = 0; i < n; i++) {
+        char *dev_at = (char *)ck->data + (size_t)ids[i] * run;
+        char *host_at = (char *)host + (size_t)i * run * rows;
+        cudaError_t err =
+            to_host ? cudaMemcpy2DAsync(host_at, run, dev_at, pitch, run, rows, cudaMemcpyDeviceToHost, cb->stream)
+                    : cudaMemcpy2DAsync(dev_at, pitch, host_at, run, run, rows, cudaMemcpyHostToDevice, cb->stream);
+        if (!cuda__ok(cb, err, "cudaMemcpy2DAsync")) return cuda__fault_status(cb);
+    }
+    if (!cuda__ok(cb, cudaStreamSynchronize(cb->stream), "cudaStreamSynchronize")) return cuda__fault_status(cb);
+    return SP_OK;
+}
+
+static sp_status cuda_kv_save(dev_backend *dev, const dev_kv *kv, const int32_t *ids, int32_t n, void *host) {
+    return cuda_kv_copy((cuda_backend *)dev, (const cuda_kv *)kv, ids, n, host, true);
+}
+
+static sp_status cuda_kv_load(dev_backend *dev, dev_kv *kv, const int32_t *ids, int32_t n, const void *host) {
+    return cuda_kv_copy((cuda_backend *)dev, (const cuda_kv *)kv, ids, n, (void *)host, false);
+}
+
 static sp_status cuda_copy_to_host(dev_backend *dev, void *host, const void *device, size_t nbytes) {
     cuda_backend *cb = (cuda_backend *)dev;
     if (cb->faulted) return cuda__fault_status(cb);
@@ -317,6 +345,8 @@ static const dev_backend_ops cuda_ops = {
     .reserve = cuda_reserve,
     .kv_create = cuda_kv_create,
     .kv_destroy = cuda_kv_destroy,
+    .kv_save = cuda_kv_save,
+    .kv_load = cuda_kv_load,
     .step_upload = cuda__step_upload,
     .embed = cuda__embed,
     .rmsnorm = cuda__rmsnorm,

@@ -127,6 +127,43 @@ static void host_kv_destroy(dev_backend *dev, dev_kv *kv) {
     free(hk);
 }
 
+/* One block's elements of one layer's K (or V) pool. */
+static size_t host_kv_block_elems(const host_kv *kv) {
+    const dev_kv_shape *sh = &kv->common.shape;
+    return (size_t)sh->block_size * (size_t)sh->n_kv_heads * (size_t)sh->head_dim;
+}
+
+static sp_status host_kv_save(dev_backend *dev, const dev_kv *kv, const int32_t *ids, int32_t n, void *host) {
+    (void)dev;
+    const host_kv *hk = (const host_kv *)kv;
+    size_t e = host_kv_block_elems(hk);
+    uint16_t *out = host;
+    for (int32_t i = 0; i < n; i++)
+        for (int l = 0; l < hk->common.shape.n_layers; l++)
+            for (int kv_half = 0; kv_half < 2; kv_half++) {
+                memcpy(out,
+                       hk->data + (size_t)l * hk->layer_stride + (size_t)kv_half * hk->pool_stride + (size_t)ids[i] * e,
+                       e * sizeof *out);
+                out += e;
+            }
+    return SP_OK;
+}
+
+static sp_status host_kv_load(dev_backend *dev, dev_kv *kv, const int32_t *ids, int32_t n, const void *host) {
+    (void)dev;
+    host_kv *hk = (host_kv *)kv;
+    size_t e = host_kv_block_elems(hk);
+    const uint16_t *in = host;
+    for (int32_t i = 0; i < n; i++)
+        for (int l = 0; l < hk->common.shape.n_layers; l++)
+            for (int kv_half = 0; kv_half < 2; kv_half++) {
+                memcpy(hk->data + (size_t)l * hk->layer_stride + (size_t)kv_half * hk->pool_stride + (size_t)ids[i] * e,
+                       in, e * sizeof *in);
+                in += e;
+            }
+    return SP_OK;
+}
+
 static sp_status host_step_upload(dev_backend *dev, const dev_step *host, const dev_kv *kv,
                                   const dev_step **device_step) {
     (void)dev;
@@ -157,6 +194,8 @@ static const dev_backend_ops host_ops = {
     .reserve = host_reserve,
     .kv_create = host_kv_create,
     .kv_destroy = host_kv_destroy,
+    .kv_save = host_kv_save,
+    .kv_load = host_kv_load,
     .step_upload = host_step_upload,
     .embed = host__embed,
     .rmsnorm = host__rmsnorm,
