@@ -105,7 +105,7 @@ LOADGEN_LDLIBS := -lcurl -ljansson -lm
 TEST_SRC := $(wildcard tests/unit/*/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all test layers unit-test integration-test run debug setup fuzz bench bench-template bench-serve bench-spec bench-grammar bench-soak format format-check clean install
+.PHONY: all test layers unit-test integration-test run debug setup fuzz bench bench-template bench-serve bench-spec bench-grammar bench-kv-tiers bench-soak format format-check clean install
 
 all: $(BUILD)/spindle $(BUILD)/mkmodel
 
@@ -173,7 +173,7 @@ FUZZ_SECONDS ?= 60
 fuzz:
 	@tools/fuzz.sh $(FUZZ_SECONDS)
 
-bench: setup all bench-template bench-serve bench-spec bench-grammar $(BUILD)/mem_bandwidth
+bench: setup all bench-template bench-serve bench-spec bench-grammar bench-kv-tiers $(BUILD)/mem_bandwidth
 	@$(BUILD)/mem_bandwidth
 	@bench/bench_kernels.sh
 	@bench/bench_profile.sh
@@ -197,6 +197,12 @@ bench-spec: setup all $(BUILD)/loadgen $(BUILD)/bench_draw
 
 $(BUILD)/bench_draw: bench/bench_draw.c $(LIB)
 	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDLIBS) $(CUDA_LIBS)
+
+# The prefix cache's host and disk tiers: a multi-turn chat of many users whose histories
+# outgrow the KV pool, TTFT with and without the tiers; writes the kv-tiers section of
+# docs/benchmarks.md.
+bench-kv-tiers: setup all
+	@$(PYTHON) bench/bench_kv_tiers.py --bin $(BUILD)/spindle --model $(MODEL)
 
 # Constrained output: mask time per token, and output tok/s with a JSON Schema against
 # unconstrained and against llama-server; writes the grammar section of docs/benchmarks.md.

@@ -207,6 +207,16 @@ void kvt_put(kvt_store *t, uint64_t hash, uint64_t parent, const int32_t *tokens
     }
 }
 
+void kvt_persist_host(kvt_store *t) {
+    if (!t || !t->persist || t->disk_slots <= 0) return;
+    while (t->host_lru.head >= 0) {
+        int32_t i = t->host_lru.head;
+        int32_t slot = t->e[i].slot;
+        entry_unplace(t, i);
+        to_disk(t, i, slot_data(t, slot));
+    }
+}
+
 kvt_tier kvt_find(const kvt_store *t, uint64_t hash, uint64_t parent, const int32_t *tokens) {
     if (!kvt_enabled(t)) return KVT_NONE;
     int32_t i = map_find(t, hash, parent, tokens);

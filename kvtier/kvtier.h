@@ -75,6 +75,11 @@ bool kvt_enabled(const kvt_store *t);
  * fails: what cannot be kept is dropped and counted. */
 void kvt_put(kvt_store *t, uint64_t hash, uint64_t parent, const int32_t *tokens, const void *data);
 
+/* Persist: writes every block of the host tier to disk (least recently used first),
+ * so that a restart finds them; at shutdown, after the pool's blocks were put. Nothing
+ * without a persistent disk tier. */
+void kvt_persist_host(kvt_store *t);
+
 /* The tier that holds exactly this block; KVT_NONE when none. No I/O. */
 kvt_tier kvt_find(const kvt_store *t, uint64_t hash, uint64_t parent, const int32_t *tokens);
 

@@ -20,7 +20,8 @@
  * When no sequence holds a registered block any more it stays findable, on an LRU
  * list; new blocks come from the free stack first, then from the LRU list's oldest
  * end (evicted: unregistered). A sequence releases its last block first, so a chain's
- * tail is evicted before its head.
+ * tail is evicted before its head. An eviction first calls on_evict (when set), with
+ * which the prefix cache's tiers (kv_tiers.c) keep a copy of the block's K/V.
  *
  * DESIGN (threads). The scheduler thread owns the pool and every kv_seq; only n_used
  * and n_cached are atomic, for sched_get_stats on other threads.

@@ -95,6 +95,21 @@ sp_status sched__tiers_init(sched *s) {
 }
 
 void sched__tiers_free(sched *s) {
+    if (s->tiers && s->cfg.kv_disk_persist && s->kv) {
+        /* what the pool still caches goes to disk too, least recently used first, so a
+         * restart finds the latest prefixes */
+        int32_t n = 0;
+        for (int32_t id = s->blocks.lru_head; id >= 0; id = s->blocks.lru_next[id]) {
+            tiers_on_evict(s, id, s->blocks.hash[id], s->blocks.parent_hash[id],
+                           s->blocks.tokens + (size_t)id * (size_t)s->cfg.block_size);
+            n++;
+        }
+        kvt_persist_host(s->tiers);
+        kvt_stats ts;
+        kvt_stats_get(s->tiers, &ts);
+        sp_log_info("kv tiers: %lld blocks kept on disk for the next start (%d from the pool)",
+                    (long long)ts.disk_blocks, n);
+    }
     s->blocks.on_evict = NULL;
     kvt_destroy(s->tiers);
     s->tiers = NULL;
