@@ -39,7 +39,7 @@ GPU_SRC       := gpu/device.c gpu/host/host_backend.c gpu/host/host_ops.c gpu/ho
                  gpu/host/host_sample.c gpu/host/threadpool.c
 KVTIER_SRC    := kvtier/kvtier.c kvtier/kvtier_disk.c
 MODEL_SRC     := model/arch.c model/model.c model/forward.c
-SCHED_SRC     := scheduler/sched.c scheduler/queue.c scheduler/request.c scheduler/kv_blocks.c scheduler/kv_tiers.c scheduler/policy.c \
+SCHED_SRC     := scheduler/sched.c scheduler/queue.c scheduler/request.c scheduler/kv_blocks.c scheduler/kv_tiers.c scheduler/policy.c scheduler/slo.c \
                  scheduler/tick.c scheduler/masks.c scheduler/end_tick.c scheduler/embed.c scheduler/stop_match.c scheduler/sched_metrics.c \
                  scheduler/spec_tick.c scheduler/spec_draft.c scheduler/spec/spec_ngram.c scheduler/spec/spec_suffix.c \
                  scheduler/spec/spec_gate.c scheduler/spec/spec_cost.c
@@ -105,7 +105,7 @@ LOADGEN_LDLIBS := -lcurl -ljansson -lm
 TEST_SRC := $(wildcard tests/unit/*/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all test layers unit-test integration-test run debug setup fuzz bench bench-template bench-serve bench-spec bench-grammar bench-kv-tiers bench-soak format format-check clean install
+.PHONY: all test layers unit-test integration-test run debug setup fuzz bench bench-template bench-serve bench-spec bench-grammar bench-kv-tiers bench-slo bench-soak format format-check clean install
 
 all: $(BUILD)/spindle $(BUILD)/mkmodel
 
@@ -173,7 +173,7 @@ FUZZ_SECONDS ?= 60
 fuzz:
 	@tools/fuzz.sh $(FUZZ_SECONDS)
 
-bench: setup all bench-template bench-serve bench-spec bench-grammar bench-kv-tiers $(BUILD)/mem_bandwidth
+bench: setup all bench-template bench-serve bench-spec bench-grammar bench-kv-tiers bench-slo $(BUILD)/mem_bandwidth
 	@$(BUILD)/mem_bandwidth
 	@bench/bench_kernels.sh
 	@bench/bench_profile.sh
@@ -203,6 +203,11 @@ $(BUILD)/bench_draw: bench/bench_draw.c $(LIB)
 # docs/benchmarks.md.
 bench-kv-tiers: setup all
 	@$(PYTHON) bench/bench_kv_tiers.py --bin $(BUILD)/spindle --model $(MODEL)
+
+# Overload at twice the measured capacity: goodput (requests within TTFT and TPOT targets)
+# with --policy slo against fcfs and llama-server; writes the slo section of docs/benchmarks.md.
+bench-slo: setup all
+	@$(PYTHON) bench/bench_slo.py --bin $(BUILD)/spindle --model $(MODEL)
 
 # Constrained output: mask time per token, and output tok/s with a JSON Schema against
 # unconstrained and against llama-server; writes the grammar section of docs/benchmarks.md.

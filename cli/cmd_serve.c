@@ -111,7 +111,11 @@ static void serve_args_fill(serve_args *a) {
     a->sched.max_prefill_tokens = (int)c->max_prefill_tokens;
     a->sched.queue_max_requests = (int)c->queue_max_requests;
     a->sched.queue_max_tokens = c->queue_max_tokens;
-    a->sched.policy = c->policy == CFG_POLICY_PRIORITY ? SCHED_POLICY_PRIORITY : SCHED_POLICY_FCFS;
+    a->sched.policy = c->policy == CFG_POLICY_PRIORITY ? SCHED_POLICY_PRIORITY
+                      : c->policy == CFG_POLICY_SLO    ? SCHED_POLICY_SLO
+                                                       : SCHED_POLICY_FCFS;
+    a->sched.ttft_slo_ms = c->ttft_slo_ms;
+    a->sched.tpot_slo_ms = c->tpot_slo_ms;
     a->sched.request_timeout_s = c->request_timeout;
     a->sched.spec_k = (int)c->spec_k;
     a->sched.spec_ngram_min = (int)c->spec_ngram_min;
@@ -324,7 +328,7 @@ static sp_status serve_load(const serve_args *a, srv_app *app, serve_state *s) {
                 s->served_name, hp->arch_name, hp->n_layers, hp->n_vocab, dev_name(s->dev), live->max_seq_len,
                 (long long)live->kv_cache_mb, live->block_size, live->max_batch_size, live->max_batch_tokens,
                 live->max_prefill_tokens, live->queue_max_requests, (long long)live->queue_max_tokens,
-                live->policy == SCHED_POLICY_FCFS ? "fcfs" : "priority");
+                live->policy == SCHED_POLICY_FCFS ? "fcfs" : live->policy == SCHED_POLICY_PRIORITY ? "priority" : "slo");
     sp_log_info("sampling of requests that leave it out: %s", sampling_said);
     return SP_OK;
 }

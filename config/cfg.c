@@ -17,7 +17,7 @@
 static const char *const DEVICES[] = {"auto", "cpu", "cuda", NULL};
 static const char *const GEMV_MODES[] = {"auto", "always", "never", NULL};
 static const char *const CPU_ISAS[] = {"auto", "generic", "avx2", "avx512", "amx", NULL};
-static const char *const POLICIES[] = {"fcfs", "priority", NULL};
+static const char *const POLICIES[] = {"fcfs", "priority", "slo", NULL};
 static const char *const LOG_FORMATS[] = {"text", "json", NULL};
 static const char *const JSON_WHITESPACE[] = {"compact", "flexible", NULL};
 static const char *const METRICS_NAMES[] = {"spindle", "vllm", NULL};
@@ -82,7 +82,13 @@ const cfg_key cfg__keys[] = {
         "requests waiting to run before 429", NULL),
     INT("queue_max_tokens", "queue-max-tokens", queue_max_tokens, 1, INT64_MAX, false,
         "their prompt tokens before 429", NULL),
-    ENUM("policy", "policy", policy, POLICIES, "admission and preemption order"),
+    ENUM("policy", "policy", policy, POLICIES,
+         "admission and preemption order (slo: latency targets first: no prefill that makes a decode miss its "
+         "TPOT target, the queue head then the shortest prompts, 429 at once for what cannot meet its TTFT target)"),
+    FLT("ttft_slo_ms", "ttft-slo-ms", ttft_slo_ms, 0, 1e9, "MS",
+        "time-to-first-token target of requests that give none (ttft_slo_ms), 0 = none; goodput counts it"),
+    FLT("tpot_slo_ms", "tpot-slo-ms", tpot_slo_ms, 0, 1e9, "MS",
+        "time-per-output-token target of requests that give none (tpot_slo_ms), 0 = none"),
     FLT("request_timeout", "request-timeout", request_timeout, 0, 1e7, "S", "seconds a request may take, 0 = none"),
     BOOL("prefix_cache", "prefix-cache", prefix_cache, "reuse the KV of prompt prefixes computed before"),
     INT("kv_host_mb", "kv-host-mb", kv_host_mb, 0, 1 << 24, false,

@@ -27,7 +27,7 @@
 /* The file read when --config is not given, if it exists. */
 #define CFG_DEFAULT_PATH "/etc/spindle/spindle.yaml"
 /* How many settings there are (the rows of cfg.c's key table). */
-#define CFG_KEY_COUNT 77
+#define CFG_KEY_COUNT 79
 
 typedef enum cfg_device {
     CFG_DEVICE_AUTO, /* CUDA when built and present, else the CPU */
@@ -46,7 +46,7 @@ typedef enum cfg_cpu_isa {
     CFG_CPU_ISA_AMX
 } cfg_cpu_isa;
 
-typedef enum cfg_policy { CFG_POLICY_FCFS, CFG_POLICY_PRIORITY } cfg_policy;
+typedef enum cfg_policy { CFG_POLICY_FCFS, CFG_POLICY_PRIORITY, CFG_POLICY_SLO } cfg_policy;
 
 typedef enum cfg_log_format { CFG_LOG_TEXT, CFG_LOG_JSON } cfg_log_format;
 typedef enum cfg_json_whitespace { CFG_JSON_COMPACT, CFG_JSON_FLEXIBLE } cfg_json_whitespace;
@@ -101,6 +101,8 @@ typedef struct cfg_settings {
     int64_t queue_max_requests;
     int64_t queue_max_tokens;
     cfg_policy policy;
+    double ttft_slo_ms; /* latency targets of requests that give none; 0: none */
+    double tpot_slo_ms;
     double request_timeout; /* seconds; 0: none */
     bool prefix_cache;      /* share computed KV blocks of equal prefixes */
     int64_t kv_host_mb;     /* the prefix cache's host-memory tier; 0: none */

@@ -167,8 +167,3 @@ int32_t sched__tiers_reload(sched *s, sched_request *r, int32_t from_block, int3
     }
     return done;
 }
-
-void sched__tiers_observe_prefill(sched *s, double seconds, int64_t rows) {
-    /* only steps that are mostly prefill say what a prefill row costs */
-    if (rows >= s->cfg.block_size) ewma(&s->prefill_row_s, seconds / (double)rows);
-}

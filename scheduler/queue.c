@@ -103,6 +103,11 @@ sp_status sched_submit(sched *s, sched_request *const *reqs, int n) {
                        "(queue_max_tokens is %lld)",
                        (long long)queued_tokens, (long long)tokens, (long long)s->cfg.queue_max_tokens);
     }
+    sp_status slo = sched__slo_admission(s, reqs, n, queued, queued_tokens, tokens);
+    if (slo != SP_OK) {
+        pthread_mutex_unlock(&s->lock);
+        return slo;
+    }
     for (int i = 0; i < n; i++) {
         sched_request *r = reqs[i];
         sched_request_retain(r); /* the scheduler's reference */

@@ -59,8 +59,11 @@ sp_status sched_config_validate(const sched_config *c) {
         return sp_fail(SP_ERR_INVALID_ARG, "queue_max_requests %d must be at least 1", c->queue_max_requests);
     if (c->queue_max_tokens < 1)
         return sp_fail(SP_ERR_INVALID_ARG, "queue_max_tokens %lld must be at least 1", (long long)c->queue_max_tokens);
-    if (c->policy != SCHED_POLICY_FCFS && c->policy != SCHED_POLICY_PRIORITY)
-        return sp_fail(SP_ERR_INVALID_ARG, "policy %d is not fcfs or priority", (int)c->policy);
+    if (c->policy != SCHED_POLICY_FCFS && c->policy != SCHED_POLICY_PRIORITY && c->policy != SCHED_POLICY_SLO)
+        return sp_fail(SP_ERR_INVALID_ARG, "policy %d is not fcfs, priority or slo", (int)c->policy);
+    if (!isfinite(c->ttft_slo_ms) || c->ttft_slo_ms < 0 || !isfinite(c->tpot_slo_ms) || c->tpot_slo_ms < 0)
+        return sp_fail(SP_ERR_INVALID_ARG, "ttft_slo_ms %g and tpot_slo_ms %g must be 0 (none) or positive",
+                       c->ttft_slo_ms, c->tpot_slo_ms);
     if (!isfinite(c->request_timeout_s) || c->request_timeout_s < 0)
         return sp_fail(SP_ERR_INVALID_ARG, "request_timeout_s %g must be 0 (none) or positive", c->request_timeout_s);
     if (c->max_seq_len < 0)
@@ -354,6 +357,10 @@ void sched_get_stats(const sched *s, sched_stats *out) {
         .prefix_hit_tokens = LOAD(prefix_hit_tokens),
         .tier_reloaded_tokens = LOAD(tier_reloaded_tokens),
         .swap_resumes = LOAD(swap_resumes),
+        .slo_requests = LOAD(slo_requests),
+        .slo_goodput = LOAD(slo_goodput),
+        .slo_rejected = LOAD(slo_rejected),
+        .slo_prefill_holds = LOAD(slo_prefill_holds),
         .running = LOAD(running),
         .swapped = LOAD(swapped),
     };

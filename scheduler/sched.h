@@ -38,8 +38,11 @@ typedef struct sched sched;
 typedef struct sched_request sched_request;
 
 typedef enum sched_policy_kind {
-    SCHED_POLICY_FCFS,    /* first come, first served */
-    SCHED_POLICY_PRIORITY /* lower `priority` first, then arrival (as vLLM) */
+    SCHED_POLICY_FCFS,     /* first come, first served */
+    SCHED_POLICY_PRIORITY, /* lower `priority` first, then arrival (as vLLM) */
+    SCHED_POLICY_SLO       /* latency targets first (slo.c): fcfs order, the queue head then the shortest
+                              prompts, no new prefill that would make a decode miss its inter-token target,
+                              early refusal of what cannot meet its TTFT target */
 } sched_policy_kind;
 
 /* Every knob of the scheduler; sched_config_default() suits the default model on a
@@ -54,6 +57,8 @@ typedef struct sched_config {
     int queue_max_requests;     /* requests accepted but not yet running */
     int64_t queue_max_tokens;   /* their prompt tokens */
     sched_policy_kind policy;   /* admission and preemption order */
+    double ttft_slo_ms;         /* time-to-first-token target of every request (0: none); goodput counts it */
+    double tpot_slo_ms;         /* mean time-per-output-token target (0: none) */
     double request_timeout_s;   /* default deadline from arrival; 0 = none */
     int32_t max_seq_len;        /* context limit of one sequence (prompt + generated) */
     double kv_watermark;        /* fraction of blocks kept free at admission for growth */
@@ -114,6 +119,8 @@ typedef struct sched_request_params {
     int top_logprobs;       /* -1: no logprobs; 0..SCHED_MAX_TOP_LOGPROBS: chosen token's + that many alternatives */
     int priority;           /* lower runs first under the priority policy */
     double timeout_s;       /* <= 0: the scheduler's default */
+    double ttft_slo_ms;     /* its latency targets; <= 0: the scheduler's (ttft_slo_ms, tpot_slo_ms) */
+    double tpot_slo_ms;
     sample_params sampling; /* logit_bias array is copied */
     bool no_speculation;    /* never draft for this request (its output is the same either way) */
     /* a thinking budget: after max_reasoning_tokens tokens inside <think> (0: no budget), the
@@ -228,6 +235,10 @@ typedef struct sched_stats {
     int64_t tier_reloaded_tokens; /* of those, reloaded from the host or disk tier */
     int64_t swap_resumes;         /* preempted sequences that came back with blocks from the cache */
     kvt_stats tiers;              /* the tiers' sizes and counters */
+    /* latency targets (slo.c): requests that finished with a target, those that met all of theirs */
+    int64_t slo_requests, slo_goodput;
+    int64_t slo_rejected;      /* refused at submission (policy slo): their TTFT target could not be met */
+    int64_t slo_prefill_holds; /* ticks whose new prefill was held back for a decode's inter-token target */
     /* speculative decoding, per proposer (SCHED_SPEC_NGRAM, SCHED_SPEC_SUFFIX) */
     int64_t spec_proposed[SCHED_SPEC_PROPOSERS]; /* draft tokens put in steps */
     int64_t spec_accepted[SCHED_SPEC_PROPOSERS]; /* of those, accepted */

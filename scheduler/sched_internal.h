@@ -298,7 +298,8 @@ typedef struct sched_spec_counters {
 typedef struct sched_counters {
     _Atomic int64_t submitted, rejected_queue_requests, rejected_queue_tokens, rejected_shutdown, rejected_invalid,
         finished, cancelled, errors, timeouts, preemptions, ticks, prompt_tokens, generated_tokens, prefix_query_tokens,
-        prefix_hit_tokens, tier_reloaded_tokens, swap_resumes;
+        prefix_hit_tokens, tier_reloaded_tokens, swap_resumes, slo_requests, slo_goodput, slo_rejected,
+        slo_prefill_holds;
     _Atomic int32_t running;
     _Atomic int32_t swapped;
 } sched_counters;
@@ -344,6 +345,15 @@ struct sched {
     size_t tier_block_bytes;              /* dev_kv_block_bytes of the pool */
     double tier_reload_s[3];              /* per kvt_tier: seconds one block's reload took (EWMA; 0: not measured) */
     double prefill_row_s;                 /* seconds one row of a prefill step took (EWMA; 0: not measured) */
+    double decode_step_s;                 /* seconds a decode-only step took (EWMA; 0: not measured) */
+    /* admissions per second while requests waited (slo.c: a window of about a second
+     * counts only when the waiting list never ran empty in it) */
+    double admit_window_start;
+    int32_t admit_window_count;
+    bool admit_window_saturated;
+    double admit_rate;
+    /* the rates above for sched_submit's TTFT estimate (policy slo), on other threads */
+    _Atomic double shared_prefill_row_s, shared_decode_step_s, shared_admit_rate;
     sched_request *wait_head, *wait_tail; /* ordered by sched__policy_before */
     sched_request **running;              /* (max_batch_size) in admission order */
     int n_running;
@@ -430,8 +440,29 @@ int32_t sched__tiers_match(sched *s, const int32_t *tokens, int32_t from_block, 
 /* Writes up to n blocks from the tiers into r's blocks from_block.. (r holds them, the
  * first from_block computed) and registers them; returns how many it wrote. */
 int32_t sched__tiers_reload(sched *s, sched_request *r, int32_t from_block, int32_t n);
-/* A step of `rows` rows with prefill took `seconds` (the cost model's compute side). */
-void sched__tiers_observe_prefill(sched *s, double seconds, int64_t rows);
+
+/* ---- latency targets (slo.c) ---------------------------------------------------------- */
+
+/* r's targets in seconds (its own, else the scheduler's; 0: none). */
+double sched__slo_ttft(const sched *s, const sched_request *r);
+double sched__slo_tpot(const sched *s, const sched_request *r);
+/* A step took `seconds` with prefill_rows prompt rows of its rows (0: decode only): the
+ * measured costs the tiers' cost model and the SLO policy read. */
+void sched__slo_observe_step(sched *s, double seconds, int64_t prefill_rows, int64_t rows);
+/* After a tick's admissions (admitted of them): the admission rate while requests wait. */
+void sched__slo_observe_admissions(sched *s, int admitted, double now);
+/* Policy slo: how many of budget prefill tokens this tick may take without making a
+ * running decode miss its inter-token target (budget itself under other policies). */
+int32_t sched__slo_prefill_budget(sched *s, int32_t budget, int32_t decode_rows, double now);
+/* The next waiting request to try to admit: the head first, then (policy slo) the
+ * shortest feed waiting. NULL: none. */
+sched_request *sched__slo_next(const sched *s, bool first);
+/* Policy slo, in sched_submit under s->lock: SP_ERR_FULL (naming the target) when the
+ * prompts queued ahead and these reqs' own cannot be prefilled within a TTFT target. */
+sp_status sched__slo_admission(sched *s, sched_request *const *reqs, int n, int32_t queued, int64_t queued_tokens,
+                               int64_t tokens);
+/* A request that finished (STOP or LENGTH): counts it against its targets (goodput). */
+void sched__slo_finished(sched *s, const sched_request *r);
 
 /* One tick: drop what ended, admit, build and run one step, sample. Returns false
  * when there was nothing to run (idle). Scheduler thread. */

@@ -315,6 +315,7 @@ static void plan_step(sched *s, step_build *b, double now) {
 
     int32_t budget = s->cfg.max_batch_tokens - b->n_tokens;
     if (budget > s->cfg.max_prefill_tokens) budget = s->cfg.max_prefill_tokens;
+    budget = sched__slo_prefill_budget(s, budget, b->n_seqs, now); /* policy slo: decodes' deadlines first */
     for (int i = 0; i < s->n_running && budget > 0; i++) {
         sched_request *r = s->running[i];
         if (seq_is_decode(r)) continue;
@@ -323,14 +324,18 @@ static void plan_step(sched *s, step_build *b, double now) {
         step_add(s, b, r, chunk, true, 0, -1);
         budget -= chunk;
     }
-    while (budget > 0 && s->wait_head && s->n_running < s->cfg.max_batch_size && admit_fits(s, s->wait_head)) {
-        sched_request *r = s->wait_head;
+    sched_request *r;
+    int admitted = 0;
+    for (bool first = true; budget > 0 && s->n_running < s->cfg.max_batch_size; first = false) {
+        if (!(r = sched__slo_next(s, first)) || !admit_fits(s, r)) break;
         admit(s, r, now);
+        admitted++;
         int32_t pending = r->n_tokens - r->n_computed;
         int32_t chunk = pending < budget ? pending : budget;
         step_add(s, b, r, chunk, true, 0, -1);
         budget -= chunk;
     }
+    sched__slo_observe_admissions(s, admitted, now);
 }
 
 /* Ends every sequence of a step that failed. */
@@ -452,7 +457,7 @@ bool sched__tick(sched *s) {
         delivered += sched__spec_verify(s, r, s->step_n_draft[q], s->step_proposer[q], results, t1);
     }
     stat_add(&s->stats.prompt_tokens, prefilled);
-    if (prefilled > 0) sched__tiers_observe_prefill(s, t1 - t0, b.n_tokens);
+    sched__slo_observe_step(s, t1 - t0, prefilled, b.n_tokens);
     if (decode_only)
         sched__spec_observe(s, b.n_seqs, depth / b.n_seqs, sched_now() - now, delivered, drafts);
     else

@@ -137,6 +137,16 @@ static void render_tiers(strbuf *b, const sched_stats *st) {
            (double)t->disk_restored);
     metric(b, "kv_tier_reloaded_tokens_total", "counter", "prompt tokens reloaded from a tier instead of computed",
            (double)st->tier_reloaded_tokens);
+    metric(b, "slo_requests_total", "counter", "requests that finished with a TTFT or TPOT target",
+           (double)st->slo_requests);
+    metric(b, "slo_goodput_requests_total", "counter", "of those, the ones that met every target they had (goodput)",
+           (double)st->slo_goodput);
+    metric(b, "slo_rejected_total", "counter",
+           "requests refused at once (429, policy slo): their TTFT target could not be met",
+           (double)st->slo_rejected);
+    metric(b, "slo_prefill_holds_total", "counter",
+           "steps whose prefill was cut so a running decode keeps its TPOT target (policy slo)",
+           (double)st->slo_prefill_holds);
     metric(b, "swap_resumes_total", "counter",
            "preempted sequences that came back with KV from the prefix cache or its tiers (not recomputed from 0)",
            (double)st->swap_resumes);

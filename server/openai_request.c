@@ -260,6 +260,13 @@ static sp_status request_options(const json_t *root, const srv_model_info *mi, s
     if ((st = srv__read_number(root, "timeout", (srv__range){0.0, 1e9, true, false}, &d, &given, err)) != SP_OK)
         return st;
     if (given) r->params.timeout_s = d;
+    /* ttft_slo_ms, tpot_slo_ms: spindle extensions, this request's latency targets */
+    if ((st = srv__read_number(root, "ttft_slo_ms", (srv__range){0.0, 1e9, true, false}, &d, &given, err)) != SP_OK)
+        return st;
+    if (given) r->params.ttft_slo_ms = d;
+    if ((st = srv__read_number(root, "tpot_slo_ms", (srv__range){0.0, 1e9, true, false}, &d, &given, err)) != SP_OK)
+        return st;
+    if (given) r->params.tpot_slo_ms = d;
     return SP_OK;
 }
 

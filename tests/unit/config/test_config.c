@@ -359,7 +359,7 @@ Test(cfg_yaml_errors, wrong_types) {
                                      "string '8080'");
     expect_error("access_log: maybe\n", "spindle.yaml:1: key 'access_log': expected true or false, got 'maybe'");
     expect_error("access_log: 'true'\n", "spindle.yaml:1: key 'access_log'");
-    expect_error("policy: lifo\n", "spindle.yaml:1: key 'policy': expected one of fcfs, priority, got 'lifo'");
+    expect_error("policy: lifo\n", "spindle.yaml:1: key 'policy': expected one of fcfs, priority, slo, got 'lifo'");
     expect_error("device: gpu\n", "spindle.yaml:1: key 'device': expected one of auto, cpu, cuda");
     expect_error("log_format: xml\n", "spindle.yaml:1: key 'log_format'");
     expect_error("host: null\n", "spindle.yaml:1: key 'host': expected a string, got nothing");
@@ -484,7 +484,7 @@ Test(cfg_args, bad_flags_name_the_flag) {
         {"--port", "65536", "--port: expected an integer between 0 and 65535"},
         {"--threads", "0", "--threads: expected an integer between 1 and 256"},
         {"--ready-queue-fraction", "2", "--ready-queue-fraction: expected a number between 0 and 1"},
-        {"--policy", "lifo", "--policy: expected one of fcfs, priority, got 'lifo'"},
+        {"--policy", "lifo", "--policy: expected one of fcfs, priority, slo, got 'lifo'"},
         {"--api-key", "", "--api-key: expected a list of strings"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
