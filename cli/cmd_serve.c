@@ -328,7 +328,9 @@ static sp_status serve_load(const serve_args *a, srv_app *app, serve_state *s) {
                 s->served_name, hp->arch_name, hp->n_layers, hp->n_vocab, dev_name(s->dev), live->max_seq_len,
                 (long long)live->kv_cache_mb, live->block_size, live->max_batch_size, live->max_batch_tokens,
                 live->max_prefill_tokens, live->queue_max_requests, (long long)live->queue_max_tokens,
-                live->policy == SCHED_POLICY_FCFS ? "fcfs" : live->policy == SCHED_POLICY_PRIORITY ? "priority" : "slo");
+                live->policy == SCHED_POLICY_FCFS       ? "fcfs"
+                : live->policy == SCHED_POLICY_PRIORITY ? "priority"
+                                                        : "slo");
     sp_log_info("sampling of requests that leave it out: %s", sampling_said);
     return SP_OK;
 }

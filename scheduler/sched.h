@@ -116,10 +116,10 @@ typedef struct sched_request_params {
     bool ignore_eos;         /* keep generating past end-of-generation tokens */
     const char *const *stop; /* (n_stop) stop strings, copied; matched across token boundaries */
     int n_stop;
-    int top_logprobs;       /* -1: no logprobs; 0..SCHED_MAX_TOP_LOGPROBS: chosen token's + that many alternatives */
-    int priority;           /* lower runs first under the priority policy */
-    double timeout_s;       /* <= 0: the scheduler's default */
-    double ttft_slo_ms;     /* its latency targets; <= 0: the scheduler's (ttft_slo_ms, tpot_slo_ms) */
+    int top_logprobs;   /* -1: no logprobs; 0..SCHED_MAX_TOP_LOGPROBS: chosen token's + that many alternatives */
+    int priority;       /* lower runs first under the priority policy */
+    double timeout_s;   /* <= 0: the scheduler's default */
+    double ttft_slo_ms; /* its latency targets; <= 0: the scheduler's (ttft_slo_ms, tpot_slo_ms) */
     double tpot_slo_ms;
     sample_params sampling; /* logit_bias array is copied */
     bool no_speculation;    /* never draft for this request (its output is the same either way) */

@@ -339,13 +339,13 @@ struct sched {
     kv_blocks blocks;
     int32_t *match_ids; /* (max_blocks_per_seq) the prefix cache's match for the head being admitted */
     int32_t n_match;
-    int32_t n_tier_match;                 /* blocks after those that the tiers hold (kv_tiers.c) */
-    kvt_store *tiers;                     /* the prefix cache's host and disk tiers; NULL: none */
-    uint8_t *tier_buf;                    /* (tier_block_bytes) one block on its way between the pool and a tier */
-    size_t tier_block_bytes;              /* dev_kv_block_bytes of the pool */
-    double tier_reload_s[3];              /* per kvt_tier: seconds one block's reload took (EWMA; 0: not measured) */
-    double prefill_row_s;                 /* seconds one row of a prefill step took (EWMA; 0: not measured) */
-    double decode_step_s;                 /* seconds a decode-only step took (EWMA; 0: not measured) */
+    int32_t n_tier_match;    /* blocks after those that the tiers hold (kv_tiers.c) */
+    kvt_store *tiers;        /* the prefix cache's host and disk tiers; NULL: none */
+    uint8_t *tier_buf;       /* (tier_block_bytes) one block on its way between the pool and a tier */
+    size_t tier_block_bytes; /* dev_kv_block_bytes of the pool */
+    double tier_reload_s[3]; /* per kvt_tier: seconds one block's reload took (EWMA; 0: not measured) */
+    double prefill_row_s;    /* seconds one row of a prefill step took (EWMA; 0: not measured) */
+    double decode_step_s;    /* seconds a decode-only step took (EWMA; 0: not measured) */
     /* admissions per second while requests waited (slo.c: a window of about a second
      * counts only when the waiting list never ran empty in it) */
     double admit_window_start;

@@ -142,8 +142,7 @@ static void render_tiers(strbuf *b, const sched_stats *st) {
     metric(b, "slo_goodput_requests_total", "counter", "of those, the ones that met every target they had (goodput)",
            (double)st->slo_goodput);
     metric(b, "slo_rejected_total", "counter",
-           "requests refused at once (429, policy slo): their TTFT target could not be met",
-           (double)st->slo_rejected);
+           "requests refused at once (429, policy slo): their TTFT target could not be met", (double)st->slo_rejected);
     metric(b, "slo_prefill_holds_total", "counter",
            "steps whose prefill was cut so a running decode keeps its TPOT target (policy slo)",
            (double)st->slo_prefill_holds);
