@@ -331,6 +331,13 @@ static sp_status serve_load(const serve_args *a, srv_app *app, serve_state *s) {
                 live->policy == SCHED_POLICY_FCFS       ? "fcfs"
                 : live->policy == SCHED_POLICY_PRIORITY ? "priority"
                                                         : "slo");
+    sched_stats kv_st;
+    sched_get_stats(app->sched, &kv_st);
+    sp_log_info("KV memory: %lld bytes per token (F16 K and V over %d layers), %lld KiB per full-context sequence; "
+                "the pool holds %d blocks (%lld tokens)",
+                (long long)kv_st.kv_bytes_per_token, hp->n_layers,
+                (long long)kv_st.kv_bytes_per_token * live->max_seq_len >> 10, kv_st.kv_blocks_total,
+                (long long)kv_st.kv_blocks_total * live->block_size);
     sp_log_info("sampling of requests that leave it out: %s", sampling_said);
     return SP_OK;
 }

@@ -336,6 +336,7 @@ void kvt_stats_get(const kvt_store *t, kvt_stats *o) {
     o->host_capacity = t->host_slots;
     o->disk_blocks = load(&t->n_disk);
     o->disk_capacity = t->disk_slots;
+    o->block_bytes = (int64_t)t->block_bytes;
     o->stored = load(&t->stored);
     o->host_hits = load(&t->host_hits);
     o->disk_hits = load(&t->disk_hits);

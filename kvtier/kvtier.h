@@ -51,6 +51,7 @@ typedef struct kvt_store kvt_store;
 typedef struct kvt_stats {
     int64_t host_blocks, host_capacity; /* blocks held, slots */
     int64_t disk_blocks, disk_capacity;
+    int64_t block_bytes;                     /* payload bytes of one block (a disk file adds a header) */
     int64_t stored;                         /* blocks handed to kvt_put that were new */
     int64_t host_hits, disk_hits;           /* kvt_get that returned a block, per tier */
     int64_t host_evictions, disk_evictions; /* blocks pushed out of a tier (host: to disk or dropped) */

@@ -370,6 +370,9 @@ void sched_get_stats(const sched *s, sched_stats *out) {
     out->kv_blocks_used = kv__blocks_used(&s->blocks);
     out->kv_blocks_total = s->blocks.n_total;
     out->kv_blocks_cached = kv__blocks_cached(&s->blocks);
+    const model_hparams *hp = model_get_hparams(s->m);
+    dev_kv_shape one_token = {hp->n_layers, 1, 1, hp->n_kv_heads, hp->head_dim};
+    out->kv_bytes_per_token = (int64_t)dev_kv_bytes(&one_token);
     kvt_stats_get(s->tiers, &out->tiers);
     sched__spec_stats(s, out);
 }

@@ -230,6 +230,7 @@ typedef struct sched_stats {
     int32_t kv_blocks_used; /* held by a running sequence */
     int32_t kv_blocks_total;
     int32_t kv_blocks_cached;     /* in the prefix cache (held or not) */
+    int64_t kv_bytes_per_token;   /* K and V of one token over every layer, in the pool's element type */
     int64_t prefix_query_tokens;  /* tokens of admitted feeds (prefix cache on) */
     int64_t prefix_hit_tokens;    /* of those, served from the cache (its lower tiers included) */
     int64_t tier_reloaded_tokens; /* of those, reloaded from the host or disk tier */

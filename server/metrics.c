@@ -122,6 +122,8 @@ static void render_tiers(strbuf *b, const sched_stats *st) {
                    t->disk_blocks);
     metric_by_tier(b, "kv_tier_capacity_blocks", "gauge", "KV blocks a tier can hold (0: the tier is off)",
                    t->host_capacity, t->disk_capacity);
+    metric_by_tier(b, "kv_tier_bytes", "gauge", "bytes of K/V a tier holds (disk: without the files' headers)",
+                   t->host_blocks * t->block_bytes, t->disk_blocks * t->block_bytes);
     metric_by_tier(b, "kv_tier_hits_total", "counter", "blocks reloaded into the KV pool from a tier", t->host_hits,
                    t->disk_hits);
     metric_by_tier(b, "kv_tier_evictions_total", "counter",
@@ -243,6 +245,8 @@ char *srv_metrics_render(const srv_app *app, const sched *s) {
         if (app->http.metrics_vllm) render_vllm(&b, app, &st, kv_usage);
         metric(&b, "kv_blocks_used", "gauge", "KV cache blocks in use", (double)st.kv_blocks_used);
         metric(&b, "kv_blocks_total", "gauge", "KV cache blocks", (double)st.kv_blocks_total);
+        metric(&b, "kv_bytes_per_token", "gauge", "bytes of K and V one token holds over every layer (F16)",
+               (double)st.kv_bytes_per_token);
         metric(&b, "kv_blocks_cached", "gauge", "KV blocks in the prefix cache (shared, or kept for reuse)",
                (double)st.kv_blocks_cached);
         metric(&b, "prefix_cache_queries_total", "counter", "tokens of admitted feeds looked up in the prefix cache",
