@@ -2,6 +2,7 @@
  * the design; the files are kvtier_disk.c's). */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/assert.h"
 #include "common/log.h"
@@ -188,7 +189,7 @@ void kvt_put(kvt_store *t, uint64_t hash, uint64_t parent, const int32_t *tokens
         lru_push(t, l, i);
         return;
     }
-    if (t->free_head < 0) { /* every entry in use: the oldest goes, host first */
+    if (t->free_head < 0) { /* every entry in use: the disk tier's oldest goes (else the host's) */
         int32_t victim = t->disk_lru.head >= 0 ? t->disk_lru.head : t->host_lru.head;
         if (t->e[victim].tier == KVT_DISK) kvt__disk_remove(t, victim);
         count(t->e[victim].tier == KVT_DISK ? &t->disk_evictions : &t->host_evictions, 1);
@@ -207,20 +208,43 @@ void kvt_put(kvt_store *t, uint64_t hash, uint64_t parent, const int32_t *tokens
     }
 }
 
-void kvt_persist_host(kvt_store *t) {
-    if (!t || !t->persist || t->disk_slots <= 0) return;
-    while (t->host_lru.head >= 0) {
-        int32_t i = t->host_lru.head;
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* A free disk place and entry (persisting never evicts). */
+static bool disk_has_room(const kvt_store *t) {
+    return t->persist && t->disk_lru.n < t->disk_slots;
+}
+
+void kvt_persist_block(kvt_store *t, uint64_t hash, uint64_t parent, const int32_t *tokens, const void *data) {
+    if (!t || !disk_has_room(t) || t->free_head < 0 || map_find(t, hash, parent, tokens) >= 0) return;
+    int32_t i = kvt__entry_new(t, hash, parent, tokens);
+    count(&t->stored, 1);
+    to_disk(t, i, data);
+}
+
+void kvt_persist_host(kvt_store *t, double budget_s) {
+    if (!t) return;
+    double until = now_s() + budget_s;
+    while (t->host_lru.tail >= 0 && disk_has_room(t) && now_s() < until) {
+        int32_t i = t->host_lru.tail;
         int32_t slot = t->e[i].slot;
         entry_unplace(t, i);
         to_disk(t, i, slot_data(t, slot));
     }
 }
 
-kvt_tier kvt_find(const kvt_store *t, uint64_t hash, uint64_t parent, const int32_t *tokens) {
+kvt_tier kvt_find(kvt_store *t, uint64_t hash, uint64_t parent, const int32_t *tokens) {
     if (!kvt_enabled(t)) return KVT_NONE;
     int32_t i = map_find(t, hash, parent, tokens);
-    return i < 0 ? KVT_NONE : t->e[i].tier;
+    if (i < 0) return KVT_NONE;
+    kvt_lru *l = tier_lru(t, t->e[i].tier);
+    lru_unlink(t, l, i);
+    lru_push(t, l, i);
+    return t->e[i].tier;
 }
 
 kvt_tier kvt_get(kvt_store *t, uint64_t hash, uint64_t parent, const int32_t *tokens, void *data) {

@@ -51,7 +51,7 @@ typedef struct kvt_store kvt_store;
 typedef struct kvt_stats {
     int64_t host_blocks, host_capacity; /* blocks held, slots */
     int64_t disk_blocks, disk_capacity;
-    int64_t block_bytes;                     /* payload bytes of one block (a disk file adds a header) */
+    int64_t block_bytes;                    /* payload bytes of one block (a disk file adds a header) */
     int64_t stored;                         /* blocks handed to kvt_put that were new */
     int64_t host_hits, disk_hits;           /* kvt_get that returned a block, per tier */
     int64_t host_evictions, disk_evictions; /* blocks pushed out of a tier (host: to disk or dropped) */
@@ -76,13 +76,18 @@ bool kvt_enabled(const kvt_store *t);
  * fails: what cannot be kept is dropped and counted. */
 void kvt_put(kvt_store *t, uint64_t hash, uint64_t parent, const int32_t *tokens, const void *data);
 
-/* Persist: writes every block of the host tier to disk (least recently used first),
- * so that a restart finds them; at shutdown, after the pool's blocks were put. Nothing
- * without a persistent disk tier. */
-void kvt_persist_host(kvt_store *t);
+/* Shutdown with a persistent disk tier, so that a restart finds what the process still
+ * held: kvt_persist_block writes one of the pool's blocks straight to disk, and
+ * kvt_persist_host the host tier's blocks (most recently used first, for at most budget_s
+ * seconds). Both only fill free disk places (nothing on disk is evicted for them); a
+ * block already held is left. Nothing without a persistent disk tier. */
+void kvt_persist_block(kvt_store *t, uint64_t hash, uint64_t parent, const int32_t *tokens, const void *data);
+void kvt_persist_host(kvt_store *t, double budget_s);
 
-/* The tier that holds exactly this block; KVT_NONE when none. No I/O. */
-kvt_tier kvt_find(const kvt_store *t, uint64_t hash, uint64_t parent, const int32_t *tokens);
+/* The tier that holds exactly this block; KVT_NONE when none. No I/O. A block found is
+ * marked recently used, so the evictions of the admission that matched it (the pool's
+ * blocks coming down) push out older blocks, not it. */
+kvt_tier kvt_find(kvt_store *t, uint64_t hash, uint64_t parent, const int32_t *tokens);
 
 /* Copies the block's payload into data (block_bytes) and marks it recently used; returns
  * the tier it came from, or KVT_NONE when it is not held or its file failed a check (the

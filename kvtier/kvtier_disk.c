@@ -109,12 +109,18 @@ bool kvt__disk_write(kvt_store *t, int32_t i, const void *data) {
     char path[PATH_MAX + 64], tmp[PATH_MAX + 80];
     file_path(t, h.hash, h.parent, path, sizeof path);
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    unlink(tmp); /* a leftover of an interrupted write */
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     bool ok = fd >= 0 && write_all(fd, t->io, kvt__file_bytes(t));
     if (fd >= 0) close(fd);
     if (ok) ok = rename(tmp, path) == 0;
     if (!ok) {
-        sp_log_warn("kv disk tier: cannot write %s (%s); the block is dropped", path, strerror(errno));
+        /* once per run: a full disk would say it for every block (the metric counts them) */
+        if (!t->write_error_logged)
+            sp_log_warn("kv disk tier: cannot write %s (%s); the block is dropped (said once; "
+                        "spindle_kv_tier_disk_write_errors_total counts them)",
+                        path, strerror(errno));
+        t->write_error_logged = true;
         unlink(tmp);
     }
     return ok;
@@ -139,7 +145,7 @@ static const char *file_problem(const kvt_store *t, size_t n, uint64_t hash, uin
 /* Reads the file at path into t->io (whole, or its header and tokens); its size in *n,
  * or false. */
 static bool read_file(kvt_store *t, const char *path, size_t *n, bool whole) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) return false;
     struct stat st;
     bool ok = fstat(fd, &st) == 0 && st.st_size >= 0;
@@ -263,6 +269,48 @@ static void index_dir(kvt_store *t) {
     closedir(d);
 }
 
+/* Removes the files this store's kind makes in dir (blocks, leftovers, the lock), then dir. */
+static void remove_dir(const char *dir) {
+    DIR *d = opendir(dir);
+    if (d) {
+        struct dirent *de;
+        char path[PATH_MAX + 300];
+        while ((de = readdir(d)) != NULL) {
+            size_t len = strlen(de->d_name);
+            bool ours = strcmp(de->d_name, "lock") == 0 || (len > 3 && strcmp(de->d_name + len - 3, ".kv") == 0) ||
+                        (len > 4 && strcmp(de->d_name + len - 4, ".tmp") == 0);
+            if (!ours) continue;
+            snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+            unlink(path);
+        }
+        closedir(d);
+    }
+    rmdir(dir);
+}
+
+/* The directories of processes that died without removing theirs (a crash, SIGKILL):
+ * spindle-kv-XXXXXX (mkdtemp's six characters, not a persistent one's 16 hex digits)
+ * whose lock nobody holds. A directory without a lock file may be starting: left. */
+static void remove_stale_dirs(const char *parent) {
+    DIR *d = opendir(parent);
+    if (!d) return;
+    struct dirent *de;
+    char dir[PATH_MAX + 300], lock[PATH_MAX + 320];
+    while ((de = readdir(d)) != NULL) {
+        if (strncmp(de->d_name, "spindle-kv-", 11) != 0 || strlen(de->d_name) != 11 + 6) continue;
+        snprintf(dir, sizeof dir, "%s/%s", parent, de->d_name);
+        snprintf(lock, sizeof lock, "%s/lock", dir);
+        int fd = open(lock, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0) continue;
+        if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
+            sp_log_info("kv disk tier: removing %s, left by a process that ended without removing it", dir);
+            remove_dir(dir);
+        }
+        close(fd);
+    }
+    closedir(d);
+}
+
 sp_status kvt__disk_open(kvt_store *t, const kvt_config *c) {
     t->persist = c->persist;
     if (mkdir(c->disk_dir, 0700) != 0 && errno != EEXIST)
@@ -275,7 +323,13 @@ sp_status kvt__disk_open(kvt_store *t, const kvt_config *c) {
             n += snprintf(t->dir + n, sizeof t->dir - (size_t)n, "%02x", t->model_sha[b]);
         if (mkdir(t->dir, 0700) != 0 && errno != EEXIST)
             return sp_fail(SP_ERR_IO, "kv_disk_dir: cannot create %s: %s", t->dir, strerror(errno));
+        /* its files are loaded into the KV cache: only a directory of our own, no link */
+        struct stat st;
+        if (lstat(t->dir, &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 022))
+            return sp_fail(SP_ERR_IO, "kv_disk_dir: %s is not a directory of this user's that only it can write",
+                           t->dir);
     } else {
+        remove_stale_dirs(c->disk_dir);
         snprintf(t->dir, sizeof t->dir, "%s/spindle-kv-XXXXXX", c->disk_dir);
         if (!mkdtemp(t->dir))
             return sp_fail(SP_ERR_IO, "kv_disk_dir %s: cannot make a directory in it: %s", c->disk_dir,
@@ -290,14 +344,7 @@ sp_status kvt__disk_open(kvt_store *t, const kvt_config *c) {
 }
 
 void kvt__disk_close(kvt_store *t) {
-    if (!t->persist) {
-        /* our own directory: every file we wrote, the lock, then the directory */
-        for (int32_t i = t->disk_lru.head; i >= 0; i = t->e[i].next) kvt__disk_remove(t, i);
-        char path[PATH_MAX + 16];
-        snprintf(path, sizeof path, "%s/lock", t->dir);
-        unlink(path);
-        rmdir(t->dir);
-    }
-    close(t->lock_fd); /* releases the lock */
+    if (!t->persist) remove_dir(t->dir); /* our own directory: every file we wrote, the lock, then it */
+    close(t->lock_fd);                   /* releases the lock */
     t->lock_fd = -1;
 }

@@ -45,6 +45,7 @@ struct kvt_store {
     uint8_t model_sha[32]; /* persist: the model's sha256; zeros otherwise */
     uint64_t layout;
     uint8_t *io; /* (kvt__file_bytes) one file's bytes, for reads and writes */
+    bool write_error_logged;
     /* counters (kvt_stats) */
     _Atomic int64_t n_host, n_disk, stored, host_hits, disk_hits, host_evictions, disk_evictions, disk_writes,
         disk_write_errors, disk_rejected, disk_restored;
@@ -70,7 +71,7 @@ size_t kvt__file_bytes(const kvt_store *t);
 sp_status kvt__disk_open(kvt_store *t, const kvt_config *c);
 /* Releases the lock; removes the directory and its files unless persist. */
 void kvt__disk_close(kvt_store *t);
-/* Writes entry i's file from data; false when it could not (logged once per kind). */
+/* Writes entry i's file from data; false when it could not (the first failure logged). */
 bool kvt__disk_write(kvt_store *t, int32_t i, const void *data);
 /* Reads and checks entry i's file into data; false when missing or bad (warned). */
 bool kvt__disk_read(kvt_store *t, int32_t i, void *data);

@@ -57,11 +57,12 @@ static void request_retire(sched *s, sched_request *r, sched_finish f, sp_status
         /* an embedding's prompt is no output the suffix cache should offer */
         if (r->params.pooling == SCHED_POOLING_NONE) sched__spec_remember(s, r);
         sched__metrics_observe_finished(&s->metrics, &r->out.timings); /* done: only this thread wrote it */
-        if (r->params.pooling == SCHED_POOLING_NONE) sched__slo_finished(s, r);
+        if (r->params.pooling == SCHED_POOLING_NONE) sched__slo_finished(s, r, true);
         break;
     case SCHED_FINISH_CANCELLED: stat_add(&s->stats.cancelled, 1); break;
     case SCHED_FINISH_ERROR:
         stat_add(&s->stats.errors, 1);
+        if (r->params.pooling == SCHED_POOLING_NONE) sched__slo_finished(s, r, false);
         if (err == SP_ERR_TIMEOUT) stat_add(&s->stats.timeouts, 1);
         break;
     case SCHED_FINISH_NONE: SP_ASSERT(!"a request ends with a finish reason"); break;

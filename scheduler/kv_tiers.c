@@ -12,8 +12,9 @@
  *           tier (dev_kv_blocks_load) and registered in the pool, as if computed.
  *
  * The cost model: per tier, an EWMA of the seconds one block's reload took; for the
- * model, an EWMA of the seconds one prefill row took. A tier's block is reloaded while
- * reload < block_size * prefill row; until both are measured it is reloaded.
+ * model, an EWMA of the seconds one prefill row took (slo.c measures it). A tier's block
+ * is reloaded while reload < block_size * prefill row; until both are measured it is
+ * reloaded, and a tier judged slower is still tried every TIER_PROBE_EVERY matches.
  *
  * Swap. A preempted sequence's computed full blocks are registered in the prefix cache
  * (every step registers them), so when it gives its blocks back they stay in the pool
@@ -30,6 +31,10 @@
 #include "common/log.h"
 #include "scheduler/sched_internal.h"
 
+/* Seconds a stop may spend writing the pool's and the host tier's blocks to a
+ * persistent disk tier (systemd's unit gives a stop 45 s in all). */
+#define TIER_PERSIST_BUDGET_S 20.0
+
 /* EWMA weight of a new measurement. */
 #define TIER_EWMA 0.2
 
@@ -41,7 +46,9 @@ static void ewma(double *avg, double x) {
 static void tiers_on_evict(void *arg, int32_t id, uint64_t hash, uint64_t parent_hash, const int32_t *tokens) {
     sched *s = arg;
     if (dev_kv_blocks_save(model_device(s->m), s->kv, &id, 1, s->tier_buf) != SP_OK) {
-        sp_log_warn("kv tiers: cannot copy an evicted block out of the pool: %s", sp_last_error());
+        if (!s->tier_save_failed) /* a faulted device would say it for every block */
+            sp_log_warn("kv tiers: cannot copy an evicted block out of the pool: %s (said once)", sp_last_error());
+        s->tier_save_failed = true;
         return;
     }
     kvt_put(s->tiers, hash, parent_hash, tokens, s->tier_buf);
@@ -96,15 +103,18 @@ sp_status sched__tiers_init(sched *s) {
 
 void sched__tiers_free(sched *s) {
     if (s->tiers && s->cfg.kv_disk_persist && s->kv) {
-        /* what the pool still caches goes to disk too, least recently used first, so a
-         * restart finds the latest prefixes */
+        /* what the pool still caches goes to disk too, most recently used first and
+         * within a time budget (a service manager's stop timeout), so a restart finds the
+         * latest prefixes */
         int32_t n = 0;
-        for (int32_t id = s->blocks.lru_head; id >= 0; id = s->blocks.lru_next[id]) {
-            tiers_on_evict(s, id, s->blocks.hash[id], s->blocks.parent_hash[id],
-                           s->blocks.tokens + (size_t)id * (size_t)s->cfg.block_size);
+        double until = sched_now() + TIER_PERSIST_BUDGET_S;
+        for (int32_t id = s->blocks.lru_tail; id >= 0 && sched_now() < until; id = s->blocks.lru_prev[id]) {
+            if (dev_kv_blocks_save(model_device(s->m), s->kv, &id, 1, s->tier_buf) != SP_OK) break;
+            kvt_persist_block(s->tiers, s->blocks.hash[id], s->blocks.parent_hash[id],
+                              s->blocks.tokens + (size_t)id * (size_t)s->cfg.block_size, s->tier_buf);
             n++;
         }
-        kvt_persist_host(s->tiers);
+        kvt_persist_host(s->tiers, until - sched_now());
         kvt_stats ts;
         kvt_stats_get(s->tiers, &ts);
         sp_log_info("kv tiers: %lld blocks kept on disk for the next start (%d from the pool)",
@@ -117,10 +127,15 @@ void sched__tiers_free(sched *s) {
     s->tier_buf = NULL;
 }
 
+/* Matches a tier judged slower than computing still gets before one is reloaded anyway,
+ * so that one slow measurement (a cold page cache) does not turn the tier off for good. */
+enum { TIER_PROBE_EVERY = 16 };
+
 /* Whether reloading one block from tier beats computing its positions. */
-static bool reload_pays(const sched *s, kvt_tier tier) {
+static bool reload_pays(sched *s, kvt_tier tier) {
     double reload = s->tier_reload_s[tier], row = s->prefill_row_s;
-    return reload == 0 || row == 0 || reload < row * s->cfg.block_size;
+    if (reload == 0 || row == 0 || reload < row * s->cfg.block_size) return true;
+    return ++s->tier_skips[tier] % TIER_PROBE_EVERY == 0; /* measure it again */
 }
 
 int32_t sched__tiers_match(sched *s, const int32_t *tokens, int32_t from_block, int32_t max_blocks) {

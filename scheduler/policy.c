@@ -15,13 +15,14 @@
  * value) and, within it, from the submission (one HTTP request) with the most running
  * sequences: its latest turn. So the request that fills the KV pool gives back blocks,
  * not a one-sequence request that arrived after it (whose turn may be as late). Among
- * the sequences of that submission the one with the fewest generated tokens goes (the
- * least work to redo or reload), then the latest turn. A sequence that came back from a
- * preemption less than SCHED_RESUME_IMMUNITY_TICKS ago is not chosen while another can
- * be, so no sequence thrashes in and out of the pool.
- * Swapped sequences (preempted, waiting to come back) are admitted before any other,
- * the fewest tokens (blocks) first: they were admitted once already and their blocks
- * are likely still in the prefix cache or its tiers.
+ * the sequences of the submissions of that size (one-sequence requests: all of them) the
+ * one with the fewest generated tokens goes (the least work to redo or reload; its
+ * computed blocks stay in the prefix cache), then the latest turn. A sequence that came
+ * back from a preemption less than SCHED_RESUME_IMMUNITY_TICKS ago is not chosen while
+ * another of its class can be, so no sequence thrashes in and out of the pool.
+ * Swapped sequences (preempted, waiting to come back) are admitted before any other of
+ * their class, the fewest tokens (blocks) first: they were admitted once already and
+ * their blocks are likely still in the prefix cache or its tiers.
  * Pure functions of the requests' fields (arrival_no and turn are set before the request
  * reaches the scheduler thread; swapped, n_tokens and resumed_tick are the scheduler
  * thread's, which calls these).
@@ -30,10 +31,10 @@
 #include "scheduler/sched_internal.h"
 
 bool sched__policy_before(sched_policy_kind kind, const sched_request *a, const sched_request *b) {
-    if (a->swapped != b->swapped) return a->swapped;
-    if (a->swapped && a->n_tokens != b->n_tokens) return a->n_tokens < b->n_tokens;
     if (kind == SCHED_POLICY_PRIORITY && a->params.priority != b->params.priority)
         return a->params.priority < b->params.priority;
+    if (a->swapped != b->swapped) return a->swapped;
+    if (a->swapped && a->n_tokens != b->n_tokens) return a->n_tokens < b->n_tokens;
     if (a->turn != b->turn) return a->turn < b->turn;
     return a->arrival_no < b->arrival_no;
 }
@@ -56,26 +57,28 @@ static int32_t generated(const sched_request *r) {
 
 int sched__policy_victim(sched_policy_kind kind, sched_request *const *running, int n, uint64_t tick) {
     SP_ASSERT(n >= 1);
-    bool any_open = false; /* a sequence outside its immunity window */
-    for (int i = 0; i < n && !any_open; i++) any_open = !immune(running[i], tick);
+    /* the class that goes last (priority: the highest value); only it gives up a sequence */
+    int last_class = running[0]->params.priority;
+    for (int i = 1; i < n; i++)
+        if (running[i]->params.priority > last_class) last_class = running[i]->params.priority;
+    bool prio = kind == SCHED_POLICY_PRIORITY;
+    bool any_open = false; /* a sequence of that class outside its immunity window */
+    for (int i = 0; i < n && !any_open; i++)
+        any_open = (!prio || running[i]->params.priority == last_class) && !immune(running[i], tick);
     int victim = -1, victim_group = 0;
     for (int i = 0; i < n; i++) {
         const sched_request *r = running[i];
+        if (prio && r->params.priority != last_class) continue;
         if (any_open && immune(r, tick)) continue;
+        int size = group_size(running, n, r);
         if (victim >= 0) {
             const sched_request *v = running[victim];
-            /* a class that goes earlier is never the victim's */
-            if (kind == SCHED_POLICY_PRIORITY && r->params.priority != v->params.priority) {
-                if (r->params.priority < v->params.priority) continue;
-            } else {
-                int size = group_size(running, n, r);
-                if (size < victim_group) continue;
-                if (size == victim_group && generated(r) > generated(v)) continue;
-                if (size == victim_group && generated(r) == generated(v) && !sched__policy_before(kind, v, r)) continue;
-            }
+            if (size < victim_group) continue;
+            if (size == victim_group && generated(r) > generated(v)) continue;
+            if (size == victim_group && generated(r) == generated(v) && !sched__policy_before(kind, v, r)) continue;
         }
         victim = i;
-        victim_group = group_size(running, n, r);
+        victim_group = size;
     }
     return victim;
 }

@@ -346,6 +346,8 @@ struct sched {
     double tier_reload_s[3]; /* per kvt_tier: seconds one block's reload took (EWMA; 0: not measured) */
     double prefill_row_s;    /* seconds one row of a prefill step took (EWMA; 0: not measured) */
     double decode_step_s;    /* seconds a decode-only step took (EWMA; 0: not measured) */
+    uint32_t tier_skips[3];  /* per kvt_tier: matches not reloaded for the cost (kv_tiers.c) */
+    bool tier_save_failed;   /* a block could not be copied out of the pool (logged once) */
     /* admissions per second while requests waited (slo.c: a window of about a second
      * counts only when the waiting list never ran empty in it) */
     double admit_window_start;
@@ -461,8 +463,10 @@ sched_request *sched__slo_next(const sched *s, bool first);
  * prompts queued ahead and these reqs' own cannot be prefilled within a TTFT target. */
 sp_status sched__slo_admission(sched *s, sched_request *const *reqs, int n, int32_t queued, int64_t queued_tokens,
                                int64_t tokens);
-/* A request that finished (STOP or LENGTH): counts it against its targets (goodput). */
-void sched__slo_finished(sched *s, const sched_request *r);
+/* A generation that ended: counts it against its targets (goodput). completed: it
+ * finished (STOP or LENGTH); an error or timeout ended it (never good). Cancellations
+ * (the client left) are not counted. */
+void sched__slo_finished(sched *s, const sched_request *r, bool completed);
 
 /* One tick: drop what ended, admit, build and run one step, sample. Returns false
  * when there was nothing to run (idle). Scheduler thread. */

@@ -7,7 +7,9 @@
  *            closest to its inter-token deadline (its last token + its TPOT target)
  *            allows, after a decode-only step's time: a new prompt waits a tick
  *            rather than make a running answer stutter. When even a decode-only step
- *            would miss the deadline, holding gains nothing and the prefill runs.
+ *            would miss the deadline, holding gains nothing and the prefill runs; and
+ *            a tick always keeps a block's worth of prefill, so one request's tight
+ *            target cannot stop everyone else's prompts.
  *   seat     the queue head first (it is never overtaken for good), then the
  *            shortest waiting feeds: more first tokens per second of prefill.
  *   refuse   at submission, a request whose TTFT target cannot be met is answered 429
@@ -95,7 +97,10 @@ int32_t sched__slo_prefill_budget(sched *s, int32_t budget, int32_t decode_rows,
     double fits = room / s->prefill_row_s;
     if (fits >= budget) return budget;
     count(&s->stats.slo_prefill_holds);
-    return (int32_t)(fits + 1e-6); /* not one row fewer for a rounding error */
+    /* at least a block a tick: however tight a request's target, prefill never stops */
+    int32_t rows = (int32_t)(fits + 1e-6); /* not one row fewer for a rounding error */
+    int32_t floor_rows = s->cfg.block_size < budget ? s->cfg.block_size : budget;
+    return rows > floor_rows ? rows : floor_rows;
 }
 
 sched_request *sched__slo_next(const sched *s, bool first) {
@@ -135,12 +140,12 @@ sp_status sched__slo_admission(sched *s, sched_request *const *reqs, int n, int3
                    target * 1000, queued + n, (long long)ahead, estimate * 1000);
 }
 
-void sched__slo_finished(sched *s, const sched_request *r) {
+void sched__slo_finished(sched *s, const sched_request *r, bool completed) {
     double ttft = sched__slo_ttft(s, r), tpot = sched__slo_tpot(s, r);
     if (ttft == 0 && tpot == 0) return;
     const sched_timings *t = &r->out.timings;
-    bool met = true;
-    if (ttft > 0) met = t->first_token > 0 && t->first_token - t->arrival <= ttft;
+    bool met = completed;
+    if (met && ttft > 0) met = t->first_token > 0 && t->first_token - t->arrival <= ttft;
     int32_t n = r->out.n_tokens;
     if (met && tpot > 0 && n > 1) met = (t->finished - t->first_token) / (n - 1) <= tpot;
     count(&s->stats.slo_requests);

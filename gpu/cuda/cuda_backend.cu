@@ -259,7 +259,10 @@ static void cuda_kv_destroy(dev_backend *dev, dev_kv *kv) {
 }
 
 /* One block's K and V of every layer is one strided copy: the (2 * layers) pools are
- * pool_stride elements apart, and the block is a run of B*Hk*Dh elements in each. */
+ * pool_stride elements apart, and the block is a run of B*Hk*Dh elements in each. A
+ * pitch beyond what cudaMemcpy2D takes (memPitch, 2^31 - 1 bytes on current GPUs: a
+ * pool of more than 2 GiB per layer's K) is copied one run at a time instead. */
+enum { CUDA_KV_MAX_PITCH = 0x7fffffff };
 static sp_status cuda_kv_copy(cuda_backend *cb, const cuda_kv *ck, const int32_t *ids, int32_t n, void *host,
                               bool to_host) {
     if (cb->faulted) return cuda__fault_status(cb);
@@ -269,10 +272,19 @@ static sp_status cuda_kv_copy(cuda_backend *cb, const cuda_kv *ck, const int32_t
     for (int32_t i = 0; i < n; i++) {
         char *dev_at = (char *)ck->data + (size_t)ids[i] * run;
         char *host_at = (char *)host + (size_t)i * run * rows;
-        cudaError_t err =
-            to_host ? cudaMemcpy2DAsync(host_at, run, dev_at, pitch, run, rows, cudaMemcpyDeviceToHost, cb->stream)
-                    : cudaMemcpy2DAsync(dev_at, pitch, host_at, run, run, rows, cudaMemcpyHostToDevice, cb->stream);
-        if (!cuda__ok(cb, err, "cudaMemcpy2DAsync")) return cuda__fault_status(cb);
+        if (pitch <= CUDA_KV_MAX_PITCH) {
+            cudaError_t err =
+                to_host ? cudaMemcpy2DAsync(host_at, run, dev_at, pitch, run, rows, cudaMemcpyDeviceToHost, cb->stream)
+                        : cudaMemcpy2DAsync(dev_at, pitch, host_at, run, run, rows, cudaMemcpyHostToDevice, cb->stream);
+            if (!cuda__ok(cb, err, "cudaMemcpy2DAsync")) return cuda__fault_status(cb);
+            continue;
+        }
+        for (size_t r = 0; r < rows; r++) {
+            char *d = dev_at + r * pitch, *h = host_at + r * run;
+            cudaError_t err = to_host ? cudaMemcpyAsync(h, d, run, cudaMemcpyDeviceToHost, cb->stream)
+                                      : cudaMemcpyAsync(d, h, run, cudaMemcpyHostToDevice, cb->stream);
+            if (!cuda__ok(cb, err, "cudaMemcpyAsync")) return cuda__fault_status(cb);
+        }
     }
     if (!cuda__ok(cb, cudaStreamSynchronize(cb->stream), "cudaStreamSynchronize")) return cuda__fault_status(cb);
     return SP_OK;

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -314,6 +315,48 @@ Test(kvtier, churn_keeps_its_accounting) {
     }
     kvt_destroy(t);
     cr_assert_eq(count_files(dir), 0);
+    rm_tree(dir);
+    free(dir);
+}
+
+/* A block found (an admission's match) is marked recently used: the blocks the same
+ * admission pushes down from the pool evict older ones, not it. */
+Test(kvtier, a_found_block_outlives_the_next_puts) {
+    kvt_store *t;
+    kvt_config c = {.block_size = B, .block_bytes = BYTES, .host_bytes = 2 * BYTES};
+    cr_assert_eq(kvt_create(&c, &t), SP_OK);
+    put(t, 0);
+    put(t, 1);
+    cr_assert_eq(find(t, 0), KVT_HOST);
+    put(t, 2); /* the host tier is full: the least recently used goes, 1 */
+    cr_assert_eq(find(t, 1), KVT_NONE);
+    cr_assert_eq(get(t, 0), KVT_HOST);
+    kvt_destroy(t);
+}
+
+/* A directory left by a process that died (its lock free) is removed at the next start;
+ * one whose lock is held is left alone. */
+Test(kvtier, directories_of_dead_processes_are_removed) {
+    char *dir = make_dir();
+    char dead[600], alive[600], path[700];
+    snprintf(dead, sizeof dead, "%s/spindle-kv-AAAAAA", dir);
+    snprintf(alive, sizeof alive, "%s/spindle-kv-BBBBBB", dir);
+    cr_assert_eq(mkdir(dead, 0700), 0);
+    cr_assert_eq(mkdir(alive, 0700), 0);
+    snprintf(path, sizeof path, "%s/lock", dead);
+    close(open(path, O_RDWR | O_CREAT, 0600));
+    snprintf(path, sizeof path, "%s/0000000000000001-0000000000000002.kv", dead);
+    close(open(path, O_RDWR | O_CREAT, 0600));
+    snprintf(path, sizeof path, "%s/lock", alive);
+    int held = open(path, O_RDWR | O_CREAT, 0600);
+    cr_assert_eq(flock(held, LOCK_EX | LOCK_NB), 0);
+    kvt_store *t;
+    kvt_config c = {.block_size = B, .block_bytes = BYTES, .disk_dir = dir, .disk_bytes = 1 << 20};
+    cr_assert_eq(kvt_create(&c, &t), SP_OK);
+    cr_assert_eq(access(dead, F_OK), -1, "the dead process's directory is gone");
+    cr_assert_eq(access(alive, F_OK), 0, "the live one's stays");
+    kvt_destroy(t);
+    close(held);
     rm_tree(dir);
     free(dir);
 }

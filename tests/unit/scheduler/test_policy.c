@@ -140,5 +140,20 @@ Test(policy, swapped_sequences_are_admitted_first_fewest_tokens_first) {
     uint64_t want[5] = {7, 6, 3, 4, 5};
     check_waiting_order(SCHED_POLICY_FCFS, r, 5, want);
     check_waiting_order(SCHED_POLICY_PRIORITY, r, 5, want);
+    /* under priority, only within a class: a waiting request of a class that goes
+     * earlier is still admitted first */
+    r[1]->params.priority = -1;
+    uint64_t want_prio[5] = {4, 7, 6, 3, 5};
+    check_waiting_order(SCHED_POLICY_PRIORITY, r, 5, want_prio);
     for (int i = 0; i < 5; i++) free(r[i]);
+}
+
+/* Under priority, immunity never shields a sequence of the class that goes last at the
+ * expense of a class that goes earlier. */
+Test(policy, immunity_stays_within_the_priority_class) {
+    sched_request *r[3] = {fake(1, 0), fake(2, 0), fake(3, 5)};
+    r[2]->resumed_tick = 95; /* the low-priority one just came back */
+    cr_assert_eq(sched__policy_victim(SCHED_POLICY_PRIORITY, r, 3, 100), 2, "its class goes last, immune or not");
+    cr_assert_eq(sched__policy_victim(SCHED_POLICY_FCFS, r, 3, 100), 1, "fcfs: immunity passes it over");
+    for (int i = 0; i < 3; i++) free(r[i]);
 }

@@ -64,6 +64,8 @@ Test(slo, prefill_fits_the_slack_of_the_closest_decode) {
     cr_assert_eq(sched__slo_prefill_budget(s, 256, 2, 100.010), 256, "no target at all");
     s->cfg.tpot_slo_ms = 30; /* deadlines 100.030 and 100.050 */
     cr_assert_eq(sched__slo_prefill_budget(s, 256, 2, 100.010), 20);
+    s->cfg.tpot_slo_ms = 21; /* 1 ms of room: 2 rows, but a tick keeps a block's worth */
+    cr_assert_eq(sched__slo_prefill_budget(s, 256, 2, 100.010), s->cfg.block_size);
     free(s->running[0]);
     free(s->running[1]);
     free_sched(s);
@@ -147,19 +149,23 @@ Test(slo, goodput_counts_requests_that_met_every_target) {
     sched *s = fake_sched(SCHED_POLICY_FCFS);
     sched_request *r = waiting(0);
     r->out.timings = (sched_timings){.arrival = 10, .first_token = 10.5, .finished = 12.5};
-    r->out.n_tokens = 21;      /* 20 gaps over 2 s: 100 ms per token */
-    sched__slo_finished(s, r); /* no target: not counted */
+    r->out.n_tokens = 21;            /* 20 gaps over 2 s: 100 ms per token */
+    sched__slo_finished(s, r, true); /* no target: not counted */
     cr_assert_eq(atomic_load(&s->stats.slo_requests), 0);
     r->params.ttft_slo_ms = 600;
     r->params.tpot_slo_ms = 120;
-    sched__slo_finished(s, r);
+    sched__slo_finished(s, r, true);
     cr_assert_eq(atomic_load(&s->stats.slo_goodput), 1);
     r->params.tpot_slo_ms = 90; /* 100 ms per token misses it */
-    sched__slo_finished(s, r);
+    sched__slo_finished(s, r, true);
     r->params.tpot_slo_ms = 0;
     r->params.ttft_slo_ms = 400; /* 500 ms to the first token misses it */
-    sched__slo_finished(s, r);
+    sched__slo_finished(s, r, true);
     cr_assert_eq(atomic_load(&s->stats.slo_requests), 3);
+    cr_assert_eq(atomic_load(&s->stats.slo_goodput), 1);
+    r->params.ttft_slo_ms = 600; /* met, but a timeout or error ended it: never good */
+    sched__slo_finished(s, r, false);
+    cr_assert_eq(atomic_load(&s->stats.slo_requests), 4);
     cr_assert_eq(atomic_load(&s->stats.slo_goodput), 1);
     free(r);
     free_sched(s);
