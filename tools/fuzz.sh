@@ -48,6 +48,8 @@ harness_sources() {
     config) echo common/*.c config/*.c ;;
     # the request framing check: its own file and common/
     framing) echo common/*.c server/http_framing.c ;;
+    # the KV cache's disk tier: its own module and common/
+    kvtier) echo common/*.c kvtier/*.c ;;
     # the GGUF reader, and the model's hyperparameters read from it
     gguf) echo $LOWER model/arch.c ;;
     *) echo $LOWER ;;
@@ -59,7 +61,7 @@ compile_object() {
     local src=$1 obj=$OUT/obj/${1%.c}.o
     mkdir -p "$(dirname "$obj")"
     # any project header may have changed what src compiles to
-    if [[ ! -f $obj || $src -nt $obj ]] || find common quant sample gguf tokenizer template grammar gpu model scheduler \
+    if [[ ! -f $obj || $src -nt $obj ]] || find common quant sample gguf tokenizer template grammar gpu kvtier model scheduler \
         config server -name '*.h' -newer "$obj" | grep -q .; then
         "$CLANG" "${CFLAGS[@]}" -fsanitize=fuzzer-no-link -c "$src" -o "$obj"
     fi
