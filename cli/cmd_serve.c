@@ -106,6 +106,9 @@ static void serve_args_fill(serve_args *a) {
     a->sched.kv_disk_persist = c->kv_disk_persist;
     a->sched.model_path = c->model;
     a->sched.block_size = (int)c->block_size;
+    a->sched.kv_type = c->kv_type == CFG_KV_Q8_0   ? SCHED_KV_Q8_0
+                       : c->kv_type == CFG_KV_Q4_0 ? SCHED_KV_Q4_0
+                                                   : SCHED_KV_F16;
     a->sched.max_batch_size = (int)c->max_batch_size;
     a->sched.max_batch_tokens = (int)c->max_batch_tokens;
     a->sched.max_prefill_tokens = (int)c->max_prefill_tokens;
@@ -333,9 +336,9 @@ static sp_status serve_load(const serve_args *a, srv_app *app, serve_state *s) {
                                                         : "slo");
     sched_stats kv_st;
     sched_get_stats(app->sched, &kv_st);
-    sp_log_info("KV memory: %lld bytes per token (F16 K and V over %d layers), %lld KiB per full-context sequence; "
+    sp_log_info("KV memory: %lld bytes per token (%s K and V over %d layers), %lld KiB per full-context sequence; "
                 "the pool holds %d blocks (%lld tokens)",
-                (long long)kv_st.kv_bytes_per_token, hp->n_layers,
+                (long long)kv_st.kv_bytes_per_token, dev_kv_type_name((dev_kv_type)live->kv_type), hp->n_layers,
                 (long long)kv_st.kv_bytes_per_token * live->max_seq_len >> 10, kv_st.kv_blocks_total,
                 (long long)kv_st.kv_blocks_total * live->block_size);
     sp_log_info("sampling of requests that leave it out: %s", sampling_said);

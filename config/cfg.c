@@ -17,6 +17,7 @@
 static const char *const DEVICES[] = {"auto", "cpu", "cuda", NULL};
 static const char *const GEMV_MODES[] = {"auto", "always", "never", NULL};
 static const char *const CPU_ISAS[] = {"auto", "generic", "avx2", "avx512", "amx", NULL};
+static const char *const KV_TYPES[] = {"f16", "q8_0", "q4_0", NULL};
 static const char *const POLICIES[] = {"fcfs", "priority", "slo", NULL};
 static const char *const LOG_FORMATS[] = {"text", "json", NULL};
 static const char *const JSON_WHITESPACE[] = {"compact", "flexible", NULL};
@@ -74,6 +75,9 @@ const cfg_key cfg__keys[] = {
     FLT("gpu_memory_fraction", "gpu-memory-fraction", gpu_memory_fraction, 0.01, 1, "F",
         "on a GPU: the KV cache takes this fraction of the memory free after loading"),
     INT("block_size", "block-size", block_size, 1, 1024, false, "tokens per KV block", NULL),
+    ENUM("kv_type", "kv-type", kv_type, KV_TYPES,
+         "the KV cache's element format: q8_0 holds 1.88x the tokens of f16 in the same memory, q4_0 3.56x, at a "
+         "small cost in accuracy (needs a head width that is a multiple of 32)"),
     INT("max_batch_size", "max-batch-size", max_batch_size, 1, 4096, false, "sequences running at once", NULL),
     INT("max_batch_tokens", "max-batch-tokens", max_batch_tokens, 1, 1 << 16, false, "tokens in one step", NULL),
     INT("max_prefill_tokens", "max-prefill-tokens", max_prefill_tokens, 1, 1 << 16, false,
@@ -189,8 +193,8 @@ const cfg_key cfg__keys[] = {
  * enum fields are written as int. */
 _Static_assert(sizeof(cfg_device) == sizeof(int) && sizeof(cfg_cuda_gemv) == sizeof(int) &&
                    sizeof(cfg_cpu_isa) == sizeof(int) && sizeof(cfg_policy) == sizeof(int) &&
-                   sizeof(cfg_log_format) == sizeof(int) && sizeof(cfg_metrics_names) == sizeof(int) &&
-                   sizeof(cfg_pooling) == sizeof(int),
+                   sizeof(cfg_kv_type) == sizeof(int) && sizeof(cfg_log_format) == sizeof(int) &&
+                   sizeof(cfg_metrics_names) == sizeof(int) && sizeof(cfg_pooling) == sizeof(int),
                "enum settings are set through an int");
 
 void cfg_settings_init(cfg_settings *s) {
@@ -212,6 +216,7 @@ void cfg_settings_init(cfg_settings *s) {
          * reads the same) */
         SP_SCHED_DEFAULT_FIELDS,
         .policy = CFG_POLICY_FCFS,
+        .kv_type = CFG_KV_F16,
         .request_timeout = SP_SCHED_DEFAULT_REQUEST_TIMEOUT_S,
         .spec_suffix_mb = SP_SCHED_DEFAULT_SPEC_SUFFIX_MB,
         .draft_kv_cache_mb = SP_SCHED_DEFAULT_DRAFT_KV_CACHE_MB,

@@ -27,7 +27,7 @@
 /* The file read when --config is not given, if it exists. */
 #define CFG_DEFAULT_PATH "/etc/spindle/spindle.yaml"
 /* How many settings there are (the rows of cfg.c's key table). */
-#define CFG_KEY_COUNT 79
+#define CFG_KEY_COUNT 80
 
 typedef enum cfg_device {
     CFG_DEVICE_AUTO, /* CUDA when built and present, else the CPU */
@@ -45,6 +45,9 @@ typedef enum cfg_cpu_isa {
     CFG_CPU_ISA_AVX512,
     CFG_CPU_ISA_AMX
 } cfg_cpu_isa;
+
+/* The KV cache's element format (gpu/device.h's dev_kv_type, in the same order). */
+typedef enum cfg_kv_type { CFG_KV_F16, CFG_KV_Q8_0, CFG_KV_Q4_0 } cfg_kv_type;
 
 typedef enum cfg_policy { CFG_POLICY_FCFS, CFG_POLICY_PRIORITY, CFG_POLICY_SLO } cfg_policy;
 
@@ -95,6 +98,7 @@ typedef struct cfg_settings {
     int64_t kv_cache_mb;
     double gpu_memory_fraction; /* on a GPU, instead of kv_cache_mb */
     int64_t block_size;
+    cfg_kv_type kv_type; /* the KV cache's element format */
     int64_t max_batch_size;
     int64_t max_batch_tokens;
     int64_t max_prefill_tokens;

@@ -108,14 +108,39 @@ typedef struct dev_rope {
     const dev_tensor *freq_factors; /* (n_rot/2) F32, divides each frequency; or NULL */
 } dev_rope;
 
-/* The KV pools: per layer, K and V each [n_blocks][B][Hk][Dh], stored as F16. */
+/* The element format of the KV pools. Each (token, KV head) row of Dh elements is
+ * stored in the chosen type: F16 as Dh halves; Q8_0 and Q4_0 as Dh/32 of ggml's blocks
+ * of that type (quant/quant.h), quantized when the row is written, so they need Dh a
+ * multiple of 32. Attention reads the blocks directly. 0 is F16, so a shape that names
+ * no type is F16. */
+typedef enum dev_kv_type {
+    DEV_KV_F16,
+    DEV_KV_Q8_0, /* 34 bytes per 32 elements: 1.88x the tokens of F16 in the same bytes */
+    DEV_KV_Q4_0, /* 18 bytes per 32 elements: 3.56x */
+} dev_kv_type;
+
+const char *dev_kv_type_name(dev_kv_type type); /* "f16", "q8_0", "q4_0" */
+/* SP_ERR_INVALID_ARG naming the accepted names when name is none of them. */
+sp_status dev_kv_type_parse(const char *name, dev_kv_type *out);
+/* The quant/ element format of the type (QUANT_F16, QUANT_Q8_0, QUANT_Q4_0). */
+quant_type dev_kv_quant_type(dev_kv_type type);
+
+/* The KV pools: per layer, K and V each [n_blocks][B][Hk][row], a row being Dh
+ * elements in kv_type (dev_kv_row_bytes). */
 typedef struct dev_kv_shape {
     int n_layers;
     int n_blocks;
     int block_size; /* B */
     int n_kv_heads; /* Hk */
     int head_dim;   /* Dh */
+    dev_kv_type kv_type;
 } dev_kv_shape;
+
+/* SP_ERR_INVALID_ARG for a dimension that is not positive, SP_ERR_UNSUPPORTED naming
+ * the head width when the type's blocks do not divide it; dev_kv_create checks it. */
+sp_status dev_kv_shape_check(const dev_kv_shape *shape);
+/* Bytes of one (token, KV head) row of the pools (a shape dev_kv_shape_check accepts). */
+size_t dev_kv_row_bytes(const dev_kv_shape *shape);
 
 typedef struct dev_kv dev_kv;
 
@@ -173,11 +198,12 @@ sp_status dev_reserve(dev_backend *dev, int64_t max_tokens, int64_t max_width);
 
 sp_status dev_kv_create(dev_backend *dev, const dev_kv_shape *shape, dev_kv **out);
 void dev_kv_destroy(dev_backend *dev, dev_kv *kv);
+/* Bytes of the pools of this shape: 2 * n_layers * n_blocks * B * Hk * row bytes. */
 size_t dev_kv_bytes(const dev_kv_shape *shape);
 
 /* One block's K and V over every layer, as dev_kv_blocks_save writes it and
- * dev_kv_blocks_load reads it: for each layer, its B*Hk*Dh K elements then its V
- * elements, in the pool's element type. The tiered prefix cache keeps blocks in this
+ * dev_kv_blocks_load reads it: for each layer, its B*Hk K rows then its V rows, in the
+ * pool's element type. The tiered prefix cache keeps blocks in this
  * form (scheduler/kv_tiers.c). */
 size_t dev_kv_block_bytes(const dev_kv_shape *shape);
 /* Copies blocks ids[0..n) of kv to host (n * dev_kv_block_bytes, block after block),

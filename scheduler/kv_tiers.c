@@ -57,7 +57,7 @@ static void tiers_on_evict(void *arg, int32_t id, uint64_t hash, uint64_t parent
 /* A fingerprint of the pool's layout, so a disk file of another shape is never read. */
 static uint64_t layout_fingerprint(const dev_kv_shape *shape, size_t block_bytes) {
     const int64_t parts[] = {shape->n_layers, shape->block_size,    shape->n_kv_heads,
-                             shape->head_dim, (int64_t)block_bytes, 16 /* element bits: F16 */};
+                             shape->head_dim, (int64_t)block_bytes, (int64_t)dev_kv_quant_type(shape->kv_type)};
     uint64_t h = KV_CHAIN_ROOT;
     for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) h = (h ^ (uint64_t)parts[i]) * 0x100000001b3ULL;
     return h;
@@ -71,8 +71,7 @@ sp_status sched__tiers_init(sched *s) {
         sp_log_warn("kv tiers: kv_host_mb and kv_disk_dir need the prefix cache; they are off with --no-prefix-cache");
         return SP_OK;
     }
-    const model_hparams *hp = model_get_hparams(s->m);
-    dev_kv_shape shape = {hp->n_layers, 1, c->block_size, hp->n_kv_heads, hp->head_dim};
+    dev_kv_shape shape = model_kv_shape(s->m, 1, c->block_size, sched__kv_type(c));
     s->tier_block_bytes = dev_kv_block_bytes(&shape);
     kvt_config tc = {
         .block_size = c->block_size,

@@ -181,6 +181,10 @@ static void sched_free_arrays(sched *s) {
     gram_vocab_destroy(s->gram_vocab);
 }
 
+const char *sched_kv_type_name(sched_kv_type type) {
+    return dev_kv_type_name((dev_kv_type)type);
+}
+
 /* What a GPU backend still allocates after the pool: decode padding's scratch KV block
  * (dev_kv_create adds it), sampling's per-call buffers and the captured graphs. Kept
  * out of the pool's share, so gpu_memory_fraction 1.0 still leaves room for them. */
@@ -188,8 +192,9 @@ static void sched_free_arrays(sched *s) {
 
 /* The pool's size in blocks: kv_cache_mb MiB over the bytes of one block. */
 static sp_status sched_pool_blocks(const sched *s, int32_t *out) {
-    const model_hparams *hp = model_get_hparams(s->m);
-    dev_kv_shape one = {hp->n_layers, 1, s->cfg.block_size, hp->n_kv_heads, hp->head_dim};
+    dev_kv_shape one = model_kv_shape(s->m, 1, s->cfg.block_size, sched__kv_type(&s->cfg));
+    sp_status st = dev_kv_shape_check(&one);
+    if (st != SP_OK) return sp_fail_prefix(st, "--kv-type");
     size_t block_bytes = dev_kv_bytes(&one);
     int64_t n = s->cfg.kv_cache_mb * ((int64_t)1 << 20) / (int64_t)block_bytes;
     size_t free_b = 0, total_b = 0;
@@ -262,7 +267,7 @@ sp_status sched_create(const sched_config *config, model *m, sched **out) {
     s->watermark_blocks = (int32_t)(s->cfg.kv_watermark * n_blocks);
     if ((st = sched_alloc_arrays(s)) != SP_OK) goto fail;
     if ((st = sched__spec_init(s)) != SP_OK) goto fail;
-    if ((st = model_kv_create(m, n_blocks, s->cfg.block_size, &s->kv)) != SP_OK) {
+    if ((st = model_kv_create_typed(m, n_blocks, s->cfg.block_size, sched__kv_type(&s->cfg), &s->kv)) != SP_OK) {
         sp_fail_prefix(st, "KV cache of %d blocks", n_blocks);
         goto fail;
     }
@@ -370,9 +375,10 @@ void sched_get_stats(const sched *s, sched_stats *out) {
     out->kv_blocks_used = kv__blocks_used(&s->blocks);
     out->kv_blocks_total = s->blocks.n_total;
     out->kv_blocks_cached = kv__blocks_cached(&s->blocks);
-    const model_hparams *hp = model_get_hparams(s->m);
-    dev_kv_shape one_token = {hp->n_layers, 1, 1, hp->n_kv_heads, hp->head_dim};
+    dev_kv_shape one_token = model_kv_shape(s->m, 1, 1, sched__kv_type(&s->cfg));
     out->kv_bytes_per_token = (int64_t)dev_kv_bytes(&one_token);
+    dev_kv_shape one_block = model_kv_shape(s->m, 1, s->cfg.block_size, sched__kv_type(&s->cfg));
+    out->kv_bytes_per_sequence = (int64_t)s->max_blocks_per_seq * (int64_t)dev_kv_bytes(&one_block);
     kvt_stats_get(s->tiers, &out->tiers);
     sched__spec_stats(s, out);
 }

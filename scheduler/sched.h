@@ -47,6 +47,13 @@ typedef enum sched_policy_kind {
 
 /* Every knob of the scheduler; sched_config_default() suits the default model on a
  * small CPU machine. */
+/* The KV pool's element format: gpu/device.h's dev_kv_type, in the same order (this
+ * header stays free of the device API). */
+typedef enum sched_kv_type { SCHED_KV_F16, SCHED_KV_Q8_0, SCHED_KV_Q4_0 } sched_kv_type;
+
+/* "f16", "q8_0", "q4_0". */
+const char *sched_kv_type_name(sched_kv_type type);
+
 typedef struct sched_config {
     int64_t kv_cache_mb;        /* KV pool budget in MiB (devices without memory of their own: the CPU) */
     double gpu_memory_fraction; /* on a GPU: the KV pool takes this fraction of the memory free after load */
@@ -63,6 +70,7 @@ typedef struct sched_config {
     int32_t max_seq_len;        /* context limit of one sequence (prompt + generated) */
     double kv_watermark;        /* fraction of blocks kept free at admission for growth */
     bool prefix_cache;          /* share computed full KV blocks between requests with the same prefix */
+    sched_kv_type kv_type;      /* the pool's element format; the draft model's stays F16 */
     /* the prefix cache's lower tiers (kv_tiers.c): blocks the pool evicts wait there */
     int64_t kv_host_mb;      /* host-memory tier in MiB; 0: none */
     const char *kv_disk_dir; /* disk tier's directory (borrowed until sched_destroy); NULL: none */
@@ -229,13 +237,14 @@ typedef struct sched_stats {
     int32_t swapped;        /* preempted sequences waiting to come back */
     int32_t kv_blocks_used; /* held by a running sequence */
     int32_t kv_blocks_total;
-    int32_t kv_blocks_cached;     /* in the prefix cache (held or not) */
-    int64_t kv_bytes_per_token;   /* K and V of one token over every layer, in the pool's element type */
-    int64_t prefix_query_tokens;  /* tokens of admitted feeds (prefix cache on) */
-    int64_t prefix_hit_tokens;    /* of those, served from the cache (its lower tiers included) */
-    int64_t tier_reloaded_tokens; /* of those, reloaded from the host or disk tier */
-    int64_t swap_resumes;         /* preempted sequences that came back with blocks from the cache */
-    kvt_stats tiers;              /* the tiers' sizes and counters */
+    int32_t kv_blocks_cached;      /* in the prefix cache (held or not) */
+    int64_t kv_bytes_per_token;    /* K and V of one token over every layer, in the pool's element type */
+    int64_t kv_bytes_per_sequence; /* the blocks of one sequence of the whole context (max_seq_len) */
+    int64_t prefix_query_tokens;   /* tokens of admitted feeds (prefix cache on) */
+    int64_t prefix_hit_tokens;     /* of those, served from the cache (its lower tiers included) */
+    int64_t tier_reloaded_tokens;  /* of those, reloaded from the host or disk tier */
+    int64_t swap_resumes;          /* preempted sequences that came back with blocks from the cache */
+    kvt_stats tiers;               /* the tiers' sizes and counters */
     /* latency targets (slo.c): requests that finished with a target, those that met all of theirs */
     int64_t slo_requests, slo_goodput;
     int64_t slo_rejected;      /* refused at submission (policy slo): their TTFT target could not be met */

@@ -435,6 +435,13 @@ void sched__request_end(sched *s, sched_request *r, sched_finish f, sp_status er
 /* Creates the tiers from s->cfg (none when kv_host_mb is 0 and kv_disk_dir unset) and
  * hooks them to the pool's evictions. Needs s->blocks and s->kv. */
 sp_status sched__tiers_init(sched *s);
+
+/* The pool's element format as the device API names it. */
+static inline dev_kv_type sched__kv_type(const sched_config *c) {
+    static_assert((int)SCHED_KV_Q8_0 == (int)DEV_KV_Q8_0 && (int)SCHED_KV_Q4_0 == (int)DEV_KV_Q4_0,
+                  "sched_kv_type follows dev_kv_type");
+    return (dev_kv_type)c->kv_type;
+}
 void sched__tiers_free(sched *s);
 /* How many blocks of tokens from block from_block on (below max_blocks) the tiers hold
  * as one run and are worth reloading. No I/O. */

@@ -69,8 +69,7 @@ sp_status sched__draft_init(sched *s) {
     if (model_max_batch_tokens(d) < s->cfg.max_batch_tokens)
         return sp_fail(SP_ERR_INVALID_ARG, "--draft-model: loaded for steps of %d tokens, the scheduler's are %d",
                        model_max_batch_tokens(d), s->cfg.max_batch_tokens);
-    const model_hparams *hp = model_get_hparams(d);
-    dev_kv_shape one = {hp->n_layers, 1, s->cfg.block_size, hp->n_kv_heads, hp->head_dim};
+    dev_kv_shape one = model_kv_shape(d, 1, s->cfg.block_size, DEV_KV_F16);
     int64_t n = s->cfg.draft_kv_cache_mb * ((int64_t)1 << 20) / (int64_t)dev_kv_bytes(&one);
     if (n < 1)
         return sp_fail(SP_ERR_INVALID_ARG, "--draft-kv-cache-mb %lld holds no KV block of the draft model",
@@ -79,7 +78,7 @@ sp_status sched__draft_init(sched *s) {
     if ((st = kv__blocks_init(&s->draft_blocks, (int32_t)n, s->cfg.block_size, false)) != SP_OK) return st;
     if ((st = model_kv_create(d, (int)n, s->cfg.block_size, &s->draft_kv)) != SP_OK)
         return sp_fail_prefix(st, "the draft model's KV cache of %lld blocks", (long long)n);
-    sp_log_info("draft model: %d layers, KV cache of %lld blocks (%lld MiB)", hp->n_layers, (long long)n,
+    sp_log_info("draft model: %d layers, KV cache of %lld blocks (%lld MiB)", one.n_layers, (long long)n,
                 (long long)s->cfg.draft_kv_cache_mb);
     return SP_OK;
 }

@@ -211,6 +211,10 @@ char *srv_metrics_render(const srv_app *app, const sched *s) {
     if (s) {
         sched_stats st;
         sched_get_stats(s, &st);
+        strbuf_printf(&b,
+                      "# HELP spindle_kv_cache_type_info the KV cache's element format (--kv-type)\n"
+                      "# TYPE spindle_kv_cache_type_info gauge\nspindle_kv_cache_type_info{type=\"%s\"} 1\n",
+                      sched_kv_type_name(sched_get_config(s)->kv_type));
         metric(&b, "requests_submitted_total", "counter", "requests accepted into the queue", (double)st.submitted);
         strbuf_printf(&b, "# HELP spindle_requests_rejected_total requests refused at submission, by reason\n"
                           "# TYPE spindle_requests_rejected_total counter\n");
@@ -245,8 +249,11 @@ char *srv_metrics_render(const srv_app *app, const sched *s) {
         if (app->http.metrics_vllm) render_vllm(&b, app, &st, kv_usage);
         metric(&b, "kv_blocks_used", "gauge", "KV cache blocks in use", (double)st.kv_blocks_used);
         metric(&b, "kv_blocks_total", "gauge", "KV cache blocks", (double)st.kv_blocks_total);
-        metric(&b, "kv_bytes_per_token", "gauge", "bytes of K and V one token holds over every layer (F16)",
+        metric(&b, "kv_bytes_per_token", "gauge",
+               "bytes of K and V one token holds over every layer, in the cache's element format",
                (double)st.kv_bytes_per_token);
+        metric(&b, "kv_bytes_per_sequence", "gauge", "bytes of KV blocks one sequence of the whole context holds",
+               (double)st.kv_bytes_per_sequence);
         metric(&b, "kv_blocks_cached", "gauge", "KV blocks in the prefix cache (shared, or kept for reuse)",
                (double)st.kv_blocks_cached);
         metric(&b, "prefix_cache_queries_total", "counter", "tokens of admitted feeds looked up in the prefix cache",

@@ -1,5 +1,9 @@
-/* cuda_attention.cu: causal attention over the paged F16 KV pools, for decode rows and
+/* cuda_attention.cu: causal attention over the paged KV pools, for decode rows and
  * prefill chunks alike (each token attends to positions 0..pos of its own sequence).
+ * Pools in F16, Q8_0 or Q4_0 (dev_kv_type): every kernel is a template on the type and
+ * reads a row's elements through kv_load (cuda_attention.cuh), so the quantized blocks
+ * are read directly, dequantized in registers (rows path) or into the F16 shared-memory
+ * tiles (tiles path); the tensor-core path takes F16 pools only.
  *
  * Legend: T = tokens in the step, H = query heads, Hk = KV heads, G = H/Hk (query heads
  * per KV head), Dh = head width (<= CUDA_ATTN_MAX_DH), B = tokens per KV block,
@@ -86,11 +90,12 @@ typedef struct attn_partials {
 
 /* ---- rows path: one thread block per (row, split) ---- */
 
+template <int KV>
 __global__ static void __launch_bounds__(ATTN_THREADS)
-    attention_rows_kernel(float *out, attn_partials partials, const float *q, const __half *k_pool,
-                          const __half *v_pool, const int32_t *pos, const int32_t *seq, const int32_t *block_table,
-                          int32_t max_blocks, int32_t block_size, int n_tokens, int n_heads, int group, int n_kv_heads,
-                          int head_dim, int n_splits, bool mixed_tiles_only, float scale) {
+    attention_rows_kernel(float *out, attn_partials partials, const float *q, const unsigned char *k_pool,
+                          const unsigned char *v_pool, size_t row_bytes, const int32_t *pos, const int32_t *seq,
+                          const int32_t *block_table, int32_t max_blocks, int32_t block_size, int n_tokens, int n_heads,
+                          int group, int n_kv_heads, int head_dim, int n_splits, bool mixed_tiles_only, float scale) {
     /* out (T, H*Dh) when n_splits == 1, else partials; q (T, H*Dh) */
     __shared__ float q_sh[ATTN_MAX_DH];
     __shared__ float m_sh[ATTN_WARPS], l_sh[ATTN_WARPS];
@@ -121,24 +126,24 @@ __global__ static void __launch_bounds__(ATTN_THREADS)
 #pragma unroll
     for (int i = 0; i < ATTN_PER_LANE; i++) acc[i] = 0.0f;
     for (int j = begin + warp; j < end; j += ATTN_WARPS) {
-        const size_t at = kv_offset(blocks, j, block_size, n_kv_heads, head_dim, kv_head);
-        const __half *k = k_pool + at;
+        const size_t at = kv_row_index(blocks, j, block_size, n_kv_heads, kv_head) * row_bytes;
+        const unsigned char *k = k_pool + at;
         float s = 0.0f;
 #pragma unroll
         for (int i = 0; i < ATTN_PER_LANE; i++) {
             const int d = lane + 32 * i;
-            if (d < head_dim) s = fmaf(__half2float(k[d]), q_sh[d], s);
+            if (d < head_dim) s = fmaf(kv_load<KV>(k, d), q_sh[d], s);
         }
         s = warp_sum(s) * scale;
         const float m_new = fmaxf(m, s);
         const float correction = __expf(m - m_new); /* 0 on the first position (m = -inf) */
         const float p = __expf(s - m_new);
         l = l * correction + p;
-        const __half *v = v_pool + at;
+        const unsigned char *v = v_pool + at;
 #pragma unroll
         for (int i = 0; i < ATTN_PER_LANE; i++) {
             const int d = lane + 32 * i;
-            if (d < head_dim) acc[i] = fmaf(p, __half2float(v[d]), acc[i] * correction);
+            if (d < head_dim) acc[i] = fmaf(p, kv_load<KV>(v, d), acc[i] * correction);
         }
         m = m_new;
     }
@@ -220,10 +225,12 @@ __host__ __device__ constexpr size_t tile_smem_bytes(int head_dim) {
 static_assert(tile_smem_bytes(ATTN_MAX_DH) <= 48 * 1024, "tile_kernel: shared memory past the 48 KiB default");
 static_assert(ATTN_TILE_P == 32 && ATTN_TILE_Q == ATTN_WARPS * ATTN_ROWS_PER_WARP, "tile_kernel's thread layout");
 
+template <int KV>
 __global__ static void __launch_bounds__(ATTN_THREADS)
-    attention_tile_kernel(float *out, const float *q, const __half *k_pool, const __half *v_pool, const int32_t *pos,
-                          const int32_t *seq, const int32_t *block_table, int32_t max_blocks, int32_t block_size,
-                          int n_tokens, int n_heads, int group, int n_kv_heads, int head_dim, float scale) {
+    attention_tile_kernel(float *out, const float *q, const unsigned char *k_pool, const unsigned char *v_pool,
+                          size_t row_bytes, const int32_t *pos, const int32_t *seq, const int32_t *block_table,
+                          int32_t max_blocks, int32_t block_size, int n_tokens, int n_heads, int group, int n_kv_heads,
+                          int head_dim, float scale) {
     /* out (T, H*Dh), q (T, H*Dh) */
     extern __shared__ __align__(16) unsigned char tile_sh[];
     const int first = (int)blockIdx.x * ATTN_TILE_Q; /* the tile's first step token */
@@ -273,9 +280,9 @@ __global__ static void __launch_bounds__(ATTN_THREADS)
             const int p = i / half_dh, d2 = i % half_dh; /* position tile0 + p, widths 2 d2, 2 d2 + 1 */
             __half2 k2 = __float2half2_rn(0.0f), v2 = __float2half2_rn(0.0f);
             if (p < tile_n) {
-                const size_t at = kv_offset(blocks, tile0 + p, block_size, n_kv_heads, head_dim, kv_head);
-                k2 = ((const __half2 *)(k_pool + at))[d2];
-                v2 = ((const __half2 *)(v_pool + at))[d2];
+                const size_t at = kv_row_index(blocks, tile0 + p, block_size, n_kv_heads, kv_head) * row_bytes;
+                k2 = kv_load_half2<KV>(k_pool + at, d2);
+                v2 = kv_load_half2<KV>(v_pool + at, d2);
             }
             ((__half2 *)(k_sh + p * k_stride))[d2] = k2;
             ((__half2 *)(v_sh + p * head_dim))[d2] = v2;
@@ -376,6 +383,49 @@ static attn_partials attention_partials(const cuda_backend *cb, int64_t n_rows, 
     return p;
 }
 
+/* The kernels for pools of type KV (the shapes checked by cuda__attention). */
+template <int KV>
+static void attention_launch(cuda_backend *cb, float *out, const float *q, const cuda_kv *kv,
+                             const unsigned char *k_pool, const unsigned char *v_pool, const dev_step *step,
+                             int64_t n_heads, float scale) {
+    const dev_kv_shape *s = &kv->common.shape;
+    const int64_t n_rows = (int64_t)step->n_tokens * n_heads; /* (token, head) pairs */
+    const int group = (int)n_heads / s->n_kv_heads;           /* G */
+    const int head_dim = s->head_dim;
+    const size_t row_bytes = kv->row_bytes;
+
+    /* no more tokens than sequences (decode batches, the graphs' padded ones among
+     * them): no K/V tile to share, so rows, split; an odd Dh too (tiles load half2) */
+    if (step->n_tokens <= step->n_seqs || head_dim % 2 != 0) {
+        const int64_t capacity = (int64_t)step->max_blocks * s->block_size;
+        const int n_splits = attention_splits(cb, n_rows, capacity, head_dim);
+        const attn_partials partials =
+            n_splits > 1 ? attention_partials(cb, n_rows, n_splits, head_dim) : attn_partials{NULL, NULL, NULL};
+        attention_rows_kernel<KV><<<(unsigned)(n_rows * n_splits), ATTN_THREADS, 0, cb->stream>>>(
+            out, partials, q, k_pool, v_pool, row_bytes, step->pos, step->seq, step->block_table, step->max_blocks,
+            s->block_size, step->n_tokens, (int)n_heads, group, s->n_kv_heads, head_dim, n_splits, false, scale);
+        if (!cuda__launched(cb, "attention_rows_kernel") || n_splits == 1) return;
+        attention_merge_kernel<<<(unsigned)n_rows, ATTN_THREADS, 0, cb->stream>>>(out, partials, head_dim, n_splits);
+        cuda__launched(cb, "attention_merge_kernel");
+        return;
+    }
+
+    /* prefill chunks: uniform tiles on tensor cores (F16 pools, Dh 64, 128) or through
+     * tile_kernel, the tokens of mixed tiles through rows_kernel (one split) */
+    if (KV != DEV_KV_F16 || !cuda__attention_mma(cb, out, q, (const __half *)k_pool, (const __half *)v_pool, step, s,
+                                                 (int)n_heads, scale)) {
+        const dim3 tiles((unsigned)((step->n_tokens + ATTN_TILE_Q - 1) / ATTN_TILE_Q), (unsigned)n_heads);
+        attention_tile_kernel<KV><<<tiles, ATTN_THREADS, tile_smem_bytes(head_dim), cb->stream>>>(
+            out, q, k_pool, v_pool, row_bytes, step->pos, step->seq, step->block_table, step->max_blocks, s->block_size,
+            step->n_tokens, (int)n_heads, group, s->n_kv_heads, head_dim, scale);
+    }
+    if (!cuda__launched(cb, "attention tiles")) return;
+    attention_rows_kernel<KV><<<(unsigned)n_rows, ATTN_THREADS, 0, cb->stream>>>(
+        out, attn_partials{NULL, NULL, NULL}, q, k_pool, v_pool, row_bytes, step->pos, step->seq, step->block_table,
+        step->max_blocks, s->block_size, step->n_tokens, (int)n_heads, group, s->n_kv_heads, head_dim, 1, true, scale);
+    cuda__launched(cb, "attention_rows_kernel");
+}
+
 void cuda__attention(dev_backend *dev, float *out, const float *q, const dev_kv *kv_base, int layer,
                      const dev_step *step, int64_t n_heads, float scale) {
     cuda_backend *cb = (cuda_backend *)dev;
@@ -394,38 +444,10 @@ void cuda__attention(dev_backend *dev, float *out, const float *q, const dev_kv 
         cuda__fault(cb, what);
         return;
     }
-    const __half *k_pool = kv->data + (size_t)layer * 2 * kv->pool_stride;
-    const __half *v_pool = k_pool + kv->pool_stride;
-    const int group = (int)n_heads / s->n_kv_heads; /* G */
-    const int head_dim = s->head_dim;
-
-    /* no more tokens than sequences (decode batches, the graphs' padded ones among
-     * them): no K/V tile to share, so rows, split; an odd Dh too (tiles load half2) */
-    if (step->n_tokens <= step->n_seqs || head_dim % 2 != 0) {
-        const int64_t capacity = (int64_t)step->max_blocks * s->block_size;
-        const int n_splits = attention_splits(cb, n_rows, capacity, head_dim);
-        const attn_partials partials =
-            n_splits > 1 ? attention_partials(cb, n_rows, n_splits, head_dim) : attn_partials{NULL, NULL, NULL};
-        attention_rows_kernel<<<(unsigned)(n_rows * n_splits), ATTN_THREADS, 0, cb->stream>>>(
-            out, partials, q, k_pool, v_pool, step->pos, step->seq, step->block_table, step->max_blocks, s->block_size,
-            step->n_tokens, (int)n_heads, group, s->n_kv_heads, head_dim, n_splits, false, scale);
-        if (!cuda__launched(cb, "attention_rows_kernel") || n_splits == 1) return;
-        attention_merge_kernel<<<(unsigned)n_rows, ATTN_THREADS, 0, cb->stream>>>(out, partials, head_dim, n_splits);
-        cuda__launched(cb, "attention_merge_kernel");
-        return;
+    const unsigned char *k_pool = cuda__kv_pool(kv, layer), *v_pool = k_pool + kv->pool_bytes;
+    switch (s->kv_type) {
+    case DEV_KV_F16: attention_launch<DEV_KV_F16>(cb, out, q, kv, k_pool, v_pool, step, n_heads, scale); break;
+    case DEV_KV_Q8_0: attention_launch<DEV_KV_Q8_0>(cb, out, q, kv, k_pool, v_pool, step, n_heads, scale); break;
+    case DEV_KV_Q4_0: attention_launch<DEV_KV_Q4_0>(cb, out, q, kv, k_pool, v_pool, step, n_heads, scale); break;
     }
-
-    /* prefill chunks: uniform tiles on tensor cores (Dh 64, 128) or through tile_kernel,
-     * the tokens of mixed tiles through rows_kernel (one split) */
-    if (!cuda__attention_mma(cb, out, q, k_pool, v_pool, step, s, (int)n_heads, scale)) {
-        const dim3 tiles((unsigned)((step->n_tokens + ATTN_TILE_Q - 1) / ATTN_TILE_Q), (unsigned)n_heads);
-        attention_tile_kernel<<<tiles, ATTN_THREADS, tile_smem_bytes(head_dim), cb->stream>>>(
-            out, q, k_pool, v_pool, step->pos, step->seq, step->block_table, step->max_blocks, s->block_size,
-            step->n_tokens, (int)n_heads, group, s->n_kv_heads, head_dim, scale);
-    }
-    if (!cuda__launched(cb, "attention tiles")) return;
-    attention_rows_kernel<<<(unsigned)n_rows, ATTN_THREADS, 0, cb->stream>>>(
-        out, attn_partials{NULL, NULL, NULL}, q, k_pool, v_pool, step->pos, step->seq, step->block_table,
-        step->max_blocks, s->block_size, step->n_tokens, (int)n_heads, group, s->n_kv_heads, head_dim, 1, true, scale);
-    cuda__launched(cb, "attention_rows_kernel");
 }

@@ -20,6 +20,36 @@ __device__ static inline size_t kv_offset(const int32_t *blocks, int j, int bloc
     return (slot * (size_t)n_kv_heads + (size_t)kv_head) * (size_t)head_dim;
 }
 
+/* Row index, in a K or V pool [blocks][B][Hk] of rows, of position j of a sequence
+ * whose block table row is `blocks`, for KV head kv_head: times the row's bytes, its
+ * byte offset. */
+__device__ static inline size_t kv_row_index(const int32_t *blocks, int j, int block_size, int n_kv_heads,
+                                             int kv_head) {
+    const size_t slot = (size_t)blocks[j / block_size] * (size_t)block_size + (size_t)(j % block_size);
+    return slot * (size_t)n_kv_heads + (size_t)kv_head;
+}
+
+/* Element d of a pool row of type KV (dev_kv_type), as a float: F16 as stored, Q8_0
+ * and Q4_0 as quant/quant.h decodes their blocks. */
+template <int KV> __device__ static inline float kv_load(const unsigned char *row, int d) {
+    if (KV == DEV_KV_F16) return __half2float(((const __half *)row)[d]);
+    const int i = d % QUANT_QK;
+    if (KV == DEV_KV_Q8_0) {
+        const quant_block_q8_0 *blk = (const quant_block_q8_0 *)row + d / QUANT_QK;
+        return __half2float(__ushort_as_half(blk->d)) * (float)blk->qs[i];
+    }
+    const quant_block_q4_0 *blk = (const quant_block_q4_0 *)row + d / QUANT_QK;
+    const int q = i < QUANT_QK / 2 ? blk->qs[i] & 0x0F : blk->qs[i - QUANT_QK / 2] >> 4;
+    return __half2float(__ushort_as_half(blk->d)) * (float)(q - 8);
+}
+
+/* Elements 2 d2 and 2 d2 + 1 of a pool row, as an F16 pair (the tile kernels' shared
+ * memory form; F16 rows are read as they are). */
+template <int KV> __device__ static inline __half2 kv_load_half2(const unsigned char *row, int d2) {
+    if (KV == DEV_KV_F16) return ((const __half2 *)row)[d2];
+    return __floats2half2_rn(kv_load<KV>(row, 2 * d2), kv_load<KV>(row, 2 * d2 + 1));
+}
+
 /* Whether the step tokens [first, first + n) all belong to one sequence. The tile of
  * token t is [t / QT * QT, + min(QT, T - that)); tile_kernel takes the uniform tiles,
  * rows_kernel (mixed_tiles_only) the tokens of the others. */

@@ -230,8 +230,9 @@ static sp_status cuda_kv_create(dev_backend *dev, const dev_kv_shape *shape, dev
     if (!kv) return sp_fail(SP_ERR_NOMEM, "kv cache: out of memory");
     kv->common.shape = *shape;
     kv->scratch_block = shape->n_blocks; /* one block more than asked for: decode padding's */
-    kv->pool_stride =
-        (size_t)(shape->n_blocks + 1) * (size_t)shape->block_size * (size_t)shape->n_kv_heads * (size_t)shape->head_dim;
+    kv->row_bytes = dev_kv_row_bytes(shape);
+    kv->pool_bytes =
+        (size_t)(shape->n_blocks + 1) * (size_t)shape->block_size * (size_t)shape->n_kv_heads * kv->row_bytes;
     dev_kv_shape with_scratch = *shape;
     with_scratch.n_blocks += 1;
     size_t bytes = dev_kv_bytes(&with_scratch);
@@ -259,7 +260,7 @@ static void cuda_kv_destroy(dev_backend *dev, dev_kv *kv) {
 }
 
 /* One block's K and V of every layer is one strided copy: the (2 * layers) pools are
- * pool_stride elements apart, and the block is a run of B*Hk*Dh elements in each. A
+ * pool_bytes apart, and the block is a run of B*Hk rows in each. A
  * pitch beyond what cudaMemcpy2D takes (memPitch, 2^31 - 1 bytes on current GPUs: a
  * pool of more than 2 GiB per layer's K) is copied one run at a time instead. */
 enum { CUDA_KV_MAX_PITCH = 0x7fffffff };
@@ -267,8 +268,8 @@ static sp_status cuda_kv_copy(cuda_backend *cb, const cuda_kv *ck, const int32_t
                               bool to_host) {
     if (cb->faulted) return cuda__fault_status(cb);
     const dev_kv_shape *sh = &ck->common.shape;
-    size_t run = (size_t)sh->block_size * (size_t)sh->n_kv_heads * (size_t)sh->head_dim * sizeof(__half);
-    size_t pitch = ck->pool_stride * sizeof(__half), rows = 2 * (size_t)sh->n_layers;
+    size_t run = (size_t)sh->block_size * (size_t)sh->n_kv_heads * ck->row_bytes;
+    size_t pitch = ck->pool_bytes, rows = 2 * (size_t)sh->n_layers;
     for (int32_t i = 0; i < n; i++) {
         char *dev_at = (char *)ck->data + (size_t)ids[i] * run;
         char *host_at = (char *)host + (size_t)i * run * rows;

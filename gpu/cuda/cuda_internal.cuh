@@ -38,10 +38,16 @@ enum { CUDA_GEMV_MAX_ROWS = 8 };
 
 typedef struct cuda_kv {
     dev_kv_common common;  /* first: the shape */
-    __half *data;          /* (layers, 2, blocks + 1, B, Hk, Dh) */
-    size_t pool_stride;    /* elements of one K or V pool of one layer */
+    unsigned char *data;   /* (layers, 2, blocks + 1, B, Hk) rows of Dh elements in shape.kv_type */
+    size_t row_bytes;      /* one (token, KV head) row: dev_kv_row_bytes */
+    size_t pool_bytes;     /* one K or V pool of one layer */
     int32_t scratch_block; /* = shape.n_blocks: the extra block padding tokens write to */
 } cuda_kv;
+
+/* The layer's K pool; its V pool follows at + pool_bytes. */
+static inline unsigned char *cuda__kv_pool(const cuda_kv *kv, int layer) {
+    return kv->data + (size_t)layer * 2 * kv->pool_bytes;
+}
 
 /* The step as the device reads it: the caller's dev_step with its arrays copied to
  * one device buffer (dev_step's pointers then point into it). A decode batch (one

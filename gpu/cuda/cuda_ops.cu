@@ -220,6 +220,61 @@ __global__ static void kv_write_kernel(__half *k_pool, __half *v_pool, const flo
     }
 }
 
+/* ---- KV write into quantized pools (Q8_0, Q4_0): one warp per 32-element block ----
+ *
+ * Lane l holds element l of the block. The block is quantized as quant/quant.c does
+ * (Q8_0: the activation rule, multiplier 127 / amax, ties to even; Q4_0: ggml's
+ * reference, d = the element of largest magnitude (the first on ties) / -8), with
+ * products kept out of fused multiply-adds, so the blocks equal the CPU backend's. */
+
+__device__ static inline void quantize_block_q8_0(quant_block_q8_0 *blk, float x, int lane) {
+    float amax = fabsf(x);
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    blk->qs[lane] = (int8_t)__float2int_rn(__fmul_rn(x, id));
+    if (lane == 0) blk->d = __half_as_ushort(__float2half_rn(amax / 127.0f));
+}
+
+__device__ static inline void quantize_block_q4_0(quant_block_q4_0 *blk, float x, int lane) {
+    float a = fabsf(x), val = x;
+    int at = lane;
+    for (int o = 16; o > 0; o >>= 1) {
+        const float oa = __shfl_xor_sync(0xffffffffu, a, o), ov = __shfl_xor_sync(0xffffffffu, val, o);
+        const int oat = __shfl_xor_sync(0xffffffffu, at, o);
+        if (oa > a || (oa == a && oat < at)) a = oa, val = ov, at = oat;
+    }
+    if (a == 0.0f) val = 0.0f; /* the reference starts from +0 */
+    const float d = val / -8.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    const int q = min(15, max(0, (int)(int8_t)(__fmul_rn(x, id) + 8.5f)));
+    const int high = __shfl_down_sync(0xffffffffu, q, 16); /* element lane + 16 */
+    if (lane < QUANT_QK / 2) blk->qs[lane] = (uint8_t)(q | (high << 4));
+    if (lane == 0) blk->d = __half_as_ushort(__float2half_rn(d));
+}
+
+template <int KV_TYPE>
+__global__ static void kv_write_quant_kernel(unsigned char *k_pool, unsigned char *v_pool, const float *k,
+                                             const float *v, const int32_t *pos, const int32_t *seq,
+                                             const int32_t *block_table, int32_t max_blocks, int32_t block_size,
+                                             int64_t t_count, int64_t n_kv_heads, int64_t head_dim, size_t row_bytes) {
+    const int lane = (int)threadIdx.x % 32;
+    const int64_t per_row = head_dim / QUANT_QK, width = n_kv_heads * head_dim;
+    const int64_t n = t_count * n_kv_heads * per_row * 2; /* (token, head, block, K|V) */
+    const int64_t warps = (int64_t)gridDim.x * (blockDim.x / 32);
+    /* w is the same on every lane of a warp, so the shuffles see all 32 */
+    for (int64_t w = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32; w < n; w += warps) {
+        const int which = (int)(w % 2);
+        const int64_t b = w / 2 % per_row, head = w / 2 / per_row % n_kv_heads, t = w / 2 / per_row / n_kv_heads;
+        const float x = (which ? v : k)[t * width + head * head_dim + b * QUANT_QK + lane];
+        const size_t slot = kv_row(pos, seq, block_table, max_blocks, block_size, t, 1); /* block * B + offset */
+        unsigned char *row = (which ? v_pool : k_pool) + (slot * (size_t)n_kv_heads + (size_t)head) * row_bytes;
+        if (KV_TYPE == DEV_KV_Q8_0)
+            quantize_block_q8_0((quant_block_q8_0 *)row + b, x, lane);
+        else
+            quantize_block_q4_0((quant_block_q4_0 *)row + b, x, lane);
+    }
+}
+
 /* dev_rope_kv_write in one launch. Per token, in this order, one thread each: the q
  * pairs (H * n_rot/2), the k pairs (Hk * n_rot/2: rotated, then both widths to the K
  * pool), k's unrotated widths (Hk * (Dh - n_rot), to the K pool as they are), v's widths
@@ -265,12 +320,24 @@ void cuda__kv_write(dev_backend *dev, dev_kv *kv_base, int layer, const float *k
     cuda_kv *kv = (cuda_kv *)kv_base;
     const dev_kv_shape *s = &kv->common.shape;
     const int64_t width = (int64_t)s->n_kv_heads * s->head_dim;
-    __half *k_pool = kv->data + (size_t)layer * 2 * kv->pool_stride;
-    __half *v_pool = k_pool + kv->pool_stride;
+    unsigned char *k_pool = cuda__kv_pool(kv, layer), *v_pool = k_pool + kv->pool_bytes;
+    if (s->kv_type != DEV_KV_F16) {
+        const int64_t threads = (int64_t)step->n_tokens * width * 2; /* a lane per element of K and V */
+        if (s->kv_type == DEV_KV_Q8_0)
+            kv_write_quant_kernel<DEV_KV_Q8_0><<<cuda__grid(threads, BLOCK), BLOCK, 0, cb->stream>>>(
+                k_pool, v_pool, k, v, step->pos, step->seq, step->block_table, step->max_blocks, s->block_size,
+                step->n_tokens, s->n_kv_heads, s->head_dim, kv->row_bytes);
+        else
+            kv_write_quant_kernel<DEV_KV_Q4_0><<<cuda__grid(threads, BLOCK), BLOCK, 0, cb->stream>>>(
+                k_pool, v_pool, k, v, step->pos, step->seq, step->block_table, step->max_blocks, s->block_size,
+                step->n_tokens, s->n_kv_heads, s->head_dim, kv->row_bytes);
+        cuda__launched(cb, "kv_write_quant_kernel");
+        return;
+    }
     const int64_t n = (int64_t)step->n_tokens * width;
-    kv_write_kernel<<<cuda__grid(n, BLOCK), BLOCK, 0, cb->stream>>>(k_pool, v_pool, k, v, step->pos, step->seq,
-                                                                    step->block_table, step->max_blocks, s->block_size,
-                                                                    step->n_tokens, width);
+    kv_write_kernel<<<cuda__grid(n, BLOCK), BLOCK, 0, cb->stream>>>((__half *)k_pool, (__half *)v_pool, k, v, step->pos,
+                                                                    step->seq, step->block_table, step->max_blocks,
+                                                                    s->block_size, step->n_tokens, width);
     cuda__launched(cb, "kv_write_kernel");
 }
 
@@ -280,8 +347,15 @@ void cuda__rope_kv_write(dev_backend *dev, dev_kv *kv_base, int layer, float *q,
     if (cb->faulted) return;
     cuda_kv *kv = (cuda_kv *)kv_base;
     const dev_kv_shape *s = &kv->common.shape;
-    __half *k_pool = kv->data + (size_t)layer * 2 * kv->pool_stride;
-    __half *v_pool = k_pool + kv->pool_stride;
+    if (s->kv_type != DEV_KV_F16) {
+        /* quantized pools: the rotations, then the blocks (a warp per block) */
+        cuda__rope_apply(dev, q, step, rope, n_heads, s->head_dim);
+        cuda__rope_apply(dev, k, step, rope, s->n_kv_heads, s->head_dim);
+        cuda__kv_write(dev, kv_base, layer, k, v, step);
+        return;
+    }
+    __half *k_pool = (__half *)cuda__kv_pool(kv, layer);
+    __half *v_pool = (__half *)(cuda__kv_pool(kv, layer) + kv->pool_bytes);
     const int64_t per_token = (n_heads + s->n_kv_heads) * (rope->n_rot / 2) +
                               (int64_t)s->n_kv_heads * (s->head_dim - rope->n_rot) +
                               (int64_t)s->n_kv_heads * s->head_dim;

@@ -1,4 +1,6 @@
-/* host_attention.c: KV writes into the paged F16 pools and causal attention over them.
+/* host_attention.c: KV writes into the paged pools and causal attention over them. This
+ * comment describes F16 pools; quantized ones (Q8_0, Q4_0) share the task split and
+ * the softmax and read their blocks as host_attention_quant.c describes.
  *
  * Legend: T = tokens in the step, H = query heads, Hk = KV heads, Dh = head width,
  * B = tokens per block, P = positions a token attends to (pos + 1). Pools per layer:
@@ -46,19 +48,21 @@ enum {
     ATTN_HEAD_TILE = 4, /* query heads of one KV head handled by one task */
 };
 
+/* The layer's K (which = 0) or V (1) pool. */
+static inline const unsigned char *kv_pool(const host_kv *kv, int layer, int which) {
+    return kv->data + (size_t)layer * kv->layer_bytes + (size_t)which * kv->pool_bytes;
+}
+
+/* An F16 pool's row of (block, offset, kv_head). */
 static inline const uint16_t *kv_row(const host_kv *kv, int layer, int which, int32_t block, int32_t offset,
                                      int64_t kv_head) {
     const dev_kv_shape *s = &kv->common.shape;
-    size_t index =
-        (size_t)layer * kv->layer_stride + (size_t)which * kv->pool_stride +
-        (((size_t)block * (size_t)s->block_size + (size_t)offset) * (size_t)s->n_kv_heads + (size_t)kv_head) *
-            (size_t)s->head_dim;
-    return kv->data + index;
+    return (const uint16_t *)(kv_pool(kv, layer, which) + (size_t)block * kv->block_bytes +
+                              ((size_t)offset * (size_t)s->n_kv_heads + (size_t)kv_head) * kv->row_bytes);
 }
 
 void host__kv_write(dev_backend *dev, dev_kv *kv_base, int layer, const float *k, const float *v,
                     const dev_step *step) {
-    (void)dev;
     host_kv *kv = (host_kv *)kv_base;
     const dev_kv_shape *s = &kv->common.shape;
     int64_t width = (int64_t)s->n_kv_heads * s->head_dim; /* Hk*Dh */
@@ -66,10 +70,20 @@ void host__kv_write(dev_backend *dev, dev_kv *kv_base, int layer, const float *k
         int32_t pos = step->pos[t];
         int32_t block = step->block_table[(int64_t)step->seq[t] * step->max_blocks + pos / s->block_size];
         int32_t offset = pos % s->block_size;
+        /* the token's Hk rows are adjacent: one K run and one V run of Hk rows */
         uint16_t *kdst = (uint16_t *)kv_row(kv, layer, 0, block, offset, 0);
         uint16_t *vdst = (uint16_t *)kv_row(kv, layer, 1, block, offset, 0);
         const float *ksrc = k + (int64_t)t * width;
         const float *vsrc = v + (int64_t)t * width;
+        if (s->kv_type != DEV_KV_F16) {
+            for (int64_t h = 0; h < s->n_kv_heads; h++) {
+                host__kv_quantize_row(s->kv_type, dev->cpu_isa, (unsigned char *)kdst + h * kv->row_bytes,
+                                      ksrc + h * s->head_dim, s->head_dim);
+                host__kv_quantize_row(s->kv_type, dev->cpu_isa, (unsigned char *)vdst + h * kv->row_bytes,
+                                      vsrc + h * s->head_dim, s->head_dim);
+            }
+            continue;
+        }
         for (int64_t i = 0; i < width; i++) {
             kdst[i] = quant_f32_to_f16(ksrc[i]);
             vdst[i] = quant_f32_to_f16(vsrc[i]);
@@ -98,8 +112,9 @@ typedef struct attention_task {
     int64_t n_heads;
     int64_t heads_per_task; /* query heads of one KV head per task (1..ATTN_HEAD_TILE) */
     float scale;
-    bool simd;     /* AVX2 present and Dh % 8 == 0 */
-    char *scratch; /* nth slices of thread_bytes */
+    dev_cpu_isa isa; /* the backend's kernel set */
+    bool simd;       /* AVX2 present and Dh % 8 == 0 */
+    char *scratch;   /* nth slices of thread_bytes */
     size_t thread_bytes;
 } attention_task;
 
@@ -295,7 +310,26 @@ static void attention_task_heads(const attention_task *t, const attention_buffer
     for (int h = 0; h < nh; h++) {
         const float *q = t->q + (token * t->n_heads + head0 + h) * head_dim;
         o[h] = t->out + (token * t->n_heads + head0 + h) * head_dim;
-        for (int64_t d = 0; d < head_dim; d++) buf[h].q[d] = quant_f16_to_f32(quant_f32_to_f16(q[d]));
+        if (t->kv->common.shape.kv_type == DEV_KV_F16)
+            for (int64_t d = 0; d < head_dim; d++) buf[h].q[d] = quant_f16_to_f32(quant_f32_to_f16(q[d]));
+    }
+    if (t->kv->common.shape.kv_type != DEV_KV_F16) {
+        /* quantized pools (host_attention_quant.c): the query as Q8_0 blocks */
+        quant_block_q8_0 q8[ATTN_MAX_HEAD_DIM / QUANT_QK];
+        for (int h = 0; h < nh; h++) {
+            host__attention_query_q8(t->isa, q8, t->q + (token * t->n_heads + head0 + h) * head_dim, head_dim);
+            host__attention_scores_quant(buf[h].score, t->kv, kv_pool(t->kv, t->layer, 0), blocks, n_pos, kv_head, q8,
+                                         t->scale, t->isa);
+#if HOST_SIMD_AVX2
+            if (t->simd)
+                softmax_avx2(buf[h].p16, buf[h].score, n_pos);
+            else
+#endif
+                softmax_generic(buf[h].p16, buf[h].score, n_pos);
+            host__attention_values_quant(o[h], t->kv, kv_pool(t->kv, t->layer, 1), blocks, n_pos, kv_head, buf[h].p16,
+                                         t->simd);
+        }
+        return;
     }
 #if HOST_SIMD_AVX2
     if (t->simd) {
@@ -368,6 +402,7 @@ void host__attention(dev_backend *dev, float *out, const float *q, const dev_kv 
                            .n_heads = n_heads,
                            .heads_per_task = heads_per_task,
                            .scale = scale,
+                           .isa = hb->base.cpu_isa,
                            .scratch = hb->attn_scratch,
                            .thread_bytes = thread_bytes};
 #if HOST_SIMD_AVX2

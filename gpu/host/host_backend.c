@@ -106,9 +106,10 @@ static sp_status host_kv_create(dev_backend *dev, const dev_kv_shape *shape, dev
     host_kv *kv = calloc(1, sizeof *kv);
     if (!kv) return sp_fail(SP_ERR_NOMEM, "kv cache: out of memory");
     kv->common.shape = *shape;
-    kv->pool_stride =
-        (size_t)shape->n_blocks * (size_t)shape->block_size * (size_t)shape->n_kv_heads * (size_t)shape->head_dim;
-    kv->layer_stride = 2 * kv->pool_stride;
+    kv->row_bytes = dev_kv_row_bytes(shape);
+    kv->block_bytes = (size_t)shape->block_size * (size_t)shape->n_kv_heads * kv->row_bytes;
+    kv->pool_bytes = (size_t)shape->n_blocks * kv->block_bytes;
+    kv->layer_bytes = 2 * kv->pool_bytes;
     size_t bytes = dev_kv_bytes(shape);
     kv->data = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
     if (!kv->data) {
@@ -127,24 +128,20 @@ static void host_kv_destroy(dev_backend *dev, dev_kv *kv) {
     free(hk);
 }
 
-/* One block's elements of one layer's K (or V) pool. */
-static size_t host_kv_block_elems(const host_kv *kv) {
-    const dev_kv_shape *sh = &kv->common.shape;
-    return (size_t)sh->block_size * (size_t)sh->n_kv_heads * (size_t)sh->head_dim;
+/* Where block `block` of layer l's K (kv_half 0) or V (1) pool starts. */
+static unsigned char *host_kv_block(const host_kv *kv, int l, int kv_half, int32_t block) {
+    return kv->data + (size_t)l * kv->layer_bytes + (size_t)kv_half * kv->pool_bytes + (size_t)block * kv->block_bytes;
 }
 
 static sp_status host_kv_save(dev_backend *dev, const dev_kv *kv, const int32_t *ids, int32_t n, void *host) {
     (void)dev;
     const host_kv *hk = (const host_kv *)kv;
-    size_t e = host_kv_block_elems(hk);
-    uint16_t *out = host;
+    unsigned char *out = host;
     for (int32_t i = 0; i < n; i++)
         for (int l = 0; l < hk->common.shape.n_layers; l++)
             for (int kv_half = 0; kv_half < 2; kv_half++) {
-                memcpy(out,
-                       hk->data + (size_t)l * hk->layer_stride + (size_t)kv_half * hk->pool_stride + (size_t)ids[i] * e,
-                       e * sizeof *out);
-                out += e;
+                memcpy(out, host_kv_block(hk, l, kv_half, ids[i]), hk->block_bytes);
+                out += hk->block_bytes;
             }
     return SP_OK;
 }
@@ -152,14 +149,12 @@ static sp_status host_kv_save(dev_backend *dev, const dev_kv *kv, const int32_t 
 static sp_status host_kv_load(dev_backend *dev, dev_kv *kv, const int32_t *ids, int32_t n, const void *host) {
     (void)dev;
     host_kv *hk = (host_kv *)kv;
-    size_t e = host_kv_block_elems(hk);
-    const uint16_t *in = host;
+    const unsigned char *in = host;
     for (int32_t i = 0; i < n; i++)
         for (int l = 0; l < hk->common.shape.n_layers; l++)
             for (int kv_half = 0; kv_half < 2; kv_half++) {
-                memcpy(hk->data + (size_t)l * hk->layer_stride + (size_t)kv_half * hk->pool_stride + (size_t)ids[i] * e,
-                       in, e * sizeof *in);
-                in += e;
+                memcpy(host_kv_block(hk, l, kv_half, ids[i]), in, hk->block_bytes);
+                in += hk->block_bytes;
             }
     return SP_OK;
 }

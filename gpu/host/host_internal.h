@@ -149,9 +149,11 @@ typedef struct host_backend {
 
 typedef struct host_kv {
     dev_kv_common common; /* must stay first */
-    uint16_t *data;       /* one allocation: [layer][K|V][block][B][Hk][Dh] F16 */
-    size_t layer_stride;  /* elements per layer (K and V) */
-    size_t pool_stride;   /* elements per K (or V) pool of one layer */
+    unsigned char *data;  /* one allocation: [layer][K|V][block][B][Hk][row] */
+    size_t row_bytes;     /* one (token, KV head) row of Dh elements in the pool's type */
+    size_t block_bytes;   /* one block of one layer's K (or V) pool: B * Hk rows */
+    size_t pool_bytes;    /* one K (or V) pool of one layer */
+    size_t layer_bytes;   /* K and V of one layer */
 } host_kv;
 
 /* Frees dev_sample's per-worker scratch (host_sample.c). */
@@ -179,6 +181,18 @@ void host__matmul_group(dev_backend *dev, const dev_matmul_part *parts, int n_pa
 void host__kv_write(dev_backend *dev, dev_kv *kv, int layer, const float *k, const float *v, const dev_step *step);
 void host__attention(dev_backend *dev, float *out, const float *q, const dev_kv *kv, int layer, const dev_step *step,
                      int64_t n_heads, float scale);
+/* Quantized KV pools (host_attention_quant.c). One row of n floats into a Q8_0 or
+ * Q4_0 pool row. */
+void host__kv_quantize_row(dev_kv_type type, dev_cpu_isa isa, void *dst, const float *src, int64_t n);
+/* A query head (head_dim floats) as Q8_0 blocks, for the scores. */
+void host__attention_query_q8(dev_cpu_isa isa, void *q8, const float *q, int64_t head_dim);
+/* score[j] = dot(K row j, q8) * scale for positions 0..n_pos-1 of the sequence with
+ * these blocks, KV head kv_head of the layer's K pool k_pool. */
+void host__attention_scores_quant(float *score, const host_kv *kv, const unsigned char *k_pool, const int32_t *blocks,
+                                  int32_t n_pos, int64_t kv_head, const void *q8, float scale, dev_cpu_isa isa);
+/* o (Dh) = sum over positions j of p16[j] * V row j (the same bits with simd or not). */
+void host__attention_values_quant(float *o, const host_kv *kv, const unsigned char *v_pool, const int32_t *blocks,
+                                  int32_t n_pos, int64_t kv_head, const uint16_t *p16, bool simd);
 /* Bytes of attention scratch one worker needs for KV caches of this shape. */
 size_t host__attention_scratch_bytes(const dev_kv_shape *shape);
 
