@@ -105,7 +105,7 @@ LOADGEN_LDLIBS := -lcurl -ljansson -lm
 TEST_SRC := $(wildcard tests/unit/*/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all test layers unit-test integration-test run debug setup fuzz bench bench-template bench-serve bench-spec bench-grammar bench-kv-tiers bench-slo bench-soak format format-check clean install
+.PHONY: all test layers unit-test integration-test run debug setup fuzz bench bench-template bench-serve bench-spec bench-grammar bench-kv-tiers bench-kv-quant bench-slo bench-soak format format-check clean install
 
 all: $(BUILD)/spindle $(BUILD)/mkmodel
 
@@ -173,7 +173,7 @@ FUZZ_SECONDS ?= 60
 fuzz:
 	@tools/fuzz.sh $(FUZZ_SECONDS)
 
-bench: setup all bench-template bench-serve bench-spec bench-grammar bench-kv-tiers bench-slo $(BUILD)/mem_bandwidth
+bench: setup all bench-template bench-serve bench-spec bench-grammar bench-kv-tiers bench-kv-quant bench-slo $(BUILD)/mem_bandwidth
 	@$(BUILD)/mem_bandwidth
 	@bench/bench_kernels.sh
 	@bench/bench_profile.sh
@@ -203,6 +203,11 @@ $(BUILD)/bench_draw: bench/bench_draw.c $(LIB)
 # docs/benchmarks.md.
 bench-kv-tiers: setup all
 	@$(PYTHON) bench/bench_kv_tiers.py --bin $(BUILD)/spindle --model $(MODEL)
+
+# The KV cache in q8_0 and q4_0 against f16 in the same memory: sequences held at once
+# and output throughput at c64; writes the kv-quant section of docs/benchmarks.md.
+bench-kv-quant: setup all $(BUILD)/loadgen
+	@$(PYTHON) bench/bench_kv_quant.py --bin $(BUILD)/spindle --model $(MODEL)
 
 # Overload at twice the measured capacity: goodput (requests within TTFT and TPOT targets)
 # with --policy slo against fcfs and llama-server; writes the slo section of docs/benchmarks.md.

@@ -326,9 +326,10 @@ static void attention_task_heads(const attention_task *t, const attention_buffer
             else
 #endif
                 softmax_generic(buf[h].p16, buf[h].score, n_pos);
-            host__attention_values_quant(o[h], t->kv, kv_pool(t->kv, t->layer, 1), blocks, n_pos, kv_head, buf[h].p16,
-                                         t->simd);
         }
+        const uint16_t *p16[ATTN_HEAD_TILE];
+        for (int h = 0; h < nh; h++) p16[h] = buf[h].p16;
+        host__attention_values_quant(o, p16, nh, t->kv, kv_pool(t->kv, t->layer, 1), blocks, n_pos, kv_head, t->simd);
         return;
     }
 #if HOST_SIMD_AVX2

@@ -15,8 +15,10 @@
  *     avx512's here, its tiles only pay for matrices); times the scale;
  *   - values: out[d] = sum over positions j in order of p16[j] * V[j][d], each product
  *     one fused multiply-add of the stored integer (Q4_0: minus 8) by p16[j] times the
- *     block's scale. The AVX2 path makes the same operations in the same order as the
- *     portable one, so both give the same bits.
+ *     block's scale. The AVX2 path converts each V block once for all the query heads
+ *     of its KV head (up to 3 a pass, in registers) and makes the same operations in the
+ *     same order as the portable one, so both give the same bits, however the heads are
+ *     grouped. Positions are walked block by block (no division per position).
  * Every token reads only its own rows, so results do not depend on the batch.
  */
 #include <string.h>
@@ -71,22 +73,45 @@ void host__attention_scores_quant(float *score, const host_kv *kv, const unsigne
 
 /* ---- values: portable ---- */
 
-/* acc (Dh) += w_j * V[j] for one row, block by block. */
-static void values_row_generic(float *acc, dev_kv_type type, const unsigned char *row, float p, int64_t head_dim) {
-    for (int64_t b = 0; b < head_dim / QUANT_QK; b++) {
-        float *a = acc + b * QUANT_QK;
-        if (type == DEV_KV_Q8_0) {
-            const quant_block_q8_0 *blk = (const quant_block_q8_0 *)row + b;
-            const float w = p * quant_f16_to_f32(blk->d);
-            for (int i = 0; i < QUANT_QK; i++) a[i] = fmaf((float)blk->qs[i], w, a[i]);
-        } else {
-            const quant_block_q4_0 *blk = (const quant_block_q4_0 *)row + b;
-            const float w = p * quant_f16_to_f32(blk->d);
-            for (int i = 0; i < QUANT_QK / 2; i++) {
-                a[i] = fmaf((float)((blk->qs[i] & 0x0F) - 8), w, a[i]);
-                a[i + QUANT_QK / 2] = fmaf((float)((blk->qs[i] >> 4) - 8), w, a[i + QUANT_QK / 2]);
-            }
+/* The row of the first position of the block holding position `first` (a multiple of
+ * B); the block's next positions follow kv_row_stride bytes apart. */
+static inline const unsigned char *block_first_row(const host_kv *kv, const unsigned char *pool, const int32_t *blocks,
+                                                   int32_t first, int64_t kv_head) {
+    return pool + (size_t)blocks[first / kv->common.shape.block_size] * kv->block_bytes +
+           (size_t)kv_head * kv->row_bytes;
+}
+
+static inline size_t kv_row_stride(const host_kv *kv) {
+    return (size_t)kv->common.shape.n_kv_heads * kv->row_bytes;
+}
+
+/* acc (32) += w * block b of a row, element by element. */
+static void values_block_generic(float *acc, dev_kv_type type, const unsigned char *row, int64_t b, float p) {
+    if (type == DEV_KV_Q8_0) {
+        const quant_block_q8_0 *blk = (const quant_block_q8_0 *)row + b;
+        const float w = p * quant_f16_to_f32(blk->d);
+        for (int i = 0; i < QUANT_QK; i++) acc[i] = fmaf((float)blk->qs[i], w, acc[i]);
+    } else {
+        const quant_block_q4_0 *blk = (const quant_block_q4_0 *)row + b;
+        const float w = p * quant_f16_to_f32(blk->d);
+        for (int i = 0; i < QUANT_QK / 2; i++) {
+            acc[i] = fmaf((float)((blk->qs[i] & 0x0F) - 8), w, acc[i]);
+            acc[i + QUANT_QK / 2] = fmaf((float)((blk->qs[i] >> 4) - 8), w, acc[i + QUANT_QK / 2]);
         }
+    }
+}
+
+static void values_generic(float *const *o, const uint16_t *const *p16, int nh, const host_kv *kv,
+                           const unsigned char *v_pool, const int32_t *blocks, int32_t n_pos, int64_t kv_head) {
+    const dev_kv_shape *s = &kv->common.shape;
+    for (int h = 0; h < nh; h++) memset(o[h], 0, sizeof(float) * (size_t)s->head_dim);
+    for (int32_t first = 0; first < n_pos; first += s->block_size) {
+        const unsigned char *row = block_first_row(kv, v_pool, blocks, first, kv_head);
+        const int32_t end = first + s->block_size < n_pos ? first + s->block_size : n_pos;
+        for (int32_t j = first; j < end; j++, row += kv_row_stride(kv))
+            for (int h = 0; h < nh; h++)
+                for (int64_t b = 0; b < s->head_dim / QUANT_QK; b++)
+                    values_block_generic(o[h] + b * QUANT_QK, s->kv_type, row, b, quant_f16_to_f32(p16[h][j]));
     }
 }
 
@@ -94,18 +119,18 @@ static void values_row_generic(float *acc, dev_kv_type type, const unsigned char
 
 #if HOST_SIMD_AVX2
 
-/* The 32 values of a block as four registers of 8 floats, widths 0..7, 8..15, ... */
-static HOST_AVX2_TARGET inline void block_values_avx2(dev_kv_type type, const unsigned char *row, int64_t b,
-                                                      __m256 out[4], float *scale) {
+/* Block b of a row as four registers of 8 floats (widths 0..7, 8..15, ...) and its scale. */
+static HOST_AVX2_TARGET inline __attribute__((always_inline)) void
+block_values_avx2(dev_kv_type type, const unsigned char *row, int64_t b, __m256 out[4], float *scale) {
     __m128i lo, hi; /* widths 0..15 and 16..31 as int8 */
     if (type == DEV_KV_Q8_0) {
         const quant_block_q8_0 *blk = (const quant_block_q8_0 *)row + b;
-        *scale = quant_f16_to_f32(blk->d);
+        *scale = _cvtsh_ss(blk->d);
         lo = _mm_loadu_si128((const __m128i *)blk->qs);
         hi = _mm_loadu_si128((const __m128i *)(blk->qs + 16));
     } else {
         const quant_block_q4_0 *blk = (const quant_block_q4_0 *)row + b;
-        *scale = quant_f16_to_f32(blk->d);
+        *scale = _cvtsh_ss(blk->d);
         const __m128i packed = _mm_loadu_si128((const __m128i *)blk->qs);
         const __m128i nibble = _mm_set1_epi8(0x0F), eight = _mm_set1_epi8(8);
         lo = _mm_sub_epi8(_mm_and_si128(packed, nibble), eight);
@@ -117,47 +142,77 @@ static HOST_AVX2_TARGET inline void block_values_avx2(dev_kv_type type, const un
     out[3] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8)));
 }
 
-/* o (Dh) = sum over positions of p16[j] * V[j], two blocks (64 widths) at a time in
- * registers over all positions. */
-static HOST_AVX2_TARGET void values_avx2(float *o, const host_kv *kv, const unsigned char *v_pool,
-                                         const int32_t *blocks, int32_t n_pos, int64_t kv_head, const uint16_t *p16) {
-    const dev_kv_shape *s = &kv->common.shape;
-    const dev_kv_type type = s->kv_type;
-    const int64_t n_blocks = s->head_dim / QUANT_QK;
-    for (int64_t b0 = 0; b0 < n_blocks; b0 += 2) {
-        const int nb = n_blocks - b0 >= 2 ? 2 : 1;
-        __m256 acc[8];
-        for (int c = 0; c < 8; c++) acc[c] = _mm256_setzero_ps();
-        for (int32_t j = 0; j < n_pos; j++) {
-            const unsigned char *row = pool_row(kv, v_pool, blocks, j, kv_head);
-            const float p = _cvtsh_ss(p16[j]);
-            for (int b = 0; b < nb; b++) {
-                __m256 x[4];
-                float d;
-                block_values_avx2(type, row, b0 + b, x, &d);
-                const __m256 w = _mm256_set1_ps(p * d);
-                for (int c = 0; c < 4; c++) acc[4 * b + c] = _mm256_fmadd_ps(x[c], w, acc[4 * b + c]);
+/* Widths [32 b, 32 b + 32) of the NH heads' outputs: every position's block b is
+ * converted once and added into each head's 4 registers. Always inlined with a constant
+ * NH and type, so the accumulators stay in registers. */
+static HOST_AVX2_TARGET inline __attribute__((always_inline)) void
+values_block_heads_avx2(const int nh, const dev_kv_type type, float *const *o, const uint16_t *const *p16,
+                        const host_kv *kv, const unsigned char *v_pool, const int32_t *blocks, int32_t n_pos,
+                        int64_t kv_head, int64_t b) {
+    __m256 acc[4][4];
+#pragma GCC unroll 4
+    for (int h = 0; h < nh; h++)
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++) acc[h][c] = _mm256_setzero_ps();
+    const int32_t block_size = kv->common.shape.block_size;
+    for (int32_t first = 0; first < n_pos; first += block_size) {
+        const unsigned char *row = block_first_row(kv, v_pool, blocks, first, kv_head);
+        const int32_t end = first + block_size < n_pos ? first + block_size : n_pos;
+        for (int32_t j = first; j < end; j++, row += kv_row_stride(kv)) {
+            __m256 x[4];
+            float d;
+            block_values_avx2(type, row, b, x, &d);
+#pragma GCC unroll 4
+            for (int h = 0; h < nh; h++) {
+                const __m256 w = _mm256_set1_ps(_cvtsh_ss(p16[h][j]) * d);
+#pragma GCC unroll 4
+                for (int c = 0; c < 4; c++) acc[h][c] = _mm256_fmadd_ps(x[c], w, acc[h][c]);
             }
         }
-        for (int c = 0; c < 4 * nb; c++) _mm256_storeu_ps(o + b0 * QUANT_QK + 8 * c, acc[c]);
     }
+#pragma GCC unroll 4
+    for (int h = 0; h < nh; h++)
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++) _mm256_storeu_ps(o[h] + b * QUANT_QK + 8 * c, acc[h][c]);
 }
+
+/* One instance per (heads, type): constants for the inlined loop above. */
+#define VALUES_HEADS(NAME, NH, TYPE)                                                                     \
+    static HOST_AVX2_TARGET void NAME(float *const *o, const uint16_t *const *p16, const host_kv *kv,    \
+                                      const unsigned char *v_pool, const int32_t *blocks, int32_t n_pos, \
+                                      int64_t kv_head) {                                                 \
+        for (int64_t b = 0; b < kv->common.shape.head_dim / QUANT_QK; b++)                               \
+            values_block_heads_avx2(NH, TYPE, o, p16, kv, v_pool, blocks, n_pos, kv_head, b);            \
+    }
+VALUES_HEADS(values_q8_0_1, 1, DEV_KV_Q8_0)
+VALUES_HEADS(values_q8_0_2, 2, DEV_KV_Q8_0)
+VALUES_HEADS(values_q8_0_3, 3, DEV_KV_Q8_0)
+VALUES_HEADS(values_q4_0_1, 1, DEV_KV_Q4_0)
+VALUES_HEADS(values_q4_0_2, 2, DEV_KV_Q4_0)
+VALUES_HEADS(values_q4_0_3, 3, DEV_KV_Q4_0)
+
+typedef void (*values_fn)(float *const *o, const uint16_t *const *p16, const host_kv *kv, const unsigned char *v_pool,
+                          const int32_t *blocks, int32_t n_pos, int64_t kv_head);
 
 #endif
 
-void host__attention_values_quant(float *o, const host_kv *kv, const unsigned char *v_pool, const int32_t *blocks,
-                                  int32_t n_pos, int64_t kv_head, const uint16_t *p16, bool simd) {
-    const dev_kv_shape *s = &kv->common.shape;
+void host__attention_values_quant(float *const *o, const uint16_t *const *p16, int nh, const host_kv *kv,
+                                  const unsigned char *v_pool, const int32_t *blocks, int32_t n_pos, int64_t kv_head,
+                                  bool simd) {
 #if HOST_SIMD_AVX2
     if (simd) {
-        values_avx2(o, kv, v_pool, blocks, n_pos, kv_head, p16);
+        /* up to 3 heads a pass (4 registers each, plus the 4 of the row, in 16) */
+        static const values_fn q8[3] = {values_q8_0_1, values_q8_0_2, values_q8_0_3};
+        static const values_fn q4[3] = {values_q4_0_1, values_q4_0_2, values_q4_0_3};
+        const values_fn *fns = kv->common.shape.kv_type == DEV_KV_Q8_0 ? q8 : q4;
+        for (int h0 = 0; h0 < nh; h0 += 3) {
+            const int n = nh - h0 < 3 ? nh - h0 : 3;
+            fns[n - 1](o + h0, p16 + h0, kv, v_pool, blocks, n_pos, kv_head);
+        }
         return;
     }
 #else
     (void)simd;
 #endif
-    memset(o, 0, sizeof(float) * (size_t)s->head_dim);
-    for (int32_t j = 0; j < n_pos; j++)
-        values_row_generic(o, s->kv_type, pool_row(kv, v_pool, blocks, j, kv_head), quant_f16_to_f32(p16[j]),
-                           s->head_dim);
+    values_generic(o, p16, nh, kv, v_pool, blocks, n_pos, kv_head);
 }

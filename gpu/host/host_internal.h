@@ -190,9 +190,11 @@ void host__attention_query_q8(dev_cpu_isa isa, void *q8, const float *q, int64_t
  * these blocks, KV head kv_head of the layer's K pool k_pool. */
 void host__attention_scores_quant(float *score, const host_kv *kv, const unsigned char *k_pool, const int32_t *blocks,
                                   int32_t n_pos, int64_t kv_head, const void *q8, float scale, dev_cpu_isa isa);
-/* o (Dh) = sum over positions j of p16[j] * V row j (the same bits with simd or not). */
-void host__attention_values_quant(float *o, const host_kv *kv, const unsigned char *v_pool, const int32_t *blocks,
-                                  int32_t n_pos, int64_t kv_head, const uint16_t *p16, bool simd);
+/* For each of the nh query heads of KV head kv_head: o[h] (Dh) = sum over positions j
+ * of p16[h][j] * V row j (the same bits with simd or not, and whatever nh is). */
+void host__attention_values_quant(float *const *o, const uint16_t *const *p16, int nh, const host_kv *kv,
+                                  const unsigned char *v_pool, const int32_t *blocks, int32_t n_pos, int64_t kv_head,
+                                  bool simd);
 /* Bytes of attention scratch one worker needs for KV caches of this shape. */
 size_t host__attention_scratch_bytes(const dev_kv_shape *shape);
 
