@@ -33,7 +33,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_serve import ServerProcess, git_commit, http_get  # noqa: E402
+from bench_serve import ServerProcess, git_commit, metric_values as metrics  # noqa: E402
 from report_section import cpu_model, write_section  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -42,18 +42,6 @@ VARIANTS = ("f16", "q8_0", "q4_0")
 
 def log(msg):
     print(f"bench-kv-quant: {msg}", file=sys.stderr, flush=True)
-
-
-def metrics(url):
-    status, body = http_get(url + "/metrics", timeout=5.0)
-    out = {}
-    if status != 200:
-        return out
-    for line in body.splitlines():
-        m = re.match(r"^(spindle_[a-z_]+) ([0-9.e+-]+)$", line)
-        if m:
-            out[m.group(1)] = float(m.group(2))
-    return out
 
 
 class Sampler(threading.Thread):

@@ -25,15 +25,13 @@ import concurrent.futures
 import datetime
 import json
 import os
-import re
 import statistics
 import sys
 import tempfile
 import threading
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_serve import ServerProcess, git_commit, http_get  # noqa: E402
+from bench_serve import ServerProcess, git_commit, metric_values  # noqa: E402
 from bench_spec import stream_chat  # noqa: E402
 from report_section import cpu_model, write_section  # noqa: E402
 
@@ -82,18 +80,6 @@ def run_rounds(url, users, turns, c, max_tokens, words):
         with concurrent.futures.ThreadPoolExecutor(max_workers=c) as pool:
             list(pool.map(lambda u: one(u, t), range(users)))
     return sorted(records, key=lambda r: (r["turn"], r["user"]))
-
-
-def metric_values(url):
-    status, text = http_get(url + "/metrics")
-    out = {}
-    if status != 200:
-        return out
-    for line in text.splitlines():
-        m = re.match(r"^(spindle_[\w]+(?:\{[^}]*\})?)\s+(\S+)$", line)
-        if m:
-            out[m.group(1)] = float(m.group(2))
-    return out
 
 
 def spindle_argv(a, variant, disk_dir):

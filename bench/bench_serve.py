@@ -20,6 +20,7 @@ import argparse
 import datetime
 import json
 import os
+import re
 import shlex
 import signal
 import socket
@@ -56,6 +57,19 @@ def http_get(url, timeout=2.0):
         return e.code, e.read().decode("utf-8", "replace")
     except (urllib.error.URLError, ConnectionError, OSError):
         return 0, ""
+
+
+def metric_values(url):
+    """spindle's /metrics as {name (with its labels): value}; {} when it does not answer."""
+    status, text = http_get(url + "/metrics")
+    out = {}
+    if status != 200:
+        return out
+    for line in text.splitlines():
+        m = re.match(r"^(spindle_[\w]+(?:\{[^}]*\})?)\s+(\S+)$", line)
+        if m:
+            out[m.group(1)] = float(m.group(2))
+    return out
 
 
 class ServerProcess:

@@ -93,6 +93,15 @@ class Server:
             time.sleep(0.05)
         raise AssertionError(f"metric {name} = {value} after {timeout} s")
 
+    def failed_start(self, timeout: float = 60.0) -> tuple[int, str]:
+        """For a server started with wait_ready=False that must not start: its exit status
+        and its log (the log file removed)."""
+        code = self.proc.wait(timeout)
+        log = self.log_text()
+        self.log.close()
+        os.unlink(self.log.name)
+        return code, log
+
     def stop(self, timeout: float = 30.0) -> int:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)

@@ -111,9 +111,6 @@ def test_a_persisted_f16_tier_is_not_read_by_a_q8_0_server(spindle_bin, default_
 def test_bad_kv_type_stops_the_start_with_a_clear_message(spindle_bin, default_model, stories_model, model, flags,
                                                           message):
     server = Server(spindle_bin, default_model if model == "default" else stories_model, *flags, wait_ready=False)
-    code = server.proc.wait(60)
-    log = server.log_text()
-    server.log.close()
-    os.unlink(server.log.name)
+    code, log = server.failed_start()
     assert code != 0
     assert message in log, log

@@ -129,9 +129,6 @@ def test_persist_serves_a_long_prefix_from_disk_after_a_restart(spindle_bin, sto
 ])
 def test_bad_tier_settings_stop_the_start_with_a_clear_message(spindle_bin, stories_model, flags, message):
     server = Server(spindle_bin, stories_model, *flags, wait_ready=False)
-    code = server.proc.wait(60)
-    log = server.log_text()
-    server.log.close()
-    os.unlink(server.log.name)
+    code, log = server.failed_start()
     assert code != 0
     assert message in log, log
