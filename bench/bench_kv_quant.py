@@ -61,7 +61,8 @@ def run_variant(a, raw, variant, rep):
     name = f"{variant}-r{rep}"
     argv = lambda port: [a.bin, "serve", "--model", a.model, "--host", "127.0.0.1", "--port", str(port),  # noqa: E731
                          "--threads", str(a.threads), "--kv-type", variant, "--kv-cache-mb", str(a.kv_mb),
-                         "--max-batch-size", str(a.concurrency), "--no-access-log"]
+                         "--max-batch-size", str(a.concurrency), "--block-size", str(a.block_size),
+                         "--no-access-log"]
     srv = ServerProcess(argv, os.path.join(raw, name + ".log"))
     try:
         before = metrics(srv.url)
@@ -84,7 +85,7 @@ def run_variant(a, raw, variant, rep):
         raise RuntimeError(f"{name}: loadgen failed: {proc.stderr.strip()[-300:]}")
     with open(os.path.join(raw, name + ".json")) as f:
         r = json.load(f)
-    seq_blocks = -(-(a.input_len + a.output_len) // 16)
+    seq_blocks = -(-(a.input_len + a.output_len) // a.block_size)
     res = {"held": sampler.peak, "tok_s": r["output_throughput"], "completed": r["completed"],
            "preemptions": after.get("spindle_preemptions_total", 0) - before.get("spindle_preemptions_total", 0),
            "blocks": int(after.get("spindle_kv_blocks_total", 0)),
@@ -149,6 +150,7 @@ def main():
     p.add_argument("--model", default=os.path.join(ROOT, "models/SmolLM2-135M-Instruct.Q4_1.gguf"))
     p.add_argument("--threads", type=int, default=os.cpu_count())
     p.add_argument("--kv-mb", type=int, default=128)
+    p.add_argument("--block-size", type=int, default=16)
     p.add_argument("--input-len", type=int, default=256)
     p.add_argument("--output-len", type=int, default=64)
     p.add_argument("--num-prompts", type=int, default=128)
@@ -177,8 +179,8 @@ def main():
             json.dump(results, f, indent=1)
     argv = sys.argv[1:]
     if a.report:  # the command that made the runs, not the one that wrote them again
-        at = argv.index("--report")
-        argv = argv[:at] + argv[at + 2:]
+        argv = [x for i, x in enumerate(argv)
+                if not x.startswith("--report") and not (i > 0 and argv[i - 1] == "--report")]
     command = "python3 bench/bench_kv_quant.py " + shlex.join(argv) if argv else "make bench-kv-quant"
     text = report(a, results, os.path.relpath(raw, ROOT), command)
     if a.quick or a.no_write:
