@@ -9,9 +9,12 @@ THREADS, ROUNDS, REPS, PP, TG, LLAMA_FA, OUT, BENCH_COMMAND).
 
 Per round and per thread count it runs `spindle bench` once, then `llama-bench` once (each does
 a warm-up and REPS timed repetitions of ppPP and tgTG), so the two programs alternate. The
-table holds the median over all ROUNDS x REPS samples of each program. With BASELINE_ISA
-set (bench_kernels.sh sets avx512 where spindle's best is amx), `spindle bench --cpu-isa
-BASELINE_ISA` joins the alternation and the table gains its column and ratio.
+table holds the median over all ROUNDS x REPS samples of each program. SPINDLE_ISA forces
+spindle's kernel set (`--cpu-isa`; default: the one it picks). With BASELINE_ISA set
+(bench_kernels.sh sets avx512 where spindle's best is amx), `spindle bench --cpu-isa
+BASELINE_ISA` joins the alternation and the table gains its column and ratio. With
+BASELINE_SPINDLE set (another spindle binary, e.g. an older commit's build, named by
+BASELINE_LABEL) that binary is the baseline instead, for a regression check of one set.
 """
 
 import datetime
@@ -50,14 +53,43 @@ def run_cmd(argv, out_path):
     return time.time() - t0
 
 
-def spindle_argv(threads, isa=None):
-    return [env("SPINDLE"), "bench", "--model", env("MODEL"), "--threads", str(threads),
+def spindle_argv(threads, isa=None, binary=None):
+    return [binary or env("SPINDLE"), "bench", "--model", env("MODEL"), "--threads", str(threads),
             "--pp", env("PP"), "--tg", env("TG"), "--reps", env("REPS")] + (
                 ["--cpu-isa", isa] if isa else [])
 
 
 def baseline_isa():
     return os.environ.get("BASELINE_ISA", "")
+
+
+def baseline_binary():
+    return os.environ.get("BASELINE_SPINDLE", "")
+
+
+def baseline_label(sets):
+    """How the report names the baseline: its label or kernel set."""
+    if baseline_binary():
+        return os.environ.get("BASELINE_LABEL") or os.path.basename(baseline_binary())
+    return ",".join(sorted(sets))
+
+
+def machine_kind():
+    """A short name for this kind of machine (its CPU family and best kernel set, e.g.
+    epyc-avx512), so runs on different machines keep separate report sections."""
+    name = cpu_model().lower()
+    family = next((f for f in ("epyc", "xeon", "ryzen", "core") if f in name), None)
+    family = family or (re.sub(r"[^a-z0-9]+", "-", name).strip("-") or "cpu")
+    try:
+        flags = next((l for l in open("/proc/cpuinfo") if l.startswith("flags")), "").split()
+    except OSError:
+        flags = []
+    best = "avx2"
+    if "amx_tile" in flags:
+        best = "amx"
+    elif all(f in flags for f in ("avx512f", "avx512bw", "avx512vl")):
+        best = "avx512"
+    return f"{family}-{best}"
 
 
 def llama_argv(threads):
@@ -84,16 +116,20 @@ def do_run():
     for r in range(1, rounds + 1):
         for t in threads:
             if with_spindle:
-                dt = run_cmd(spindle_argv(t), os.path.join(raw, f"r{r}_t{t}_spindle.jsonl"))
+                dt = run_cmd(spindle_argv(t, os.environ.get("SPINDLE_ISA") or None),
+                             os.path.join(raw, f"r{r}_t{t}_spindle.jsonl"))
                 log(f"round {r}/{rounds} threads {t}: spindle {dt:.0f} s")
-                if baseline_isa():
-                    dt = run_cmd(spindle_argv(t, baseline_isa()),
+                if baseline_isa() or baseline_binary():
+                    dt = run_cmd(spindle_argv(t, baseline_isa() or None, baseline_binary() or None),
                                  os.path.join(raw, f"r{r}_t{t}_baseline.jsonl"))
-                    log(f"round {r}/{rounds} threads {t}: spindle --cpu-isa {baseline_isa()} {dt:.0f} s")
+                    log(f"round {r}/{rounds} threads {t}: baseline {dt:.0f} s")
             dt = run_cmd(llama_argv(t), os.path.join(raw, f"r{r}_t{t}_llama.json"))
             log(f"round {r}/{rounds} threads {t}: llama-bench {dt:.0f} s")
     meta["loadavg_end"] = open("/proc/loadavg").read().split()[0]
     meta["spindle_commit"] = git_commit()
+    meta["machine"] = machine_kind()
+    meta["baseline_label"] = baseline_label(set()) if baseline_binary() else ""
+    meta["baseline_spindle"] = baseline_binary()
     with open(os.path.join(raw, "meta.json"), "w") as f:
         json.dump(meta, f, indent=1)
     do_report(raw)
@@ -200,17 +236,20 @@ def do_report(raw):
     for path in sorted(glob.glob(os.path.join(raw, "*_baseline.jsonl"))):
         for k, v in parse_spindle(path, baseline_sets).items():
             baseline.setdefault(k, []).extend(v)
-    base = ",".join(sorted(baseline_sets))
+    base = meta.get("baseline_label") or ",".join(sorted(baseline_sets))
     keys = sorted(set(spindle) | set(llama), key=lambda k: (not k[0].startswith("pp"), k[1]))
 
     model = os.environ.get("MODEL", info.get("model_filename", "?"))
     isa = peer_isa()
     ours = ",".join(sorted(SPINDLE_SETS)) or "unknown"
-    # one section per pairing of kernel sets, so a run on another machine kind (or with
-    # another peer build) never overwrites this one's figures
-    section = f"kernels-{isa}" if ours == isa else f"kernels-{ours}-vs-{isa}"
+    # one section per machine kind and pairing of kernel sets, so a run on another kind of
+    # machine (or with another peer build) never overwrites this one's figures
+    machine = meta.get("machine") or machine_kind()
+    pair = isa if ours == isa else f"{ours}-vs-{isa}"
+    section = f"kernels-{pair}-on-{machine}"
     lines = [
-        f"## Kernels: spindle ({ours} set) vs llama.cpp ({isa} build), pp512 and tg128",
+        f"## Kernels: spindle ({ours} set) vs llama.cpp ({isa} build), pp512 and tg128, on "
+        f"{machine}",
         "",
         "Generated by `bench/bench_kernels.sh`. To reproduce: `make bench`.",
         "",
@@ -238,8 +277,13 @@ def do_report(raw):
         "",
     ]
     if baseline:
-        lines[-1:-1] = [f"- Baseline: spindle's {base} set (`spindle bench --cpu-isa {base}`) in "
-                        "the same alternation, for the gain of the set in use over it."]
+        if meta.get("baseline_label"):
+            lines[-1:-1] = [f"- Baseline: spindle {base} (`{meta.get('baseline_spindle', '?')}`"
+                            f"{', --cpu-isa ' + ','.join(sorted(baseline_sets)) if baseline_sets else ''}"
+                            ") in the same alternation, for a regression check."]
+        else:
+            lines[-1:-1] = [f"- Baseline: spindle's {base} set (`spindle bench --cpu-isa {base}`) in "
+                            "the same alternation, for the gain of the set in use over it."]
         lines += [f"| test | threads | spindle t/s | llama.cpp t/s | ratio | spindle {base} t/s "
                   f"| {ours} / {base} |", "|---|---:|---:|---:|---:|---:|---:|"]
     else:

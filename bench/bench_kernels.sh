@@ -12,7 +12,10 @@
 # picks for this CPU), THREADS, ROUNDS (alternations), REPS (repetitions per
 # invocation), PP, TG, LLAMA_FA (llama-bench -fa, default its own default "auto"), OUT,
 # BASELINE_ISA (a spindle kernel set run in the same alternation for comparison: avx512 by
-# default where the CPU has AMX, so the amx set's gain is measured; "" for none).
+# default where the CPU has AMX, so the amx set's gain is measured; "" for none),
+# SPINDLE_ISA (force spindle's kernel set: avx2, avx512 or amx), BASELINE_SPINDLE and
+# BASELINE_LABEL (another spindle binary as the baseline, e.g. an older commit's build, to
+# check one kernel set for regressions: BASELINE_ISA="" SPINDLE_ISA=avx2 ...).
 # SPINDLE=none benchmarks llama.cpp alone. Raw outputs stay in build/bench/<time>/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -50,6 +53,9 @@ fi
 cmd=""
 for v in MODEL SPINDLE PEER_DIR THREADS ROUNDS REPS PP TG LLAMA_FA OUT BASELINE_ISA; do
     cmd="$cmd$v=\"${!v}\" "
+done
+for v in SPINDLE_ISA BASELINE_SPINDLE BASELINE_LABEL; do
+    if [ -n "${!v:-}" ]; then cmd="$cmd$v=\"${!v}\" "; fi
 done
 export BENCH_COMMAND="${cmd}bench/bench_kernels.sh"
 

@@ -34,6 +34,9 @@ dev_cpu_isa cli_cpu_isa(cfg_cpu_isa isa);
 /* Parses --cpu-isa's value and checks that this CPU runs the set; on failure prints
  * "spindle: error: --cpu-isa ..." naming what is wrong and returns false. */
 bool cli_parse_cpu_isa(const char *text, dev_cpu_isa *out);
+/* Parses --kv-type's value (f16, q8_0, q4_0); on failure prints "spindle: error:
+ * --kv-type ..." naming what is wrong and returns false. */
+bool cli_parse_kv_type(const char *text, dev_kv_type *out);
 
 /* Parses a whole decimal number for flag `name` within [min, max]; on failure prints
  * "spindle: error: --name: ..." and returns false. */
@@ -49,6 +52,7 @@ typedef struct cli_session {
     int block_size;       /* tokens per KV block; set by cli_session_open */
     int max_batch;        /* largest forward step in tokens (the model's max_batch_tokens) */
     int n_ctx;            /* tokens the KV cache holds */
+    dev_kv_type kv_type;  /* element format of the KV cache (F16 unless set before reserve) */
     int32_t *block_table; /* (n_ctx / block_size) */
     int32_t n_past;       /* tokens already in the cache */
     float *logits;        /* (V) logits after the last eval */
@@ -62,7 +66,8 @@ sp_status cli_session_open(cli_session *s, const char *model_path, dev_kind kind
 /* The same, for forward steps of up to max_batch tokens (<= 512: 512). */
 sp_status cli_session_open_sized(cli_session *s, const char *model_path, dev_kind kind, int n_threads,
                                  dev_cpu_isa cpu_isa, int max_batch);
-/* Creates the KV cache for n_ctx tokens (<= 0: the model's training context). */
+/* Creates the KV cache for n_ctx tokens (<= 0: the model's training context), in the
+ * format s->kv_type. */
 sp_status cli_session_reserve(cli_session *s, int n_ctx);
 /* Appends n tokens at the end of the sequence, in chunks of at most max_batch_tokens,
  * and leaves the logits of the last token in s->logits. */

@@ -31,6 +31,14 @@ bool cli_parse_cpu_isa(const char *text, dev_cpu_isa *out) {
     return true;
 }
 
+bool cli_parse_kv_type(const char *text, dev_kv_type *out) {
+    if (dev_kv_type_parse(text, out) != SP_OK) {
+        fprintf(stderr, "spindle: error: --kv-type: %s\n", sp_last_error());
+        return false;
+    }
+    return true;
+}
+
 bool cli_parse_int(const char *name, const char *text, long min, long max, long *out) {
     char *end;
     errno = 0;
@@ -101,7 +109,7 @@ sp_status cli_session_reserve(cli_session *s, int n_ctx) {
     /* one sequence owns every block, in order */
     for (int b = 0; b < n_blocks; b++) s->block_table[b] = b;
     s->n_past = 0;
-    return model_kv_create(s->model, n_blocks, CLI_BLOCK_SIZE, &s->kv);
+    return model_kv_create_typed(s->model, n_blocks, CLI_BLOCK_SIZE, s->kv_type, &s->kv);
 }
 
 sp_status cli_session_eval(cli_session *s, const int32_t *tokens, int n) {

@@ -222,6 +222,7 @@ static int bench_report(cli_session *s, bench_test *t, int threads) {
     printf("{\"test\":\"%s\",\"threads\":%d,\"n_tokens\":%d,", t->name, threads, t->n_tokens);
     if (dev_cpu_kernels(s->dev) != DEV_CPU_ISA_AUTO)
         printf("\"cpu_isa\":\"%s\",", dev_cpu_isa_name(dev_cpu_kernels(s->dev)));
+    if (s->kv_type != DEV_KV_F16) printf("\"kv_type\":\"%s\",", dev_kv_type_name(s->kv_type));
     if (t->kind != BENCH_PP) printf("\"batch\":%d,", t->n_seqs);
     printf("\"reps\":%d,\"tokens_per_s_median\":%.2f,", t->reps, median);
     if (t->step_s)
@@ -250,7 +251,7 @@ static int bench_run(cli_session *s, bench_kind kind, int n_tokens, int n_seqs, 
 }
 
 int cmd_bench(int argc, char **argv) {
-    enum { OPT_PP = 256, OPT_TG, OPT_BATCH, OPT_REPS, OPT_THREADS, OPT_DEVICE, OPT_CPU_ISA };
+    enum { OPT_PP = 256, OPT_TG, OPT_BATCH, OPT_REPS, OPT_THREADS, OPT_DEVICE, OPT_CPU_ISA, OPT_KV_TYPE };
     static const struct option options[] = {
         {"model", required_argument, NULL, 'm'},
         {"pp", required_argument, NULL, OPT_PP},
@@ -260,6 +261,7 @@ int cmd_bench(int argc, char **argv) {
         {"threads", required_argument, NULL, OPT_THREADS},
         {"device", required_argument, NULL, OPT_DEVICE},
         {"cpu-isa", required_argument, NULL, OPT_CPU_ISA},
+        {"kv-type", required_argument, NULL, OPT_KV_TYPE},
         {"help", no_argument, NULL, 'h'},
         {0, 0, 0, 0},
     };
@@ -267,6 +269,7 @@ int cmd_bench(int argc, char **argv) {
     long pp = 512, tg = 128, batch = 1, reps = 5, threads = 0;
     dev_kind kind = DEV_KIND_CPU;
     dev_cpu_isa cpu_isa = DEV_CPU_ISA_AUTO;
+    dev_kv_type kv_type = DEV_KV_F16;
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "m:h", options, NULL)) != -1) {
@@ -290,6 +293,9 @@ int cmd_bench(int argc, char **argv) {
         case OPT_CPU_ISA:
             if (!cli_parse_cpu_isa(optarg, &cpu_isa)) return 2;
             break;
+        case OPT_KV_TYPE:
+            if (!cli_parse_kv_type(optarg, &kv_type)) return 2;
+            break;
         case OPT_DEVICE:
             if (strcmp(optarg, "cpu") == 0)
                 kind = DEV_KIND_CPU;
@@ -304,7 +310,8 @@ int cmd_bench(int argc, char **argv) {
             break;
         case 'h':
             printf("usage: spindle bench [--model PATH] [--device cpu|cuda|auto] [--threads N] "
-                   "[--cpu-isa auto|generic|avx2|avx512|amx] [--pp 512] [--tg 128] [--batch 1] [--reps 5]\n"
+                   "[--cpu-isa auto|generic|avx2|avx512|amx] [--kv-type f16|q8_0|q4_0] [--pp 512] [--tg 128] [--batch "
+                   "1] [--reps 5]\n"
                    "  ppN: N random tokens (up to 8192) as one step; tgN: N tokens one at a time; 0 skips a test.\n"
                    "  --batch S (1..256): tg decodes S sequences together (tgN_bS), each after a %d-token prompt.\n",
                    BENCH_PROMPT);
@@ -316,6 +323,7 @@ int cmd_bench(int argc, char **argv) {
     cli_session s;
     sp_status st = cli_session_open_sized(&s, model_path, kind, (int)threads, cpu_isa, (int)pp);
     if (st == SP_OK) {
+        s.kv_type = kv_type;
         long ctx = bench_ctx_needed(BENCH_PP, pp, 1, s.block_size);
         long tg_ctx = bench_ctx_needed(tg_kind, tg, batch, s.block_size);
         st = cli_session_reserve(&s, (int)(tg > 0 && tg_ctx > ctx ? tg_ctx : ctx));

@@ -24,6 +24,7 @@ static void generate_usage(FILE *out) {
             "  --seed S            random seed for sampling (default: from the clock)\n"
             "  --threads N         CPU threads (default: all cores)\n"
             "  --cpu-isa SET       CPU kernels: auto, generic, avx2, avx512, amx (default auto: the best here)\n"
+            "  --kv-type TYPE      KV cache format: f16, q8_0, q4_0 (default f16)\n"
             "  --ctx N             context (KV cache) size in tokens (default: prompt + max tokens;\n"
             "                      at most the model's training context)\n"
             "  --ignore-eos        keep generating past end-of-generation tokens\n",
@@ -42,6 +43,7 @@ typedef struct generate_args {
     long max_tokens;
     long threads;
     dev_cpu_isa cpu_isa;
+    dev_kv_type kv_type;
     long ctx;
     bool ignore_eos;
     sample_params sampling;
@@ -58,6 +60,7 @@ static int generate_parse(int argc, char **argv, generate_args *a) {
         OPT_SEED,
         OPT_THREADS,
         OPT_CPU_ISA,
+        OPT_KV_TYPE,
         OPT_CTX,
         OPT_IGNORE_EOS
     };
@@ -72,6 +75,7 @@ static int generate_parse(int argc, char **argv, generate_args *a) {
         {"seed", required_argument, NULL, OPT_SEED},
         {"threads", required_argument, NULL, OPT_THREADS},
         {"cpu-isa", required_argument, NULL, OPT_CPU_ISA},
+        {"kv-type", required_argument, NULL, OPT_KV_TYPE},
         {"ctx", required_argument, NULL, OPT_CTX},
         {"ignore-eos", no_argument, NULL, OPT_IGNORE_EOS},
         {"help", no_argument, NULL, 'h'},
@@ -116,6 +120,9 @@ static int generate_parse(int argc, char **argv, generate_args *a) {
             break;
         case OPT_CPU_ISA:
             if (!cli_parse_cpu_isa(optarg, &a->cpu_isa)) return 2;
+            break;
+        case OPT_KV_TYPE:
+            if (!cli_parse_kv_type(optarg, &a->kv_type)) return 2;
             break;
         case OPT_CTX:
             if (!cli_parse_int("ctx", optarg, 1, 1 << 24, &a->ctx)) return 2;
@@ -171,6 +178,7 @@ int cmd_generate(int argc, char **argv) {
                      n_prompt, a.max_tokens, limit);
         goto fail;
     }
+    s.kv_type = a.kv_type;
     if ((st = cli_session_reserve(&s, a.ctx > 0 ? (int)a.ctx : (int)n_prompt + (int)a.max_tokens)) != SP_OK) goto fail;
     if ((st = sample_state_init(&sampler, hp->n_vocab, a.sampling.seed)) != SP_OK) goto fail;
 

@@ -44,6 +44,21 @@ def test_default_model_generates_english(spindle_bin, default_model):
     assert "Paris" in r.stdout
 
 
+@pytest.mark.parametrize("kv_type", ["q8_0", "q4_0"])
+def test_generate_with_a_quantized_kv_cache(spindle_bin, default_model, kv_type):
+    r = run([spindle_bin, "generate", "--model", default_model, "--kv-type", kv_type, "--prompt",
+             "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n",
+             "--max-tokens", "16"])
+    assert r.returncode == 0, r.stderr
+    assert "Paris" in r.stdout
+
+
+def test_kv_type_needs_a_head_width_of_32s(spindle_bin, stories_model):
+    r = run([spindle_bin, "generate", "--model", stories_model, "--kv-type", "q8_0", "--prompt", "x"])
+    assert r.returncode == 2
+    assert "head width" in r.stderr and "q8_0" in r.stderr
+
+
 def test_malformed_model_exits_2_with_one_clear_error(spindle_bin, tmp_path):
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(b"GGUF\x03\x00\x00\x00" + b"\xff" * 16)
@@ -74,6 +89,7 @@ def test_vocab_only_file_cannot_generate(spindle_bin):
     (["--temperature", "abc"], "--temperature"),
     (["--top-p", "2"], "--top-p"),
     (["--threads", "0"], "--threads"),
+    (["--kv-type", "q5_0"], "--kv-type"),
 ])
 def test_bad_flags_exit_2_naming_the_flag(spindle_bin, stories_model, args, needle):
     r = run([spindle_bin, "generate", "--model", stories_model, "--prompt", "x", *args])
@@ -101,6 +117,15 @@ def test_bench_reports_json(spindle_bin, stories_model):
     lines = [json.loads(line) for line in r.stdout.splitlines()]
     assert [l["test"] for l in lines] == ["pp64", "tg16"]
     assert all(l["tokens_per_s_median"] > 0 for l in lines)
+
+
+def test_bench_measures_a_quantized_kv_cache(spindle_bin, default_model):
+    r = run([spindle_bin, "bench", "--model", default_model, "--kv-type", "q8_0", "--pp", "64", "--tg", "8",
+             "--reps", "1"])
+    assert r.returncode == 0, r.stderr
+    lines = [json.loads(line) for line in r.stdout.splitlines()]
+    assert [l["test"] for l in lines] == ["pp64", "tg8"]
+    assert all(l["kv_type"] == "q8_0" and l["tokens_per_s_median"] > 0 for l in lines)
 
 
 def test_bench_batch_decodes_sequences_together(spindle_bin, stories_model):
@@ -136,6 +161,7 @@ def test_bench_prompt_beyond_512_is_one_step(spindle_bin, stories_model):
     (["--batch", "999"], "--batch"),
     (["--batch", "x"], "--batch"),
     (["--pp", "8193"], "--pp"),
+    (["--kv-type", "bf16"], "--kv-type"),
 ])
 def test_bench_bad_values_exit_2_naming_the_flag(spindle_bin, stories_model, args, needle):
     r = run([spindle_bin, "bench", "--model", stories_model, *args])

@@ -3,8 +3,11 @@
  * quantized pool equals attention computed in double over the rows the pool holds
  * (dequantized), within the error of the query's own Q8_0 rounding; the avx2, avx512 and
  * amx kernel sets give the same bits; a token's result does not depend on its batch;
- * head widths the blocks do not divide are refused by name. The CUDA backend's quantized
- * pools are checked against the CPU's in test_cuda_attention.c. */
+ * head widths the blocks do not divide are refused by name. The bytes a pool's blocks
+ * hold (as the tiers save them) are ggml's blocks of the rows written, on the CPU and,
+ * where a GPU is usable, the CUDA backend (the same bytes as the CPU's: tier files move
+ * between backends). The CUDA backend's quantized attention is checked against the
+ * CPU's in test_cuda_attention.c. */
 #include <math.h>
 #include <string.h>
 
@@ -198,6 +201,117 @@ Test(kv_quant, written_rows_are_ggml_quantization) {
         dev_destroy(dev);
     }
     free_inputs(&in);
+}
+
+/* Sequence 0's P rows of k and v (P, HK*DH, device-independent floats) written by the
+ * backend of this kind through the device path (a weight table, dev_embed, dev_kv_write),
+ * then its full blocks saved as the tiers keep them: (P / B) * dev_kv_block_bytes. */
+static uint8_t *written_blocks(dev_kind kind, dev_kv_type type, const float *k, const float *v) {
+    dev_backend *dev;
+    dev_options opts = {.kind = kind, .n_threads = 2};
+    cr_assert_eq(dev_create(&opts, &dev), SP_OK, "%s", sp_last_error());
+    cr_assert_eq(dev_reserve(dev, P, HK * DH), SP_OK, "%s", sp_last_error());
+    dev_kv_shape shape = shape_of(type);
+    dev_kv *kv;
+    cr_assert_eq(dev_kv_create(dev, &shape, &kv), SP_OK, "%s", sp_last_error());
+    dev_tensor tk, tv;
+    const size_t table_bytes = sizeof(float) * P * HK * DH;
+    cr_assert_eq(dev_weight_init(dev, &tk, QUANT_F32, HK * DH, P, k, table_bytes), SP_OK, "%s", sp_last_error());
+    cr_assert_eq(dev_weight_init(dev, &tv, QUANT_F32, HK * DH, P, v, table_bytes), SP_OK, "%s", sp_last_error());
+    void *ak, *av;
+    cr_assert_eq(dev_arena_alloc(dev, table_bytes, &ak), SP_OK);
+    cr_assert_eq(dev_arena_alloc(dev, table_bytes, &av), SP_OK);
+    enum { MAXB = 10 };
+    int32_t tokens[P], pos[P], seq[P], seq_len = P, table[MAXB];
+    for (int j = 0; j < P; j++) tokens[j] = pos[j] = j, seq[j] = 0;
+    for (int b = 0; b < MAXB; b++) table[b] = b;
+    dev_step step = {.n_tokens = P,
+                     .tokens = tokens,
+                     .pos = pos,
+                     .seq = seq,
+                     .n_seqs = 1,
+                     .seq_len = &seq_len,
+                     .block_table = table,
+                     .max_blocks = MAXB};
+    const dev_step *ds;
+    cr_assert_eq(dev_step_begin(dev, &step, P, kv, &ds), SP_OK, "%s", sp_last_error());
+    dev_embed(dev, ak, &tk, ds);
+    dev_embed(dev, av, &tv, ds);
+    dev_kv_write(dev, kv, 0, ak, av, ds);
+    int32_t ids[P / B];
+    for (int b = 0; b < P / B; b++) ids[b] = b;
+    uint8_t *bytes = malloc((size_t)(P / B) * dev_kv_block_bytes(&shape));
+    cr_assert_not_null(bytes);
+    cr_assert_eq(dev_kv_blocks_save(dev, kv, ids, P / B, bytes), SP_OK, "%s", sp_last_error());
+    dev_kv_destroy(dev, kv);
+    dev_destroy(dev);
+    return bytes;
+}
+
+/* Rows that are not F16-exact, with a magnitude per 32 values from 1e-3 to 1e3 and some
+ * all-zero blocks, so the scales and the rounding of every format are exercised. */
+static float *awkward_rows(void) {
+    float *x = malloc(sizeof(float) * P * HK * DH);
+    cr_assert_not_null(x);
+    for (int i = 0; i < P * HK * DH; i += 32) {
+        const float scale = (gpu_test_next() % 7 == 0) ? 0.0f : powf(10.0f, 3.0f * uniform());
+        for (int j = i; j < i + 32; j++) x[j] = scale * uniform();
+    }
+    return x;
+}
+
+/* Every saved row equals ggml's blocks of it (F16: the F16 rounding of each value). */
+static void check_ggml_bytes(dev_kv_type type, const uint8_t *bytes, const float *k, const float *v,
+                             const char *backend) {
+    dev_kv_shape shape = shape_of(type);
+    const size_t row_bytes = dev_kv_row_bytes(&shape), block_bytes = dev_kv_block_bytes(&shape);
+    uint8_t want[DH * 2];
+    for (int j = 0; j < P / B * B; j++)
+        for (int h = 0; h < HK; h++)
+            for (int kv_i = 0; kv_i < 2; kv_i++) {
+                const float *src = (kv_i ? v : k) + ((size_t)j * HK + (size_t)h) * DH;
+                if (type == DEV_KV_F16)
+                    for (int d = 0; d < DH; d++) {
+                        uint16_t h16 = quant_f32_to_f16(src[d]);
+                        memcpy(want + 2 * d, &h16, 2);
+                    }
+                else
+                    quant_quantize_row(dev_kv_quant_type(type), want, src, DH);
+                const size_t at = (size_t)(j / B) * block_bytes + (size_t)kv_i * B * HK * row_bytes +
+                                  ((size_t)(j % B) * HK + (size_t)h) * row_bytes;
+                cr_assert(memcmp(bytes + at, want, row_bytes) == 0, "%s %s: %s row of position %d, head %d", backend,
+                          dev_kv_type_name(type), kv_i ? "V" : "K", j, h);
+            }
+}
+
+Test(kv_quant, cpu_pool_bytes_are_ggml_blocks) {
+    gpu_test_rng = 0x6279;
+    float *k = awkward_rows(), *v = awkward_rows();
+    for (dev_kv_type type = DEV_KV_F16; type <= DEV_KV_Q4_0; type++) {
+        uint8_t *bytes = written_blocks(DEV_KIND_CPU, type, k, v);
+        check_ggml_bytes(type, bytes, k, v, "cpu");
+        free(bytes);
+    }
+    free(k);
+    free(v);
+}
+
+/* Tier files move between backends: the CUDA write must produce the CPU's bytes. */
+Test(kv_quant, cuda_pool_bytes_equal_the_cpu_pool_and_ggml) {
+    skip_without_gpu();
+    gpu_test_rng = 0x6279;
+    float *k = awkward_rows(), *v = awkward_rows();
+    for (dev_kv_type type = DEV_KV_F16; type <= DEV_KV_Q4_0; type++) {
+        dev_kv_shape shape = shape_of(type);
+        uint8_t *cuda = written_blocks(DEV_KIND_CUDA, type, k, v), *cpu = written_blocks(DEV_KIND_CPU, type, k, v);
+        check_ggml_bytes(type, cuda, k, v, "cuda");
+        cr_assert(memcmp(cuda, cpu, (size_t)(P / B) * dev_kv_block_bytes(&shape)) == 0,
+                  "%s: cuda and cpu blocks differ", dev_kv_type_name(type));
+        free(cuda);
+        free(cpu);
+    }
+    free(k);
+    free(v);
 }
 
 Test(kv_quant, attention_equals_the_double_reference_over_the_pool) {
