@@ -17,19 +17,39 @@
 
 #include "gpu/host/host_internal.h"
 
+/* CPUID bits: leaf 1 ECX; leaf 7 (subleaf 0) EBX, ECX, EDX. */
+static const uint32_t CPUID1_FMA = 1u << 12, CPUID1_OSXSAVE = 1u << 27, CPUID1_F16C = 1u << 29;
+static const uint32_t CPUID7_AVX2 = 1u << 5, CPUID7_AVX512F = 1u << 16, CPUID7_AVX512BW = 1u << 30,
+                      CPUID7_AVX512VL = 1u << 31;
+static const uint32_t CPUID7_AVX512VNNI = 1u << 11;
+static const uint32_t CPUID7_AMX_TILE = 1u << 24, CPUID7_AMX_INT8 = 1u << 25;
+/* XCR0: the register states the OS saves. */
+static const uint64_t XCR0_SSE = 1u << 1, XCR0_YMM = 1u << 2, XCR0_OPMASK = 1u << 5, XCR0_ZMM_HI256 = 1u << 6,
+                      XCR0_HI16_ZMM = 1u << 7, XCR0_TILECFG = 1u << 17, XCR0_TILEDATA = 1u << 18;
+
+static bool all_set(uint64_t word, uint64_t bits) {
+    return (word & bits) == bits;
+}
+
+host_cpu_features host__cpu_features_decide(const host_cpuid_words *w) {
+    host_cpu_features f = {0};
+    if (!(w->leaf1_ecx & CPUID1_OSXSAVE)) return f;
+    const bool ymm_saved = all_set(w->xcr0, XCR0_SSE | XCR0_YMM);
+    const bool zmm_saved = ymm_saved && all_set(w->xcr0, XCR0_OPMASK | XCR0_ZMM_HI256 | XCR0_HI16_ZMM);
+    const bool tiles_saved = all_set(w->xcr0, XCR0_TILECFG | XCR0_TILEDATA);
+    f.avx2 = ymm_saved && (w->leaf7_ebx & CPUID7_AVX2) && all_set(w->leaf1_ecx, CPUID1_FMA | CPUID1_F16C);
+    f.avx512 = f.avx2 && zmm_saved && all_set(w->leaf7_ebx, CPUID7_AVX512F | CPUID7_AVX512BW | CPUID7_AVX512VL) &&
+               (w->leaf7_ecx & CPUID7_AVX512VNNI);
+    f.amx = f.avx512 && all_set(w->leaf7_edx, CPUID7_AMX_TILE | CPUID7_AMX_INT8) && tiles_saved && w->tiles_offered;
+    return f;
+}
+
 #if defined(__x86_64__) && defined(__GNUC__) && defined(__linux__)
 #include <cpuid.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 enum {
-    XCR0_SSE = 1u << 1,
-    XCR0_YMM = 1u << 2,
-    XCR0_OPMASK = 1u << 5,
-    XCR0_ZMM_HI256 = 1u << 6,
-    XCR0_HI16_ZMM = 1u << 7,
-    XCR0_TILECFG = 1u << 17,
-    XCR0_TILEDATA = 1u << 18,
     ARCH_GET_XCOMP_SUPP = 0x1021, /* linux/arch/x86/include/uapi/asm/prctl.h */
     ARCH_REQ_XCOMP_PERM = 0x1023,
     XFEATURE_XTILEDATA = 18,
@@ -42,29 +62,23 @@ static uint64_t read_xcr0(void) {
 }
 
 static host_cpu_features probe(void) {
-    host_cpu_features f = {0};
+    host_cpuid_words w = {0};
     unsigned eax, ebx, ecx, edx;
-    if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return f;
-    const bool fma = ecx & (1u << 12), osxsave = ecx & (1u << 27), f16c = ecx & (1u << 29);
-    if (!osxsave) return f; /* no XGETBV: the OS saves no extended state we could use */
-    const uint64_t xcr0 = read_xcr0();
-    if (__get_cpuid_max(0, NULL) < 7) return f;
-    __cpuid_count(7, 0, eax, ebx, ecx, edx);
-    const bool ymm_saved = (xcr0 & (XCR0_SSE | XCR0_YMM)) == (XCR0_SSE | XCR0_YMM);
-    const bool zmm_saved = ymm_saved && (xcr0 & (XCR0_OPMASK | XCR0_ZMM_HI256 | XCR0_HI16_ZMM)) ==
-                                            (XCR0_OPMASK | XCR0_ZMM_HI256 | XCR0_HI16_ZMM);
-    f.avx2 = ymm_saved && (ebx & (1u << 5)) && fma && f16c;
-    const bool avx512f = ebx & (1u << 16), avx512bw = ebx & (1u << 30), avx512vl = ebx & (1u << 31);
-    const bool avx512vnni = ecx & (1u << 11);
-    f.avx512 = f.avx2 && zmm_saved && avx512f && avx512bw && avx512vl && avx512vnni;
-    const bool amx_tile = edx & (1u << 24), amx_int8 = edx & (1u << 25);
-    const bool tiles_saved = (xcr0 & (XCR0_TILECFG | XCR0_TILEDATA)) == (XCR0_TILECFG | XCR0_TILEDATA);
+    if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return (host_cpu_features){0};
+    w.leaf1_ecx = ecx;
+    /* XGETBV faults without OSXSAVE: then the OS saves no extended state we could use */
+    if (ecx & CPUID1_OSXSAVE) w.xcr0 = read_xcr0();
+    if (__get_cpuid_max(0, NULL) >= 7) {
+        __cpuid_count(7, 0, eax, ebx, ecx, edx);
+        w.leaf7_ebx = ebx;
+        w.leaf7_ecx = ecx;
+        w.leaf7_edx = edx;
+    }
     /* the kernel would hand the tile state to a process that asked for it */
     unsigned long supported = 0;
-    f.amx = f.avx512 && amx_tile && amx_int8 && tiles_saved &&
-            syscall(SYS_arch_prctl, ARCH_GET_XCOMP_SUPP, &supported) == 0 &&
-            (supported & (1ul << XFEATURE_XTILEDATA)) != 0;
-    return f;
+    w.tiles_offered =
+        syscall(SYS_arch_prctl, ARCH_GET_XCOMP_SUPP, &supported) == 0 && (supported & (1ul << XFEATURE_XTILEDATA)) != 0;
+    return host__cpu_features_decide(&w);
 }
 
 sp_status host__amx_request_tiles(void) {

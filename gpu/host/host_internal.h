@@ -33,6 +33,17 @@ typedef struct host_cpu_features {
 } host_cpu_features;
 
 host_cpu_features host__cpu_features(void); /* probed once */
+/* What the probe reads, for host__cpu_features_decide: CPUID leaf 1's ECX and leaf 7
+ * (subleaf 0)'s EBX, ECX, EDX (0 where the CPU has no leaf 7), XCR0 (0 without OSXSAVE),
+ * and whether Linux offers the AMX tile data state (ARCH_GET_XCOMP_SUPP). */
+typedef struct host_cpuid_words {
+    uint32_t leaf1_ecx, leaf7_ebx, leaf7_ecx, leaf7_edx;
+    uint64_t xcr0;
+    bool tiles_offered;
+} host_cpuid_words;
+/* The kernel sets those words allow: the probe's whole decision, apart from the
+ * instructions that read them (so it can be tested with other CPUs' words). */
+host_cpu_features host__cpu_features_decide(const host_cpuid_words *w);
 dev_cpu_isa host__isa_best(void);
 /* wanted (AUTO: the best) as a set this CPU runs; SP_ERR_UNSUPPORTED naming what lacks. */
 sp_status host__isa_resolve(dev_cpu_isa wanted, dev_cpu_isa *out);
