@@ -78,11 +78,14 @@ int64_t spec_suffix_bytes(const spec_suffix *sc); /* held now: index, slots and 
  * rows below a full tile cost more each than its tile rows above). */
 typedef struct spec_cost {
     double n, sx, sy, sxx, sxy; /* decayed sums of rows (x) and seconds (y) */
+    double row_share;           /* the last fit's row cost over the mean time per row (0: none yet) */
 } spec_cost;
 
 void spec_cost_observe(spec_cost *c, int rows, double seconds);
-/* The fitted row cost and fixed cost; false while the steps seen cannot tell them apart
- * (then a prior of a quarter of the mean time per row). */
+/* The fitted row cost and fixed cost; false while the steps seen cannot tell them apart.
+ * Then the row cost is the last fit's share of the mean time per row (steps stop varying
+ * when drafting stops: a measured dear row must not be forgotten and tried again), or
+ * before any fit a prior of a quarter of it. */
 bool spec_cost_fit(const spec_cost *c, double *per_row, double *fixed);
 /* The longest worthwhile draft for a sequence whose drafts are each accepted with
  * probability p, in a step of `width` decode rows: the largest k such that p^k exceeds

@@ -10,7 +10,23 @@
 
 #include "scheduler/spec/spec.h"
 
-static const double COST_DECAY = 0.98; /* about the last 50 steps count */
+static const double COST_DECAY = 0.98;      /* about the last 50 steps count */
+static const double ROW_SHARE_PRIOR = 0.25; /* before any fit: a row a quarter of its even share */
+
+/* The least-squares line through the decayed sums; false when they cannot tell the row
+ * cost from the fixed cost (too few steps, too little variation, or a line that makes
+ * no sense). */
+static bool fit_line(const spec_cost *c, double *per_row, double *fixed) {
+    if (c->n < 8) return false;
+    double mx = c->sx / c->n, my = c->sy / c->n;
+    double var = c->sxx / c->n - mx * mx, cov = c->sxy / c->n - mx * my;
+    if (!(var > 0.25)) return false;
+    double slope = cov / var;
+    if (!(slope > 0 && my - slope * mx > 0)) return false;
+    *per_row = slope;
+    *fixed = my - slope * mx;
+    return true;
+}
 
 void spec_cost_observe(spec_cost *c, int rows, double seconds) {
     if (rows <= 0 || !(seconds > 0)) return;
@@ -20,22 +36,18 @@ void spec_cost_observe(spec_cost *c, int rows, double seconds) {
     c->sy = c->sy * COST_DECAY + y;
     c->sxx = c->sxx * COST_DECAY + x * x;
     c->sxy = c->sxy * COST_DECAY + x * y;
+    double per_row, fixed;
+    if (fit_line(c, &per_row, &fixed)) c->row_share = per_row / (c->sy / c->sx);
 }
 
 bool spec_cost_fit(const spec_cost *c, double *per_row, double *fixed) {
     *per_row = *fixed = 0;
     if (c->n < 1e-9) return false;
+    if (fit_line(c, per_row, fixed)) return true;
     double mx = c->sx / c->n, my = c->sy / c->n;
-    double var = c->sxx / c->n - mx * mx, cov = c->sxy / c->n - mx * my;
-    if (c->n >= 8 && var > 0.25) {
-        double slope = cov / var;
-        if (slope > 0 && my - slope * mx > 0) {
-            *per_row = slope;
-            *fixed = my - slope * mx;
-            return true;
-        }
-    }
-    *per_row = 0.25 * my / mx; /* the prior: a row a quarter of its even share */
+    double share = c->row_share > 0 ? c->row_share : ROW_SHARE_PRIOR;
+    if (share > 1) share = 1; /* a row at most its even share: the fixed cost is never negative */
+    *per_row = share * my / mx;
     *fixed = my - *per_row * mx;
     return false;
 }

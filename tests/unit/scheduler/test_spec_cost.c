@@ -43,6 +43,20 @@ Test(spec_cost, without_variation_the_prior_serves) {
     cr_assert_gt(fixed, 0);
 }
 
+/* Once drafting stops (a dear row measured), the steps stop varying and the line can no
+ * longer be fitted: the last fit's share must serve, not the cheap prior, or drafting
+ * would start again and lose again. */
+Test(spec_cost, a_measured_dear_row_is_not_forgotten_when_steps_stop_varying) {
+    spec_cost c = {0};
+    feed(&c, 200, 0.0025, 0.004, 1);
+    for (int i = 0; i < 400; i++) spec_cost_observe(&c, 4, 0.0025 + 0.004 * 4);
+    double per_row, fixed;
+    cr_assert(!spec_cost_fit(&c, &per_row, &fixed), "no variation left to fit");
+    cr_assert_float_eq(per_row, 0.004, 0.0004, "per row %g: the last fit's share, not the prior's %g", per_row,
+                       0.25 * (0.0025 + 0.016) / 4);
+    cr_assert_eq(spec_cost_draft_len(&c, 4, 0.8, 8), 0, "a row 86%% of a token's time: no draft at p = 0.8");
+}
+
 Test(spec_cost, draft_length_follows_acceptance_and_width) {
     spec_cost c = {0};
     cr_assert_eq(spec_cost_draft_len(&c, 1, 0.9, 8), 2, "nothing measured: a short draft");
