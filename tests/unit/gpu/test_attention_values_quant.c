@@ -4,21 +4,12 @@
  * partial last blocks and scattered block tables; and a head's result does not depend
  * on how many heads share the call. test_kv_quant.c checks the whole attention against
  * a double reference; this pins the values step to the bit. */
-#include <criterion/criterion.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "gpu/host/host_internal.h"
+#include "tests/unit/gpu/gpu_test.h"
 
 enum { BLOCK = 16, KV_HEADS = 2, HEAD_DIM = 128, N_BLOCKS = 9, MAX_HEADS = 7 };
-
-static uint64_t rng = 0x7661;
-static float rng_uniform(void) {
-    rng ^= rng >> 12;
-    rng ^= rng << 25;
-    rng ^= rng >> 27;
-    return (float)((rng * 0x2545F4914F6CDD1DULL) >> 40) / (float)(1u << 24) * 2.0f - 1.0f;
-}
 
 /* A one-layer pool of the type whose V rows are random values quantized as the
  * backend writes them. */
@@ -37,8 +28,8 @@ static host_kv make_pool(dev_kv_type type) {
     cr_assert_not_null(kv.data);
     float row[HEAD_DIM];
     for (size_t r = 0; r < (size_t)N_BLOCKS * BLOCK * KV_HEADS; r++) {
-        float scale = 0.05f + 3.0f * (rng_uniform() + 1.0f);
-        for (int i = 0; i < HEAD_DIM; i++) row[i] = scale * rng_uniform();
+        float scale = 0.05f + 3.0f * (uniform() + 1.0f);
+        for (int i = 0; i < HEAD_DIM; i++) row[i] = scale * uniform();
         host__kv_quantize_row(type, DEV_CPU_ISA_GENERIC, kv.data + r * kv.row_bytes, row, HEAD_DIM);
     }
     return kv;
@@ -48,7 +39,7 @@ static host_kv make_pool(dev_kv_type type) {
 static uint16_t *make_probs(int n_pos) {
     uint16_t *p = malloc(sizeof *p * (size_t)MAX_HEADS * (size_t)n_pos);
     cr_assert_not_null(p);
-    for (int i = 0; i < MAX_HEADS * n_pos; i++) p[i] = quant_f32_to_f16(0.5f * (rng_uniform() + 1.0f) / (float)n_pos);
+    for (int i = 0; i < MAX_HEADS * n_pos; i++) p[i] = quant_f32_to_f16(0.5f * (uniform() + 1.0f) / (float)n_pos);
     return p;
 }
 
