@@ -74,10 +74,13 @@ static host_cpu_features probe(void) {
         w.leaf7_ecx = ecx;
         w.leaf7_edx = edx;
     }
-    /* the kernel would hand the tile state to a process that asked for it */
-    unsigned long supported = 0;
-    w.tiles_offered =
-        syscall(SYS_arch_prctl, ARCH_GET_XCOMP_SUPP, &supported) == 0 && (supported & (1ul << XFEATURE_XTILEDATA)) != 0;
+    /* the kernel would hand the tile state to a process that asked for it (asked only
+     * where the CPU has AMX and the OS saves the tiles: no needless syscall elsewhere) */
+    if (all_set(w.leaf7_edx, CPUID7_AMX_TILE | CPUID7_AMX_INT8) && all_set(w.xcr0, XCR0_TILECFG | XCR0_TILEDATA)) {
+        unsigned long supported = 0;
+        w.tiles_offered = syscall(SYS_arch_prctl, ARCH_GET_XCOMP_SUPP, &supported) == 0 &&
+                          (supported & (1ul << XFEATURE_XTILEDATA)) != 0;
+    }
     return host__cpu_features_decide(&w);
 }
 

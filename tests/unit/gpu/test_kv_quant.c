@@ -203,7 +203,8 @@ Test(kv_quant, written_rows_are_ggml_quantization) {
     free_inputs(&in);
 }
 
-/* Sequence 0's P rows of k and v (P, HK*DH, device-independent floats) written by the
+/* Sequence 0's P rows of k and v (P, HK*DH, F16-exact: the CUDA backend keeps an F32
+ * table of more than one row as F16, so only such values reach both pools alike) written by the
  * backend of this kind through the device path (a weight table, dev_embed, dev_kv_write),
  * then its full blocks saved as the tiers keep them: (P / B) * dev_kv_block_bytes. */
 static uint8_t *written_blocks(dev_kind kind, dev_kv_type type, const float *k, const float *v) {
@@ -248,14 +249,16 @@ static uint8_t *written_blocks(dev_kind kind, dev_kv_type type, const float *k, 
     return bytes;
 }
 
-/* Rows that are not F16-exact, with a magnitude per 32 values from 1e-3 to 1e3 and some
- * all-zero blocks, so the scales and the rounding of every format are exercised. */
+/* Rows with a magnitude per 32 values from 1e-3 to 1e3 and some all-zero blocks, so the
+ * scales and the rounding of every format are exercised; each value F16-exact (see
+ * written_blocks), which still leaves Q8_0's and Q4_0's rounding of x * 127 / amax (or
+ * x / d) to the kernels. */
 static float *awkward_rows(void) {
     float *x = malloc(sizeof(float) * P * HK * DH);
     cr_assert_not_null(x);
     for (int i = 0; i < P * HK * DH; i += 32) {
         const float scale = (gpu_test_next() % 7 == 0) ? 0.0f : powf(10.0f, 3.0f * uniform());
-        for (int j = i; j < i + 32; j++) x[j] = scale * uniform();
+        for (int j = i; j < i + 32; j++) x[j] = quant_f16_to_f32(quant_f32_to_f16(scale * uniform()));
     }
     return x;
 }
