@@ -179,6 +179,7 @@ struct sched_request {
     int32_t n_computed; /* tokens whose K/V are in the cache (0 again after preemption) */
     kv_seq kv;
     float spec_p;              /* spec_tick.c: how often its draft tokens are accepted (0: not yet known) */
+    bool spec_tried;           /* spec_tick.c: a draft of it has been verified (its spec_p is its own) */
     kv_seq draft_kv;           /* its blocks in the draft model's pool (spec_draft.c) */
     int32_t draft_computed;    /* leading tokens whose K/V the draft model holds */
     uint64_t last_decode_tick; /* the tick it last had a decode row (tick.c's fair share) */

@@ -103,7 +103,9 @@ static int32_t draft_room(const sched *s, sched_request *r, int width, int32_t b
     if (k > to_generate - 1) k = to_generate - 1;
     if (k > to_context - 1) k = to_context - 1;
     if (k > budget) k = budget;
-    int32_t len = spec_cost_draft_len(&s->cost[spec_gate_bucket_of(width)], width, r->spec_p, k);
+    /* a sequence's first draft is tried whatever the cost (spec.h) */
+    int32_t len =
+        spec_cost_sequence_draft_len(&s->cost[spec_gate_bucket_of(width)], width, r->spec_p, k, r->spec_tried);
     if (len == 0 && k > 0 && r->spec_p < SPEC_P_PRIOR) r->spec_p += SPEC_P_RECOVER * (SPEC_P_PRIOR - r->spec_p);
     return len;
 }
@@ -300,6 +302,7 @@ int32_t sched__spec_verify(sched *s, sched_request *r, int32_t n_draft, int prop
     int32_t accepted = 0;
     while (accepted < n_draft && results[accepted].token == r->tokens[n_before + accepted]) accepted++;
     if (n_draft > 0) {
+        r->spec_tried = true;
         stat_add(&s->spec_stats.drafts[proposer], 1);
         stat_add(&s->spec_stats.accepted[proposer], accepted);
         for (int32_t i = 0; i < accepted; i++) stat_add(&s->spec_stats.accepted_at[i], 1);

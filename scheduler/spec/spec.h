@@ -91,6 +91,12 @@ bool spec_cost_fit(const spec_cost *c, double *per_row, double *fixed);
  * probability p, in a step of `width` decode rows: the largest k such that p^k exceeds
  * the row share (0: none), at most max_k. */
 int spec_cost_draft_len(const spec_cost *c, int width, double p, int max_k);
+/* The same for a sequence, except that one none of whose drafts has been verified yet
+ * (tried false) drafts at least one token where max_k allows: until then its p is only
+ * the prior, and where a row costs more than the prior makes worth it the sequence would
+ * never draft and never learn that its text is copyable (agent loops accept 90% and
+ * more). A row per sequence at most. */
+int spec_cost_sequence_draft_len(const spec_cost *c, int width, double p, int max_k, bool tried);
 /* The same for a drafter model, each of whose draft tokens also costs token_s seconds of
  * its own run (per sequence; 0: not measured yet, taken as SPEC_MODEL_PRIOR of a token's
  * time, a drafter ten times cheaper than the target, so that it runs once and is measured).

@@ -78,6 +78,11 @@ int spec_cost_draft_len(const spec_cost *c, int width, double p, int max_k) {
     return draft_len(c, width, p, max_k, 0);
 }
 
+int spec_cost_sequence_draft_len(const spec_cost *c, int width, double p, int max_k, bool tried) {
+    int len = draft_len(c, width, p, max_k, 0);
+    return len == 0 && max_k > 0 && !tried ? 1 : len;
+}
+
 double spec_cost_model_gain(const spec_cost *c, int width, double p, int k, double token_s) {
     if (k <= 0 || width <= 0 || !(p > 0) || p >= 1) return 0;
     double per_row, fixed;

@@ -57,6 +57,20 @@ Test(spec_cost, a_measured_dear_row_is_not_forgotten_when_steps_stop_varying) {
     cr_assert_eq(spec_cost_draft_len(&c, 4, 0.8, 8), 0, "a row 86%% of a token's time: no draft at p = 0.8");
 }
 
+/* Where a row costs more than the prior acceptance makes worth it, a sequence that has
+ * never drafted still tries one token (else it could never learn its own rate); once a
+ * draft of it was verified, the cost model alone decides. */
+Test(spec_cost, a_sequence_tries_one_draft_before_its_rate_is_known) {
+    spec_cost c = {0};
+    feed(&c, 200, 0.0025, 0.004, 1);
+    cr_assert_eq(spec_cost_draft_len(&c, 1, 0.6, 8), 0, "a row is over 60%% of a token's time here");
+    cr_assert_eq(spec_cost_sequence_draft_len(&c, 1, 0.6, 8, false), 1, "never drafted: one token");
+    cr_assert_eq(spec_cost_sequence_draft_len(&c, 1, 0.6, 8, true), 0, "its drafts were verified: none");
+    cr_assert_eq(spec_cost_sequence_draft_len(&c, 1, 0.6, 0, false), 0, "no room: none");
+    cr_assert_eq(spec_cost_sequence_draft_len(&c, 1, 0.95, 8, true), spec_cost_draft_len(&c, 1, 0.95, 8),
+                 "where drafting pays, the cost model's length");
+}
+
 Test(spec_cost, draft_length_follows_acceptance_and_width) {
     spec_cost c = {0};
     cr_assert_eq(spec_cost_draft_len(&c, 1, 0.9, 8), 2, "nothing measured: a short draft");
