@@ -94,7 +94,7 @@ static const float SPEC_P_RECOVER = 0.03f;
  * acceptance rate makes worth their rows (spec_cost.c, fitted per width bucket: a CPU's
  * multi-row kernels change with the row count), within --spec-k, the tokens it
  * may still generate less one (the token after the last draft must fit too), the
- * context, and the step's spare rows. */
+ * context, and the step's spare rows. With --no-spec-gate, all of that room. */
 static int32_t draft_room(const sched *s, sched_request *r, int width, int32_t budget) {
     if (r->spec_p <= 0) r->spec_p = SPEC_P_PRIOR;
     int32_t k = s->cfg.spec_k;
@@ -103,6 +103,7 @@ static int32_t draft_room(const sched *s, sched_request *r, int width, int32_t b
     if (k > to_generate - 1) k = to_generate - 1;
     if (k > to_context - 1) k = to_context - 1;
     if (k > budget) k = budget;
+    if (!s->cfg.spec_gate) return k > 0 ? k : 0; /* --no-spec-gate: draft whenever it can */
     /* a sequence's first draft is tried whatever the cost (spec.h) */
     int32_t len =
         spec_cost_sequence_draft_len(&s->cost[spec_gate_bucket_of(width)], width, r->spec_p, k, r->spec_tried);
