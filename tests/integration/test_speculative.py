@@ -108,8 +108,10 @@ def test_speculative_of_the_wrong_type_is_a_400_naming_it(spec_servers, value):
 
 
 def test_the_suffix_cache_is_never_shared_across_api_keys(spindle_bin, default_model):
-    # only the suffix proposer, so every draft comes from earlier requests
-    server = Server(spindle_bin, default_model, "--speculative", "suffix", "--api-key", "alice", "--api-key", "bob")
+    # only the suffix proposer, so every draft comes from earlier requests; drafting whenever
+    # it can (--no-spec-gate), so a machine's row cost cannot hide a draft
+    server = Server(spindle_bin, default_model, "--speculative", "suffix", "--no-spec-gate", "--api-key", "alice",
+                    "--api-key", "bob")
     try:
         prompt = [{"role": "user", "content": "Write a short poem about the sea."}]
         alice = openai.OpenAI(base_url=server.url + "/v1", api_key="alice", max_retries=0)
