@@ -67,13 +67,6 @@ def baseline_binary():
     return os.environ.get("BASELINE_SPINDLE", "")
 
 
-def baseline_label(sets):
-    """How the report names the baseline: its label or kernel set."""
-    if baseline_binary():
-        return os.environ.get("BASELINE_LABEL") or os.path.basename(baseline_binary())
-    return ",".join(sorted(sets))
-
-
 def machine_kind():
     """A short name for this kind of machine (its CPU family and best kernel set, e.g.
     epyc-avx512), so runs on different machines keep separate report sections."""
@@ -131,7 +124,9 @@ def do_run():
     meta["machine"] = machine_kind()
     meta["cpu_model"], meta["cpus"], meta["cores"] = cpu_model(), os.cpu_count(), physical_cores()
     meta["baseline_isa"] = baseline_isa()
-    meta["baseline_label"] = baseline_label(set()) if baseline_binary() else ""
+    # a baseline binary is named by its label (a kernel-set baseline by its set, in the report)
+    meta["baseline_label"] = (os.environ.get("BASELINE_LABEL") or os.path.basename(baseline_binary())
+                              if baseline_binary() else "")
     meta["baseline_spindle"] = baseline_binary()
     with open(os.path.join(raw, "meta.json"), "w") as f:
         json.dump(meta, f, indent=1)

@@ -78,7 +78,8 @@ int64_t spec_suffix_bytes(const spec_suffix *sc); /* held now: index, slots and 
  * rows below a full tile cost more each than its tile rows above). */
 typedef struct spec_cost {
     double n, sx, sy, sxx, sxy; /* decayed sums of rows (x) and seconds (y) */
-    double row_share;           /* the last fit's row cost over the mean time per row (0: none yet) */
+    double row_share;           /* the last fit's row cost over the mean time per row (0: none yet; below 1, as a
+                                   fit's fixed cost is positive) */
 } spec_cost;
 
 void spec_cost_observe(spec_cost *c, int rows, double seconds);

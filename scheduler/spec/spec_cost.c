@@ -46,7 +46,6 @@ bool spec_cost_fit(const spec_cost *c, double *per_row, double *fixed) {
     if (fit_line(c, per_row, fixed)) return true;
     double mx = c->sx / c->n, my = c->sy / c->n;
     double share = c->row_share > 0 ? c->row_share : ROW_SHARE_PRIOR;
-    if (share > 1) share = 1; /* a row at most its even share: the fixed cost is never negative */
     *per_row = share * my / mx;
     *fixed = my - *per_row * mx;
     return false;
