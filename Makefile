@@ -34,7 +34,7 @@ TEMPLATE_SRC  := template/template_lexer.c template/template_parser.c template/t
 GRAMMAR_SRC   := grammar/gram_gbnf.c grammar/gram_match.c grammar/gram_mask.c grammar/gram_keys.c grammar/gram_dfa.c grammar/gram_schema.c grammar/gram_schema_types.c \
                  grammar/gram_regex.c
 GPU_SRC       := gpu/device.c gpu/host/host_backend.c gpu/host/host_ops.c gpu/host/host_matmul.c gpu/host/host_amx.c \
-                 gpu/host/host_attention.c gpu/host/host_attention_quant.c gpu/host/host_cpu.c gpu/host/host_quant_dot.c gpu/host/host_quant_dot_rows.c \
+                 gpu/host/host_attention.c gpu/host/host_attention_quant.c gpu/host/host_cpu.c gpu/host/host_quant_dot.c gpu/host/host_quant_dot_rows.c gpu/host/host_quant_dot_pairs.c \
                  gpu/host/host_quant_dot_wrows.c \
                  gpu/host/host_sample.c gpu/host/threadpool.c
 KVTIER_SRC    := kvtier/kvtier.c kvtier/kvtier_disk.c

@@ -71,6 +71,11 @@ static sp_status host_reserve(dev_backend *dev, int64_t max_tokens, int64_t max_
         size_t workers = (size_t)host__pool_threads(hb->pool) * (host__amx_thread_scratch_bytes(max_width) + 64);
         bytes += scales + workers;
     }
+    if (host__pairs_takes(hb->base.cpu_isa, QUANT_Q8_0)) {
+        /* the avx512 set's pair pack after the activations (host_matmul.c's pairs_prepare);
+         * Q8_0 weights' pack (with its bias) is the largest */
+        bytes += 64 + host__pairs_bytes(QUANT_Q8_0, max_width, max_tokens);
+    }
     hb->max_tokens = max_tokens;
     return host__scratch_reserve(hb, bytes);
 }

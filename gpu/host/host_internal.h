@@ -74,6 +74,38 @@ typedef void (*host_vec_dot_wrows_fn)(const void *w, size_t w_stride, const void
 /* NULL when the set or type has none. */
 host_vec_dot_wrows_fn host__vec_dot_wrows_for(dev_cpu_isa isa, quant_type t);
 
+/* The avx512 set's batched kernels (host_quant_dot_pairs.c): the activation rows of a
+ * matmul repacked in pairs, two rows to a 512-bit register, against one or two weight
+ * rows per call. Each result is bit for bit host__vec_dot_for(isa, t)'s. */
+enum {
+    HOST_PAIRS_WROWS = 2,    /* weight rows per call */
+    HOST_PAIRS_PER_CALL = 5, /* row pairs per call (more spill registers) */
+    HOST_PAIRS_MIN_ROWS = 3, /* two rows go faster through the decode-shaped kernels, a row each */
+};
+typedef struct host_pairs_act {
+    int8_t *qs;    /* (n_pairs, nb, 64): block ib of rows 2p and 2p+1, 32 bytes each */
+    float *d;      /* (n_pairs, nb, 16): row 2p's block scale in 8 lanes, then 2p+1's */
+    float *s;      /* (nb, rows_pad): Q8_1 only (Q4_1 weights): the blocks' sums; else NULL */
+    int32_t *bias; /* (n_pairs, nb, 16): Q8_0 only: -offset * each group of 4 bytes' sum; else NULL */
+    int64_t nb, n_pairs, rows, rows_pad; /* rows_pad: rows rounded up to 8, + 16 (a call's 16-row loads) */
+    quant_type w_type;                   /* the weights' type it was packed for */
+} host_pairs_act;
+/* Whether set isa has pair kernels for weights of type t (Q4_0, Q4_1, Q8_0 in avx512). */
+bool host__pairs_takes(dev_cpu_isa isa, quant_type t);
+/* Bytes of scratch a pack of rows rows of width k takes (alignment included). */
+size_t host__pairs_bytes(quant_type w_type, int64_t k, int64_t rows);
+/* The pack's arrays carved from base (host__pairs_bytes of them). */
+host_pairs_act host__pairs_act_init(void *base, quant_type w_type, int64_t k, int64_t rows);
+/* Writes row r (quantized to quant_vec_dot_type(w_type)) into the pack; rows may be
+ * written in any order and from any thread. */
+void host__pairs_act_row(const host_pairs_act *act, const void *row, int64_t r);
+/* n_w (1..HOST_PAIRS_WROWS) weight rows (row j at w + j * w_stride) against the n_rows
+ * (1..2 * HOST_PAIRS_PER_CALL) rows from row 2 * p0: out[r * out_stride + j]. */
+typedef void (*host_vec_dot_pairs_fn)(const void *w, size_t w_stride, int n_w, const host_pairs_act *act, int64_t p0,
+                                      int n_rows, float *out, size_t out_stride);
+/* NULL where host__pairs_takes is false. */
+host_vec_dot_pairs_fn host__vec_dot_pairs_for(dev_cpu_isa isa, quant_type t);
+
 /* ---- the amx set (host_amx.c): Q4_0/Q4_1/Q8_0 weights repacked for AMX tiles ---- */
 enum { HOST_AMX_GROUP_ROWS = 16 };  /* weight rows per packed group (host_matmul.c's tiles) */
 bool host__amx_takes(quant_type t); /* whether the amx set repacks weights of type t */

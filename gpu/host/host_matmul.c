@@ -40,6 +40,9 @@ typedef struct matmul_task {
     host_vec_dot_fn dot;
     host_vec_dot_rows_fn dot_rows;   /* NULL: none for this type, every row through dot */
     host_vec_dot_wrows_fn dot_wrows; /* NULL: none for this type */
+    /* the avx512 set with two rows or more: the rows also packed in pairs, else NULL */
+    host_vec_dot_pairs_fn dot_pairs;
+    host_pairs_act pairs;
     /* the amx set with repacked weights: the tile kernel's inputs, else amx.tiled == NULL */
     host_amx_act amx;
     uint8_t *amx_tiled;       /* the writable arrays behind amx (host__amx_act_row) */
@@ -57,6 +60,7 @@ static void matmul_quantize_rows(void *ctx, int ith, int nth) {
     for (int64_t r = begin; r < end; r++) {
         char *row = (char *)t->act + (size_t)r * t->act_row_bytes;
         t->quantize(row, t->in + r * t->k, t->k);
+        if (t->dot_pairs) host__pairs_act_row(&t->pairs, row, r);
         if (t->amx.tiled) host__amx_act_row(t->act_type, row, t->k, r, t->amx_tiled, t->amx_dx, t->amx_sx, t->amx_xsum);
     }
 }
@@ -77,6 +81,32 @@ static void matmul_amx_tiles(matmul_task *t, int ith, int nth) {
     host__amx_release(&configured_rows);
 }
 
+/* One tile's weight rows [n0, n1) of part p against every row, through the pair
+ * kernels: each group of rows reads the tile (in L1 after the first group). */
+static void matmul_pairs_tile(const matmul_task *t, int p, int64_t n0, int64_t n1) {
+    const dev_tensor *w = t->parts[p].w;
+    const float *bias = t->parts[p].bias ? (const float *)t->parts[p].bias->data : NULL;
+    const int64_t n = w->ne1;
+    const size_t w_row_bytes = quant_row_bytes(w->type, t->k);
+    /* the pairs in equal groups of at most HOST_PAIRS_PER_CALL: each group unpacks the
+     * weights again, so 6 pairs go as 3 + 3, not 5 + 1 */
+    const int64_t n_pairs = t->pairs.n_pairs, groups = (n_pairs + HOST_PAIRS_PER_CALL - 1) / HOST_PAIRS_PER_CALL;
+    const int64_t per_group = (n_pairs + groups - 1) / groups;
+    for (int64_t p0 = 0; p0 < n_pairs; p0 += per_group) {
+        const int64_t first_row = 2 * p0, left = t->rows - first_row;
+        const int n_rows = left < 2 * per_group ? (int)left : (int)(2 * per_group);
+        float *y = t->parts[p].out + first_row * n;
+        for (int64_t j = n0; j < n1; j += HOST_PAIRS_WROWS) {
+            const int n_w = n1 - j < HOST_PAIRS_WROWS ? (int)(n1 - j) : HOST_PAIRS_WROWS;
+            t->dot_pairs((const char *)w->data + (size_t)j * w_row_bytes, w_row_bytes, n_w, &t->pairs, p0, n_rows,
+                         y + j, (size_t)n);
+            if (bias)
+                for (int r = 0; r < n_rows; r++)
+                    for (int i = 0; i < n_w; i++) y[r * n + j + i] += bias[j + i];
+        }
+    }
+}
+
 static void matmul_tiles(void *ctx, int ith, int nth) {
     matmul_task *t = ctx;
     if (t->amx.tiled) {
@@ -95,6 +125,10 @@ static void matmul_tiles(void *ctx, int ith, int nth) {
         size_t w_row_bytes = quant_row_bytes(w->type, t->k);
         int64_t n0 = (tile - t->first_tile[p]) * MATMUL_TILE_N;
         int64_t n1 = n0 + MATMUL_TILE_N < n ? n0 + MATMUL_TILE_N : n;
+        if (t->dot_pairs) {
+            matmul_pairs_tile(t, p, n0, n1);
+            continue;
+        }
         int64_t r = 0;
         if (t->dot_rows) { /* HOST_DOT_ROWS activation rows per weight row read */
             for (; r + HOST_DOT_ROWS <= t->rows; r += HOST_DOT_ROWS) {
@@ -155,6 +189,15 @@ static void amx_prepare(host_backend *hb, matmul_task *t) {
         (host_amx_act){.tiled = t->amx_tiled, .n_rows = t->rows, .dx = t->amx_dx, .sx = t->amx_sx, .xsum = t->amx_xsum};
 }
 
+/* Carves the pair pack from the scratch after the quantized activations (host_reserve
+ * sized it for them). */
+static void pairs_prepare(host_backend *hb, matmul_task *t, quant_type w_type) {
+    const size_t used = align64(t->act_row_bytes * (size_t)t->rows);
+    SP_ASSERT(used + host__pairs_bytes(w_type, t->k, t->rows) <= hb->scratch_bytes); /* see host_reserve */
+    t->pairs = host__pairs_act_init((char *)hb->scratch + used, w_type, t->k, t->rows);
+    t->dot_pairs = host__vec_dot_pairs_for(hb->base.cpu_isa, w_type);
+}
+
 /* Parts of one weight type: one quantization of the input, one dispatch of tiles. */
 static void matmul_same_type(host_backend *hb, const dev_matmul_part *parts, int n_parts, const float *in,
                              int64_t rows) {
@@ -184,6 +227,8 @@ static void matmul_same_type(host_backend *hb, const dev_matmul_part *parts, int
         task.act = hb->scratch;
         task.act_type = act_type;
         if (hb->base.cpu_isa == DEV_CPU_ISA_AMX && w0->packed) amx_prepare(hb, &task);
+        if (rows >= HOST_PAIRS_MIN_ROWS && host__pairs_takes(hb->base.cpu_isa, w0->type))
+            pairs_prepare(hb, &task, w0->type);
         if (rows * task.k < 4096)
             matmul_quantize_rows(&task, 0, 1);
         else

@@ -7,6 +7,9 @@
  * per block for four activation rows, that work is shared, and the weight row is
  * read from cache once for the four.
  *
+ * The avx2 set's only: the avx512 set batches rows through host_quant_dot_pairs.c,
+ * two rows to a 512-bit register.
+ *
  * Batch invariance: each activation row keeps its own accumulators and goes through
  * exactly the operations of the one-row kernel, in the same order, so its result is
  * bit for bit what host_vec_dot_fn gives for it alone (test_quant_dot checks this). A
@@ -27,8 +30,7 @@
 #define ROWS_BODY static HOST_AVX2_TARGET inline __attribute__((always_inline))
 
 /* dot_avx2_q4_1 of host_quant_dot.c for four rows (see there for the summation order). */
-ROWS_BODY void rows_q4_1(const void *w, const void *a, size_t a_stride, int64_t n, float *out, size_t out_stride,
-                         host_dot_u8s8_fn dot_u8s8) {
+ROWS_BODY void rows_q4_1(const void *w, const void *a, size_t a_stride, int64_t n, float *out, size_t out_stride) {
     const quant_block_q4_1 *wb = w; /* (nb) */
     const quant_block_q8_1 *ab[HOST_DOT_ROWS];
     UNROLL_ROWS
@@ -51,7 +53,7 @@ ROWS_BODY void rows_q4_1(const void *w, const void *a, size_t a_stride, int64_t 
             summs[r] = _mm_fmadd_ps(pair_w, pair_a, summs[r]);
             const __m256 dd = _mm256_broadcastss_ps(_mm_mul_ss(pair_w, pair_a));
             const __m256i qa = _mm256_loadu_si256((const __m256i *)ab[r][ib].qs);
-            const __m256 isum = _mm256_cvtepi32_ps(dot_u8s8(qw, qa));
+            const __m256 isum = _mm256_cvtepi32_ps(avx2_dot_u8s8(qw, qa));
             acc[r] = _mm256_fmadd_ps(dd, isum, acc[r]);
         }
     }
@@ -64,19 +66,19 @@ ROWS_BODY void rows_q4_1(const void *w, const void *a, size_t a_stride, int64_t 
  * rows, given the block's signed weight bytes qw: |qw| once, its sign moved onto each
  * activation (avx2_dot_s8s8 split in its two halves). */
 ROWS_BODY void rows_block_q8_0(const uint16_t *d_w, __m256i qw, const quant_block_q8_0 *const *ab, int64_t ib,
-                               __m256 *acc, host_dot_u8s8_fn dot_u8s8) {
+                               __m256 *acc) {
     const __m256i qw_abs = _mm256_sign_epi8(qw, qw);
     UNROLL_ROWS
     for (int r = 0; r < HOST_DOT_ROWS; r++) {
         const __m256i qa = _mm256_loadu_si256((const __m256i *)ab[r][ib].qs);
-        const __m256 isum = _mm256_cvtepi32_ps(dot_u8s8(qw_abs, _mm256_sign_epi8(qa, qw)));
+        const __m256 isum = _mm256_cvtepi32_ps(avx2_dot_u8s8(qw_abs, _mm256_sign_epi8(qa, qw)));
         acc[r] = _mm256_fmadd_ps(avx2_scale_product(d_w, &ab[r][ib].d), isum, acc[r]);
     }
 }
 
 /* Q8_0 and Q4_0 weights (both paired with Q8_0 activations); q4 unpacks q - 8. */
 ROWS_BODY void rows_q8_0_like(bool q4, const void *w, const void *a, size_t a_stride, int64_t n, float *out,
-                              size_t out_stride, host_dot_u8s8_fn dot_u8s8) {
+                              size_t out_stride) {
     const quant_block_q8_0 *ab[HOST_DOT_ROWS];
     UNROLL_ROWS
     for (int r = 0; r < HOST_DOT_ROWS; r++) ab[r] = ACT_ROW(quant_block_q8_0, a, a_stride, r);
@@ -88,45 +90,44 @@ ROWS_BODY void rows_q8_0_like(bool q4, const void *w, const void *a, size_t a_st
         if (q4) {
             __builtin_prefetch((const quant_block_q4_0 *)w + nb + ib, 0, 3); /* the next weight row */
             const quant_block_q4_0 *wb = (const quant_block_q4_0 *)w + ib;
-            rows_block_q8_0(&wb->d, _mm256_sub_epi8(avx2_nibbles(wb->qs), _mm256_set1_epi8(8)), ab, ib, acc, dot_u8s8);
+            rows_block_q8_0(&wb->d, _mm256_sub_epi8(avx2_nibbles(wb->qs), _mm256_set1_epi8(8)), ab, ib, acc);
         } else {
             __builtin_prefetch((const quant_block_q8_0 *)w + nb + ib, 0, 3); /* the next weight row */
             const quant_block_q8_0 *wb = (const quant_block_q8_0 *)w + ib;
-            rows_block_q8_0(&wb->d, _mm256_loadu_si256((const __m256i *)wb->qs), ab, ib, acc, dot_u8s8);
+            rows_block_q8_0(&wb->d, _mm256_loadu_si256((const __m256i *)wb->qs), ab, ib, acc);
         }
     }
     UNROLL_ROWS
     for (int r = 0; r < HOST_DOT_ROWS; r++) out[(size_t)r * out_stride] = host__avx2_hsum(acc[r]);
 }
 
-/* ---- one entry point per set and type ---- */
+/* ---- the entry points (the avx2 set; the avx512 set batches rows through the pair
+ * kernels of host_quant_dot_pairs.c instead) ---- */
 
-#define ROWS_ENTRY(set, target, u8s8)                                                                              \
-    static target void dot_rows_##set##_q4_1(const void *w, const void *a, size_t a_stride, int64_t n, float *out, \
-                                             size_t out_stride) {                                                  \
-        rows_q4_1(w, a, a_stride, n, out, out_stride, u8s8);                                                       \
-    }                                                                                                              \
-    static target void dot_rows_##set##_q8_0(const void *w, const void *a, size_t a_stride, int64_t n, float *out, \
-                                             size_t out_stride) {                                                  \
-        rows_q8_0_like(false, w, a, a_stride, n, out, out_stride, u8s8);                                           \
-    }                                                                                                              \
-    static target void dot_rows_##set##_q4_0(const void *w, const void *a, size_t a_stride, int64_t n, float *out, \
-                                             size_t out_stride) {                                                  \
-        rows_q8_0_like(true, w, a, a_stride, n, out, out_stride, u8s8);                                            \
-    }                                                                                                              \
-    static const host_vec_dot_rows_fn dot_rows_##set[QUANT_TYPE_LIMIT] = {                                         \
-        [QUANT_Q4_0] = dot_rows_##set##_q4_0,                                                                      \
-        [QUANT_Q4_1] = dot_rows_##set##_q4_1,                                                                      \
-        [QUANT_Q8_0] = dot_rows_##set##_q8_0,                                                                      \
-    };
+static HOST_AVX2_TARGET void dot_rows_avx2_q4_1(const void *w, const void *a, size_t a_stride, int64_t n, float *out,
+                                                size_t out_stride) {
+    rows_q4_1(w, a, a_stride, n, out, out_stride);
+}
 
-ROWS_ENTRY(avx2, HOST_AVX2_TARGET, avx2_dot_u8s8)
-ROWS_ENTRY(avx512, HOST_AVX512_TARGET, avx512_dot_u8s8)
+static HOST_AVX2_TARGET void dot_rows_avx2_q8_0(const void *w, const void *a, size_t a_stride, int64_t n, float *out,
+                                                size_t out_stride) {
+    rows_q8_0_like(false, w, a, a_stride, n, out, out_stride);
+}
+
+static HOST_AVX2_TARGET void dot_rows_avx2_q4_0(const void *w, const void *a, size_t a_stride, int64_t n, float *out,
+                                                size_t out_stride) {
+    rows_q8_0_like(true, w, a, a_stride, n, out, out_stride);
+}
+
+static const host_vec_dot_rows_fn dot_rows_avx2[QUANT_TYPE_LIMIT] = {
+    [QUANT_Q4_0] = dot_rows_avx2_q4_0,
+    [QUANT_Q4_1] = dot_rows_avx2_q4_1,
+    [QUANT_Q8_0] = dot_rows_avx2_q8_0,
+};
 
 host_vec_dot_rows_fn host__vec_dot_rows_for(dev_cpu_isa isa, quant_type t) {
-    if ((unsigned)t >= QUANT_TYPE_LIMIT || isa < DEV_CPU_ISA_AVX2) return NULL;
-    if (isa == DEV_CPU_ISA_AMX && host__amx_takes(t)) return NULL; /* its own arithmetic: host_amx.c */
-    return isa >= DEV_CPU_ISA_AVX512 ? dot_rows_avx512[t] : dot_rows_avx2[t];
+    if ((unsigned)t >= QUANT_TYPE_LIMIT || isa != DEV_CPU_ISA_AVX2) return NULL;
+    return dot_rows_avx2[t];
 }
 
 #else /* !HOST_SIMD_AVX2 */

@@ -1,9 +1,11 @@
 /* test_quant_dot_rows.c: the multi-row kernels give every row the exact bits of the
  * one-row kernel, whatever the other rows in the call are: that is what keeps a token's
- * result independent of its batch. Two kinds: several activation rows against one
- * weight row (gpu/host/host_quant_dot_rows.c), and several weight rows against one
- * activation row (host_quant_dot_wrows.c, in the avx2 and the avx512 set; avx512's must
- * also equal avx2's one-row kernel, so the two sets compute the same numbers). */
+ * result independent of its batch. Three kinds: several activation rows against one
+ * weight row (gpu/host/host_quant_dot_rows.c, the avx2 set), activation rows in pairs
+ * against one or two weight rows (host_quant_dot_pairs.c, the avx512 set), and several
+ * weight rows against one activation row (host_quant_dot_wrows.c, both sets). The
+ * avx512 set's must equal avx2's one-row kernel, so the two sets compute the same
+ * numbers. */
 #include <criterion/criterion.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,12 +77,67 @@ Test(quant_dot_rows, every_row_matches_the_one_row_kernel_bit_for_bit) {
                 check_type(DEV_CPU_ISA_AVX2, row_types[i], row_sizes[j], seed % 2 ? 1 : 1536);
 }
 
-Test(quant_dot_rows, avx512_multi_row_kernel_matches_avx2_bit_for_bit) {
+/* rows activation rows packed in pairs (written last row first, as the matmul's threads
+ * may) and HOST_PAIRS_WROWS weight rows of type t, one or two rows apart: every result
+ * of the avx512 set's pair kernel, for each group of pairs and one or two weight rows,
+ * equals avx2's one-row kernel, and nothing outside the call's rows and columns is
+ * written. */
+static void check_pairs(quant_type t, int64_t n, int64_t rows) {
+    enum { MAX_ROWS = 2 * HOST_PAIRS_PER_CALL };
+    host_vec_dot_pairs_fn pairs = host__vec_dot_pairs_for(DEV_CPU_ISA_AVX512, t);
+    host_vec_dot_fn one = host__vec_dot_for(DEV_CPU_ISA_AVX2, t);
+    cr_assert_not_null(pairs, "%s: no pair kernel", quant_type_name(t));
+    const quant_type at = quant_vec_dot_type(t);
+    const size_t w_bytes = quant_row_bytes(t, n), a_bytes = quant_row_bytes(at, n);
+    const size_t w_stride = w_bytes * (size_t)(1 + n % 2);
+    float *x = malloc(sizeof *x * (size_t)n);
+    char *w = malloc(w_stride * HOST_PAIRS_WROWS), *a = malloc(a_bytes * (size_t)rows);
+    void *pack = malloc(host__pairs_bytes(t, n, rows));
+    cr_assert(x && w && a && pack);
+    for (int j = 0; j < HOST_PAIRS_WROWS; j++) {
+        fill(x, n);
+        quant_quantize_row(t, w + (size_t)j * w_stride, x, n);
+    }
+    for (int64_t r = 0; r < rows; r++) {
+        fill(x, n);
+        host__quantize_for(DEV_CPU_ISA_AVX2, at)(a + (size_t)r * a_bytes, x, n);
+    }
+    const host_pairs_act act = host__pairs_act_init(pack, t, n, rows);
+    for (int64_t r = rows - 1; r >= 0; r--) host__pairs_act_row(&act, a + (size_t)r * a_bytes, r);
+    for (int64_t p0 = 0; p0 < act.n_pairs; p0 += HOST_PAIRS_PER_CALL) {
+        const int n_rows = rows - 2 * p0 < MAX_ROWS ? (int)(rows - 2 * p0) : MAX_ROWS;
+        for (int n_w = 1; n_w <= HOST_PAIRS_WROWS; n_w++) {
+            float out[MAX_ROWS][HOST_PAIRS_WROWS + 1];
+            for (int r = 0; r < MAX_ROWS; r++)
+                for (int j = 0; j <= HOST_PAIRS_WROWS; j++) out[r][j] = -7.0f;
+            pairs(w, w_stride, n_w, &act, p0, n_rows, &out[0][0], HOST_PAIRS_WROWS + 1);
+            for (int r = 0; r < MAX_ROWS; r++)
+                for (int j = 0; j <= HOST_PAIRS_WROWS; j++) {
+                    if (r >= n_rows || j >= n_w) {
+                        cr_expect(out[r][j] == -7.0f, "%s: [%d][%d] written outside the call", quant_type_name(t), r,
+                                  j);
+                        continue;
+                    }
+                    const float alone = one(w + (size_t)j * w_stride, a + (size_t)(2 * p0 + r) * a_bytes, n);
+                    cr_expect(memcmp(&alone, &out[r][j], sizeof alone) == 0,
+                              "%s n=%lld rows=%lld: row %lld weight %d: %.9g from the pair kernel, %.9g alone",
+                              quant_type_name(t), (long long)n, (long long)rows, (long long)(2 * p0 + r), j,
+                              (double)out[r][j], (double)alone);
+                }
+        }
+    }
+    free(x);
+    free(w);
+    free(a);
+    free(pack);
+}
+
+Test(quant_dot_rows, avx512_pair_kernel_matches_avx2_bit_for_bit) {
     require_set(DEV_CPU_ISA_AVX512);
     for (size_t i = 0; i < sizeof row_types / sizeof row_types[0]; i++)
         for (size_t j = 0; j < sizeof row_sizes / sizeof row_sizes[0]; j++)
-            for (int seed = 0; seed < 20; seed++)
-                check_type(DEV_CPU_ISA_AVX512, row_types[i], row_sizes[j], seed % 2 ? 1 : 1536);
+            for (int64_t rows = 1; rows <= 2 * HOST_PAIRS_PER_CALL + 3; rows++)
+                check_pairs(row_types[i], row_sizes[j], rows);
 }
 
 /* HOST_DOT_WROWS weight rows of type t (with a gap between them, as rows of a bigger
@@ -133,7 +190,7 @@ Test(quant_dot_rows, avx512_decode_kernel_matches_avx2_bit_for_bit) {
 /* Extremes of the 8-bit products, where AVX2's maddubs would saturate if a pair of
  * products could pass 32767 and VNNI would then differ: Q8_0 weights of -128 and 127,
  * Q4_0 nibbles 0 and 15 (-8 and 7), Q4_1 nibbles 15, against activations of +-127; through
- * the avx512 set's decode and prefill kernels, each row against avx2's one-row kernel. */
+ * the avx512 set's decode and pair kernels, each row against avx2's one-row kernel. */
 static void fill_extreme(quant_type t, void *row, int64_t n, int j) {
     for (int64_t b = 0; b < n / QUANT_QK; b++) {
         if (t == QUANT_Q8_0) {
@@ -187,12 +244,19 @@ Test(quant_dot_rows, avx512_kernels_match_avx2_at_the_extremes) {
             cr_expect(memcmp(&alone, &out[j], sizeof alone) == 0, "%s decode row %d: %.9g vs %.9g", quant_type_name(t),
                       j, (double)out[j], (double)alone);
         }
-        host__vec_dot_rows_for(DEV_CPU_ISA_AVX512, t)(w[1], a, sizeof a[0], N, out, 1);
-        for (int r = 0; r < HOST_DOT_ROWS; r++) {
-            float alone = one(w[1], a[r], N);
-            cr_expect(memcmp(&alone, &out[r], sizeof alone) == 0, "%s prefill row %d: %.9g vs %.9g", quant_type_name(t),
-                      r, (double)out[r], (double)alone);
-        }
+        char pack_mem[4096];
+        cr_assert(host__pairs_bytes(t, N, HOST_DOT_ROWS) <= sizeof pack_mem);
+        const host_pairs_act act = host__pairs_act_init(pack_mem, t, N, HOST_DOT_ROWS);
+        for (int r = 0; r < HOST_DOT_ROWS; r++) host__pairs_act_row(&act, a[r], r);
+        float batch[HOST_DOT_ROWS][HOST_PAIRS_WROWS];
+        host__vec_dot_pairs_for(DEV_CPU_ISA_AVX512, t)(w[1], sizeof w[0], HOST_PAIRS_WROWS, &act, 0, HOST_DOT_ROWS,
+                                                       &batch[0][0], HOST_PAIRS_WROWS);
+        for (int r = 0; r < HOST_DOT_ROWS; r++)
+            for (int j = 0; j < HOST_PAIRS_WROWS; j++) {
+                float alone = one(w[1 + j], a[r], N);
+                cr_expect(memcmp(&alone, &batch[r][j], sizeof alone) == 0, "%s prefill row %d weight %d: %.9g vs %.9g",
+                          quant_type_name(t), r, j, (double)batch[r][j], (double)alone);
+            }
     }
 }
 
@@ -243,7 +307,7 @@ static void check_matmul(dev_cpu_isa isa, quant_type t, int64_t n_out, int64_t r
 
 static void check_matmul_set(dev_cpu_isa isa) {
     const int64_t n_outs[] = {1, 7, 8, 9, 23, 40};
-    const int64_t token_counts[] = {1, 5, 9};
+    const int64_t token_counts[] = {1, 2, 3, 4, 5, 9, 12, 17};
     for (size_t ti = 0; ti < sizeof row_types / sizeof row_types[0]; ti++)
         for (size_t ni = 0; ni < sizeof n_outs / sizeof n_outs[0]; ni++)
             for (size_t ri = 0; ri < sizeof token_counts / sizeof token_counts[0]; ri++)
@@ -265,6 +329,10 @@ Test(quant_dot_rows, types_without_one_use_the_one_row_kernel) {
     cr_expect_null(host__vec_dot_rows_for(DEV_CPU_ISA_AVX2, QUANT_F32));
     cr_expect_null(host__vec_dot_rows_for(DEV_CPU_ISA_AVX2, (quant_type)QUANT_TYPE_LIMIT));
     cr_expect_null(host__vec_dot_rows_for(DEV_CPU_ISA_GENERIC, QUANT_Q4_1));
+    cr_expect_null(host__vec_dot_rows_for(DEV_CPU_ISA_AVX512, QUANT_Q4_1)); /* it batches through pairs */
+    cr_expect_null(host__vec_dot_pairs_for(DEV_CPU_ISA_AVX2, QUANT_Q4_1));
+    cr_expect_null(host__vec_dot_pairs_for(DEV_CPU_ISA_AVX512, QUANT_Q6_K));
+    cr_expect_null(host__vec_dot_pairs_for(DEV_CPU_ISA_AMX, QUANT_Q4_1)); /* its tiles take these types */
     cr_expect_null(host__vec_dot_wrows_for(DEV_CPU_ISA_AVX512, QUANT_Q6_K));
     cr_expect_null(host__vec_dot_wrows_for(DEV_CPU_ISA_GENERIC, QUANT_Q4_1));
 }
