@@ -173,7 +173,7 @@ FUZZ_SECONDS ?= 60
 fuzz:
 	@tools/fuzz.sh $(FUZZ_SECONDS)
 
-bench: setup all bench-template bench-serve bench-spec bench-grammar bench-kv-tiers bench-kv-quant bench-slo $(BUILD)/mem_bandwidth
+bench: setup all bench-template bench-serve bench-spec bench-grammar bench-kv-tiers bench-kv-quant bench-slo $(BUILD)/mem_bandwidth $(BUILD)/bench_matmul
 	@$(BUILD)/mem_bandwidth
 	@bench/bench_kernels.sh
 	@bench/bench_profile.sh
@@ -196,6 +196,10 @@ bench-spec: setup all $(BUILD)/loadgen $(BUILD)/bench_draw
 	@$(PYTHON) bench/bench_spec.py --bin $(BUILD)/spindle --draw-bin $(BUILD)/bench_draw --model $(MODEL)
 
 $(BUILD)/bench_draw: bench/bench_draw.c $(LIB)
+	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDLIBS) $(CUDA_LIBS)
+
+# What a CPU matmul of T rows costs (the kernels behind prefill and verify steps).
+$(BUILD)/bench_matmul: bench/bench_matmul.c $(LIB)
 	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDLIBS) $(CUDA_LIBS)
 
 # The prefix cache's host and disk tiers: a multi-turn chat of many users whose histories

@@ -186,13 +186,10 @@ PAIRS_BODY void pairs_body(const int W, const int P, quant_type wt, const char *
         for (int p = 0; p < P; p++) {
             const size_t at = (size_t)((p0 + p) * nb + ib);
             const __m512i qa = _mm512_load_si512(act->qs + at * 64);
-            /* row 2p's scale in the lower eight lanes, row 2p+1's in the upper */
             const __m512 da = _mm512_load_ps(act->d + at * 16); /* row 2p's scale, then 2p+1's */
-            const __m512i start_q8 = wt == QUANT_Q4_1 ? _mm512_setzero_si512() : _mm512_load_si512(act->bias + at * 16);
+            const __m512i start = wt == QUANT_Q4_1 ? _mm512_setzero_si512() : _mm512_load_si512(act->bias + at * 16);
             UNROLL
             for (int j = 0; j < W; j++) {
-                __m512i start = start_q8;
-                if (wt == QUANT_Q4_1) __asm__("vpxord %0, %0, %0" : "=v"(start));
                 const __m512 isum = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(start, qw[j], qa));
                 acc[j][p] = _mm512_fmadd_ps(_mm512_mul_ps(dw[j], da), isum, acc[j][p]);
             }
