@@ -1,15 +1,15 @@
-/* cuda_graph.cu: dev_record on the GPU: decode steps captured as CUDA graphs, one per
- * (token bucket, block-table width, fn, ctx), and replayed.
+/* cuda_graph.cu: dev_record on the GPU: decode and speculative verify steps captured as
+ * CUDA graphs, one per (token bucket, block-table width, fn, ctx), and replayed.
  *
  * A small model's decode step is a few hundred short kernels; launched one by one,
  * the CPU's launch cost is most of the step. A captured graph launches them all at
- * once. cuda_step.cu pads every decode batch to its bucket, so one bucket's steps
+ * once. cuda_step.cu pads every short-run batch (cuda_pad.h) to its bucket, so one bucket's steps
  * launch the same kernels on the same addresses and differ only in the step's device
  * arrays, which the kernels read when they run: a graph captured for one step of a
  * bucket is valid for all later ones. The first step of a bucket runs op by op and the
  * second is captured: the first run does what a capture cannot hold (cuBLAS's first
- * use of a shape, module loading). Steps that are not padded decode batches (prefill
- * chunks, mixed steps) run op by op.
+ * use of a shape, module loading). Steps that are not padded short-run batches (prefill
+ * chunks, steps with one) run op by op.
  *
  * Captures are kept in a fixed table (CUDA_GRAPH_CACHE); when it is full the least
  * recently used one goes. Growing the step buffer moves the arrays every graph reads,
@@ -101,7 +101,7 @@ static cudaGraphExec_t graph_capture(cuda_backend *cb, const dev_step *step, dev
     cb->faulted = false;
     cb->fault[0] = '\0';
     if (++cb->graph_failures >= CUDA_GRAPH_MAX_FAILURES) cb->use_graphs = false;
-    sp_log_warn("cuda: capturing a decode step of %d tokens as a graph failed (%s); %s", step->n_tokens, why,
+    sp_log_warn("cuda: capturing a step of %d tokens as a graph failed (%s); %s", step->n_tokens, why,
                 cb->use_graphs ? "this step runs op by op" : "graphs are off: every step runs op by op from now on");
     return NULL;
 }

@@ -25,6 +25,7 @@
 #include <cuda_runtime.h>
 
 #include "gpu/cuda/cuda_backend.h"
+#include "gpu/cuda/cuda_pad.h"
 
 /* The widest head the attention kernel takes (checked at KV pool creation), and the
  * scratch split-context decode attention keeps its per-split results in (allocated by
@@ -50,19 +51,16 @@ static inline unsigned char *cuda__kv_pool(const cuda_kv *kv, int layer) {
 }
 
 /* The step as the device reads it: the caller's dev_step with its arrays copied to
- * one device buffer (dev_step's pointers then point into it). A decode batch (one
- * token per sequence, sequence t for token t) is padded to its graph bucket: see
+ * one device buffer (dev_step's pointers then point into it). A short-run batch (decode
+ * and speculative verify steps: cuda_pad.h) is padded to its graph bucket: see
  * cuda_step.cu. */
 typedef struct cuda_step_buffers {
     int32_t *host;   /* pinned staging, cap int32s */
     int32_t *device; /* cap int32s */
     size_t cap;
     dev_step step;
-    bool padded; /* this step is a padded decode batch: its ops may be captured as a graph */
+    bool padded; /* this step is a padded short-run batch: its ops may be captured as a graph */
 } cuda_step_buffers;
-
-/* Decode batches of up to this many tokens are padded to a bucket and may run as graphs. */
-enum { CUDA_GRAPH_MAX_TOKENS = 256, CUDA_GRAPH_CACHE = 64, CUDA_GRAPH_MAX_FAILURES = 3 };
 
 /* One captured decode step: the ops dev_record's fn issued for one (bucket, block-table
  * width, fn, ctx), instantiated for replay; exec is NULL until the shape's second step

@@ -11,16 +11,21 @@
  * sequences hold. Only the blocks a sequence uses are copied, the rest of its row is
  * the scratch block, so no unchecked block id reaches a kernel.
  *
- * A decode batch (one token per sequence, token t in sequence t, as the scheduler
- * builds them) of up to CUDA_GRAPH_MAX_TOKENS is padded to Tb tokens and an Mb-wide
- * block table, so that every step of one bucket launches the same kernels with the
- * same shapes and buffer addresses: cuda_graph.cu captures that once and replays it.
- * Padding is applied with and without graphs, so both run the very same kernels and
- * give identical results. A padding token is token 0 at position 0 of a sequence of
- * its own whose every block is the pool's scratch block (cuda_kv.scratch_block, one
- * block past the caller's pool): it writes and reads only that block, so it needs no
- * special case in any kernel and never touches a real sequence. Logit rows are the
- * caller's; padding rows are never read back.
+ * A short-run batch (cuda_pad.h: each sequence's tokens one short run, sequences in
+ * row order; decode batches, one token per sequence, and speculative verify steps, a
+ * token and its drafts per sequence, as the scheduler builds them) of up to
+ * CUDA_GRAPH_MAX_TOKENS is padded to Tb tokens, Tb sequences and an Mb-wide block
+ * table, so that every step of one bucket launches the same kernels with the same
+ * shapes and buffer addresses: cuda_graph.cu captures that once and replays it. A
+ * decode step and a verify step of one bucket are the same shapes, so they share the
+ * graph. Padding is applied with and without graphs, so both run the very same kernels
+ * and give identical results. A padding token is token 0 at position 0 of a sequence of
+ * its own (after the real ones) whose every block is the pool's scratch block
+ * (cuda_kv.scratch_block, one block past the caller's pool): it writes and reads only
+ * that block, so it needs no special case in any kernel and never touches a real
+ * sequence. Sequences past the padding tokens' (a verify step has fewer sequences than
+ * tokens) hold the scratch block and no token. Logit rows are the caller's; padding
+ * rows are never read back.
  *
  * Layout of the device buffer (int32s): tokens, pos, seq (Tb each), seq_len (Tb),
  * block table (Tb x Mb), logit rows, hidden rows (embeddings). Offsets depend only on
@@ -33,14 +38,6 @@
 
 #include "gpu/cuda/cuda_internal.cuh"
 
-/* 1, 2, 4, 8, then multiples of 8: little padding, few buckets. */
-static int32_t token_bucket(int32_t t) {
-    if (t > 8) return (t + 7) / 8 * 8;
-    int32_t b = 1;
-    while (b < t) b *= 2;
-    return b;
-}
-
 static int32_t blocks_bucket(int32_t m) {
     int32_t b = 1;
     while (b < m) b *= 2;
@@ -50,13 +47,6 @@ static int32_t blocks_bucket(int32_t m) {
 /* Blocks a sequence of len tokens occupies. */
 static int32_t blocks_used(int32_t len, int32_t block_size) {
     return (len + block_size - 1) / block_size;
-}
-
-static bool is_decode_batch(const dev_step *s) {
-    if (s->n_tokens != s->n_seqs || s->n_tokens > CUDA_GRAPH_MAX_TOKENS) return false;
-    for (int32_t t = 0; t < s->n_tokens; t++)
-        if (s->seq[t] != t) return false;
-    return true;
 }
 
 /* Makes room for need int32s (the previous step's copy from the staging buffer done). */
@@ -95,9 +85,9 @@ sp_status cuda__step_upload(dev_backend *dev, const dev_step *host, const dev_kv
     int32_t m = 1; /* M */
     for (int32_t q = 0; q < s; q++) m = std::max(m, blocks_used(host->seq_len[q], block_size));
     int32_t tb = t, sbk = s, mb = m;
-    sb->padded = is_decode_batch(host);
+    sb->padded = cuda_pad_short_runs(host->seq, t, s);
     if (sb->padded) {
-        tb = token_bucket(t);
+        tb = cuda_pad_tokens(t);
         if (tb > cb->max_tokens) tb = cb->max_tokens > t ? (int32_t)cb->max_tokens : t; /* the activations' rows */
         sbk = tb;
         mb = blocks_bucket(m);
@@ -124,9 +114,11 @@ sp_status cuda__step_upload(dev_backend *dev, const dev_step *host, const dev_kv
     for (int32_t i = t; i < tb; i++) { /* padding: token 0 at position 0 of its own scratch sequence */
         tokens[i] = 0;
         pos[i] = 0;
-        seq[i] = i;
-        seq_len[i] = 1;
-        for (int32_t b = 0; b < mb; b++) table[(size_t)i * mb + b] = kv->scratch_block;
+        seq[i] = s + (i - t);
+    }
+    for (int32_t q = s; q < sbk; q++) { /* the padding's sequences, then unused ones: scratch only */
+        seq_len[q] = 1;
+        for (int32_t b = 0; b < mb; b++) table[(size_t)q * mb + b] = kv->scratch_block;
     }
     memcpy(logit_rows, host->logit_rows, sizeof(int32_t) * (size_t)host->n_logits);
     if (host->n_hidden > 0) memcpy(hidden_rows, host->hidden_rows, sizeof(int32_t) * (size_t)host->n_hidden);

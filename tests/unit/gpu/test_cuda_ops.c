@@ -662,11 +662,20 @@ enum { SCHED_SEQS = 20, SCHED_BLOCK = 4, SCHED_WIDTH = 8, SCHED_STEPS = 28 };
 static const int32_t sched_sizes[SCHED_STEPS] = {1, 1,  1,  3, 3, 4,  3, 17, 20, 19, 18, 5, 1,  1,
                                                  9, 16, 20, 4, 3, 18, 1, 1,  1,  7,  11, 6, 19, 2};
 
-/* SCHED_SEQS sequences prefilled with 4 tokens each (one block), then decode batches of
- * sched_sizes, each a different run of sequences, so the block tables widen from 2 to
- * 5 blocks (widths 2, 4 and 8) while buckets are captured, replayed and left. Returns
- * every decode row's logits, step after step (sum of sched_sizes, V). */
-static float *run_schedule(const char *path, const dev_options *o, int32_t *n_vocab) {
+/* Draft rows of the i-th sequence of step s in a verify schedule (0, 1 or 2; the
+ * longest sequence then holds 26 tokens of the 32 its blocks do), else 0. */
+static int32_t sched_drafts(bool verify, int s, int i) {
+    static const int32_t pattern[5] = {0, 2, 0, 1, 0};
+    return verify ? pattern[(s + i) % 5] : 0;
+}
+
+/* SCHED_SEQS sequences prefilled with 4 tokens each (one block), then batches of
+ * sched_sizes sequences, each a different run of sequences, so the block tables widen
+ * while buckets are captured, replayed and left. A decode schedule gives each sequence
+ * one token a step; a verify schedule gives it 1 + sched_drafts rows, as speculative
+ * verify steps do (the drafts all kept), so one bucket holds steps of other sequence
+ * counts and runs. Returns every row's logits, step after step (*n_rows rows of V). */
+static float *run_schedule(const char *path, const dev_options *o, bool verify, int32_t *n_vocab, int32_t *n_rows) {
     dev_backend *dev;
     cr_assert_eq(dev_create(o, &dev), SP_OK, "%s", sp_last_error());
     model *m;
@@ -678,7 +687,7 @@ static float *run_schedule(const char *path, const dev_options *o, int32_t *n_vo
     int32_t blocks[SCHED_SEQS * SCHED_WIDTH]; /* sequence q owns blocks q, q + 20, ... */
     for (int q = 0; q < SCHED_SEQS; q++)
         for (int b = 0; b < SCHED_WIDTH; b++) blocks[q * SCHED_WIDTH + b] = q + SCHED_SEQS * b;
-    int32_t len[SCHED_SEQS], tokens[SCHED_SEQS * 4], pos[SCHED_SEQS * 4], seq[SCHED_SEQS * 4], rows[SCHED_SEQS];
+    int32_t len[SCHED_SEQS], tokens[SCHED_SEQS * 4], pos[SCHED_SEQS * 4], seq[SCHED_SEQS * 4], rows[SCHED_SEQS * 4];
     for (int q = 0; q < SCHED_SEQS; q++) {
         for (int i = 0; i < 4; i++) {
             tokens[q * 4 + i] = (29 * q + 11 * i + 5) % v;
@@ -692,55 +701,77 @@ static float *run_schedule(const char *path, const dev_options *o, int32_t *n_vo
     cr_assert_eq(model_forward(m, kv, &prefill, NULL), SP_OK, "%s", sp_last_error());
 
     int total = 0;
-    for (int s = 0; s < SCHED_STEPS; s++) total += sched_sizes[s];
+    for (int s = 0; s < SCHED_STEPS; s++)
+        for (int i = 0; i < sched_sizes[s]; i++) total += 1 + sched_drafts(verify, s, i);
     float *logits = malloc(sizeof(float) * (size_t)total * (size_t)v), *at = logits;
     for (int s = 0; s < SCHED_STEPS; s++) {
         const int32_t n = sched_sizes[s];
-        int32_t table[SCHED_SEQS * SCHED_WIDTH], step_len[SCHED_SEQS], width = 1;
+        int32_t table[SCHED_SEQS * SCHED_WIDTH], step_len[SCHED_SEQS], width = 1, t = 0;
         for (int i = 0; i < n; i++) { /* a run of sequences that starts somewhere new each step */
             const int q = (7 * s + i) % SCHED_SEQS;
-            tokens[i] = (13 * s + 3 * q + 1) % v;
-            pos[i] = len[q];
-            seq[i] = i;
-            rows[i] = i;
-            step_len[i] = ++len[q];
+            for (int j = 0; j <= sched_drafts(verify, s, i); j++, t++) { /* its token, then its drafts */
+                tokens[t] = (13 * s + 3 * q + 5 * j + 1) % v;
+                pos[t] = len[q]++;
+                seq[t] = i;
+                rows[t] = t;
+            }
+            step_len[i] = len[q];
             const int32_t need = (len[q] + SCHED_BLOCK - 1) / SCHED_BLOCK;
+            cr_assert(need <= SCHED_WIDTH, "sequence %d outgrew its blocks", q);
             if (need > width) width = need;
         }
         for (int i = 0; i < n; i++) /* the step's table is as wide as its longest sequence needs */
             memcpy(table + i * width, blocks + ((7 * s + i) % SCHED_SEQS) * SCHED_WIDTH, sizeof(int32_t) * width);
-        dev_step d = {n, tokens, pos, seq, n, step_len, table, width, n, rows, 0, NULL};
+        dev_step d = {t, tokens, pos, seq, n, step_len, table, width, t, rows, 0, NULL};
         cr_assert_eq(model_forward(m, kv, &d, at), SP_OK, "step %d: %s", s, sp_last_error());
-        at += (size_t)n * (size_t)v;
+        at += (size_t)t * (size_t)v;
     }
     dev_kv_destroy(dev, kv);
     model_destroy(m);
     dev_destroy(dev);
     *n_vocab = v;
+    *n_rows = total;
     return logits;
 }
 
-Test(cuda_ops, graphs_across_buckets_and_table_widths_match_op_by_op_and_the_cpu) {
+/* Graph replay against op by op (bit for bit) and the CPU, for a decode or a verify
+ * schedule (run_schedule). */
+static void check_schedule(bool verify) {
     skip_without_gpu();
     char path[256];
     synthetic_model(path, sizeof path, "smollm2-135m", "Q8_0");
-    int32_t v;
+    int32_t v, rows_a, rows_b, rows_ref;
     dev_options graphs = {.kind = DEV_KIND_CUDA, .quant_gemv = DEV_GEMV_ALWAYS},
                 eager = {.kind = DEV_KIND_CUDA, .no_graphs = true, .quant_gemv = DEV_GEMV_ALWAYS},
                 cpu = {.kind = DEV_KIND_CPU};
-    float *a = run_schedule(path, &graphs, &v), *b = run_schedule(path, &eager, &v),
-          *ref = run_schedule(path, &cpu, &v);
+    float *a = run_schedule(path, &graphs, verify, &v, &rows_a), *b = run_schedule(path, &eager, verify, &v, &rows_b),
+          *ref = run_schedule(path, &cpu, verify, &v, &rows_ref);
+    cr_assert(rows_a == rows_b && rows_b == rows_ref);
     size_t off = 0;
     for (int s = 0; s < SCHED_STEPS; s++) {
-        const size_t n = (size_t)sched_sizes[s] * (size_t)v;
+        int32_t step_rows = 0;
+        for (int i = 0; i < sched_sizes[s]; i++) step_rows += 1 + sched_drafts(verify, s, i);
+        const size_t n = (size_t)step_rows * (size_t)v;
         cr_expect(memcmp(a + off, b + off, sizeof(float) * n) == 0,
-                  "step %d (%d rows): graph replay and op-by-op logits differ", s, sched_sizes[s]);
+                  "%s step %d (%d rows): graph replay and op-by-op logits differ", verify ? "verify" : "decode", s,
+                  step_rows);
         double e = rel_error(b + off, ref + off, (int64_t)n);
-        cr_expect(e < 3e-2, "step %d (%d rows): relative error %.2e against the CPU", s, sched_sizes[s], e);
+        cr_expect(e < 3e-2, "%s step %d (%d rows): relative error %.2e against the CPU", verify ? "verify" : "decode",
+                  s, step_rows, e);
         off += n;
     }
     free(a);
     free(b);
     free(ref);
     remove(path);
+}
+
+Test(cuda_ops, graphs_across_buckets_and_table_widths_match_op_by_op_and_the_cpu) {
+    check_schedule(false);
+}
+
+/* Speculative verify steps (a token and 0-2 drafts per sequence) are padded into the
+ * decode buckets and replayed from their graphs (gpu/cuda/cuda_pad.h). */
+Test(cuda_ops, verify_step_graphs_match_op_by_op_and_the_cpu) {
+    check_schedule(true);
 }
