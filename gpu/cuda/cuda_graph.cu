@@ -8,8 +8,8 @@
  * arrays, which the kernels read when they run: a graph captured for one step of a
  * bucket is valid for all later ones. The first step of a bucket runs op by op and the
  * second is captured: the first run does what a capture cannot hold (cuBLAS's first
- * use of a shape, module loading). Steps that are not padded short-run batches (prefill
- * chunks, steps with one) run op by op.
+ * use of a shape, module loading). Steps that are not padded (prefill chunks, and steps
+ * that hold one) run op by op.
  *
  * Captures are kept in a fixed table (CUDA_GRAPH_CACHE); when it is full the least
  * recently used one goes. Growing the step buffer moves the arrays every graph reads,

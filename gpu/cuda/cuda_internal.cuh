@@ -51,15 +51,15 @@ static inline unsigned char *cuda__kv_pool(const cuda_kv *kv, int layer) {
 }
 
 /* The step as the device reads it: the caller's dev_step with its arrays copied to
- * one device buffer (dev_step's pointers then point into it). A short-run batch (decode
- * and speculative verify steps: cuda_pad.h) is padded to its graph bucket: see
- * cuda_step.cu. */
+ * one device buffer (dev_step's pointers then point into it). A generation step of short
+ * runs (decode and speculative verify steps) is padded to its graph bucket: see
+ * cuda_pad.h. */
 typedef struct cuda_step_buffers {
     int32_t *host;   /* pinned staging, cap int32s */
     int32_t *device; /* cap int32s */
     size_t cap;
     dev_step step;
-    bool padded; /* this step is a padded short-run batch: its ops may be captured as a graph */
+    bool padded; /* this step is padded to its bucket: its ops may be captured as a graph */
 } cuda_step_buffers;
 
 /* One captured decode step: the ops dev_record's fn issued for one (bucket, block-table

@@ -8,8 +8,12 @@
  * read it; (2) the weight rows of all the parts are cut into tiles of MATMUL_TILE_N rows,
  * handed out as one range, and each tile is multiplied against every activation row
  * before the next tile is read, so one pass over the weights serves the whole batch.
- * Rows go through the multi-row kernel HOST_DOT_ROWS at a time (one read of a weight
- * row serves four tokens); the rest (all of a decode step of one sequence) through the
+ * In the avx2 set rows go through the multi-row kernel HOST_DOT_ROWS at a time (one
+ * read of a weight row serves four tokens); in the avx512 set a batch of
+ * HOST_PAIRS_MIN_ROWS rows or more goes through the pair kernels (host_quant_dot_pairs.c:
+ * phase (1) also packs the quantized rows in pairs, two to a 512-bit register, and a
+ * weight block is unpacked once for up to HOST_PAIRS_PER_CALL pairs). The rest (a decode
+ * step of one sequence, two rows, the avx2 set's leftover rows) go through the
  * decode-shaped kernel, HOST_DOT_WROWS weight rows per call, and the leftover weight
  * rows one by one. All give each output element the same bits, so a token's result
  * never depends on T or on the rest of the batch.
@@ -40,7 +44,7 @@ typedef struct matmul_task {
     host_vec_dot_fn dot;
     host_vec_dot_rows_fn dot_rows;   /* NULL: none for this type, every row through dot */
     host_vec_dot_wrows_fn dot_wrows; /* NULL: none for this type */
-    /* the avx512 set with two rows or more: the rows also packed in pairs, else NULL */
+    /* the avx512 set with HOST_PAIRS_MIN_ROWS rows or more: the rows packed in pairs, else NULL */
     host_vec_dot_pairs_fn dot_pairs;
     host_pairs_act pairs;
     /* the amx set with repacked weights: the tile kernel's inputs, else amx.tiled == NULL */

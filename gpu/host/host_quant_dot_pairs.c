@@ -1,6 +1,7 @@
 /* host_quant_dot_pairs.c: the avx512 set's batched dot kernels: two activation rows in
- * each 512-bit register, against one or two weight rows, for every matmul of two rows
- * or more (prefill chunks, speculative verify rows, decode steps of several sequences).
+ * each 512-bit register, against one or two weight rows, for every matmul of
+ * HOST_PAIRS_MIN_ROWS rows or more (prefill chunks, speculative verify rows, decode
+ * steps of several sequences).
  *
  * Why: the one-row kernels spend about ten instructions per 32-element block and row
  * (F16 scales converted, the scale product broadcast, the 8-bit dot, its conversion and

@@ -89,7 +89,7 @@ static void check_pairs(quant_type t, int64_t n, int64_t rows) {
     cr_assert_not_null(pairs, "%s: no pair kernel", quant_type_name(t));
     const quant_type at = quant_vec_dot_type(t);
     const size_t w_bytes = quant_row_bytes(t, n), a_bytes = quant_row_bytes(at, n);
-    const size_t w_stride = w_bytes * (size_t)(1 + n % 2);
+    const size_t w_stride = w_bytes + (size_t)(n % 3) * w_bytes; /* 1 or 2 rows apart */
     float *x = malloc(sizeof *x * (size_t)n);
     char *w = malloc(w_stride * HOST_PAIRS_WROWS), *a = malloc(a_bytes * (size_t)rows);
     void *pack = malloc(host__pairs_bytes(t, n, rows));
@@ -262,10 +262,10 @@ Test(quant_dot_rows, avx512_kernels_match_avx2_at_the_extremes) {
 
 /* The whole CPU matmul in each set, with a bias and weight row counts that leave tails
  * (N not a multiple of the eight-row kernel or of the 16-row tile) and token counts that
- * leave rows outside the four-row kernel: every element equals the avx2 one-row kernel
- * plus the bias, bit for bit. */
-static void check_matmul(dev_cpu_isa isa, quant_type t, int64_t n_out, int64_t rows) {
-    enum { K = 96 };
+ * leave rows outside the four-row kernel and the pair kernels' groups: every element
+ * equals the avx2 one-row kernel plus the bias, bit for bit. Rows of width K whose
+ * T * K reaches 4096 are quantized (and packed) by both threads of the pool. */
+static void check_matmul(dev_cpu_isa isa, quant_type t, int64_t n_out, int64_t rows, int64_t K) {
     dev_options opts = {.kind = DEV_KIND_CPU, .n_threads = 2, .cpu_isa = isa};
     dev_backend *dev;
     cr_assert_eq(dev_create(&opts, &dev), SP_OK, "%s", sp_last_error());
@@ -273,8 +273,9 @@ static void check_matmul(dev_cpu_isa isa, quant_type t, int64_t n_out, int64_t r
     const size_t w_bytes = quant_row_bytes(t, K);
     char *w_data = malloc(w_bytes * (size_t)n_out);
     float *bias_data = malloc(sizeof(float) * (size_t)n_out), *x = malloc(sizeof(float) * (size_t)(rows * K));
-    float *y = malloc(sizeof(float) * (size_t)(rows * n_out)), row[K];
-    cr_assert(w_data && bias_data && x && y);
+    float *y = malloc(sizeof(float) * (size_t)(rows * n_out)), *row = malloc(sizeof(float) * (size_t)K);
+    char *act = malloc(quant_row_bytes(QUANT_Q8_1, K));
+    cr_assert(w_data && bias_data && x && y && row && act);
     for (int64_t j = 0; j < n_out; j++) {
         fill(row, K);
         quant_quantize_row(t, w_data + (size_t)j * w_bytes, row, K);
@@ -287,7 +288,6 @@ static void check_matmul(dev_cpu_isa isa, quant_type t, int64_t n_out, int64_t r
     dev_matmul_part part = {.out = y, .w = &w, .bias = &bias};
     dev_matmul_group(dev, &part, 1, x, rows);
     const quant_type at = quant_vec_dot_type(t);
-    char act[sizeof(quant_block_q8_1) * (K / QUANT_QK)];
     for (int64_t r = 0; r < rows; r++) {
         host__quantize_for(DEV_CPU_ISA_AVX2, at)(act, x + r * K, K);
         for (int64_t j = 0; j < n_out; j++) {
@@ -303,6 +303,8 @@ static void check_matmul(dev_cpu_isa isa, quant_type t, int64_t n_out, int64_t r
     free(bias_data);
     free(x);
     free(y);
+    free(row);
+    free(act);
 }
 
 static void check_matmul_set(dev_cpu_isa isa) {
@@ -311,7 +313,9 @@ static void check_matmul_set(dev_cpu_isa isa) {
     for (size_t ti = 0; ti < sizeof row_types / sizeof row_types[0]; ti++)
         for (size_t ni = 0; ni < sizeof n_outs / sizeof n_outs[0]; ni++)
             for (size_t ri = 0; ri < sizeof token_counts / sizeof token_counts[0]; ri++)
-                check_matmul(isa, row_types[ti], n_outs[ni], token_counts[ri]);
+                check_matmul(isa, row_types[ti], n_outs[ni], token_counts[ri], 96);
+    for (size_t ti = 0; ti < sizeof row_types / sizeof row_types[0]; ti++) /* packed by both threads */
+        for (int64_t rows = 8; rows <= 17; rows += 9) check_matmul(isa, row_types[ti], 40, rows, 576);
 }
 
 Test(quant_dot_rows, avx2_matmul_with_bias_and_tails_matches_the_one_row_kernel) {
