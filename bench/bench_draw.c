@@ -16,19 +16,9 @@
 #include <time.h>
 
 #include "sample/sample.h"
+#include "bench/bench_clock.h"
 
 enum { VOCAB = 49152, GENERATED = 256, PROMPT = 512 };
-
-static double now_us(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e6 + (double)t.tv_nsec * 1e-3;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 /* Logits shaped like a language model's: Zipf-like over a shuffled vocabulary (the
  * token of rank r gets -1.5 ln(1 + r)), so a few tokens hold most of the mass and a
@@ -60,7 +50,7 @@ static void run_case(const char *name, const sample_params *p, int top_logprobs,
     int64_t checksum = 0;
     for (int r = -rows / 10; r < rows; r++) { /* a tenth untimed, to warm up */
         memcpy(work, logits, sizeof *work * VOCAB);
-        double t0 = now_us();
+        double t0 = bench_now_us();
         if (top_logprobs > 0) {
             double lse = sample_logsumexp(work, VOCAB);
             sample_top_logprobs(work, VOCAB, lse, top_logprobs, top);
@@ -68,10 +58,10 @@ static void run_case(const char *name, const sample_params *p, int top_logprobs,
         sample_apply_penalties(p, &s, prompt, PROMPT, generated, GENERATED, work);
         s.rng = sample_rng_at(p->seed, PROMPT + GENERATED + r);
         checksum += sample_token(p, &s, work);
-        double t1 = now_us();
+        double t1 = bench_now_us();
         if (r >= 0) times[r] = t1 - t0;
     }
-    qsort(times, (size_t)rows, sizeof *times, cmp_double);
+    qsort(times, (size_t)rows, sizeof *times, bench_cmp_double);
     printf("%s\t%.1f\t%.1f\t(checksum %lld)\n", name, times[rows / 2], times[rows * 99 / 100], (long long)checksum);
     sample_state_free(&s);
     free(logits);

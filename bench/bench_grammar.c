@@ -23,17 +23,7 @@
 
 #include "gguf/gguf.h"
 #include "grammar/grammar.h"
-
-static double now_us(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e6 + (double)t.tv_nsec / 1e3;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
+#include "bench/bench_clock.h"
 
 static const char *NAMES[] = {"Alice Smith", "Bruno Diaz", "Chen Wei", "Dana Okafor", "Emeka Obi", "Farah Khan"};
 static const char *CITIES[] = {"Paris", "Rome", "Lima"};
@@ -78,10 +68,10 @@ static const char *PASS_NAMES[] = {"lazy", "new", "repeat"};
 /* The grammar of k, compiled (and prepared, unless lazy); *ms what that took. */
 static gram_grammar *compile(const kind *k, const gram_vocab *gv, bool prepare, double *ms, int32_t *keys) {
     gram_grammar *g;
-    double a = now_us();
+    double a = bench_now_us();
     if (gram_compile(k->gbnf, strlen(k->gbnf), NULL, &g) != SP_OK) abort();
     *keys = prepare ? gram_mask_prepare(g, gv) : 0;
-    *ms = (now_us() - a) / 1e3;
+    *ms = (bench_now_us() - a) / 1e3;
     return g;
 }
 
@@ -102,9 +92,9 @@ static void run(const kind *k, tok_vocab *v, gram_vocab *gv, int docs, pass p) {
         gram_state *s;
         if (gram_state_create(g, &s) != SP_OK) abort();
         for (size_t i = 0; i < n_ids && n < cap; i++) {
-            double a = now_us();
+            double a = bench_now_us();
             gram_mask(g, gv, s, mask);
-            t[n] = now_us() - a;
+            t[n] = bench_now_us() - a;
             n++;
             if (!gram_state_advance_token(s, gv, ids[i])) {
                 fprintf(stderr, "bench_grammar: %s: document %d refused at token %zu: %s\n", k->name, d, i, text);
@@ -116,8 +106,8 @@ static void run(const kind *k, tok_vocab *v, gram_vocab *gv, int docs, pass p) {
         free(ids);
     }
     gram_grammar_destroy(shared);
-    qsort(t, n, sizeof *t, cmp_double);
-    qsort(compile_ms, (size_t)n_compiled, sizeof *compile_ms, cmp_double);
+    qsort(t, n, sizeof *t, bench_cmp_double);
+    qsort(compile_ms, (size_t)n_compiled, sizeof *compile_ms, bench_cmp_double);
     printf("{\"constraint\":\"%s\",\"grammar\":\"%s\",\"tokens\":%zu,\"median_us\":%.1f,\"p99_us\":%.1f,\"max_us\":%."
            "1f,\"compile_ms\":%.2f,\"keys\":%d}\n",
            k->name, PASS_NAMES[p], n, t[n / 2], t[(size_t)((double)(n - 1) * 0.99)], t[n - 1],

@@ -19,17 +19,7 @@
 
 #include "gpu/device.h"
 #include "quant/quant.h"
-
-static double now_us(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e6 + (double)t.tv_nsec * 1e-3;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
+#include "bench/bench_clock.h"
 
 static float uniform(unsigned *state) {
     *state = *state * 1664525u + 1013904223u;
@@ -55,11 +45,11 @@ static int run(dev_backend *dev, const dev_tensor *w, int64_t k, int64_t n, int6
     dev_matmul_part part = {.out = y, .w = w};
     dev_matmul_group(dev, &part, 1, x, rows); /* warm-up */
     for (int r = 0; r < reps; r++) {
-        double t0 = now_us();
+        double t0 = bench_now_us();
         for (int call = 0; call < 5; call++) dev_matmul_group(dev, &part, 1, x, rows);
-        times[r] = (now_us() - t0) / 5;
+        times[r] = (bench_now_us() - t0) / 5;
     }
-    qsort(times, (size_t)reps, sizeof *times, cmp_double);
+    qsort(times, (size_t)reps, sizeof *times, bench_cmp_double);
     printf("%lld\t%.1f\t%.1f\t%.2f\n", (long long)rows, times[0], times[reps / 2], times[0] / (double)rows);
     free(x);
     free(y);

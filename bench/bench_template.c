@@ -24,6 +24,7 @@
 
 #include "gguf/gguf.h"
 #include "template/template.h"
+#include "bench/bench_clock.h"
 
 #define BENCH_DEFAULT_RENDERS 2000
 #define BENCH_WARMUP          200
@@ -77,17 +78,6 @@ static const char *const BENCH_TURNS[] = {
     "And how do we get to Parque das Nações from Chiado? Is it a long trip on the metro, and do we "
     "need a different ticket for that line or does the same Viva Viagem card work on it?",
 };
-
-static double bench_now_us(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
-}
-
-static int bench_cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 /* The value at fraction q of n sorted samples. */
 static double bench_quantile(double *v, size_t n, double q) {
