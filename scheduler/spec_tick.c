@@ -335,6 +335,7 @@ void sched__spec_observe(sched *s, int width, double depth, double seconds, int6
         charged[p] = s->spec_ran[p] ? drafts[p] + 1 + (int64_t)width * SPEC_MAX_K : drafts[p];
     }
     spec_cost_observe(&s->cost[spec_gate_bucket_of(width)], (int)rows, seconds);
+    spec_cost_share_across(s->cost, SPEC_GATE_BUCKETS);
     if (s->cfg.spec_gate) spec_gate_observe(&s->gate, width, depth, seconds, tokens, charged);
     spec_tick_reset(s);
     publish_gate(s);
