@@ -75,25 +75,30 @@ int64_t spec_suffix_bytes(const spec_suffix *sc); /* held now: index, slots and 
  * cheap next to a step (few sequences) that allows long drafts; where the step is
  * compute-bound (many sequences) it allows none. The scheduler keeps one fit per width
  * bucket of the gate: a row's cost is not one line over all widths (the amx set's VNNI
- * rows below a full tile cost more each than its tile rows above). */
+ * rows below a full tile cost more each than its tile rows above); a bucket whose own
+ * rows vary little also looks at one line across the buckets' mean steps. */
 typedef struct spec_cost {
-    double n, sx, sy, sxx, sxy, syy; /* decayed sums of rows (x) and seconds (y) */
-    double row_share;                /* the last fit's row cost over the mean time per row (0: none yet; below 1, as a
-                                        fit's fixed cost is positive) */
-    double cross_share;              /* the same from the line across buckets (spec_cost_share_across; 0: none) */
+    double n, sx, sy, sxx, sxy; /* decayed sums of rows (x) and seconds (y) */
+    double row_share;           /* the last fit's row cost over the mean time per row (0: none yet; below 1, as a
+                                   fit's fixed cost is positive) */
+    double cross_share;         /* the same from the line across buckets (spec_cost_share_across; 0: none; at most
+                                   0.95) */
 } spec_cost;
 
 void spec_cost_observe(spec_cost *c, int rows, double seconds);
 /* Sets each bucket's cross_share from the line through the mean step of every bucket
- * with steps: a bucket whose own steps barely vary in rows (a wide batch with rare
- * drafts) cannot fit its own line, and the prior's cheap row would let drafts through
- * that the steps of narrower batches already show to be dear. Call after observing. */
+ * with a few steps. Call after observing. A bucket whose own rows barely vary (a wide
+ * batch with rare drafts) fits a slope that scatters, and one that comes out low would
+ * let through drafts that the steps of other widths already show to be dear. */
 void spec_cost_share_across(spec_cost *costs, int n_buckets);
-/* The fitted row cost (the slope plus one standard error: a row erring dear where the fit
- * is unsure) and fixed cost; false while the steps seen cannot tell them apart. Then the
- * row cost is the last fit's share of the mean time per row (steps stop varying when
- * drafting stops: a measured dear row must not be forgotten and tried again), else the
- * share across buckets, else a prior of a quarter of it. */
+/* The fitted row cost and fixed cost; false while the steps seen cannot tell them apart.
+ * A fit whose rows vary little takes the dearer of its slope and the line across buckets.
+ * Without a fit the row cost is the last fit's share of the mean time per row (steps stop
+ * varying when drafting stops: a measured dear row must not be forgotten and tried
+ * again), else a prior of a quarter of it: the line across buckets is no guide before a
+ * bucket's own steps (on a CPU the second row of a step costs more than the later ones,
+ * so the line from one sequence to four overstates a row at four, and agentic sequences
+ * at four would never draft). */
 bool spec_cost_fit(const spec_cost *c, double *per_row, double *fixed);
 /* The longest worthwhile draft for a sequence whose drafts are each accepted with
  * probability p, in a step of `width` decode rows: the largest k such that p^k exceeds

@@ -12,27 +12,39 @@
 
 static const double COST_DECAY = 0.98;      /* about the last 50 steps count */
 static const double ROW_SHARE_PRIOR = 0.25; /* before any fit: a row a quarter of its even share */
-static const double SHARE_MAX = 0.95;       /* of a token's time: near-certain drafts stay possible */
+static const double SHARE_MAX = 0.95;       /* of the mean time per row: near-certain drafts stay possible */
+static const double CROSS_MIN_STEPS = 4;    /* a bucket's mean counts in the line across buckets */
+static const double THIN_VAR = 1;           /* rows^2: a fit whose rows vary less is unsure */
 
 /* The least-squares line through the decayed sums; false when they cannot tell the row
- * cost from the fixed cost (too few steps, too little variation, or rows that come out
- * free). The row cost is the slope plus one standard error, at most SHARE_MAX of the mean
- * time per row: a slope fitted from a few drafted steps among many plain ones (a wide
- * batch, where drafts are rare) scatters widely, and one that comes out low lets drafts
- * through that lose. Erring dear only shortens drafts where the fit is unsure. A slope
- * above the mean time per row (a negative fixed cost: noise about a step that is nearly
- * all rows) is a dear row all the same, not a line to ignore. */
-static bool fit_line(const spec_cost *c, double *per_row, double *fixed) {
+ * cost from the fixed cost (too few steps, too little variation, or a line that makes
+ * no sense). *thin: the rows vary little (drafts in few steps), so the slope scatters. */
+static bool fit_line(const spec_cost *c, double *per_row, double *fixed, bool *thin) {
     if (c->n < 8) return false;
     double mx = c->sx / c->n, my = c->sy / c->n;
-    double sxx = c->sxx - c->n * mx * mx, sxy = c->sxy - c->n * mx * my, syy = c->syy - c->n * my * my;
-    if (!(sxx > 0.25 * c->n)) return false;
-    double slope = sxy / sxx;
-    if (!(slope > 0)) return false;
-    double residual = (syy - slope * sxy) / (c->n - 2); /* variance about the line */
-    double err = residual > 0 ? sqrt(residual / sxx) : 0;
-    *per_row = fmin(slope + err, SHARE_MAX * my / mx);
-    *fixed = my - *per_row * mx;
+    double var = c->sxx / c->n - mx * mx, cov = c->sxy / c->n - mx * my;
+    if (!(var > 0.25)) return false;
+    double slope = cov / var;
+    if (!(slope > 0 && my - slope * mx > 0)) return false;
+    *per_row = slope;
+    *fixed = my - slope * mx;
+    *thin = var < THIN_VAR;
+    return true;
+}
+
+/* The bucket's row cost from its own line, where it has one. A thin line (a wide batch
+ * where drafts are rare: its slope scattered from 1.0 to 1.6 ms a row between steps at 16
+ * sequences on the Zen 4) takes the dearer of its slope and the line across buckets: a
+ * slope that comes out low would let through drafts that lose. */
+static bool row_cost(const spec_cost *c, double *per_row, double *fixed) {
+    bool thin = false;
+    if (!fit_line(c, per_row, fixed, &thin)) return false;
+    double mx = c->sx / c->n, my = c->sy / c->n;
+    double across = c->cross_share * my / mx;
+    if (thin && across > *per_row) {
+        *per_row = across;
+        *fixed = my - *per_row * mx;
+    }
     return true;
 }
 
@@ -44,26 +56,31 @@ void spec_cost_observe(spec_cost *c, int rows, double seconds) {
     c->sy = c->sy * COST_DECAY + y;
     c->sxx = c->sxx * COST_DECAY + x * x;
     c->sxy = c->sxy * COST_DECAY + x * y;
-    c->syy = c->syy * COST_DECAY + y * y;
     double per_row, fixed;
-    if (fit_line(c, &per_row, &fixed)) c->row_share = per_row / (c->sy / c->sx);
+    if (row_cost(c, &per_row, &fixed)) c->row_share = per_row / (c->sy / c->sx);
 }
 
-/* The line through the mean (rows, seconds) of every bucket with steps, each weighing
- * alike: its slope is what a row costs across widths. Rows vary far more between buckets
- * than within one, so the line is sure where a bucket's own is not. False with fewer than
- * two buckets, or a line that makes no sense. */
+/* The line through the mean (rows, seconds) of every bucket with a few steps, each
+ * weighing alike: its slope is what a row costs on average across widths. That is an
+ * approximation (a row's cost changes with the width, hence one fit per bucket), but rows
+ * vary far more between buckets than within one, so it is sure where a bucket's own line
+ * is not. False with fewer than two such buckets, means less than a row apart, or rows
+ * that come out free. */
 static bool cross_slope(const spec_cost *costs, int n_buckets, double *slope) {
     double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
     for (int b = 0; b < n_buckets; b++) {
-        if (costs[b].n < 1) continue;
+        if (costs[b].n < CROSS_MIN_STEPS) continue;
         double x = costs[b].sx / costs[b].n, y = costs[b].sy / costs[b].n;
-        n += 1, sx += x, sy += y, sxx += x * x, sxy += x * y;
+        n += 1;
+        sx += x;
+        sy += y;
+        sxx += x * x;
+        sxy += x * y;
     }
     if (n < 2) return false;
-    double var = sxx - sx * sx / n;
-    if (!(var > 0.25)) return false;
-    *slope = (sxy - sx * sy / n) / var;
+    double spread = sxx - sx * sx / n; /* n times the variance of the bucket means */
+    if (!(spread > 0.25 * n)) return false;
+    *slope = (sxy - sx * sy / n) / spread;
     return *slope > 0;
 }
 
@@ -82,9 +99,9 @@ void spec_cost_share_across(spec_cost *costs, int n_buckets) {
 bool spec_cost_fit(const spec_cost *c, double *per_row, double *fixed) {
     *per_row = *fixed = 0;
     if (c->n < 1e-9) return false;
-    if (fit_line(c, per_row, fixed)) return true;
+    if (row_cost(c, per_row, fixed)) return true;
     double mx = c->sx / c->n, my = c->sy / c->n;
-    double share = c->row_share > 0 ? c->row_share : c->cross_share > 0 ? c->cross_share : ROW_SHARE_PRIOR;
+    double share = c->row_share > 0 ? c->row_share : ROW_SHARE_PRIOR;
     *per_row = share * my / mx;
     *fixed = my - *per_row * mx;
     return false;
