@@ -64,7 +64,7 @@ void spec_cost_observe(spec_cost *c, int rows, double seconds) {
  * weighing alike: its slope is what a row costs on average across widths. That is an
  * approximation (a row's cost changes with the width, hence one fit per bucket), but rows
  * vary far more between buckets than within one, so it is sure where a bucket's own line
- * is not. False with fewer than two such buckets, means less than a row apart, or rows
+ * is not. False with fewer than two such buckets, means within about half a row, or rows
  * that come out free. */
 static bool cross_slope(const spec_cost *costs, int n_buckets, double *slope) {
     double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
