@@ -79,8 +79,8 @@ int64_t spec_suffix_bytes(const spec_suffix *sc); /* held now: index, slots and 
  * rows vary little also looks at one line across the buckets' mean steps. */
 typedef struct spec_cost {
     double n, sx, sy, sxx, sxy; /* decayed sums of rows (x) and seconds (y) */
-    double row_share;           /* the last fit's row cost over the mean time per row (0: none yet; below 1, as a
-                                   fit's fixed cost is positive) */
+    double row_share;           /* the last fit's row cost over the mean time per row, the dearer line a thin
+                                   fit took included (0: none yet; below 1, as a fit's fixed cost is positive) */
     double cross_share;         /* the same from the line across buckets (spec_cost_share_across; 0: none; at most
                                    0.95) */
 } spec_cost;

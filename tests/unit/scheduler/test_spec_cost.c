@@ -141,6 +141,7 @@ Test(spec_cost, one_bucket_alone_keeps_the_prior) {
     for (int i = 0; i < 60; i++) spec_cost_observe(&costs[0], 1, 0.0055);
     spec_cost_share_across(costs, SPEC_GATE_BUCKETS);
     double per_row, fixed;
+    cr_assert_float_eq(costs[0].cross_share, 0, 1e-12, "no line through one bucket");
     cr_assert(!spec_cost_fit(&costs[0], &per_row, &fixed));
     cr_assert_float_eq(per_row, 0.25 * 0.0055, 1e-9, "the prior: nothing to compare with");
 }
