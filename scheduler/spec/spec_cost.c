@@ -16,15 +16,23 @@ static const double SHARE_MAX = 0.95;       /* of the mean time per row: near-ce
 static const double CROSS_MIN_STEPS = 4;    /* a bucket's mean counts in the line across buckets */
 static const double THIN_VAR = 1;           /* rows^2: a fit whose rows vary less is unsure */
 
+/* The least-squares slope of y on x from sums over n points (weighted alike or decayed),
+ * and the variance of x; false when x varies too little (under half a row) to tell one. */
+static bool ls_slope(double n, double sx, double sy, double sxx, double sxy, double *slope, double *var) {
+    double mx = sx / n, my = sy / n;
+    *var = sxx / n - mx * mx;
+    if (!(*var > 0.25)) return false;
+    *slope = (sxy / n - mx * my) / *var;
+    return true;
+}
+
 /* The least-squares line through the decayed sums; false when they cannot tell the row
  * cost from the fixed cost (too few steps, too little variation, or a line that makes
  * no sense). *thin: the rows vary little (drafts in few steps), so the slope scatters. */
 static bool fit_line(const spec_cost *c, double *per_row, double *fixed, bool *thin) {
-    if (c->n < 8) return false;
+    double slope, var;
+    if (c->n < 8 || !ls_slope(c->n, c->sx, c->sy, c->sxx, c->sxy, &slope, &var)) return false;
     double mx = c->sx / c->n, my = c->sy / c->n;
-    double var = c->sxx / c->n - mx * mx, cov = c->sxy / c->n - mx * my;
-    if (!(var > 0.25)) return false;
-    double slope = cov / var;
     if (!(slope > 0 && my - slope * mx > 0)) return false;
     *per_row = slope;
     *fixed = my - slope * mx;
@@ -77,11 +85,8 @@ static bool cross_slope(const spec_cost *costs, int n_buckets, double *slope) {
         sxx += x * x;
         sxy += x * y;
     }
-    if (n < 2) return false;
-    double spread = sxx - sx * sx / n; /* n times the variance of the bucket means */
-    if (!(spread > 0.25 * n)) return false;
-    *slope = (sxy - sx * sy / n) / spread;
-    return *slope > 0;
+    double var;
+    return n >= 2 && ls_slope(n, sx, sy, sxx, sxy, slope, &var) && *slope > 0;
 }
 
 void spec_cost_share_across(spec_cost *costs, int n_buckets) {
