@@ -172,7 +172,7 @@ sp_status sched__request_prepare(sched_request *r, int block_size) {
     r->kv = kv;
     r->draft_kv = draft_kv;
     r->draft_computed = 0;
-    r->spec_p = 0; /* spec_tick.c starts it at its prior */
+    r->spec_bias = 0; /* an average sequence until its drafts show otherwise */
     r->spec_tried = false;
     tok_decoder_init(&r->dec, false);
     r->dec.at_start = false; /* the generated text continues the prompt */

@@ -178,8 +178,11 @@ struct sched_request {
     int32_t n_tokens;   /* prompt + sampled */
     int32_t n_computed; /* tokens whose K/V are in the cache (0 again after preemption) */
     kv_seq kv;
-    float spec_p;              /* spec_tick.c: how often its draft tokens are accepted (0: not yet known) */
-    bool spec_tried;           /* spec_tick.c: a draft of it has been verified (its spec_p is its own) */
+    float spec_bias;           /* spec_tick.c: log-odds by which its drafts beat their classes' rates
+                                  (spec/spec_accept.c); 0: an average sequence */
+    bool spec_tried;           /* spec_tick.c: a draft of it has been verified */
+    int8_t spec_proposer;      /* spec_tick.c: the proposer of its draft in this step */
+    int8_t spec_match;         /* spec_tick.c: the length of the match that draft came from (0: none) */
     kv_seq draft_kv;           /* its blocks in the draft model's pool (spec_draft.c) */
     int32_t draft_computed;    /* leading tokens whose K/V the draft model holds */
     uint64_t last_decode_tick; /* the tick it last had a decode row (tick.c's fair share) */
@@ -396,6 +399,7 @@ struct sched {
     double draft_catchup_s;            /* spec_draft.c: the draft model's seconds per catch-up token (EWMA;
                                           0: not measured yet) */
     spec_cost cost[SPEC_GATE_BUCKETS]; /* per width bucket: a decode step's time against its rows */
+    spec_accept accept;                /* acceptance by proposer and match length, across sequences */
     spec_suffix *suffix;               /* NULL: the suffix proposer is not used */
     dev_kv *draft_kv;                  /* the draft model's KV pool (NULL: no draft model) */
     kv_blocks draft_blocks;            /* its block ids (no prefix cache) */

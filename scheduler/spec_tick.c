@@ -16,9 +16,10 @@
  *           output without speculation, token for token.
  *
  * A sequence's draft length follows what a row costs and how often its drafts are
- * accepted (draft_room, spec/spec_cost.c): a sequence that copies long runs in a cheap
- * step gets long drafts, one that stopped copying (or a step already compute-bound) gets
- * short ones or none.
+ * accepted (spec/spec_cost.c): a sequence that copies long runs in a cheap step gets long
+ * drafts, one that stopped copying (or a step already compute-bound) gets short ones or
+ * none. How often is the sequence's own rate, shifted by what drafts from a match of the
+ * same length have done across sequences (spec/spec_accept.c).
  *
  * DESIGN (threads). Scheduler thread; the counters are atomics read by sched_get_stats.
  */
@@ -82,54 +83,51 @@ static void publish_gate(sched *s) {
     }
 }
 
-/* A sequence's acceptance estimate before it has drafted, and how fast it follows what
- * its drafts show (per draft token). */
-static const float SPEC_P_PRIOR = 0.6f, SPEC_P_RATE = 0.15f;
-/* While a sequence's estimate keeps it from drafting, it drifts back toward the prior
- * each step (about 30 steps to recover), so text that turns copyable later is tried
- * again: a sequence never stops speculating for good. */
-static const float SPEC_P_RECOVER = 0.03f;
+/* While a sequence drafts nothing, its bias drifts back toward an average sequence's each
+ * step (about 30 steps to halve), so text that turns copyable later is tried again: a
+ * sequence never stops speculating for good. */
+static const float SPEC_BIAS_RECOVER = 0.03f;
 
-/* The most draft tokens r may take now, in a step of width decode rows: as many as its
- * acceptance rate makes worth their rows (spec_cost.c, fitted per width bucket: a CPU's
- * multi-row kernels change with the row count), within --spec-k, the tokens it
- * may still generate less one (the token after the last draft must fit too), the
- * context, and the step's spare rows. With --no-spec-gate, all of that room. */
-static int32_t draft_room(const sched *s, sched_request *r, int width, int32_t budget) {
-    if (r->spec_p <= 0) r->spec_p = SPEC_P_PRIOR;
+/* The most draft tokens r has room for now: --spec-k, the tokens it may still generate
+ * less one (the token after the last draft must fit too), the context, the step's spare
+ * rows, and a thinking budget (a run must not cross it: the token after the budget is
+ * forced). How many of them are worth their rows is sched__spec_plan's question. */
+static int32_t draft_room(const sched *s, const sched_request *r, int32_t budget) {
     int32_t k = s->cfg.spec_k;
     int32_t to_generate = r->params.n_prompt + r->params.max_tokens - r->n_tokens;
     int32_t to_context = s->cfg.max_seq_len - r->n_tokens;
     if (k > to_generate - 1) k = to_generate - 1;
     if (k > to_context - 1) k = to_context - 1;
     if (k > budget) k = budget;
-    if (!s->cfg.spec_gate) return k > 0 ? k : 0; /* --no-spec-gate: draft whenever it can */
-    /* a sequence's first draft is tried whatever the cost (spec.h) */
-    int32_t len =
-        spec_cost_sequence_draft_len(&s->cost[spec_gate_bucket_of(width)], width, r->spec_p, k, r->spec_tried);
-    if (len == 0 && k > 0 && r->spec_p < SPEC_P_PRIOR) r->spec_p += SPEC_P_RECOVER * (SPEC_P_PRIOR - r->spec_p);
-    return len;
+    if (r->params.max_reasoning_tokens > 0 && r->thinking != 2) {
+        int32_t left = r->params.max_reasoning_tokens - r->reasoning_tokens - 1;
+        if (k > left) k = left;
+    }
+    return k > 0 ? k : 0;
 }
 
-/* r's best draft of at most k tokens from the allowed proposers, into draft; returns its
- * length and sets *who. The longer wins; the n-gram of r's own tokens on a tie. */
+/* r's best draft of at most k tokens from the allowed free proposers (n-gram, suffix),
+ * into draft; returns its length and sets *who and *match (the length of the match it
+ * came from). The longer draft wins; the n-gram of r's own tokens on a tie. */
 static int32_t draft_propose(sched *s, const sched_request *r, const bool allowed[SPEC_N_PROPOSERS], int32_t k,
-                             int32_t *draft, int *who) {
+                             int32_t *draft, int *who, int *match) {
     int32_t best = 0;
     *who = -1;
+    *match = 0;
     if (allowed[SPEC_NGRAM]) {
-        int match = 0;
         best =
-            spec_ngram_propose(r->tokens, r->n_tokens, s->cfg.spec_ngram_min, s->cfg.spec_ngram_max, draft, k, &match);
+            spec_ngram_propose(r->tokens, r->n_tokens, s->cfg.spec_ngram_min, s->cfg.spec_ngram_max, draft, k, match);
         if (best > 0) *who = SPEC_NGRAM;
     }
     if (allowed[SPEC_SUFFIX] && s->suffix) {
         int32_t other[SPEC_MAX_K];
-        int32_t n = spec_suffix_propose(s->suffix, r->params.tenant, r->tokens, r->n_tokens, other, k);
+        int other_match = 0;
+        int32_t n = spec_suffix_propose(s->suffix, r->params.tenant, r->tokens, r->n_tokens, other, k, &other_match);
         if (n > best) {
             memcpy(draft, other, sizeof *draft * (size_t)n);
             best = n;
             *who = SPEC_SUFFIX;
+            *match = other_match;
         }
     }
     return best;
@@ -179,9 +177,10 @@ static bool draft_catch_up_pays(const sched *s, const sched_request *r, int widt
     const double token_s = off > 0 ? 1 / off : (fixed + per_row * width) / width;
     /* a probe must be able to draft: it judges by the prediction, not by the loss it re-checks */
     const bool measured = off > 0 && on > 0 && s->gate.probing != SPEC_DRAFT;
-    const double gain = measured
-                            ? (on > off ? 1 - off / on : 0)
-                            : spec_cost_model_gain(&s->cost[spec_gate_bucket_of(width)], width, r->spec_p, k, draft_s);
+    const double gain =
+        measured ? (on > off ? 1 - off / on : 0)
+                 : spec_cost_model_gain(&s->cost[spec_gate_bucket_of(width)], width,
+                                        spec_accept_rate(&s->accept, SPEC_DRAFT, 0, r->spec_bias, false), k, draft_s);
     return catch_up < to_generate * token_s * gain;
 }
 
@@ -210,6 +209,52 @@ static bool spec_any(const sched *s) {
     return s->cfg.spec_ngram || s->cfg.spec_suffix || s->draft_kv || s->cfg.self_spec_layers > 0;
 }
 
+/* r's draft for a step of width decode rows, with room for k tokens: the longer of the
+ * free proposers' (a free proposer's draft is written after r's tokens), else what a
+ * drafter model may take; as many tokens as their chance of acceptance makes worth their
+ * rows (spec_cost.c, fitted per width bucket: a CPU's multi-row kernels change with the
+ * row count; spec_accept.c, by the draft's class and r's bias). Sets r->spec_proposer and
+ * r->spec_match; returns the length (0: none). With --no-spec-gate, all the room. */
+static int32_t plan_one(sched *s, sched_request *r, const bool allowed[SPEC_N_PROPOSERS], int width, int32_t k) {
+    const spec_cost *cost = &s->cost[spec_gate_bucket_of(width)];
+    const bool gated = s->cfg.spec_gate;
+    int32_t draft[SPEC_MAX_K];
+    int who, match;
+    int32_t m = draft_propose(s, r, allowed, k, draft, &who, &match);
+    if (m > 0) {
+        /* a sequence's first draft is tried whatever the cost (spec.h) */
+        if (gated)
+            m = spec_cost_sequence_draft_len(
+                cost, width, spec_accept_rate(&s->accept, (spec_proposer)who, match, r->spec_bias, true), m,
+                r->spec_tried);
+        if (m <= 0) return 0;
+        memcpy(r->tokens + r->n_tokens, draft, sizeof *draft * (size_t)m);
+        r->spec_proposer = (int8_t)who;
+        r->spec_match = (int8_t)(match < INT8_MAX ? match : INT8_MAX);
+        return m;
+    }
+    /* a drafter model's tokens cost its run too: as many as that leaves worth it */
+    int32_t by_draft = 0, by_self = 0;
+    const double draft_s = model_token_s(s, SPEC_DRAFT, width), self_s = model_token_s(s, SPEC_SELF, width);
+    if (allowed[SPEC_DRAFT] && s->draft_kv)
+        by_draft = gated ? spec_cost_model_draft_len(
+                               cost, width, spec_accept_rate(&s->accept, SPEC_DRAFT, 0, r->spec_bias, true), k, draft_s)
+                         : k;
+    if (allowed[SPEC_SELF] && s->cfg.self_spec_layers > 0)
+        by_self = gated ? spec_cost_model_draft_len(
+                              cost, width, spec_accept_rate(&s->accept, SPEC_SELF, 0, r->spec_bias, true), k, self_s)
+                        : k;
+    if (by_draft > 0 && (!gated || draft_catch_up_pays(s, r, width, by_draft, draft_s))) {
+        r->spec_proposer = SPEC_DRAFT;
+        return by_draft;
+    }
+    if (by_self > 0) {
+        r->spec_proposer = SPEC_SELF;
+        return by_self;
+    }
+    return 0;
+}
+
 void sched__spec_plan(sched *s, sched_request *const *chosen, int n, int32_t budget, int32_t *n_draft,
                       int8_t *proposer) {
     for (int i = 0; i < n; i++) {
@@ -233,41 +278,17 @@ void sched__spec_plan(sched *s, sched_request *const *chosen, int n, int32_t bud
     for (int i = 0; i < n && budget > 0; i++) {
         sched_request *r = chosen[i];
         if (r->params.no_speculation || r->force_at < r->params.n_think_close) continue; /* forced: no drafts */
-        int32_t k = draft_room(s, r, n, budget);
-        /* a thinking budget: a run must not cross it (the token after the budget is forced) */
-        if (r->params.max_reasoning_tokens > 0 && r->thinking != 2) {
-            int32_t left = r->params.max_reasoning_tokens - r->reasoning_tokens - 1;
-            if (k > left) k = left;
-        }
+        r->spec_match = 0;
+        int32_t k = draft_room(s, r, budget);
         if (k <= 0) continue;
-        int32_t draft[SPEC_MAX_K];
-        int who;
-        int32_t m = draft_propose(s, r, allowed, k, draft, &who);
-        if (m > 0) {
-            memcpy(r->tokens + r->n_tokens, draft, sizeof *draft * (size_t)m);
-        } else {
-            /* a drafter model's tokens cost its run too: as many as that leaves worth it */
-            const spec_cost *cost = &s->cost[spec_gate_bucket_of(n)];
-            const double draft_s = model_token_s(s, SPEC_DRAFT, n), self_s = model_token_s(s, SPEC_SELF, n);
-            const bool gated = s->cfg.spec_gate; /* else: whenever it can */
-            int32_t by_draft = 0, by_self = 0;
-            if (allowed[SPEC_DRAFT] && s->draft_kv)
-                by_draft = gated ? spec_cost_model_draft_len(cost, n, r->spec_p, k, draft_s) : k;
-            if (allowed[SPEC_SELF] && s->cfg.self_spec_layers > 0)
-                by_self = gated ? spec_cost_model_draft_len(cost, n, r->spec_p, k, self_s) : k;
-            if (by_draft > 0 && (!gated || draft_catch_up_pays(s, r, n, by_draft, draft_s))) {
-                who = SPEC_DRAFT;
-                m = by_draft;
-            } else if (by_self > 0) {
-                who = SPEC_SELF;
-                m = by_self;
-            } else {
-                continue;
-            }
-            n_model++;
+        int32_t m = plan_one(s, r, allowed, n, k);
+        if (m <= 0) {
+            r->spec_bias *= 1 - SPEC_BIAS_RECOVER;
+            continue;
         }
+        if (r->spec_proposer >= SPEC_DRAFT) n_model++;
         n_draft[i] = m;
-        proposer[i] = (int8_t)who;
+        proposer[i] = r->spec_proposer;
         budget -= m;
     }
     for (int who = SPEC_DRAFT; n_model > 0 && who <= SPEC_SELF; who++) { /* batched across their sequences */
@@ -308,8 +329,10 @@ int32_t sched__spec_verify(sched *s, sched_request *r, int32_t n_draft, int prop
         stat_add(&s->spec_stats.accepted[proposer], accepted);
         for (int32_t i = 0; i < accepted; i++) stat_add(&s->spec_stats.accepted_at[i], 1);
         /* each accepted token a success, the first rejected one a failure */
-        for (int32_t i = 0; i < accepted; i++) r->spec_p += SPEC_P_RATE * (1 - r->spec_p);
-        if (accepted < n_draft) r->spec_p -= SPEC_P_RATE * r->spec_p;
+        /* the bias against the class's rate before this draft counts in it */
+        r->spec_bias = (float)spec_accept_bias_after(&s->accept, (spec_proposer)proposer, r->spec_match, r->spec_bias,
+                                                     n_draft, accepted);
+        spec_accept_observe(&s->accept, (spec_proposer)proposer, r->spec_match, n_draft, accepted);
     }
     /* the decode row and the accepted drafts are computed; the row after them is the
      * next step's decode row. Only accepted tokens reach the prefix cache, and the blocks

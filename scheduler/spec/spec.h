@@ -59,10 +59,10 @@ void spec_suffix_destroy(spec_suffix *sc);
 void spec_suffix_add(spec_suffix *sc, uint64_t tenant, const int32_t *tokens, int32_t n);
 /* Up to max_draft tokens that followed the longest indexed context equal to the end of
  * tokens[0..n) in tenant's sequences; fewer the shorter the match and the weaker its
- * vote. Returns how many. A hit makes its sequence the most recently used. Never
- * allocates. */
+ * vote. Returns how many; *match_len (when not NULL) gets the context's length, 0 without
+ * a match. A hit makes its sequence the most recently used. Never allocates. */
 int spec_suffix_propose(spec_suffix *sc, uint64_t tenant, const int32_t *tokens, int32_t n, int32_t *draft,
-                        int max_draft);
+                        int max_draft, int *match_len);
 int64_t spec_suffix_bytes(const spec_suffix *sc); /* held now: index, slots and tokens */
 
 /* ---- what a draft row costs (spec_cost.c) ---------------------------------------- */
@@ -120,6 +120,41 @@ int spec_cost_model_draft_len(const spec_cost *c, int width, double p, int max_k
 /* The share of a token's time that drafts of k tokens from such a drafter save, as the
  * model predicts it (0 or less: they lose). */
 double spec_cost_model_gain(const spec_cost *c, int width, double p, int k, double token_s);
+
+/* ---- how often a draft is accepted (spec_accept.c) ------------------------------ */
+
+/* The chance that a draft token is accepted, as a logistic model of two things: the class
+ * of the draft (its proposer, and the length of the match it came from: a 5-token match
+ * in text being copied is accepted far more often than a 2-token one in prose) and the
+ * sequence (some copy, some do not). Each class's rate is counted across all sequences
+ * (accepted draft tokens against drafts cut by a rejection, decayed over about its last
+ * 50 drafts, starting from a prior of 60%); a sequence adds its bias, in log-odds:
+ * how much better or worse its own drafts did than their classes' rates predicted. So a
+ * sequence whose first drafts, from short matches that mostly fail anyway, were rejected
+ * is not written off: its bias barely moves, and when a long match comes up it drafts at
+ * that length's rate. A class with few drafts counted is rated optimistically (its rate
+ * plus its uncertainty) where a draft is decided, so a match length is tried before its
+ * rate is known; each rejection shrinks that, so trying costs a few rows per class. */
+enum { SPEC_MATCH_CLASSES = 9 }; /* no match (a drafter model), matches of 1, 2, 3, 4, 5, 6-7, 8-15, 16+ */
+
+typedef struct spec_accept {
+    double accepted[SPEC_N_PROPOSERS][SPEC_MATCH_CLASSES]; /* decayed accepted draft tokens */
+    double missed[SPEC_N_PROPOSERS][SPEC_MATCH_CLASSES];   /* decayed drafts ended by a rejected token */
+} spec_accept;                                             /* all zero: nothing seen */
+
+/* A draft of n_draft tokens from proposer p, made from a match of match_len tokens (0: a
+ * drafter model's), had its first `accepted` tokens accepted. */
+void spec_accept_observe(spec_accept *a, spec_proposer p, int match_len, int n_draft, int accepted);
+/* The chance that a draft token of p from a match of match_len is accepted, for a sequence
+ * of that bias (log-odds; 0: an average sequence). optimistic: the class's rate plus its
+ * uncertainty (to decide a draft), else its estimate. Within [0.02, 0.98]. */
+double spec_accept_rate(const spec_accept *a, spec_proposer p, int match_len, double bias, bool optimistic);
+/* A sequence's bias after that draft: one step of the logistic model's gradient per
+ * judged token (each accepted one, and the rejected one), against the class's estimate
+ * before the draft is counted. Within [-SPEC_BIAS_MAX, SPEC_BIAS_MAX]. */
+#define SPEC_BIAS_MAX 4.0
+double spec_accept_bias_after(const spec_accept *a, spec_proposer p, int match_len, double bias, int n_draft,
+                              int accepted);
 
 /* ---- the gate (spec_gate.c) ------------------------------------------------------ */
 

@@ -269,7 +269,8 @@ static int draft_limit(int32_t ctx_len, int32_t votes, int max_draft) {
 }
 
 int spec_suffix_propose(spec_suffix *sc, uint64_t tenant, const int32_t *tokens, int32_t n, int32_t *draft,
-                        int max_draft) {
+                        int max_draft, int *match_len) {
+    if (match_len) *match_len = 0;
     if (max_draft <= 0) return 0;
     for (int c = 0; c < N_CTX_LENS; c++) {
         int32_t len = CTX_LENS[c];
@@ -285,6 +286,7 @@ int spec_suffix_propose(spec_suffix *sc, uint64_t tenant, const int32_t *tokens,
             if (k > d->n - e->pos) k = d->n - e->pos;
             memcpy(draft, d->tokens + e->pos, sizeof *draft * (size_t)k);
             doc_touch(sc, e->doc);
+            if (match_len) *match_len = len;
             return k;
         }
     }

@@ -164,24 +164,28 @@ Test(spec_suffix, proposes_the_continuation_after_add) {
     fill_run(doc, LEN(doc), 1000);
     spec_suffix_add(sc, 7, doc, LEN(doc));
     int32_t draft[SPEC_MAX_K];
-    /* a 16-token context earns the whole draft */
-    int k = spec_suffix_propose(sc, 7, doc, 20, draft, 8);
+    /* a 16-token context earns the whole draft, and says it was 16 tokens */
+    int match = -1;
+    int k = spec_suffix_propose(sc, 7, doc, 20, draft, 8, &match);
     cr_assert_eq(k, 8);
+    cr_assert_eq(match, 16);
     for (int i = 0; i < k; i++) cr_assert_eq(draft[i], doc[20 + i]);
     /* bounded by the document's end */
-    k = spec_suffix_propose(sc, 7, doc, 60, draft, 8);
+    k = spec_suffix_propose(sc, 7, doc, 60, draft, 8, NULL);
     cr_assert_eq(k, 4);
     for (int i = 0; i < k; i++) cr_assert_eq(draft[i], doc[60 + i]);
     /* only the last two tokens match: a short draft */
     int32_t q[] = {5, 6, 9, doc[30], doc[31]};
-    k = spec_suffix_propose(sc, 7, q, LEN(q), draft, 8);
+    k = spec_suffix_propose(sc, 7, q, LEN(q), draft, 8, &match);
     cr_assert(k >= 1 && k <= 2, "k = %d", k);
+    cr_assert_eq(match, 2);
     cr_assert_eq(draft[0], doc[32]);
     /* nothing seen: nothing proposed */
     int32_t unseen[] = {1, 2, 3, 4};
-    cr_assert_eq(spec_suffix_propose(sc, 7, unseen, LEN(unseen), draft, 8), 0);
-    cr_assert_eq(spec_suffix_propose(sc, 7, doc, 1, draft, 8), 0, "a one-token context is not indexed");
-    cr_assert_eq(spec_suffix_propose(sc, 7, doc, 20, draft, 0), 0, "max_draft 0");
+    cr_assert_eq(spec_suffix_propose(sc, 7, unseen, LEN(unseen), draft, 8, &match), 0);
+    cr_assert_eq(match, 0, "no match: length 0");
+    cr_assert_eq(spec_suffix_propose(sc, 7, doc, 1, draft, 8, NULL), 0, "a one-token context is not indexed");
+    cr_assert_eq(spec_suffix_propose(sc, 7, doc, 20, draft, 0, NULL), 0, "max_draft 0");
     spec_suffix_destroy(sc);
 }
 
@@ -196,7 +200,7 @@ Test(spec_suffix, longer_contexts_earn_longer_drafts) {
         int32_t n = 20;
         fill_run(q, n, 5000);
         memcpy(q + n - ctx, doc + 30 - ctx, sizeof *q * (size_t)ctx);
-        int k = spec_suffix_propose(sc, 0, q, n, draft, SPEC_MAX_K);
+        int k = spec_suffix_propose(sc, 0, q, n, draft, SPEC_MAX_K, NULL);
         cr_assert(k >= prev, "ctx %d: %d drafts after %d", ctx, k, prev);
         cr_assert(k >= 1);
         for (int i = 0; i < k; i++) cr_assert_eq(draft[i], doc[30 + i]);
@@ -216,17 +220,17 @@ Test(spec_suffix, never_proposes_another_tenants_text) {
     spec_suffix_add(sc, 1, a, LEN(a));
     spec_suffix_add(sc, 2, b, LEN(b));
     int32_t draft[SPEC_MAX_K];
-    int k = spec_suffix_propose(sc, 1, a, 16, draft, 4);
+    int k = spec_suffix_propose(sc, 1, a, 16, draft, 4, NULL);
     cr_assert_eq(k, 4);
     for (int i = 0; i < k; i++) cr_assert_eq(draft[i], a[16 + i]);
-    k = spec_suffix_propose(sc, 2, a, 16, draft, 4);
+    k = spec_suffix_propose(sc, 2, a, 16, draft, 4, NULL);
     cr_assert_eq(k, 4);
     for (int i = 0; i < k; i++) cr_assert_eq(draft[i], b[16 + i]);
     /* a tenant with nothing, and no keys at all, get nothing */
-    cr_assert_eq(spec_suffix_propose(sc, 3, a, 16, draft, 4), 0);
-    cr_assert_eq(spec_suffix_propose(sc, 0, a, 16, draft, 4), 0);
+    cr_assert_eq(spec_suffix_propose(sc, 3, a, 16, draft, 4, NULL), 0);
+    cr_assert_eq(spec_suffix_propose(sc, 0, a, 16, draft, 4, NULL), 0);
     /* text only tenant 1 has is never proposed to tenant 2 */
-    cr_assert_eq(spec_suffix_propose(sc, 2, a, 30, draft, 4), 0);
+    cr_assert_eq(spec_suffix_propose(sc, 2, a, 30, draft, 4, NULL), 0);
     spec_suffix_destroy(sc);
 }
 
@@ -253,7 +257,7 @@ Test(spec_suffix, the_majority_continuation_wins) {
         spec_suffix *sc = suffix_new(BUDGET);
         add_votes(sc, ctx, orders[o], 5);
         int32_t draft[SPEC_MAX_K];
-        cr_assert(spec_suffix_propose(sc, 5, ctx, 16, draft, 1) == 1);
+        cr_assert(spec_suffix_propose(sc, 5, ctx, 16, draft, 1, NULL) == 1);
         cr_assert_eq(draft[0], 70, "order %d: proposed %d", o, draft[0]);
         spec_suffix_destroy(sc);
     }
@@ -262,7 +266,7 @@ Test(spec_suffix, the_majority_continuation_wins) {
     const int32_t three[] = {72, 71, 70, 70, 72, 70, 70};
     add_votes(sc, ctx, three, LEN(three));
     int32_t draft[SPEC_MAX_K];
-    cr_assert_eq(spec_suffix_propose(sc, 5, ctx, 16, draft, 1), 1);
+    cr_assert_eq(spec_suffix_propose(sc, 5, ctx, 16, draft, 1, NULL), 1);
     cr_assert_eq(draft[0], 70);
     spec_suffix_destroy(sc);
 }
@@ -276,7 +280,7 @@ Test(spec_suffix, eviction_keeps_within_budget_and_forgets_old_documents) {
     spec_suffix_add(sc, 9, old, LEN(old));
     cr_assert_eq(spec_suffix_bytes(sc), empty + (int64_t)sizeof old);
     int32_t draft[SPEC_MAX_K];
-    cr_assert_eq(spec_suffix_propose(sc, 9, old, 32, draft, 4), 4);
+    cr_assert_eq(spec_suffix_propose(sc, 9, old, 32, draft, 4, NULL), 4);
 
     rng_state = 0x5eed0002;
     static int32_t doc[8192];
@@ -288,13 +292,13 @@ Test(spec_suffix, eviction_keeps_within_budget_and_forgets_old_documents) {
         cr_assert(held <= BUDGET, "add %d: %lld bytes held", i, (long long)held);
         /* what was just added can be found (its last context was indexed last) */
         if (n >= 17) {
-            int k = spec_suffix_propose(sc, 9, doc, n - 1, draft, 4);
+            int k = spec_suffix_propose(sc, 9, doc, n - 1, draft, 4, NULL);
             cr_assert_eq(k, 1, "add %d", i);
             cr_assert_eq(draft[0], doc[n - 1]);
         }
     }
     for (int32_t end = 2; end < LEN(old); end++)
-        cr_assert_eq(spec_suffix_propose(sc, 9, old, end, draft, 4), 0, "evicted text proposed at %d", end);
+        cr_assert_eq(spec_suffix_propose(sc, 9, old, end, draft, 4, NULL), 0, "evicted text proposed at %d", end);
     spec_suffix_destroy(sc);
 }
 
@@ -310,12 +314,12 @@ Test(spec_suffix, a_hit_keeps_a_document_over_older_ones) {
     int32_t draft[SPEC_MAX_K];
     for (int i = 0; i < 5000; i++) {
         /* a is older than b but used after every add */
-        cr_assert_eq(spec_suffix_propose(sc, 1, a, 20, draft, 2), 2, "a evicted (filler %d)", i);
+        cr_assert_eq(spec_suffix_propose(sc, 1, a, 20, draft, 2, NULL), 2, "a evicted (filler %d)", i);
         fill_run(filler, LEN(filler), 100000 + i * LEN(filler));
         spec_suffix_add(sc, 1, filler, LEN(filler));
     }
-    cr_assert_eq(spec_suffix_propose(sc, 1, b, 20, draft, 2), 0, "b was never evicted");
-    cr_assert_eq(spec_suffix_propose(sc, 1, a, 20, draft, 2), 2);
+    cr_assert_eq(spec_suffix_propose(sc, 1, b, 20, draft, 2, NULL), 0, "b was never evicted");
+    cr_assert_eq(spec_suffix_propose(sc, 1, a, 20, draft, 2, NULL), 2);
     cr_assert_eq(draft[0], a[20]);
     spec_suffix_destroy(sc);
 }
@@ -333,9 +337,9 @@ Test(spec_suffix, long_documents_keep_their_tail) {
     int32_t draft[SPEC_MAX_K];
     /* the start is gone (every context of it, at every length) */
     for (int32_t end = 2; end < n - quarter; end += 7)
-        cr_assert_eq(spec_suffix_propose(sc, 4, doc, end, draft, 4), 0, "dropped text proposed at %d", end);
+        cr_assert_eq(spec_suffix_propose(sc, 4, doc, end, draft, 4, NULL), 0, "dropped text proposed at %d", end);
     /* the end is kept */
-    cr_assert_eq(spec_suffix_propose(sc, 4, doc, n - 3, draft, 8), 3);
+    cr_assert_eq(spec_suffix_propose(sc, 4, doc, n - 3, draft, 8, NULL), 3);
     for (int i = 0; i < 3; i++) cr_assert_eq(draft[i], doc[n - 3 + i]);
     free(doc);
     spec_suffix_destroy(sc);
@@ -406,7 +410,7 @@ Test(spec_suffix, every_draft_followed_its_context_in_the_tenants_documents) {
             if (rng_below(4) == 0) query[rng_below(end)] = prop_token(tenant);
             int32_t draft[SPEC_MAX_K];
             int max_draft = 1 + rng_below(SPEC_MAX_K);
-            int k = spec_suffix_propose(sc, tenant, query, end, draft, max_draft);
+            int k = spec_suffix_propose(sc, tenant, query, end, draft, max_draft, NULL);
             cr_assert(k >= 0 && k <= max_draft);
             queries++;
             if (k == 0) continue;
