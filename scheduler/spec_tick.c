@@ -222,11 +222,18 @@ static int32_t plan_one(sched *s, sched_request *r, const bool allowed[SPEC_N_PR
     int who, match;
     int32_t m = draft_propose(s, r, allowed, k, draft, &who, &match);
     if (m > 0) {
-        /* a sequence's first draft is tried whatever the cost (spec.h) */
-        if (gated)
-            m = spec_cost_sequence_draft_len(
-                cost, width, spec_accept_rate(&s->accept, (spec_proposer)who, match, r->spec_bias, true), m,
-                r->spec_tried);
+        if (gated) {
+            /* as long as the estimate makes worth it (a sequence's first draft is tried
+             * whatever the cost, spec.h); where that is nothing but the optimistic rate of
+             * a class with few drafts counted says a token pays, one token to learn */
+            const spec_proposer p = (spec_proposer)who;
+            int32_t len = spec_cost_sequence_draft_len(
+                cost, width, spec_accept_rate(&s->accept, p, match, r->spec_bias, false), m, r->spec_tried);
+            if (len == 0 &&
+                spec_cost_draft_len(cost, width, spec_accept_rate(&s->accept, p, match, r->spec_bias, true), 1) > 0)
+                len = 1;
+            m = len;
+        }
         if (m <= 0) return 0;
         memcpy(r->tokens + r->n_tokens, draft, sizeof *draft * (size_t)m);
         r->spec_proposer = (int8_t)who;

@@ -132,9 +132,11 @@ double spec_cost_model_gain(const spec_cost *c, int width, double p, int k, doub
  * how much better or worse its own drafts did than their classes' rates predicted. So a
  * sequence whose first drafts, from short matches that mostly fail anyway, were rejected
  * is not written off: its bias barely moves, and when a long match comes up it drafts at
- * that length's rate. A class with few drafts counted is rated optimistically (its rate
- * plus its uncertainty) where a draft is decided, so a match length is tried before its
- * rate is known; each rejection shrinks that, so trying costs a few rows per class. */
+ * that length's rate. A class with few drafts counted may also be rated optimistically
+ * (its rate plus its uncertainty): where the estimate makes no draft worth its row but the
+ * optimistic rate makes one token worth it, the scheduler drafts that one token, so a
+ * match length is tried before its rate is known; each rejection shrinks the optimism,
+ * so trying costs a few rows per class. */
 enum { SPEC_MATCH_CLASSES = 9 }; /* no match (a drafter model), matches of 1, 2, 3, 4, 5, 6-7, 8-15, 16+ */
 
 typedef struct spec_accept {
