@@ -181,8 +181,8 @@ struct sched_request {
     float spec_bias;           /* spec_tick.c: log-odds by which its drafts beat their classes' rates
                                   (spec/spec_accept.c); 0: an average sequence */
     bool spec_tried;           /* spec_tick.c: a draft of it has been verified */
-    int8_t spec_proposer;      /* spec_tick.c: the proposer of its draft in this step */
-    int8_t spec_match;         /* spec_tick.c: the length of the match that draft came from (0: none) */
+    int8_t spec_match;         /* spec_tick.c: the length of the match its draft in this step came from (0: none) */
+    bool spec_cut;             /* spec_tick.c: its grammar cut that draft short (the cut token counts as rejected) */
     kv_seq draft_kv;           /* its blocks in the draft model's pool (spec_draft.c) */
     int32_t draft_computed;    /* leading tokens whose K/V the draft model holds */
     uint64_t last_decode_tick; /* the tick it last had a decode row (tick.c's fair share) */

@@ -18,8 +18,8 @@
  * A sequence's draft length follows what a row costs and how often its drafts are
  * accepted (spec/spec_cost.c): a sequence that copies long runs in a cheap step gets long
  * drafts, one that stopped copying (or a step already compute-bound) gets short ones or
- * none. How often is the sequence's own rate, shifted by what drafts from a match of the
- * same length have done across sequences (spec/spec_accept.c).
+ * none. How often is the rate of the draft's class (its proposer and match length, counted
+ * across sequences), shifted by the sequence's bias (spec/spec_accept.c).
  *
  * DESIGN (threads). Scheduler thread; the counters are atomics read by sched_get_stats.
  */
@@ -84,14 +84,14 @@ static void publish_gate(sched *s) {
 }
 
 /* While a sequence drafts nothing, its bias drifts back toward an average sequence's each
- * step (about 30 steps to halve), so text that turns copyable later is tried again: a
+ * step (about 23 steps to halve), so text that turns copyable later is tried again: a
  * sequence never stops speculating for good. */
 static const float SPEC_BIAS_RECOVER = 0.03f;
 
 /* The most draft tokens r has room for now: --spec-k, the tokens it may still generate
  * less one (the token after the last draft must fit too), the context, the step's spare
  * rows, and a thinking budget (a run must not cross it: the token after the budget is
- * forced). How many of them are worth their rows is sched__spec_plan's question. */
+ * forced). How many of them are worth their rows is draft_worth's question. */
 static int32_t draft_room(const sched *s, const sched_request *r, int32_t budget) {
     int32_t k = s->cfg.spec_k;
     int32_t to_generate = r->params.n_prompt + r->params.max_tokens - r->n_tokens;
@@ -209,34 +209,44 @@ static bool spec_any(const sched *s) {
     return s->cfg.spec_ngram || s->cfg.spec_suffix || s->draft_kv || s->cfg.self_spec_layers > 0;
 }
 
-/* r's draft for a step of width decode rows, with room for k tokens: the longer of the
- * free proposers' (a free proposer's draft is written after r's tokens), else what a
- * drafter model may take; as many tokens as their chance of acceptance makes worth their
- * rows (spec_cost.c, fitted per width bucket: a CPU's multi-row kernels change with the
- * row count; spec_accept.c, by the draft's class and r's bias). Sets r->spec_proposer and
- * r->spec_match; returns the length (0: none). With --no-spec-gate, all the room. */
-static int32_t plan_one(sched *s, sched_request *r, const bool allowed[SPEC_N_PROPOSERS], int width, int32_t k) {
+/* How many of the m tokens r may draft from proposer p (a match of match_len; 0 for a
+ * drafter model, whose tokens also cost model_s seconds each) are worth their rows in a
+ * step of width decode rows (spec_cost.c, fitted per width bucket: a CPU's multi-row
+ * kernels change with the row count): as many as the estimated rate makes worth it
+ * (spec_accept.c: the draft's class and r's bias), and a free proposer's first draft for
+ * r at least one (spec.h). Where that is none but the optimistic rate of a class with few
+ * drafts counted says a token pays, one token, to learn the class's rate. */
+static int32_t draft_worth(const sched *s, const sched_request *r, int width, spec_proposer p, int match_len, int32_t m,
+                           bool model, double model_s) {
     const spec_cost *cost = &s->cost[spec_gate_bucket_of(width)];
+    const double est = spec_accept_rate(&s->accept, p, match_len, r->spec_bias, false);
+    int32_t len = model ? spec_cost_model_draft_len(cost, width, est, m, model_s)
+                        : spec_cost_sequence_draft_len(cost, width, est, m, r->spec_tried);
+    if (len > 0 || m <= 0) return len;
+    const double opt = spec_accept_rate(&s->accept, p, match_len, r->spec_bias, true);
+    return model ? spec_cost_model_draft_len(cost, width, opt, 1, model_s) : spec_cost_draft_len(cost, width, opt, 1);
+}
+
+/* r's draft for a step of width decode rows, with room for k tokens: the longer of the
+ * free proposers' (written after r's tokens), else what a drafter model may take; as many
+ * tokens as draft_worth allows (with --no-spec-gate, all the room). Returns the length (0:
+ * none), sets *who to its proposer and r->spec_match to the match it came from. */
+static int32_t plan_one(sched *s, sched_request *r, const bool allowed[SPEC_N_PROPOSERS], int width, int32_t k,
+                        int *who) {
     const bool gated = s->cfg.spec_gate;
+    r->spec_match = 0;
+    /* where even a near-certain token costs more than it brings (a compute-bound step),
+     * nothing is proposed: the scans would be wasted, and a suffix hit reorders its LRU */
+    if (gated && r->spec_tried &&
+        spec_cost_draft_len(&s->cost[spec_gate_bucket_of(width)], width, SPEC_RATE_MAX, 1) == 0)
+        return 0;
     int32_t draft[SPEC_MAX_K];
-    int who, match;
-    int32_t m = draft_propose(s, r, allowed, k, draft, &who, &match);
+    int match;
+    int32_t m = draft_propose(s, r, allowed, k, draft, who, &match);
     if (m > 0) {
-        if (gated) {
-            /* as long as the estimate makes worth it (a sequence's first draft is tried
-             * whatever the cost, spec.h); where that is nothing but the optimistic rate of
-             * a class with few drafts counted says a token pays, one token to learn */
-            const spec_proposer p = (spec_proposer)who;
-            int32_t len = spec_cost_sequence_draft_len(
-                cost, width, spec_accept_rate(&s->accept, p, match, r->spec_bias, false), m, r->spec_tried);
-            if (len == 0 &&
-                spec_cost_draft_len(cost, width, spec_accept_rate(&s->accept, p, match, r->spec_bias, true), 1) > 0)
-                len = 1;
-            m = len;
-        }
+        if (gated) m = draft_worth(s, r, width, (spec_proposer)*who, match, m, false, 0);
         if (m <= 0) return 0;
         memcpy(r->tokens + r->n_tokens, draft, sizeof *draft * (size_t)m);
-        r->spec_proposer = (int8_t)who;
         r->spec_match = (int8_t)(match < INT8_MAX ? match : INT8_MAX);
         return m;
     }
@@ -244,19 +254,15 @@ static int32_t plan_one(sched *s, sched_request *r, const bool allowed[SPEC_N_PR
     int32_t by_draft = 0, by_self = 0;
     const double draft_s = model_token_s(s, SPEC_DRAFT, width), self_s = model_token_s(s, SPEC_SELF, width);
     if (allowed[SPEC_DRAFT] && s->draft_kv)
-        by_draft = gated ? spec_cost_model_draft_len(
-                               cost, width, spec_accept_rate(&s->accept, SPEC_DRAFT, 0, r->spec_bias, true), k, draft_s)
-                         : k;
+        by_draft = gated ? draft_worth(s, r, width, SPEC_DRAFT, 0, k, true, draft_s) : k;
     if (allowed[SPEC_SELF] && s->cfg.self_spec_layers > 0)
-        by_self = gated ? spec_cost_model_draft_len(
-                              cost, width, spec_accept_rate(&s->accept, SPEC_SELF, 0, r->spec_bias, true), k, self_s)
-                        : k;
+        by_self = gated ? draft_worth(s, r, width, SPEC_SELF, 0, k, true, self_s) : k;
     if (by_draft > 0 && (!gated || draft_catch_up_pays(s, r, width, by_draft, draft_s))) {
-        r->spec_proposer = SPEC_DRAFT;
+        *who = SPEC_DRAFT;
         return by_draft;
     }
     if (by_self > 0) {
-        r->spec_proposer = SPEC_SELF;
+        *who = SPEC_SELF;
         return by_self;
     }
     return 0;
@@ -285,17 +291,17 @@ void sched__spec_plan(sched *s, sched_request *const *chosen, int n, int32_t bud
     for (int i = 0; i < n && budget > 0; i++) {
         sched_request *r = chosen[i];
         if (r->params.no_speculation || r->force_at < r->params.n_think_close) continue; /* forced: no drafts */
-        r->spec_match = 0;
         int32_t k = draft_room(s, r, budget);
         if (k <= 0) continue;
-        int32_t m = plan_one(s, r, allowed, n, k);
+        int who = -1;
+        int32_t m = plan_one(s, r, allowed, n, k, &who);
         if (m <= 0) {
             r->spec_bias *= 1 - SPEC_BIAS_RECOVER;
             continue;
         }
-        if (r->spec_proposer >= SPEC_DRAFT) n_model++;
+        if (who >= SPEC_DRAFT) n_model++;
         n_draft[i] = m;
-        proposer[i] = r->spec_proposer;
+        proposer[i] = (int8_t)who;
         budget -= m;
     }
     for (int who = SPEC_DRAFT; n_model > 0 && who <= SPEC_SELF; who++) { /* batched across their sequences */
@@ -314,7 +320,12 @@ void sched__spec_plan(sched *s, sched_request *const *chosen, int n, int32_t bud
     }
     for (int i = 0; i < n; i++) { /* the target's KV for the drafts, within the watermark */
         if (proposer[i] < 0) continue;
-        if (chosen[i]->gram) n_draft[i] = grammar_prefix(s, chosen[i], n_draft[i]);
+        chosen[i]->spec_cut = false;
+        if (chosen[i]->gram) {
+            int32_t allowed_run = grammar_prefix(s, chosen[i], n_draft[i]);
+            chosen[i]->spec_cut = allowed_run < n_draft[i];
+            n_draft[i] = allowed_run;
+        }
         int32_t m = n_draft[i] > 0 ? sched__spec_reserve(s, chosen[i], n_draft[i]) : 0;
         n_draft[i] = m;
         if (m <= 0) {
@@ -335,11 +346,13 @@ int32_t sched__spec_verify(sched *s, sched_request *r, int32_t n_draft, int prop
         stat_add(&s->spec_stats.drafts[proposer], 1);
         stat_add(&s->spec_stats.accepted[proposer], accepted);
         for (int32_t i = 0; i < accepted; i++) stat_add(&s->spec_stats.accepted_at[i], 1);
-        /* each accepted token a success, the first rejected one a failure */
-        /* the bias against the class's rate before this draft counts in it */
+        /* each accepted token a success, the first rejected one a failure, the token the
+         * grammar cut included (it could not have been accepted); the bias is moved against
+         * the class's rate before this draft counts in it */
+        const int32_t judged = n_draft + (r->spec_cut ? 1 : 0);
         r->spec_bias = (float)spec_accept_bias_after(&s->accept, (spec_proposer)proposer, r->spec_match, r->spec_bias,
-                                                     n_draft, accepted);
-        spec_accept_observe(&s->accept, (spec_proposer)proposer, r->spec_match, n_draft, accepted);
+                                                     judged, accepted);
+        spec_accept_observe(&s->accept, (spec_proposer)proposer, r->spec_match, judged, accepted);
     }
     /* the decode row and the accepted drafts are computed; the row after them is the
      * next step's decode row. Only accepted tokens reach the prefix cache, and the blocks

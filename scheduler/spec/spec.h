@@ -105,10 +105,10 @@ bool spec_cost_fit(const spec_cost *c, double *per_row, double *fixed);
  * the row share (0: none), at most max_k. */
 int spec_cost_draft_len(const spec_cost *c, int width, double p, int max_k);
 /* The same for a sequence, except that one none of whose drafts has been verified yet
- * (tried false) drafts at least one token where max_k allows: until then its p is only
- * the prior, and where a row costs more than the prior makes worth it the sequence would
- * never draft and never learn that its text is copyable (agent loops accept 90% and
- * more). A row per sequence at most. */
+ * (tried false) drafts at least one token where max_k allows: until then its p knows
+ * nothing of it (its bias is 0), and where a row costs more than its class's rate makes
+ * worth it the sequence would never draft and never show that its text is copyable
+ * (agent loops accept 90% and more). A row per sequence at most. */
 int spec_cost_sequence_draft_len(const spec_cost *c, int width, double p, int max_k, bool tried);
 /* The same for a drafter model, each of whose draft tokens also costs token_s seconds of
  * its own run (per sequence; 0: not measured yet, taken as SPEC_MODEL_PRIOR of a token's
@@ -129,14 +129,16 @@ double spec_cost_model_gain(const spec_cost *c, int width, double p, int k, doub
  * sequence (some copy, some do not). Each class's rate is counted across all sequences
  * (accepted draft tokens against drafts cut by a rejection, decayed over about its last
  * 50 drafts, starting from a prior of 60%); a sequence adds its bias, in log-odds:
- * how much better or worse its own drafts did than their classes' rates predicted. So a
- * sequence whose first drafts, from short matches that mostly fail anyway, were rejected
- * is not written off: its bias barely moves, and when a long match comes up it drafts at
- * that length's rate. A class with few drafts counted may also be rated optimistically
- * (its rate plus its uncertainty): where the estimate makes no draft worth its row but the
- * optimistic rate makes one token worth it, the scheduler drafts that one token, so a
- * match length is tried before its rate is known; each rejection shrinks the optimism,
- * so trying costs a few rows per class. */
+ * how much better or worse its own drafts did than their classes' rates predicted. Once
+ * other sequences have shown short matches to fail, a sequence whose first drafts came
+ * from short matches and were rejected is not written off: its bias barely moves, and
+ * when a long match comes up it drafts at that length's rate. Before that (a fresh
+ * server) a class with few drafts counted may be rated optimistically (its rate plus one
+ * standard error): where the estimate makes no draft worth its row but the optimistic
+ * rate makes one token worth it, the scheduler drafts that one token, so a match length
+ * is tried before its rate is known. Each trial shrinks the optimism, and a class with
+ * 16 trials counted (accepted tokens and rejections) is known: it gets none, so a class
+ * near break-even is not tried a token at a time for good. */
 enum { SPEC_MATCH_CLASSES = 9 }; /* no match (a drafter model), matches of 1, 2, 3, 4, 5, 6-7, 8-15, 16+ */
 
 typedef struct spec_accept {
@@ -147,14 +149,18 @@ typedef struct spec_accept {
 /* A draft of n_draft tokens from proposer p, made from a match of match_len tokens (0: a
  * drafter model's), had its first `accepted` tokens accepted. */
 void spec_accept_observe(spec_accept *a, spec_proposer p, int match_len, int n_draft, int accepted);
+#define SPEC_RATE_MIN 0.02
+#define SPEC_RATE_MAX 0.98
 /* The chance that a draft token of p from a match of match_len is accepted, for a sequence
- * of that bias (log-odds; 0: an average sequence). optimistic: the class's rate plus its
- * uncertainty (to decide a draft), else its estimate. Within [0.02, 0.98]. */
+ * of that bias (log-odds; 0: an average sequence). optimistic: the class's rate plus one
+ * standard error of it while the class is little known (whether to try one token), else
+ * its estimate. Within
+ * [SPEC_RATE_MIN, SPEC_RATE_MAX]. */
 double spec_accept_rate(const spec_accept *a, spec_proposer p, int match_len, double bias, bool optimistic);
+#define SPEC_BIAS_MAX 4.0
 /* A sequence's bias after that draft: one step of the logistic model's gradient per
  * judged token (each accepted one, and the rejected one), against the class's estimate
  * before the draft is counted. Within [-SPEC_BIAS_MAX, SPEC_BIAS_MAX]. */
-#define SPEC_BIAS_MAX 4.0
 double spec_accept_bias_after(const spec_accept *a, spec_proposer p, int match_len, double bias, int n_draft,
                               int accepted);
 

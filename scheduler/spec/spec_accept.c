@@ -14,13 +14,14 @@
 
 #include "scheduler/spec/spec.h"
 
-static const double CLASS_DECAY = 0.98; /* per draft of the class: about its last 50 count */
+static const double CLASS_DECAY = 0.98; /* per draft of the class: about its last 50 drafts count */
 static const double PRIOR_WEIGHT = 4;   /* trials' worth of belief in the prior before counts */
 static const double PRIOR_RATE = 0.6;   /* a class's rate before any draft */
-static const double OPTIMISM = 1;       /* standard errors added to a class's rate to decide a draft */
+static const double OPTIMISM = 1;       /* standard errors added to a little-known class's rate */
+static const double KNOWN_TRIALS = 16;  /* counted trials after which a class is known: no optimism, so a
+                                           class near break-even is not tried a token at a time for good */
 static const double BIAS_RATE = 0.6;    /* log-odds per unit of gradient: a rejection at 60% moves the
-                                           bias by 0.36, about what it moves the rate by 0.09 */
-static const double RATE_MIN = 0.02, RATE_MAX = 0.98;
+                                           bias by 0.36, which moves the rate by about 0.09 */
 
 static int match_class(int match_len) {
     if (match_len <= 5) return match_len < 0 ? 0 : match_len;
@@ -33,7 +34,7 @@ static double clamp(double x, double lo, double hi) {
 }
 
 static double logit(double p) {
-    p = clamp(p, RATE_MIN, RATE_MAX);
+    p = clamp(p, SPEC_RATE_MIN, SPEC_RATE_MAX);
     return log(p / (1 - p));
 }
 
@@ -41,7 +42,7 @@ static double logistic(double x) {
     return 1 / (1 + exp(-x));
 }
 
-static bool valid(spec_proposer p) {
+static bool proposer_valid(spec_proposer p) {
     return p >= 0 && p < SPEC_N_PROPOSERS;
 }
 
@@ -52,7 +53,7 @@ static double class_rate(const spec_accept *a, spec_proposer p, int c, double *t
 }
 
 void spec_accept_observe(spec_accept *a, spec_proposer p, int match_len, int n_draft, int accepted) {
-    if (n_draft <= 0 || !valid(p)) return;
+    if (n_draft <= 0 || !proposer_valid(p)) return;
     int c = match_class(match_len);
     double missed = accepted < n_draft ? 1 : 0;
     a->accepted[p][c] = a->accepted[p][c] * CLASS_DECAY + accepted;
@@ -61,12 +62,12 @@ void spec_accept_observe(spec_accept *a, spec_proposer p, int match_len, int n_d
 
 double spec_accept_rate(const spec_accept *a, spec_proposer p, int match_len, double bias, bool optimistic) {
     double rate = PRIOR_RATE;
-    if (valid(p)) {
+    if (proposer_valid(p)) {
         double trials;
         rate = class_rate(a, p, match_class(match_len), &trials);
-        if (optimistic) rate += OPTIMISM * sqrt(rate * (1 - rate) / trials);
+        if (optimistic && trials - PRIOR_WEIGHT < KNOWN_TRIALS) rate += OPTIMISM * sqrt(rate * (1 - rate) / trials);
     }
-    return clamp(logistic(logit(rate) + bias), RATE_MIN, RATE_MAX);
+    return clamp(logistic(logit(rate) + bias), SPEC_RATE_MIN, SPEC_RATE_MAX);
 }
 
 double spec_accept_bias_after(const spec_accept *a, spec_proposer p, int match_len, double bias, int n_draft,

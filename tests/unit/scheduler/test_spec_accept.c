@@ -1,10 +1,12 @@
 /* test_spec_accept.c: the acceptance model (spec_accept.c). With nothing seen every class
  * is rated at the prior and an unknown class optimistically above it; counted drafts set a
- * class's rate, apart per proposer and match-length class; a sequence's bias moves little
- * when a draft fails that its class predicted to fail, much when one fails that it
- * predicted to pass; a sequence whose short-match drafts failed still drafts at a long
- * match's rate; the counts forget old drafts; everything stays bounded. */
+ * class's rate, apart per proposer and match-length class, with the prior's arithmetic;
+ * a sequence's bias moves little when a draft fails that its class predicted to fail,
+ * much when one fails that it predicted to pass; on a fresh server a sequence whose
+ * short-match drafts failed is still rated high enough at a long match to try a token;
+ * the counts forget old drafts; everything stays bounded. */
 #include <criterion/criterion.h>
+#include <math.h>
 
 #include "scheduler/spec/spec.h"
 
@@ -61,24 +63,76 @@ Test(spec_accept, the_bias_moves_by_surprise) {
     double b = 0;
     for (int i = 0; i < 100; i++) b = spec_accept_bias_after(&a, SPEC_NGRAM, 5, b, 8, 0);
     cr_assert_float_eq(b, -SPEC_BIAS_MAX, 1e-9);
+    for (int i = 0; i < 100; i++) b = spec_accept_bias_after(&a, SPEC_NGRAM, 2, b, 2, 2);
+    cr_assert_float_eq(b, SPEC_BIAS_MAX, 1e-9);
 }
 
-Test(spec_accept, a_sequence_whose_short_drafts_failed_drafts_at_a_long_match) {
+Test(spec_accept, on_a_fresh_server_a_long_match_is_tried_after_short_ones_failed) {
     spec_accept a = {0};
     double bias = 0;
-    /* its first drafts: short matches in a preamble, all rejected */
+    /* a sequence's first drafts: short matches in a preamble, all rejected */
     for (int i = 0; i < 3; i++) {
         bias = spec_accept_bias_after(&a, SPEC_NGRAM, 2, bias, 1, 0);
         spec_accept_observe(&a, SPEC_NGRAM, 2, 1, 0);
     }
-    double short_p = spec_accept_rate(&a, SPEC_NGRAM, 2, bias, true);
-    double long_p = spec_accept_rate(&a, SPEC_NGRAM, 5, bias, true);
-    cr_assert_lt(short_p, 0.5, "short match %g", short_p);
-    /* a 5-token match, never drafted yet, is tried at well above its prior */
-    cr_assert_gt(long_p, 0.7, "long match %g", long_p);
+    /* nothing was known of the short class, so each failure moved the bias */
+    cr_assert(bias < -0.6 && bias > -1.0, "bias %g", bias);
+    /* the long class's estimate is the prior shifted by that bias: below the prior */
+    double long_est = spec_accept_rate(&a, SPEC_NGRAM, 5, bias, false);
+    cr_assert(long_est > 0.35 && long_est < 0.5, "long estimate %g", long_est);
+    /* but, never drafted, it is rated optimistically: enough for one token where a row
+     * costs up to 70% of a token's time, where the short class is not */
+    cr_assert_gt(spec_accept_rate(&a, SPEC_NGRAM, 5, bias, true), 0.7);
+    cr_assert_lt(spec_accept_rate(&a, SPEC_NGRAM, 2, bias, true), 0.5);
     /* and once long matches are seen to copy, they are rated so */
     drafts(&a, SPEC_NGRAM, 5, 10, 8, 8);
     cr_assert_gt(spec_accept_rate(&a, SPEC_NGRAM, 5, bias, false), 0.9);
+}
+
+Test(spec_accept, once_short_matches_are_known_to_fail_their_failure_hardly_counts) {
+    spec_accept a = {0};
+    drafts(&a, SPEC_NGRAM, 2, 50, 2, 0); /* other sequences taught the short class */
+    double bias = 0;
+    for (int i = 0; i < 3; i++) {
+        bias = spec_accept_bias_after(&a, SPEC_NGRAM, 2, bias, 2, 0);
+        spec_accept_observe(&a, SPEC_NGRAM, 2, 2, 0);
+    }
+    cr_assert(bias < 0 && bias > -0.2, "bias %g", bias);
+    cr_assert_geq(spec_accept_rate(&a, SPEC_NGRAM, 5, bias, false), 0.55, "the long class keeps about its prior");
+}
+
+Test(spec_accept, match_lengths_fall_into_their_classes) {
+    spec_accept a = {0};
+    /* one class per length up to 5, then 6-7, 8-15, 16 and more; 0 (and less) a drafter's */
+    static const int same[][2] = {{6, 7}, {8, 15}, {16, 64}, {0, -3}};
+    static const int apart[][2] = {{1, 2}, {4, 5}, {5, 6}, {7, 8}, {15, 16}, {0, 1}};
+    for (size_t i = 0; i < sizeof same / sizeof same[0]; i++) {
+        spec_accept b = a;
+        drafts(&b, SPEC_NGRAM, same[i][0], 20, 4, 4);
+        cr_assert_float_eq(spec_accept_rate(&b, SPEC_NGRAM, same[i][1], 0, false),
+                           spec_accept_rate(&b, SPEC_NGRAM, same[i][0], 0, false), 1e-12, "%d and %d", same[i][0],
+                           same[i][1]);
+    }
+    for (size_t i = 0; i < sizeof apart / sizeof apart[0]; i++) {
+        spec_accept b = a;
+        drafts(&b, SPEC_NGRAM, apart[i][0], 20, 4, 4);
+        cr_assert_float_eq(spec_accept_rate(&b, SPEC_NGRAM, apart[i][1], 0, false), 0.6, 1e-12, "%d and %d",
+                           apart[i][0], apart[i][1]);
+    }
+}
+
+Test(spec_accept, the_arithmetic_of_one_draft) {
+    spec_accept a = {0};
+    /* the prior is 4 trials at 60%: one draft of 4 with 2 accepted adds 2 accepted and a miss */
+    spec_accept_observe(&a, SPEC_SUFFIX, 8, 4, 2);
+    cr_assert_float_eq(spec_accept_rate(&a, SPEC_SUFFIX, 8, 0, false), 4.4 / 7, 1e-12);
+    /* an unseen class: the prior plus one standard error of 4 trials */
+    cr_assert_float_eq(spec_accept_rate(&a, SPEC_SUFFIX, 4, 0, true), 0.6 + sqrt(0.24 / 4), 1e-12);
+    /* a draft accepted whole adds no miss */
+    spec_accept_observe(&a, SPEC_SUFFIX, 3, 4, 4);
+    cr_assert_float_eq(spec_accept_rate(&a, SPEC_SUFFIX, 3, 0, false), 6.4 / 8, 1e-12);
+    /* the bias step: 0.6 per unit of gradient, (1 - q) per accepted token, -q for the miss */
+    cr_assert_float_eq(spec_accept_bias_after(&a, SPEC_NGRAM, 2, 0, 3, 1), 0.6 * (0.4 - 0.6), 1e-12);
 }
 
 Test(spec_accept, old_drafts_are_forgotten_and_bad_input_ignored) {
