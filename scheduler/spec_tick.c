@@ -229,17 +229,16 @@ static int32_t draft_worth(const sched *s, const sched_request *r, int width, sp
 
 /* r's draft for a step of width decode rows, with room for k tokens: the longer of the
  * free proposers' (written after r's tokens), else what a drafter model may take; as many
- * tokens as draft_worth allows (with --no-spec-gate, all the room). Returns the length (0:
- * none), sets *who to its proposer and r->spec_match to the match it came from. */
+ * tokens as draft_worth allows (with --no-spec-gate, all the room). rows_pay: whether a
+ * near-certain token is worth a row at this width at all; where not (a compute-bound
+ * step), only a sequence's first draft is proposed: the scans would be wasted, and a
+ * suffix hit reorders its LRU. Returns the length (0: none), sets *who to its proposer
+ * and r->spec_match to the match it came from. */
 static int32_t plan_one(sched *s, sched_request *r, const bool allowed[SPEC_N_PROPOSERS], int width, int32_t k,
-                        int *who) {
+                        bool rows_pay, int *who) {
     const bool gated = s->cfg.spec_gate;
     r->spec_match = 0;
-    /* where even a near-certain token costs more than it brings (a compute-bound step),
-     * nothing is proposed: the scans would be wasted, and a suffix hit reorders its LRU */
-    if (gated && r->spec_tried &&
-        spec_cost_draft_len(&s->cost[spec_gate_bucket_of(width)], width, SPEC_RATE_MAX, 1) == 0)
-        return 0;
+    if (gated && r->spec_tried && !rows_pay) return 0;
     int32_t draft[SPEC_MAX_K];
     int match;
     int32_t m = draft_propose(s, r, allowed, k, draft, who, &match);
@@ -288,13 +287,14 @@ void sched__spec_plan(sched *s, sched_request *const *chosen, int n, int32_t bud
     /* the free proposers first; the draft model takes the sequences they had nothing for
      * (its drafts cost a model run), n_draft[i] meanwhile holding what each may take */
     int n_model = 0;
+    const bool rows_pay = spec_cost_draft_len(&s->cost[spec_gate_bucket_of(n)], n, SPEC_RATE_MAX, 1) > 0;
     for (int i = 0; i < n && budget > 0; i++) {
         sched_request *r = chosen[i];
         if (r->params.no_speculation || r->force_at < r->params.n_think_close) continue; /* forced: no drafts */
         int32_t k = draft_room(s, r, budget);
         if (k <= 0) continue;
         int who = -1;
-        int32_t m = plan_one(s, r, allowed, n, k, &who);
+        int32_t m = plan_one(s, r, allowed, n, k, rows_pay, &who);
         if (m <= 0) {
             r->spec_bias *= 1 - SPEC_BIAS_RECOVER;
             continue;

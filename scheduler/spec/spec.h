@@ -154,8 +154,7 @@ void spec_accept_observe(spec_accept *a, spec_proposer p, int match_len, int n_d
 /* The chance that a draft token of p from a match of match_len is accepted, for a sequence
  * of that bias (log-odds; 0: an average sequence). optimistic: the class's rate plus one
  * standard error of it while the class is little known (whether to try one token), else
- * its estimate. Within
- * [SPEC_RATE_MIN, SPEC_RATE_MAX]. */
+ * its estimate. Within [SPEC_RATE_MIN, SPEC_RATE_MAX]. */
 double spec_accept_rate(const spec_accept *a, spec_proposer p, int match_len, double bias, bool optimistic);
 #define SPEC_BIAS_MAX 4.0
 /* A sequence's bias after that draft: one step of the logistic model's gradient per
