@@ -75,24 +75,28 @@ int64_t spec_suffix_bytes(const spec_suffix *sc); /* held now: index, slots and 
  * cheap next to a step (few sequences) that allows long drafts; where the step is
  * compute-bound (many sequences) it allows none. The scheduler keeps one fit per width
  * bucket of the gate: a row's cost is not one line over all widths (the amx set's VNNI
- * rows below a full tile cost more each than its tile rows above); a bucket whose own
- * rows vary little also looks at one line across the buckets' mean steps. */
+ * rows below a full tile cost more each than its tile rows above), but a bucket's own
+ * line scatters with the machine's noise, so a row costs at least what one line across
+ * the buckets' mean steps says. */
 typedef struct spec_cost {
     double n, sx, sy, sxx, sxy; /* decayed sums of rows (x) and seconds (y) */
-    double row_share;           /* the last fit's row cost over the mean time per row, the dearer line a thin
-                                   fit took included (0: none yet; below 1, as a fit's fixed cost is positive) */
+    double row_share;           /* the last fit's row cost over the mean time per row, the dearer line across
+                                   buckets included (0: none yet); a compute-bound fit raises it only to the
+                                   line across buckets */
     double cross_share;         /* the same from the line across buckets (spec_cost_share_across; 0: none; at most
                                    0.95) */
 } spec_cost;
 
 void spec_cost_observe(spec_cost *c, int rows, double seconds);
 /* Sets each bucket's cross_share from the line through the mean step of every bucket
- * with a few steps. Call after observing. A bucket whose own rows barely vary (a wide
- * batch with rare drafts) fits a slope that scatters, and one that comes out low would
- * let through drafts that the steps of other widths already show to be dear. */
+ * with a few steps. Call after observing. A bucket's own line scatters (rows that barely
+ * vary, steps +-30% apart on a shared machine), and a slope that comes out low would let
+ * through drafts that the steps of other widths already show to be dear. */
 void spec_cost_share_across(spec_cost *costs, int n_buckets);
 /* The fitted row cost and fixed cost; false while the steps seen cannot tell them apart.
- * A fit whose rows vary little takes the dearer of its slope and the line across buckets.
+ * A line with no fixed cost above zero is a compute-bound step: each row costs 95% of the
+ * mean time per row, and only near-certain drafts pay. A fit takes the dearer of its
+ * slope and the line across buckets (but for one sequence, whose own line is sure).
  * Without a fit the row cost is the last fit's share of the mean time per row (steps stop
  * varying when drafting stops: a measured dear row must not be forgotten and tried
  * again), else a prior of a quarter of it: the line across buckets is no guide before a
@@ -102,7 +106,8 @@ void spec_cost_share_across(spec_cost *costs, int n_buckets);
 bool spec_cost_fit(const spec_cost *c, double *per_row, double *fixed);
 /* The longest worthwhile draft for a sequence whose drafts are each accepted with
  * probability p, in a step of `width` decode rows: the largest k such that p^k exceeds
- * the row share (0: none), at most max_k. */
+ * the row share (0: none), at most max_k, and at most 2 while no fit prices c's rows
+ * now or has before (a guess must not buy k rows for every sequence of a wide batch). */
 int spec_cost_draft_len(const spec_cost *c, int width, double p, int max_k);
 /* The same for a sequence, except that one none of whose drafts has been verified yet
  * (tried false) drafts at least one token where max_k allows: until then its p knows

@@ -14,7 +14,7 @@ static const double COST_DECAY = 0.98;      /* about the last 50 steps count */
 static const double ROW_SHARE_PRIOR = 0.25; /* before any fit: a row a quarter of its even share */
 static const double SHARE_MAX = 0.95;       /* of the mean time per row: near-certain drafts stay possible */
 static const double CROSS_MIN_STEPS = 4;    /* a bucket's mean counts in the line across buckets */
-static const double THIN_VAR = 1;           /* rows^2: a fit whose rows vary less is unsure */
+static const int UNPRICED_MAX_K = 2;        /* draft tokens while no fit prices the bucket's rows */
 
 /* The least-squares slope of y on x from sums over n points (weighted alike or decayed),
  * and the variance of x; false when x varies too little (under half a row) to tell one. */
@@ -27,29 +27,39 @@ static bool ls_slope(double n, double sx, double sy, double sxx, double sxy, dou
 }
 
 /* The least-squares line through the decayed sums; false when they cannot tell the row
- * cost from the fixed cost (too few steps, too little variation, or a line that makes
- * no sense). *thin: the rows vary little (drafts in few steps), so the slope scatters. */
-static bool fit_line(const spec_cost *c, double *per_row, double *fixed, bool *thin) {
+ * cost from the fixed cost (too few steps, too little variation, or rows that come out
+ * free). A line that meets zero rows at or below zero seconds is a compute-bound step
+ * (wide batches on a CPU: 6-7 ms a row at 32-64 sequences on the AVX2 EPYC, with no
+ * fixed cost the noise can tell; *bound set): a row costs SHARE_MAX of the mean time per
+ * row, so that only near-certain drafts go on (they keep the rows varying, and a verdict
+ * that noise drew is soon redrawn). */
+static bool fit_line(const spec_cost *c, double *per_row, double *fixed, bool *bound) {
     double slope, var;
     if (c->n < 8 || !ls_slope(c->n, c->sx, c->sy, c->sxx, c->sxy, &slope, &var)) return false;
     double mx = c->sx / c->n, my = c->sy / c->n;
-    if (!(slope > 0 && my - slope * mx > 0)) return false;
+    if (!(slope > 0)) return false;
     *per_row = slope;
     *fixed = my - slope * mx;
-    *thin = var < THIN_VAR;
+    *bound = !(*fixed > 0);
+    if (*bound) {
+        *per_row = SHARE_MAX * my / mx;
+        *fixed = (1 - SHARE_MAX) * my;
+    }
     return true;
 }
 
-/* The bucket's row cost from its own line, where it has one. A thin line (a wide batch
- * where drafts are rare: its slope scattered from 1.0 to 1.6 ms a row between steps at 16
- * sequences on the Zen 4) takes the dearer of its slope and the line across buckets: a
- * slope that comes out low would let through drafts that lose. */
-static bool row_cost(const spec_cost *c, double *per_row, double *fixed) {
-    bool thin = false;
-    if (!fit_line(c, per_row, fixed, &thin)) return false;
+/* The bucket's row cost from its own line, where it has one, or the line across buckets
+ * where that is dearer. A bucket's own line scatters: on the AVX2 EPYC at 9-31 sequences
+ * (steps +-30% apart at the same rows) it put 50-170 ms at zero rows and priced a row at
+ * a third to a half of a token's time, while the line through the buckets' mean steps,
+ * which noise moves little, priced it at all of it, as the steps did (drafts there lost
+ * 20% of the throughput). A slope that comes out low lets through drafts that lose; one
+ * that comes out high only drafts less. */
+static bool row_cost(const spec_cost *c, double *per_row, double *fixed, bool *bound) {
+    if (!fit_line(c, per_row, fixed, bound)) return false;
     double mx = c->sx / c->n, my = c->sy / c->n;
     double across = c->cross_share * my / mx;
-    if (thin && across > *per_row) {
+    if (across > *per_row) {
         *per_row = across;
         *fixed = my - *per_row * mx;
     }
@@ -65,7 +75,17 @@ void spec_cost_observe(spec_cost *c, int rows, double seconds) {
     c->sxx = c->sxx * COST_DECAY + x * x;
     c->sxy = c->sxy * COST_DECAY + x * y;
     double per_row, fixed;
-    if (row_cost(c, &per_row, &fixed)) c->row_share = per_row / (c->sy / c->sx);
+    bool bound = false;
+    if (!row_cost(c, &per_row, &fixed, &bound)) return;
+    /* a compute-bound line is remembered only as far as the line across buckets confirms
+     * it: a few noisy steps of one sequence (9 ms, and 6 ms more for a second row on the
+     * AVX2 EPYC) draw one often enough that keeping it would stop a single stream drafting
+     * for good, while forgetting it would let a wide batch draft again on the cheap share
+     * it had before */
+    if (!bound)
+        c->row_share = per_row / (c->sy / c->sx);
+    else if (c->cross_share > c->row_share)
+        c->row_share = c->cross_share;
 }
 
 /* The line through the mean (rows, seconds) of every bucket with a few steps, each
@@ -90,12 +110,15 @@ static bool cross_slope(const spec_cost *costs, int n_buckets, double *slope) {
 }
 
 void spec_cost_share_across(spec_cost *costs, int n_buckets) {
-    double slope;
+    double slope = 0;
     bool have = cross_slope(costs, n_buckets, &slope);
     for (int b = 0; b < n_buckets; b++) {
         spec_cost *c = &costs[b];
         c->cross_share = 0;
-        if (!have || c->n < 1e-9) continue;
+        /* one sequence needs no help: its drafts move its rows from 1 to 9, far more against
+         * their mean than a wide batch's, so its own line is sure, and the line from wider
+         * buckets would misprice the dear second row of a CPU step */
+        if (!have || c->n < 1e-9 || b == 0) continue;
         double share = slope / (c->sy / c->sx);
         c->cross_share = share < SHARE_MAX ? share : SHARE_MAX;
     }
@@ -104,7 +127,8 @@ void spec_cost_share_across(spec_cost *costs, int n_buckets) {
 bool spec_cost_fit(const spec_cost *c, double *per_row, double *fixed) {
     *per_row = *fixed = 0;
     if (c->n < 1e-9) return false;
-    if (row_cost(c, per_row, fixed)) return true;
+    bool bound;
+    if (row_cost(c, per_row, fixed, &bound)) return true;
     double mx = c->sx / c->n, my = c->sy / c->n;
     double share = c->row_share > 0 ? c->row_share : ROW_SHARE_PRIOR;
     *per_row = share * my / mx;
@@ -118,8 +142,12 @@ bool spec_cost_fit(const spec_cost *c, double *per_row, double *fixed) {
 static int draft_len(const spec_cost *c, int width, double p, int max_k, double extra_s) {
     if (max_k <= 0 || width <= 0 || !(p > 0)) return 0;
     double per_row, fixed;
-    spec_cost_fit(c, &per_row, &fixed);
-    if (c->n < 1e-9) return max_k < 2 ? max_k : 2; /* nothing measured yet: a short draft */
+    const bool fitted = spec_cost_fit(c, &per_row, &fixed);
+    /* a bucket no line prices now or has priced before drafts short: enough to vary the
+     * rows for a fit, not k rows per sequence on a guess (32-63 sequences on the AVX2 EPYC
+     * drafted 2266 rows in the 8 steps before their first fit, each a token's cost) */
+    if (c->row_share <= 0 && !fitted && max_k > UNPRICED_MAX_K) max_k = UNPRICED_MAX_K;
+    if (c->n < 1e-9) return max_k; /* nothing measured yet */
     double token_s = (fixed + per_row * width) / width;
     if (extra_s < 0) extra_s = SPEC_MODEL_PRIOR * token_s;
     double share = (per_row + extra_s) / token_s; /* of a token's time, one draft token */
