@@ -56,12 +56,13 @@ sp_status host__amx_request_tiles(void);
 host_vec_dot_fn host__vec_dot_for(dev_cpu_isa isa, quant_type t);
 host_quantize_fn host__quantize_for(dev_cpu_isa isa, quant_type act_type);
 
-/* The multi-row kernels (host_quant_dot_rows.c): one weight row w against
- * HOST_DOT_ROWS activation rows (row r at a + r * a_stride bytes), writing row r's
- * result to out[r * out_stride]. Each result is bit for bit host__vec_dot_for(t)'s
- * for that row alone (so batching never changes a token's numbers). */
+/* The multi-row kernels (host_quant_dot_rows.c): one weight row w against n_rows
+ * activation rows, 2 <= n_rows <= HOST_DOT_ROWS (row r at a + r * a_stride bytes),
+ * writing row r's result to out[r * out_stride]. Each result is bit for bit
+ * host__vec_dot_for(t)'s for that row alone (so batching never changes a token's
+ * numbers). */
 enum { HOST_DOT_ROWS = 4 };
-typedef void (*host_vec_dot_rows_fn)(const void *w, const void *a, size_t a_stride, int64_t n, float *out,
+typedef void (*host_vec_dot_rows_fn)(int n_rows, const void *w, const void *a, size_t a_stride, int64_t n, float *out,
                                      size_t out_stride);
 /* NULL when the set or type has none: use the one-row kernel for every row. */
 host_vec_dot_rows_fn host__vec_dot_rows_for(dev_cpu_isa isa, quant_type t);

@@ -8,12 +8,12 @@
  * read it; (2) the weight rows of all the parts are cut into tiles of MATMUL_TILE_N rows,
  * handed out as one range, and each tile is multiplied against every activation row
  * before the next tile is read, so one pass over the weights serves the whole batch.
- * In the avx2 set rows go through the multi-row kernel HOST_DOT_ROWS at a time (one
- * read of a weight row serves four tokens); in the avx512 set a batch of
+ * In the avx2 set rows go through the multi-row kernel two to HOST_DOT_ROWS at a time
+ * (one read of a weight row serves up to four tokens); in the avx512 set a batch of
  * HOST_PAIRS_MIN_ROWS rows or more goes through the pair kernels (host_quant_dot_pairs.c:
  * phase (1) also packs the quantized rows in pairs, two to a 512-bit register, and a
  * weight block is unpacked once for up to HOST_PAIRS_PER_CALL pairs). The rest (a decode
- * step of one sequence, two rows, the avx2 set's leftover rows) go through the
+ * step of one sequence, the avx512 set's two rows, the avx2 set's last lone row) go through the
  * decode-shaped kernel, HOST_DOT_WROWS weight rows per call, and the leftover weight
  * rows one by one. All give each output element the same bits, so a token's result
  * never depends on T or on the rest of the batch.
@@ -134,17 +134,19 @@ static void matmul_tiles(void *ctx, int ith, int nth) {
             continue;
         }
         int64_t r = 0;
-        if (t->dot_rows) { /* HOST_DOT_ROWS activation rows per weight row read */
-            for (; r + HOST_DOT_ROWS <= t->rows; r += HOST_DOT_ROWS) {
-                const void *a = (const char *)t->act + (size_t)r * t->act_row_bytes;
-                float *y = out + r * n;
-                for (int64_t j = n0; j < n1; j++) {
-                    const void *wrow = (const char *)w->data + (size_t)j * w_row_bytes;
-                    t->dot_rows(wrow, a, t->act_row_bytes, t->k, y + j, (size_t)n);
-                    if (bias)
-                        for (int i = 0; i < HOST_DOT_ROWS; i++) y[i * n + j] += bias[j];
-                }
+        /* Up to HOST_DOT_ROWS activation rows per weight row read; a lone row (one
+         * sequence's decode, or a batch's last) goes to the decode-shaped kernel below. */
+        while (t->dot_rows && t->rows - r >= 2) {
+            const int n_rows = t->rows - r < HOST_DOT_ROWS ? (int)(t->rows - r) : HOST_DOT_ROWS;
+            const void *a = (const char *)t->act + (size_t)r * t->act_row_bytes;
+            float *y = out + r * n;
+            for (int64_t j = n0; j < n1; j++) {
+                const void *wrow = (const char *)w->data + (size_t)j * w_row_bytes;
+                t->dot_rows(n_rows, wrow, a, t->act_row_bytes, t->k, y + j, (size_t)n);
+                if (bias)
+                    for (int i = 0; i < n_rows; i++) y[i * n + j] += bias[j];
             }
+            r += n_rows;
         }
         for (; r < t->rows; r++) {
             const void *a = (const char *)t->act + (size_t)r * t->act_row_bytes;

@@ -1,11 +1,15 @@
-/* host_quant_dot_rows.c: multi-row dot kernels: one weight row against HOST_DOT_ROWS
- * activation rows at once, for the matmul's batched case (prefill chunks, and decode
- * steps of several sequences).
+/* host_quant_dot_rows.c: multi-row dot kernels: one weight row against 2 to
+ * HOST_DOT_ROWS activation rows at once, for the matmul's batched case (prefill chunks,
+ * decode steps of several sequences, and a speculating sequence's 1 + k verify rows).
  *
  * Why: in the one-row kernels of host_quant_dot.c a third of the work per block is
  * the weight's own (its scales converted from F16, its nibbles unpacked). Done once
  * per block for four activation rows, that work is shared, and the weight row is
- * read from cache once for the four.
+ * read from cache once for the four. Two and three rows get their own copies of the
+ * loop (the row count is a constant in each, so the accumulators stay in registers):
+ * through the one-row kernels a second row cost 90% of the first, through these about
+ * 60% (bench_matmul; docs/benchmarks.md), and that is the price of a draft token at one
+ * sequence.
  *
  * The avx2 set's only: the avx512 set batches rows through host_quant_dot_pairs.c,
  * two rows to a 512-bit register.
@@ -20,26 +24,27 @@
 
 #if HOST_SIMD_AVX2
 
-/* a_r: the r-th activation row. */
-/* Every loop over the rows is unrolled, so the accumulators live in registers (a
- * rolled loop keeps them in memory, and each fma then waits on a store). */
+/* Every loop over the rows (r < n_rows, a constant in each entry point) is unrolled,
+ * so the accumulators live in registers (a rolled loop keeps them in memory, and each
+ * fma then waits on a store). */
 #define UNROLL_ROWS _Pragma("GCC unroll 4")
 
 #define ACT_ROW(type, a, stride, r) ((const type *)((const char *)(a) + (size_t)(r) * (stride)))
 
 #define ROWS_BODY static HOST_AVX2_TARGET inline __attribute__((always_inline))
 
-/* dot_avx2_q4_1 of host_quant_dot.c for four rows (see there for the summation order). */
-ROWS_BODY void rows_q4_1(const void *w, const void *a, size_t a_stride, int64_t n, float *out, size_t out_stride) {
+/* dot_avx2_q4_1 of host_quant_dot.c for n_rows rows (see there for the summation order). */
+ROWS_BODY void rows_q4_1(const int n_rows, const void *w, const void *a, size_t a_stride, int64_t n, float *out,
+                         size_t out_stride) {
     const quant_block_q4_1 *wb = w; /* (nb) */
     const quant_block_q8_1 *ab[HOST_DOT_ROWS];
     UNROLL_ROWS
-    for (int r = 0; r < HOST_DOT_ROWS; r++) ab[r] = ACT_ROW(quant_block_q8_1, a, a_stride, r);
+    for (int r = 0; r < n_rows; r++) ab[r] = ACT_ROW(quant_block_q8_1, a, a_stride, r);
     const int64_t nb = n / QUANT_QK;
     __m256 acc[HOST_DOT_ROWS];
     __m128 summs[HOST_DOT_ROWS];
     UNROLL_ROWS
-    for (int r = 0; r < HOST_DOT_ROWS; r++) {
+    for (int r = 0; r < n_rows; r++) {
         acc[r] = _mm256_setzero_ps();
         summs[r] = _mm_setzero_ps();
     }
@@ -48,7 +53,7 @@ ROWS_BODY void rows_q4_1(const void *w, const void *a, size_t a_stride, int64_t 
         const __m128 pair_w = avx2_f16_pair(&wb[ib].d);
         const __m256i qw = avx2_nibbles(wb[ib].qs);
         UNROLL_ROWS
-        for (int r = 0; r < HOST_DOT_ROWS; r++) {
+        for (int r = 0; r < n_rows; r++) {
             const __m128 pair_a = avx2_f16_pair(&ab[r][ib].d);
             summs[r] = _mm_fmadd_ps(pair_w, pair_a, summs[r]);
             const __m256 dd = _mm256_broadcastss_ps(_mm_mul_ss(pair_w, pair_a));
@@ -58,18 +63,18 @@ ROWS_BODY void rows_q4_1(const void *w, const void *a, size_t a_stride, int64_t 
         }
     }
     UNROLL_ROWS
-    for (int r = 0; r < HOST_DOT_ROWS; r++)
+    for (int r = 0; r < n_rows; r++)
         out[(size_t)r * out_stride] = host__avx2_hsum(acc[r]) + _mm_cvtss_f32(_mm_movehdup_ps(summs[r]));
 }
 
-/* The Q8_0 activation side of dot_avx2_q8_0 / dot_avx2_q4_0 for one block of four
+/* The Q8_0 activation side of dot_avx2_q8_0 / dot_avx2_q4_0 for one block of n_rows
  * rows, given the block's signed weight bytes qw: |qw| once, its sign moved onto each
  * activation (avx2_dot_s8s8 split in its two halves). */
-ROWS_BODY void rows_block_q8_0(const uint16_t *d_w, __m256i qw, const quant_block_q8_0 *const *ab, int64_t ib,
-                               __m256 *acc) {
+ROWS_BODY void rows_block_q8_0(const int n_rows, const uint16_t *d_w, __m256i qw, const quant_block_q8_0 *const *ab,
+                               int64_t ib, __m256 *acc) {
     const __m256i qw_abs = _mm256_sign_epi8(qw, qw);
     UNROLL_ROWS
-    for (int r = 0; r < HOST_DOT_ROWS; r++) {
+    for (int r = 0; r < n_rows; r++) {
         const __m256i qa = _mm256_loadu_si256((const __m256i *)ab[r][ib].qs);
         const __m256 isum = _mm256_cvtepi32_ps(avx2_dot_u8s8(qw_abs, _mm256_sign_epi8(qa, qw)));
         acc[r] = _mm256_fmadd_ps(avx2_scale_product(d_w, &ab[r][ib].d), isum, acc[r]);
@@ -77,47 +82,51 @@ ROWS_BODY void rows_block_q8_0(const uint16_t *d_w, __m256i qw, const quant_bloc
 }
 
 /* Q8_0 and Q4_0 weights (both paired with Q8_0 activations); q4 unpacks q - 8. */
-ROWS_BODY void rows_q8_0_like(bool q4, const void *w, const void *a, size_t a_stride, int64_t n, float *out,
-                              size_t out_stride) {
+ROWS_BODY void rows_q8_0_like(const int n_rows, bool q4, const void *w, const void *a, size_t a_stride, int64_t n,
+                              float *out, size_t out_stride) {
     const quant_block_q8_0 *ab[HOST_DOT_ROWS];
     UNROLL_ROWS
-    for (int r = 0; r < HOST_DOT_ROWS; r++) ab[r] = ACT_ROW(quant_block_q8_0, a, a_stride, r);
+    for (int r = 0; r < n_rows; r++) ab[r] = ACT_ROW(quant_block_q8_0, a, a_stride, r);
     const int64_t nb = n / QUANT_QK;
     __m256 acc[HOST_DOT_ROWS];
     UNROLL_ROWS
-    for (int r = 0; r < HOST_DOT_ROWS; r++) acc[r] = _mm256_setzero_ps();
+    for (int r = 0; r < n_rows; r++) acc[r] = _mm256_setzero_ps();
     for (int64_t ib = 0; ib < nb; ib++) {
         if (q4) {
             __builtin_prefetch((const quant_block_q4_0 *)w + nb + ib, 0, 3); /* the next weight row */
             const quant_block_q4_0 *wb = (const quant_block_q4_0 *)w + ib;
-            rows_block_q8_0(&wb->d, _mm256_sub_epi8(avx2_nibbles(wb->qs), _mm256_set1_epi8(8)), ab, ib, acc);
+            rows_block_q8_0(n_rows, &wb->d, _mm256_sub_epi8(avx2_nibbles(wb->qs), _mm256_set1_epi8(8)), ab, ib, acc);
         } else {
             __builtin_prefetch((const quant_block_q8_0 *)w + nb + ib, 0, 3); /* the next weight row */
             const quant_block_q8_0 *wb = (const quant_block_q8_0 *)w + ib;
-            rows_block_q8_0(&wb->d, _mm256_loadu_si256((const __m256i *)wb->qs), ab, ib, acc);
+            rows_block_q8_0(n_rows, &wb->d, _mm256_loadu_si256((const __m256i *)wb->qs), ab, ib, acc);
         }
     }
     UNROLL_ROWS
-    for (int r = 0; r < HOST_DOT_ROWS; r++) out[(size_t)r * out_stride] = host__avx2_hsum(acc[r]);
+    for (int r = 0; r < n_rows; r++) out[(size_t)r * out_stride] = host__avx2_hsum(acc[r]);
 }
 
 /* ---- the entry points (the avx2 set; the avx512 set batches rows through the pair
  * kernels of host_quant_dot_pairs.c instead) ---- */
 
-static HOST_AVX2_TARGET void dot_rows_avx2_q4_1(const void *w, const void *a, size_t a_stride, int64_t n, float *out,
-                                                size_t out_stride) {
-    rows_q4_1(w, a, a_stride, n, out, out_stride);
-}
+/* One entry per type; each count is its own inlined copy of the loop. */
+#define ROWS_ENTRY(name, call)                                                                              \
+    static HOST_AVX2_TARGET void name(int n_rows, const void *w, const void *a, size_t a_stride, int64_t n, \
+                                      float *out, size_t out_stride) {                                      \
+        _Static_assert(HOST_DOT_ROWS == 4, "one case per row count");                                       \
+        switch (n_rows) {                                                                                   \
+        case 2: call(2); break;                                                                             \
+        case 3: call(3); break;                                                                             \
+        default: call(4); break;                                                                            \
+        }                                                                                                   \
+    }
 
-static HOST_AVX2_TARGET void dot_rows_avx2_q8_0(const void *w, const void *a, size_t a_stride, int64_t n, float *out,
-                                                size_t out_stride) {
-    rows_q8_0_like(false, w, a, a_stride, n, out, out_stride);
-}
-
-static HOST_AVX2_TARGET void dot_rows_avx2_q4_0(const void *w, const void *a, size_t a_stride, int64_t n, float *out,
-                                                size_t out_stride) {
-    rows_q8_0_like(true, w, a, a_stride, n, out, out_stride);
-}
+#define CALL_Q4_1(rows) rows_q4_1(rows, w, a, a_stride, n, out, out_stride)
+#define CALL_Q8_0(rows) rows_q8_0_like(rows, false, w, a, a_stride, n, out, out_stride)
+#define CALL_Q4_0(rows) rows_q8_0_like(rows, true, w, a, a_stride, n, out, out_stride)
+ROWS_ENTRY(dot_rows_avx2_q4_1, CALL_Q4_1)
+ROWS_ENTRY(dot_rows_avx2_q8_0, CALL_Q8_0)
+ROWS_ENTRY(dot_rows_avx2_q4_0, CALL_Q4_0)
 
 static const host_vec_dot_rows_fn dot_rows_avx2[QUANT_TYPE_LIMIT] = {
     [QUANT_Q4_0] = dot_rows_avx2_q4_0,
