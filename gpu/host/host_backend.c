@@ -76,6 +76,11 @@ static sp_status host_reserve(dev_backend *dev, int64_t max_tokens, int64_t max_
          * Q8_0 weights' pack (with its bias) is the largest */
         bytes += 64 + host__pairs_bytes(QUANT_Q8_0, max_width, max_tokens);
     }
+    if (hb->base.cpu_isa == DEV_CPU_ISA_AVX2) {
+        /* the multi-row kernels' scale table after the activations (host_matmul.c's
+         * rows_scales_prepare) */
+        bytes += 64 + host__rows_scales_bytes(max_width, max_tokens);
+    }
     hb->max_tokens = max_tokens;
     return host__scratch_reserve(hb, bytes);
 }

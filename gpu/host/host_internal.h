@@ -58,12 +58,20 @@ host_quantize_fn host__quantize_for(dev_cpu_isa isa, quant_type act_type);
 
 /* The multi-row kernels (host_quant_dot_rows.c): one weight row w against n_rows
  * activation rows, 2 <= n_rows <= HOST_DOT_ROWS (row r at a + r * a_stride bytes),
- * writing row r's result to out[r * out_stride]. Each result is bit for bit
- * host__vec_dot_for(t)'s for that row alone (so batching never changes a token's
- * numbers). */
-enum { HOST_DOT_ROWS = 4 };
-typedef void (*host_vec_dot_rows_fn)(int n_rows, const void *w, const void *a, size_t a_stride, int64_t n, float *out,
-                                     size_t out_stride);
+ * writing row r's result to out[r * out_stride]. scales: the rows' group in the scale
+ * table below (host__rows_scales_group), filled by host__rows_scales_row. Each result
+ * is bit for bit host__vec_dot_for(t)'s for that row alone (so batching never changes a
+ * token's numbers). */
+enum { HOST_DOT_ROWS = 4, HOST_ROWS_SCALES_PER_BLOCK = 2 * HOST_DOT_ROWS };
+typedef void (*host_vec_dot_rows_fn)(int n_rows, const void *w, const void *a, size_t a_stride, const float *scales,
+                                     int64_t n, float *out, size_t out_stride);
+/* The scale table of rows activation rows of width k: for each group of HOST_DOT_ROWS
+ * rows (from row 0), per block, the rows' scales as floats. Its bytes; the group that
+ * starts at first_row (a multiple of HOST_DOT_ROWS); and row r's entries written from
+ * its quantized row (act_type Q8_0 or Q8_1). */
+size_t host__rows_scales_bytes(int64_t k, int64_t rows);
+const float *host__rows_scales_group(const float *scales, int64_t k, int64_t first_row);
+void host__rows_scales_row(quant_type act_type, const void *act_row, int64_t k, int64_t r, float *scales);
 /* NULL when the set or type has none: use the one-row kernel for every row. */
 host_vec_dot_rows_fn host__vec_dot_rows_for(dev_cpu_isa isa, quant_type t);
 

@@ -43,6 +43,7 @@ typedef struct matmul_task {
     host_quantize_fn quantize;
     host_vec_dot_fn dot;
     host_vec_dot_rows_fn dot_rows;   /* NULL: none for this type, every row through dot */
+    float *rows_scales;              /* with dot_rows: the rows' scale table (host__rows_scales_row) */
     host_vec_dot_wrows_fn dot_wrows; /* NULL: none for this type */
     /* the avx512 set with HOST_PAIRS_MIN_ROWS rows or more: the rows packed in pairs, else NULL */
     host_vec_dot_pairs_fn dot_pairs;
@@ -64,6 +65,7 @@ static void matmul_quantize_rows(void *ctx, int ith, int nth) {
     for (int64_t r = begin; r < end; r++) {
         char *row = (char *)t->act + (size_t)r * t->act_row_bytes;
         t->quantize(row, t->in + r * t->k, t->k);
+        if (t->rows_scales) host__rows_scales_row(t->act_type, row, t->k, r, t->rows_scales);
         if (t->dot_pairs) host__pairs_act_row(&t->pairs, row, r);
         if (t->amx.tiled) host__amx_act_row(t->act_type, row, t->k, r, t->amx_tiled, t->amx_dx, t->amx_sx, t->amx_xsum);
     }
@@ -136,13 +138,14 @@ static void matmul_tiles(void *ctx, int ith, int nth) {
         int64_t r = 0;
         /* Up to HOST_DOT_ROWS activation rows per weight row read; a lone row (one
          * sequence's decode, or a batch's last) goes to the decode-shaped kernel below. */
-        while (t->dot_rows && t->rows - r >= 2) {
+        while (t->rows_scales && t->rows - r >= 2) {
             const int n_rows = t->rows - r < HOST_DOT_ROWS ? (int)(t->rows - r) : HOST_DOT_ROWS;
             const void *a = (const char *)t->act + (size_t)r * t->act_row_bytes;
+            const float *scales = host__rows_scales_group(t->rows_scales, t->k, r);
             float *y = out + r * n;
             for (int64_t j = n0; j < n1; j++) {
                 const void *wrow = (const char *)w->data + (size_t)j * w_row_bytes;
-                t->dot_rows(n_rows, wrow, a, t->act_row_bytes, t->k, y + j, (size_t)n);
+                t->dot_rows(n_rows, wrow, a, t->act_row_bytes, scales, t->k, y + j, (size_t)n);
                 if (bias)
                     for (int i = 0; i < n_rows; i++) y[i * n + j] += bias[j];
             }
@@ -204,6 +207,14 @@ static void pairs_prepare(host_backend *hb, matmul_task *t, quant_type w_type) {
     t->dot_pairs = host__vec_dot_pairs_for(hb->base.cpu_isa, w_type);
 }
 
+/* Carves the multi-row kernels' scale table from the scratch after the quantized
+ * activations (host_reserve sized it for them). */
+static void rows_scales_prepare(host_backend *hb, matmul_task *t) {
+    const size_t used = align64(t->act_row_bytes * (size_t)t->rows);
+    SP_ASSERT(used + host__rows_scales_bytes(t->k, t->rows) <= hb->scratch_bytes); /* see host_reserve */
+    t->rows_scales = (float *)((char *)hb->scratch + used);
+}
+
 /* Parts of one weight type: one quantization of the input, one dispatch of tiles. */
 static void matmul_same_type(host_backend *hb, const dev_matmul_part *parts, int n_parts, const float *in,
                              int64_t rows) {
@@ -235,6 +246,7 @@ static void matmul_same_type(host_backend *hb, const dev_matmul_part *parts, int
         if (hb->base.cpu_isa == DEV_CPU_ISA_AMX && w0->packed) amx_prepare(hb, &task);
         if (rows >= HOST_PAIRS_MIN_ROWS && host__pairs_takes(hb->base.cpu_isa, w0->type))
             pairs_prepare(hb, &task, w0->type);
+        if (rows >= 2 && task.dot_rows) rows_scales_prepare(hb, &task);
         if (rows * task.k < 4096)
             matmul_quantize_rows(&task, 0, 1);
         else

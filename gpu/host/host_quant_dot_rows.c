@@ -22,6 +22,39 @@
 #include "gpu/host/host_internal.h"
 #include "quant/quant.h"
 
+/* The activation scales of a group of up to HOST_DOT_ROWS rows, as floats: per block,
+ * the rows' d and then their s (Q8_1 only), HOST_ROWS_SCALES_PER_BLOCK floats. Written
+ * once per row by the matmul's quantize phase (host__rows_scales_row), read by every
+ * weight row's call: the kernels then skip converting each row's F16 scales per weight
+ * row, and one multiply-add takes the four rows' s terms. */
+enum { SCALES_S = HOST_DOT_ROWS }; /* where a block's s values start */
+
+size_t host__rows_scales_bytes(int64_t k, int64_t rows) {
+    const size_t groups = (size_t)(rows + HOST_DOT_ROWS - 1) / HOST_DOT_ROWS;
+    return groups * (size_t)(k / QUANT_QK) * HOST_ROWS_SCALES_PER_BLOCK * sizeof(float);
+}
+
+const float *host__rows_scales_group(const float *scales, int64_t k, int64_t first_row) {
+    return scales + (size_t)(first_row / HOST_DOT_ROWS) * (size_t)(k / QUANT_QK) * HOST_ROWS_SCALES_PER_BLOCK;
+}
+
+void host__rows_scales_row(quant_type act_type, const void *act_row, int64_t k, int64_t r, float *scales) {
+    float *group = (float *)host__rows_scales_group(scales, k, r);
+    const int lane = (int)(r % HOST_DOT_ROWS);
+    const int64_t nb = k / QUANT_QK;
+    for (int64_t ib = 0; ib < nb; ib++) {
+        float *block = group + ib * HOST_ROWS_SCALES_PER_BLOCK;
+        if (act_type == QUANT_Q8_1) {
+            const quant_block_q8_1 *ab = (const quant_block_q8_1 *)act_row + ib;
+            block[lane] = quant_f16_to_f32(ab->d);
+            block[SCALES_S + lane] = quant_f16_to_f32(ab->s);
+        } else {
+            block[lane] = quant_f16_to_f32(((const quant_block_q8_0 *)act_row + ib)->d);
+            block[SCALES_S + lane] = 0.0f;
+        }
+    }
+}
+
 #if HOST_SIMD_AVX2
 
 /* Every loop over the rows (r < n_rows, a constant in each entry point) is unrolled,
@@ -33,57 +66,58 @@
 
 #define ROWS_BODY static HOST_AVX2_TARGET inline __attribute__((always_inline))
 
-/* dot_avx2_q4_1 of host_quant_dot.c for n_rows rows (see there for the summation order). */
-ROWS_BODY void rows_q4_1(const int n_rows, const void *w, const void *a, size_t a_stride, int64_t n, float *out,
-                         size_t out_stride) {
+/* dot_avx2_q4_1 of host_quant_dot.c for n_rows rows (see there for the summation
+ * order): row r's d_w * d_a and its running sum of m_w * s_a are the same single
+ * roundings as there, taken from the float scales (exact conversions of the same F16). */
+ROWS_BODY void rows_q4_1(const int n_rows, const void *w, const void *a, size_t a_stride, const float *scales,
+                         int64_t n, float *out, size_t out_stride) {
     const quant_block_q4_1 *wb = w; /* (nb) */
     const quant_block_q8_1 *ab[HOST_DOT_ROWS];
     UNROLL_ROWS
     for (int r = 0; r < n_rows; r++) ab[r] = ACT_ROW(quant_block_q8_1, a, a_stride, r);
     const int64_t nb = n / QUANT_QK;
     __m256 acc[HOST_DOT_ROWS];
-    __m128 summs[HOST_DOT_ROWS];
+    __m128 summs = _mm_setzero_ps(); /* lane r: row r's sum of m_w * s_a */
     UNROLL_ROWS
-    for (int r = 0; r < n_rows; r++) {
-        acc[r] = _mm256_setzero_ps();
-        summs[r] = _mm_setzero_ps();
-    }
+    for (int r = 0; r < n_rows; r++) acc[r] = _mm256_setzero_ps();
     for (int64_t ib = 0; ib < nb; ib++) {
         __builtin_prefetch(&wb[nb + ib], 0, 3); /* the next weight row: the matmul's next call */
         const __m128 pair_w = avx2_f16_pair(&wb[ib].d);
+        const __m256 d_w = _mm256_broadcastss_ps(pair_w);
+        const float *block = scales + ib * HOST_ROWS_SCALES_PER_BLOCK;
+        summs = _mm_fmadd_ps(_mm_shuffle_ps(pair_w, pair_w, 0x55), _mm_loadu_ps(block + SCALES_S), summs);
         const __m256i qw = avx2_nibbles(wb[ib].qs);
         UNROLL_ROWS
         for (int r = 0; r < n_rows; r++) {
-            const __m128 pair_a = avx2_f16_pair(&ab[r][ib].d);
-            summs[r] = _mm_fmadd_ps(pair_w, pair_a, summs[r]);
-            const __m256 dd = _mm256_broadcastss_ps(_mm_mul_ss(pair_w, pair_a));
+            const __m256 dd = _mm256_mul_ps(d_w, _mm256_broadcast_ss(block + r));
             const __m256i qa = _mm256_loadu_si256((const __m256i *)ab[r][ib].qs);
             const __m256 isum = _mm256_cvtepi32_ps(avx2_dot_u8s8(qw, qa));
             acc[r] = _mm256_fmadd_ps(dd, isum, acc[r]);
         }
     }
+    float summ[4];
+    _mm_storeu_ps(summ, summs);
     UNROLL_ROWS
-    for (int r = 0; r < n_rows; r++)
-        out[(size_t)r * out_stride] = host__avx2_hsum(acc[r]) + _mm_cvtss_f32(_mm_movehdup_ps(summs[r]));
+    for (int r = 0; r < n_rows; r++) out[(size_t)r * out_stride] = host__avx2_hsum(acc[r]) + summ[r];
 }
 
 /* The Q8_0 activation side of dot_avx2_q8_0 / dot_avx2_q4_0 for one block of n_rows
- * rows, given the block's signed weight bytes qw: |qw| once, its sign moved onto each
- * activation (avx2_dot_s8s8 split in its two halves). */
-ROWS_BODY void rows_block_q8_0(const int n_rows, const uint16_t *d_w, __m256i qw, const quant_block_q8_0 *const *ab,
-                               int64_t ib, __m256 *acc) {
+ * rows, given the block's signed weight bytes qw and its scale d_w (broadcast): |qw|
+ * once, its sign moved onto each activation (avx2_dot_s8s8 split in its two halves). */
+ROWS_BODY void rows_block_q8_0(const int n_rows, __m256 d_w, __m256i qw, const quant_block_q8_0 *const *ab,
+                               const float *block, int64_t ib, __m256 *acc) {
     const __m256i qw_abs = _mm256_sign_epi8(qw, qw);
     UNROLL_ROWS
     for (int r = 0; r < n_rows; r++) {
         const __m256i qa = _mm256_loadu_si256((const __m256i *)ab[r][ib].qs);
         const __m256 isum = _mm256_cvtepi32_ps(avx2_dot_u8s8(qw_abs, _mm256_sign_epi8(qa, qw)));
-        acc[r] = _mm256_fmadd_ps(avx2_scale_product(d_w, &ab[r][ib].d), isum, acc[r]);
+        acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(d_w, _mm256_broadcast_ss(block + r)), isum, acc[r]);
     }
 }
 
 /* Q8_0 and Q4_0 weights (both paired with Q8_0 activations); q4 unpacks q - 8. */
-ROWS_BODY void rows_q8_0_like(const int n_rows, bool q4, const void *w, const void *a, size_t a_stride, int64_t n,
-                              float *out, size_t out_stride) {
+ROWS_BODY void rows_q8_0_like(const int n_rows, bool q4, const void *w, const void *a, size_t a_stride,
+                              const float *scales, int64_t n, float *out, size_t out_stride) {
     const quant_block_q8_0 *ab[HOST_DOT_ROWS];
     UNROLL_ROWS
     for (int r = 0; r < n_rows; r++) ab[r] = ACT_ROW(quant_block_q8_0, a, a_stride, r);
@@ -92,14 +126,17 @@ ROWS_BODY void rows_q8_0_like(const int n_rows, bool q4, const void *w, const vo
     UNROLL_ROWS
     for (int r = 0; r < n_rows; r++) acc[r] = _mm256_setzero_ps();
     for (int64_t ib = 0; ib < nb; ib++) {
+        const float *block = scales + ib * HOST_ROWS_SCALES_PER_BLOCK;
         if (q4) {
             __builtin_prefetch((const quant_block_q4_0 *)w + nb + ib, 0, 3); /* the next weight row */
             const quant_block_q4_0 *wb = (const quant_block_q4_0 *)w + ib;
-            rows_block_q8_0(n_rows, &wb->d, _mm256_sub_epi8(avx2_nibbles(wb->qs), _mm256_set1_epi8(8)), ab, ib, acc);
+            rows_block_q8_0(n_rows, _mm256_broadcastss_ps(avx2_f16_pair(&wb->d)),
+                            _mm256_sub_epi8(avx2_nibbles(wb->qs), _mm256_set1_epi8(8)), ab, block, ib, acc);
         } else {
             __builtin_prefetch((const quant_block_q8_0 *)w + nb + ib, 0, 3); /* the next weight row */
             const quant_block_q8_0 *wb = (const quant_block_q8_0 *)w + ib;
-            rows_block_q8_0(n_rows, &wb->d, _mm256_loadu_si256((const __m256i *)wb->qs), ab, ib, acc);
+            rows_block_q8_0(n_rows, _mm256_broadcastss_ps(avx2_f16_pair(&wb->d)),
+                            _mm256_loadu_si256((const __m256i *)wb->qs), ab, block, ib, acc);
         }
     }
     UNROLL_ROWS
@@ -110,20 +147,20 @@ ROWS_BODY void rows_q8_0_like(const int n_rows, bool q4, const void *w, const vo
  * kernels of host_quant_dot_pairs.c instead) ---- */
 
 /* One entry per type; each count is its own inlined copy of the loop. */
-#define ROWS_ENTRY(name, call)                                                                              \
-    static HOST_AVX2_TARGET void name(int n_rows, const void *w, const void *a, size_t a_stride, int64_t n, \
-                                      float *out, size_t out_stride) {                                      \
-        _Static_assert(HOST_DOT_ROWS == 4, "one case per row count");                                       \
-        switch (n_rows) {                                                                                   \
-        case 2: call(2); break;                                                                             \
-        case 3: call(3); break;                                                                             \
-        default: call(4); break;                                                                            \
-        }                                                                                                   \
+#define ROWS_ENTRY(name, call)                                                                                        \
+    static HOST_AVX2_TARGET void name(int n_rows, const void *w, const void *a, size_t a_stride, const float *scales, \
+                                      int64_t n, float *out, size_t out_stride) {                                     \
+        _Static_assert(HOST_DOT_ROWS == 4, "one case per row count");                                                 \
+        switch (n_rows) {                                                                                             \
+        case 2: call(2); break;                                                                                       \
+        case 3: call(3); break;                                                                                       \
+        default: call(4); break;                                                                                      \
+        }                                                                                                             \
     }
 
-#define CALL_Q4_1(rows) rows_q4_1(rows, w, a, a_stride, n, out, out_stride)
-#define CALL_Q8_0(rows) rows_q8_0_like(rows, false, w, a, a_stride, n, out, out_stride)
-#define CALL_Q4_0(rows) rows_q8_0_like(rows, true, w, a, a_stride, n, out, out_stride)
+#define CALL_Q4_1(rows) rows_q4_1(rows, w, a, a_stride, scales, n, out, out_stride)
+#define CALL_Q8_0(rows) rows_q8_0_like(rows, false, w, a, a_stride, scales, n, out, out_stride)
+#define CALL_Q4_0(rows) rows_q8_0_like(rows, true, w, a, a_stride, scales, n, out, out_stride)
 ROWS_ENTRY(dot_rows_avx2_q4_1, CALL_Q4_1)
 ROWS_ENTRY(dot_rows_avx2_q8_0, CALL_Q8_0)
 ROWS_ENTRY(dot_rows_avx2_q4_0, CALL_Q4_0)

@@ -50,14 +50,16 @@ static void check_type(dev_cpu_isa isa, quant_type t, int64_t n, int n_rows, siz
     float *x = malloc(sizeof *x * (size_t)n);
     void *w = malloc(w_bytes), *a = malloc(a_bytes * HOST_DOT_ROWS);
     float *out = calloc(out_stride * HOST_DOT_ROWS, sizeof *out);
-    cr_assert(x && w && a && out);
+    float *scales = malloc(host__rows_scales_bytes(n, HOST_DOT_ROWS));
+    cr_assert(x && w && a && out && scales);
     fill(x, n);
     quant_quantize_row(t, w, x, n);
     for (int r = 0; r < HOST_DOT_ROWS; r++) {
         fill(x, n);
         quantize((char *)a + (size_t)r * a_bytes, x, n);
+        host__rows_scales_row(at, (char *)a + (size_t)r * a_bytes, n, r, scales);
     }
-    rows(n_rows, w, a, a_bytes, n, out, out_stride);
+    rows(n_rows, w, a, a_bytes, host__rows_scales_group(scales, n, 0), n, out, out_stride);
     for (int r = 0; r < n_rows; r++) {
         float alone = one(w, (char *)a + (size_t)r * a_bytes, n);
         float got = out[(size_t)r * out_stride];
@@ -72,6 +74,7 @@ static void check_type(dev_cpu_isa isa, quant_type t, int64_t n, int n_rows, siz
     free(w);
     free(a);
     free(out);
+    free(scales);
 }
 
 Test(quant_dot_rows, every_row_matches_the_one_row_kernel_bit_for_bit) {
