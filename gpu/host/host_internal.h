@@ -70,7 +70,7 @@ typedef void (*host_vec_dot_rows_fn)(int n_rows, const void *w, const void *a, s
  * starts at first_row (a multiple of HOST_DOT_ROWS); and row r's entries written from
  * its quantized row (act_type Q8_0 or Q8_1). */
 size_t host__rows_scales_bytes(int64_t k, int64_t rows);
-const float *host__rows_scales_group(const float *scales, int64_t k, int64_t first_row);
+float *host__rows_scales_group(float *scales, int64_t k, int64_t first_row);
 void host__rows_scales_row(quant_type act_type, const void *act_row, int64_t k, int64_t r, float *scales);
 /* NULL when the set or type has none: use the one-row kernel for every row. */
 host_vec_dot_rows_fn host__vec_dot_rows_for(dev_cpu_isa isa, quant_type t);

@@ -208,11 +208,18 @@ static void pairs_prepare(host_backend *hb, matmul_task *t, quant_type w_type) {
 }
 
 /* Carves the multi-row kernels' scale table from the scratch after the quantized
- * activations (host_reserve sized it for them). */
+ * activations (host_reserve sized it for them). The last group's lanes past the last row
+ * are zeroed: the kernels load a group's four lanes at once (and use only their rows'),
+ * so no stale bytes become NaNs or denormals in the arithmetic. */
 static void rows_scales_prepare(host_backend *hb, matmul_task *t) {
     const size_t used = align64(t->act_row_bytes * (size_t)t->rows);
-    SP_ASSERT(used + host__rows_scales_bytes(t->k, t->rows) <= hb->scratch_bytes); /* see host_reserve */
+    const size_t bytes = host__rows_scales_bytes(t->k, t->rows);
+    SP_ASSERT(used + bytes <= hb->scratch_bytes); /* see host_reserve */
     t->rows_scales = (float *)((char *)hb->scratch + used);
+    if (t->rows % HOST_DOT_ROWS != 0) {
+        float *last = host__rows_scales_group(t->rows_scales, t->k, t->rows - t->rows % HOST_DOT_ROWS);
+        memset(last, 0, bytes - (size_t)((char *)last - (char *)t->rows_scales));
+    }
 }
 
 /* Parts of one weight type: one quantization of the input, one dispatch of tiles. */

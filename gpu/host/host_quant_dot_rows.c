@@ -7,17 +7,21 @@
  * per block for four activation rows, that work is shared, and the weight row is
  * read from cache once for the four. Two and three rows get their own copies of the
  * loop (the row count is a constant in each, so the accumulators stay in registers):
- * through the one-row kernels a second row cost 90% of the first, through these about
- * 60% (bench_matmul; docs/benchmarks.md), and that is the price of a draft token at one
- * sequence.
+ * through the one-row kernels a second and third row cost 90-100% of the first each;
+ * through these, about 80% at two rows and two thirds at three (bench_matmul,
+ * docs/benchmarks.md). That is the price of a draft token at one sequence. The rows'
+ * scales come converted to floats, once per row, from the matmul's scale table
+ * (host__rows_scales_row), not from their F16 for every weight row.
  *
  * The avx2 set's only: the avx512 set batches rows through host_quant_dot_pairs.c,
  * two rows to a 512-bit register.
  *
- * Batch invariance: each activation row keeps its own accumulators and goes through
- * exactly the operations of the one-row kernel, in the same order, so its result is
- * bit for bit what host_vec_dot_fn gives for it alone (test_quant_dot checks this). A
- * token's result therefore does not depend on which rows share its call.
+ * Batch invariance: each activation row keeps its own accumulators (for Q4_1's offset
+ * terms, its own lane of one register) and gets exactly the roundings of the one-row
+ * kernel, in the same order: the same products of the same values (a float scale is the
+ * exact conversion of its F16), so its result is bit for bit what host_vec_dot_fn gives
+ * for it alone (test_quant_dot_rows checks this). A token's result therefore does not
+ * depend on which rows share its call.
  */
 #include "gpu/host/host_internal.h"
 #include "quant/quant.h"
@@ -28,18 +32,19 @@
  * weight row's call: the kernels then skip converting each row's F16 scales per weight
  * row, and one multiply-add takes the four rows' s terms. */
 enum { SCALES_S = HOST_DOT_ROWS }; /* where a block's s values start */
+_Static_assert(HOST_DOT_ROWS == 4, "a group's d (or s) values fill one __m128; one entry case per row count");
 
 size_t host__rows_scales_bytes(int64_t k, int64_t rows) {
     const size_t groups = (size_t)(rows + HOST_DOT_ROWS - 1) / HOST_DOT_ROWS;
     return groups * (size_t)(k / QUANT_QK) * HOST_ROWS_SCALES_PER_BLOCK * sizeof(float);
 }
 
-const float *host__rows_scales_group(const float *scales, int64_t k, int64_t first_row) {
+float *host__rows_scales_group(float *scales, int64_t k, int64_t first_row) {
     return scales + (size_t)(first_row / HOST_DOT_ROWS) * (size_t)(k / QUANT_QK) * HOST_ROWS_SCALES_PER_BLOCK;
 }
 
 void host__rows_scales_row(quant_type act_type, const void *act_row, int64_t k, int64_t r, float *scales) {
-    float *group = (float *)host__rows_scales_group(scales, k, r);
+    float *group = host__rows_scales_group(scales, k, r);
     const int lane = (int)(r % HOST_DOT_ROWS);
     const int64_t nb = k / QUANT_QK;
     for (int64_t ib = 0; ib < nb; ib++) {
@@ -95,7 +100,7 @@ ROWS_BODY void rows_q4_1(const int n_rows, const void *w, const void *a, size_t 
             acc[r] = _mm256_fmadd_ps(dd, isum, acc[r]);
         }
     }
-    float summ[4];
+    float summ[HOST_DOT_ROWS]; /* the four lanes of summs */
     _mm_storeu_ps(summ, summs);
     UNROLL_ROWS
     for (int r = 0; r < n_rows; r++) out[(size_t)r * out_stride] = host__avx2_hsum(acc[r]) + summ[r];
@@ -150,11 +155,11 @@ ROWS_BODY void rows_q8_0_like(const int n_rows, bool q4, const void *w, const vo
 #define ROWS_ENTRY(name, call)                                                                                        \
     static HOST_AVX2_TARGET void name(int n_rows, const void *w, const void *a, size_t a_stride, const float *scales, \
                                       int64_t n, float *out, size_t out_stride) {                                     \
-        _Static_assert(HOST_DOT_ROWS == 4, "one case per row count");                                                 \
         switch (n_rows) {                                                                                             \
         case 2: call(2); break;                                                                                       \
         case 3: call(3); break;                                                                                       \
-        default: call(4); break;                                                                                      \
+        case 4: call(4); break;                                                                                       \
+        default: SP_ASSERT(!"n_rows is 2 to HOST_DOT_ROWS");                                                          \
         }                                                                                                             \
     }
 

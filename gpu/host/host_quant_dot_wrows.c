@@ -1,7 +1,7 @@
 /* host_quant_dot_wrows.c: decode-shaped dot kernels: HOST_DOT_WROWS weight rows against
  * one activation row at once, for the matmul rows that the multi-activation kernels of
- * host_quant_dot_rows.c do not take (a decode step of one sequence, and the rest of a
- * batch that is not a multiple of HOST_DOT_ROWS).
+ * host_quant_dot_rows.c do not take (a decode step of one sequence, a batch's lone last
+ * row, the avx512 set's two rows, and every row of a type without multi-row kernels).
  *
  * Why: a decode step reads every weight once, and on one core it is bound by how fast
  * the weights arrive, so each call asks for the next call's rows while it computes its
