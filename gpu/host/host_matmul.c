@@ -43,7 +43,7 @@ typedef struct matmul_task {
     host_quantize_fn quantize;
     host_vec_dot_fn dot;
     host_vec_dot_rows_fn dot_rows;   /* NULL: none for this type, every row through dot */
-    float *rows_scales;              /* with dot_rows: the rows' scale table (host__rows_scales_row) */
+    float *rows_scales;              /* with dot_rows and 2+ rows: their scale table, else NULL */
     host_vec_dot_wrows_fn dot_wrows; /* NULL: none for this type */
     /* the avx512 set with HOST_PAIRS_MIN_ROWS rows or more: the rows packed in pairs, else NULL */
     host_vec_dot_pairs_fn dot_pairs;
