@@ -95,8 +95,8 @@ void spec_cost_observe(spec_cost *c, int rows, double seconds);
 void spec_cost_share_across(spec_cost *costs, int n_buckets);
 /* The fitted row cost and fixed cost; false while the steps seen cannot tell them apart.
  * A line with no fixed cost above zero is a compute-bound step: each row costs the mean
- * time per row, and no draft pays. A fit takes the dearer of its
- * slope and the line across buckets (but for one sequence, whose own line is sure).
+ * time per row, and no draft pays. A fit takes the dearer of its slope and the line
+ * across buckets (but for one sequence, whose own line is sure).
  * Without a fit the row cost is the last fit's share of the mean time per row (steps stop
  * varying when drafting stops: a measured dear row must not be forgotten and tried
  * again), else a prior of a quarter of it: the line across buckets is no guide before a
