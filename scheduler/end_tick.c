@@ -43,30 +43,38 @@ static void output_finish_locked(sched_request *r, sched_finish f, sp_status err
     r->out.timings.finished = now;
 }
 
-/* After the output says done: blocks back to the pool, counters, the scheduler's
- * reference dropped. r must not be running any more. */
-static void request_retire(sched *s, sched_request *r, sched_finish f, sp_status err) {
-    kv__blocks_release(&s->blocks, &r->kv);
-    sched__spec_release(s, r);
-    sched__queue_uncount(s, r);
-    r->state = SCHED_SEQ_DONE;
+/* The request's outcome in the counters (finished, errors, goodput, the latency
+ * histograms). Called with r's lock held, before the notify: a client that has read its
+ * whole answer then finds it counted in /metrics. */
+static void request_count_locked(sched *s, const sched_request *r, sched_finish f, sp_status err) {
+    const bool generation = r->params.pooling == SCHED_POOLING_NONE;
     switch (f) {
     case SCHED_FINISH_STOP:
     case SCHED_FINISH_LENGTH:
         stat_add(&s->stats.finished, 1);
-        /* an embedding's prompt is no output the suffix cache should offer */
-        if (r->params.pooling == SCHED_POOLING_NONE) sched__spec_remember(s, r);
         sched__metrics_observe_finished(&s->metrics, &r->out.timings); /* done: only this thread wrote it */
-        if (r->params.pooling == SCHED_POOLING_NONE) sched__slo_finished(s, r, true);
+        if (generation) sched__slo_finished(s, r, true);
         break;
     case SCHED_FINISH_CANCELLED: stat_add(&s->stats.cancelled, 1); break;
     case SCHED_FINISH_ERROR:
         stat_add(&s->stats.errors, 1);
-        if (r->params.pooling == SCHED_POOLING_NONE) sched__slo_finished(s, r, false);
+        if (generation) sched__slo_finished(s, r, false);
         if (err == SP_ERR_TIMEOUT) stat_add(&s->stats.timeouts, 1);
         break;
     case SCHED_FINISH_NONE: SP_ASSERT(!"a request ends with a finish reason"); break;
     }
+}
+
+/* After the output says done: blocks back to the pool, a finished answer to the suffix
+ * cache, the scheduler's reference dropped. r must not be running any more. */
+static void request_retire(sched *s, sched_request *r, sched_finish f) {
+    kv__blocks_release(&s->blocks, &r->kv);
+    sched__spec_release(s, r);
+    sched__queue_uncount(s, r);
+    r->state = SCHED_SEQ_DONE;
+    /* an embedding's prompt is no output the suffix cache should offer */
+    if ((f == SCHED_FINISH_STOP || f == SCHED_FINISH_LENGTH) && r->params.pooling == SCHED_POOLING_NONE)
+        sched__spec_remember(s, r);
     sched_request_release(r);
 }
 
@@ -77,9 +85,10 @@ void sched__request_end(sched *s, sched_request *r, sched_finish f, sp_status er
     }
     pthread_mutex_lock(&r->lock);
     output_finish_locked(r, f, err, msg, sched_now());
+    request_count_locked(s, r, f, err);
     if (r->notify) r->notify(r->notify_arg);
     pthread_mutex_unlock(&r->lock);
-    request_retire(s, r, f, err);
+    request_retire(s, r, f);
 }
 
 void sched__sample_row(const sched *s, const sched_request *r, int32_t ahead, dev_sample_row *row) {
@@ -192,11 +201,14 @@ bool sched__emit(sched *s, sched_request *r, const dev_sample_result *drawn, dou
     o->completion_tokens = n_generated;
     if (stopped) o->stop_matched = r->stop.matched + 1; /* which one: Anthropic's stop_sequence */
     if (o->timings.first_token == 0) o->timings.first_token = now;
-    if (finish != SCHED_FINISH_NONE) output_finish_locked(r, finish, err, sp_last_error(), now);
+    stat_add(&s->stats.generated_tokens, 1); /* counted before the client can see it */
+    if (finish != SCHED_FINISH_NONE) {
+        output_finish_locked(r, finish, err, sp_last_error(), now);
+        request_count_locked(s, r, finish, err);
+    }
     if (r->notify) r->notify(r->notify_arg);
     pthread_mutex_unlock(&r->lock);
 
-    stat_add(&s->stats.generated_tokens, 1);
     if (r->last_token_at > 0) sched__metrics_observe(&s->metrics, SCHED_HIST_INTER_TOKEN, now - r->last_token_at);
     r->last_token_at = now;
     if (finish == SCHED_FINISH_NONE) return true;
@@ -205,6 +217,6 @@ bool sched__emit(sched *s, sched_request *r, const dev_sample_result *drawn, dou
             sched__running_remove(s, i);
             break;
         }
-    request_retire(s, r, finish, err);
+    request_retire(s, r, finish);
     return false;
 }
