@@ -5,7 +5,10 @@
  * S sequences, each first given a prompt of BENCH_PROMPT random tokens (not timed), then
  * N forward steps that each carry one token of every sequence and draw the next token of
  * all S greedily where the logits are, as the server's steps do (the tokens fed are
- * random, not the drawn ones). A warm-up run precedes the timed
+ * random, not the drawn ones). With --depth D (llama-bench's -d) ppN and tgN start after
+ * D random tokens already in the cache (not timed): ppN_dD, tgN_dD, what a long
+ * conversation's next prompt and answer cost, attention over D positions included.
+ * A warm-up run precedes the timed
  * repetitions. One JSON object per test on stdout; the tg tests also give the median
  * time of one forward step over all timed steps. */
 #include <getopt.h>
@@ -31,11 +34,13 @@ typedef enum bench_kind {
  * BENCH_TG_BATCH. Owned by the main thread. */
 typedef struct bench_test {
     bench_kind kind;
-    char name[32];      /* "pp512", "tg128", "tg128_b64" */
+    char name[32];      /* "pp512", "tg128", "tg128_b64", "tg128_d1024" */
     int n_tokens;       /* pp: the prompt; tg: steps (tokens per sequence) */
     int n_seqs;         /* S: 1 but for BENCH_TG_BATCH */
+    int depth;          /* D: tokens in the cache before the timed part (not BENCH_TG_BATCH) */
     int reps;           /* timed repetitions */
     int32_t *tokens;    /* (width) token ids of one step */
+    int32_t *context;   /* (depth) the untimed tokens before them */
     int32_t *pos, *seq; /* (width) BENCH_TG_BATCH: each token's position and sequence */
     int32_t *seq_len;   /* (S) BENCH_TG_BATCH */
     int32_t *rows;      /* (S) BENCH_TG_BATCH: logit rows 0..S-1 */
@@ -72,14 +77,15 @@ static int32_t bench_random_token(int32_t n_vocab) {
 }
 
 /* Tokens the KV cache must hold for test kind with these sizes (block_size B). */
-static long bench_ctx_needed(bench_kind kind, long n_tokens, long n_seqs, int block_size) {
-    if (kind != BENCH_TG_BATCH) return n_tokens + 1;
+static long bench_ctx_needed(bench_kind kind, long n_tokens, long n_seqs, long depth, int block_size) {
+    if (kind != BENCH_TG_BATCH) return depth + n_tokens + 1;
     long blocks_per_seq = (BENCH_PROMPT + n_tokens + block_size - 1) / block_size;
     return n_seqs * blocks_per_seq * block_size;
 }
 
 static void bench_test_free(bench_test *t) {
     free(t->tokens);
+    free(t->context);
     free(t->pos);
     free(t->seq);
     free(t->seq_len);
@@ -91,16 +97,21 @@ static void bench_test_free(bench_test *t) {
 }
 
 static sp_status bench_test_init(bench_test *t, const cli_session *s, bench_kind kind, int n_tokens, int n_seqs,
-                                 int reps) {
-    *t = (bench_test){.kind = kind, .n_tokens = n_tokens, .n_seqs = n_seqs, .reps = reps};
+                                 int depth, int reps) {
+    *t = (bench_test){.kind = kind, .n_tokens = n_tokens, .n_seqs = n_seqs, .depth = depth, .reps = reps};
     if (kind == BENCH_PP)
         snprintf(t->name, sizeof t->name, "pp%d", n_tokens);
     else if (kind == BENCH_TG)
         snprintf(t->name, sizeof t->name, "tg%d", n_tokens);
     else
         snprintf(t->name, sizeof t->name, "tg%d_b%d", n_tokens, n_seqs);
+    if (depth > 0) {
+        size_t len = strlen(t->name);
+        snprintf(t->name + len, sizeof t->name - len, "_d%d", depth);
+    }
     size_t width = kind == BENCH_TG_BATCH ? (size_t)(n_seqs > BENCH_PROMPT ? n_seqs : BENCH_PROMPT) : (size_t)n_tokens;
     bool ok = (t->tokens = malloc(sizeof *t->tokens * width)) != NULL;
+    if (depth > 0) ok = ok && (t->context = malloc(sizeof *t->context * (size_t)depth));
     if (kind != BENCH_PP) ok = ok && (t->step_s = malloc(sizeof *t->step_s * (size_t)reps * (size_t)n_tokens));
     if (kind == BENCH_TG_BATCH) {
         t->max_blocks = (int32_t)((BENCH_PROMPT + n_tokens + s->block_size - 1) / s->block_size);
@@ -188,6 +199,8 @@ static double bench_once(cli_session *s, bench_test *t, double *step_s) {
     if (t->kind == BENCH_TG_BATCH) {
         if ((st = bench_batch_prompts(s, t)) != SP_OK) return -1;
     } else {
+        for (int i = 0; i < t->depth; i++) t->context[i] = bench_random_token(n_vocab);
+        if (t->depth > 0 && (st = cli_session_eval(s, t->context, t->depth)) != SP_OK) return -1;
         for (int i = 0; i < t->n_tokens; i++) t->tokens[i] = bench_random_token(n_vocab);
     }
     double t0 = now_seconds();
@@ -220,6 +233,7 @@ static int bench_report(cli_session *s, bench_test *t, int threads) {
     memcpy(sorted, t->tps, sizeof(double) * (size_t)t->reps);
     double median = median_sorted_in_place(sorted, (size_t)t->reps);
     printf("{\"test\":\"%s\",\"threads\":%d,\"n_tokens\":%d,", t->name, threads, t->n_tokens);
+    if (t->depth > 0) printf("\"depth\":%d,", t->depth);
     if (dev_cpu_kernels(s->dev) != DEV_CPU_ISA_AUTO)
         printf("\"cpu_isa\":\"%s\",", dev_cpu_isa_name(dev_cpu_kernels(s->dev)));
     if (s->kv_type != DEV_KV_F16) printf("\"kv_type\":\"%s\",", dev_kv_type_name(s->kv_type));
@@ -239,9 +253,9 @@ fail:
 }
 
 /* Sets up and runs one test; 1 when it failed. */
-static int bench_run(cli_session *s, bench_kind kind, int n_tokens, int n_seqs, int reps, int threads) {
+static int bench_run(cli_session *s, bench_kind kind, int n_tokens, int n_seqs, int depth, int reps, int threads) {
     bench_test t;
-    if (bench_test_init(&t, s, kind, n_tokens, n_seqs, reps) != SP_OK) {
+    if (bench_test_init(&t, s, kind, n_tokens, n_seqs, depth, reps) != SP_OK) {
         fprintf(stderr, "spindle: error: %s\n", sp_last_error());
         return 1;
     }
@@ -251,12 +265,13 @@ static int bench_run(cli_session *s, bench_kind kind, int n_tokens, int n_seqs, 
 }
 
 int cmd_bench(int argc, char **argv) {
-    enum { OPT_PP = 256, OPT_TG, OPT_BATCH, OPT_REPS, OPT_THREADS, OPT_DEVICE, OPT_CPU_ISA, OPT_KV_TYPE };
+    enum { OPT_PP = 256, OPT_TG, OPT_BATCH, OPT_DEPTH, OPT_REPS, OPT_THREADS, OPT_DEVICE, OPT_CPU_ISA, OPT_KV_TYPE };
     static const struct option options[] = {
         {"model", required_argument, NULL, 'm'},
         {"pp", required_argument, NULL, OPT_PP},
         {"tg", required_argument, NULL, OPT_TG},
         {"batch", required_argument, NULL, OPT_BATCH},
+        {"depth", required_argument, NULL, OPT_DEPTH},
         {"reps", required_argument, NULL, OPT_REPS},
         {"threads", required_argument, NULL, OPT_THREADS},
         {"device", required_argument, NULL, OPT_DEVICE},
@@ -266,7 +281,7 @@ int cmd_bench(int argc, char **argv) {
         {0, 0, 0, 0},
     };
     const char *model_path = CMD_DEFAULT_MODEL;
-    long pp = 512, tg = 128, batch = 1, reps = 5, threads = 0;
+    long pp = 512, tg = 128, batch = 1, depth = 0, reps = 5, threads = 0;
     dev_kind kind = DEV_KIND_CPU;
     dev_cpu_isa cpu_isa = DEV_CPU_ISA_AUTO;
     dev_kv_type kv_type = DEV_KV_F16;
@@ -283,6 +298,9 @@ int cmd_bench(int argc, char **argv) {
             break;
         case OPT_BATCH:
             if (!cli_parse_int("batch", optarg, 1, 256, &batch)) return 2;
+            break;
+        case OPT_DEPTH:
+            if (!cli_parse_int("depth", optarg, 0, 1 << 16, &depth)) return 2;
             break;
         case OPT_REPS:
             if (!cli_parse_int("reps", optarg, 1, BENCH_MAX_REPS, &reps)) return 2;
@@ -311,21 +329,28 @@ int cmd_bench(int argc, char **argv) {
         case 'h':
             printf("usage: spindle bench [--model PATH] [--device cpu|cuda|auto] [--threads N] "
                    "[--cpu-isa auto|generic|avx2|avx512|amx] [--kv-type f16|q8_0|q4_0] [--pp 512] [--tg 128] [--batch "
-                   "1] [--reps 5]\n"
+                   "1] [--depth 0] [--reps 5]\n"
                    "  ppN: N random tokens (up to 8192) as one step; tgN: N tokens one at a time; 0 skips a test.\n"
-                   "  --batch S (1..256): tg decodes S sequences together (tgN_bS), each after a %d-token prompt.\n",
+                   "  --batch S (1..256): tg decodes S sequences together (tgN_bS), each after a %d-token prompt.\n"
+                   "  --depth D: pp and tg start after D tokens already in the cache (ppN_dD, tgN_dD; not with "
+                   "--batch).\n",
                    BENCH_PROMPT);
             return 0;
         default: return 2;
         }
     }
     bench_kind tg_kind = batch > 1 ? BENCH_TG_BATCH : BENCH_TG;
+    if (depth > 0 && batch > 1) {
+        fprintf(stderr, "spindle: error: --depth: not with --batch %ld (the batched test's prompts are %d tokens)\n",
+                batch, BENCH_PROMPT);
+        return 2;
+    }
     cli_session s;
     sp_status st = cli_session_open_sized(&s, model_path, kind, (int)threads, cpu_isa, (int)pp);
     if (st == SP_OK) {
         s.kv_type = kv_type;
-        long ctx = bench_ctx_needed(BENCH_PP, pp, 1, s.block_size);
-        long tg_ctx = bench_ctx_needed(tg_kind, tg, batch, s.block_size);
+        long ctx = bench_ctx_needed(BENCH_PP, pp, 1, depth, s.block_size);
+        long tg_ctx = bench_ctx_needed(tg_kind, tg, batch, depth, s.block_size);
         st = cli_session_reserve(&s, (int)(tg > 0 && tg_ctx > ctx ? tg_ctx : ctx));
     }
     if (st != SP_OK) {
@@ -335,8 +360,8 @@ int cmd_bench(int argc, char **argv) {
     }
     int n_threads = dev_threads(s.dev);
     int rc = 0;
-    if (pp > 0) rc |= bench_run(&s, BENCH_PP, (int)pp, 1, (int)reps, n_threads);
-    if (tg > 0) rc |= bench_run(&s, tg_kind, (int)tg, (int)batch, (int)reps, n_threads);
+    if (pp > 0) rc |= bench_run(&s, BENCH_PP, (int)pp, 1, (int)depth, (int)reps, n_threads);
+    if (tg > 0) rc |= bench_run(&s, tg_kind, (int)tg, (int)batch, (int)depth, (int)reps, n_threads);
     cli_session_close(&s);
     return rc;
 }

@@ -115,7 +115,8 @@ static size_t align64(size_t n) {
 size_t host__attention_scratch_bytes(const dev_kv_shape *shape) {
     const size_t positions = buffer_positions(shape), dh = (size_t)shape->head_dim;
     return ATTN_PAIRS * align64(positions * sizeof(float)) + ATTN_HEAD_TILE * align64(positions * sizeof(uint16_t)) +
-           ATTN_PAIRS * (align64(dh * sizeof(float)) + align64(ATTN_LANES * dh * sizeof(float)));
+           ATTN_PAIRS * (align64(dh * sizeof(float)) + align64(ATTN_LANES * dh * sizeof(float))) +
+           align64(positions * sizeof(const unsigned char *));
 }
 
 typedef struct attention_task {
@@ -142,6 +143,7 @@ typedef struct attention_worker {
     uint16_t *p16[ATTN_HEAD_TILE]; /* (P rounded up to 8) probabilities in F16 */
     float *q[ATTN_PAIRS];          /* (Dh) the query rounded to F16, as floats */
     float *acc[ATTN_PAIRS];        /* (8, Dh) accumulator rows: row l holds lane l */
+    const unsigned char **rows;    /* (P) the task's K row of each position (fill_rows) */
 } attention_worker;
 
 /* K (which = 0) or V (1) of position j, for KV head kv_head of a sequence with these blocks. */
@@ -226,55 +228,83 @@ static HOST_AVX2_TARGET inline __m256 fold8_avx2(const __m256 *v) {
     return _mm256_add_ps(_mm256_shuffle_ps(t01, t23, 0x88), _mm256_shuffle_ps(t01, t23, 0xdd));
 }
 
+/* The K row of position j (the V row: offset by the pool's bytes), from the task's
+ * table of its positions' rows (fill_rows). */
+static inline const uint16_t *row_at(const unsigned char *const *rows, int32_t j, size_t offset) {
+    return (const uint16_t *)(rows[j] + offset);
+}
+
+/* Positions whose dots one pass makes for np pairs: enough independent sums to hide the
+ * latency of each sum's chain of multiply-adds (8 of them at Dh = 64), within the
+ * registers. */
+#define SCORE_POSITIONS(np) ((np) == 1 ? 8 : (np) == 2 ? 4 : (np) <= 4 ? 2 : 1)
+
+/* The dots of positions jb + l0 .. jb + l0 + npos - 1 for the np pairs, into part. */
+static HOST_AVX2_TARGET inline __attribute__((always_inline)) void
+scores_positions_avx2(const int np, const int npos, __m256 (*part)[ATTN_LANES], float *const *q, int64_t head_dim,
+                      const unsigned char *const *rows, int32_t jb, int l0) {
+    const uint16_t *k[8];
+    __m256 sum[8][ATTN_PAIRS];
+#pragma GCC unroll 8
+    for (int l = 0; l < npos; l++) {
+        k[l] = row_at(rows, jb + l0 + l, 0);
+#pragma GCC unroll 8
+        for (int i = 0; i < np; i++) sum[l][i] = _mm256_setzero_ps();
+    }
+    for (int64_t d = 0; d < head_dim; d += ATTN_LANES) {
+#pragma GCC unroll 8
+        for (int l = 0; l < npos; l++) {
+            const __m256 kv = avx2_load_f16(k[l] + d);
+#pragma GCC unroll 8
+            for (int i = 0; i < np; i++) sum[l][i] = _mm256_fmadd_ps(kv, _mm256_loadu_ps(q[i] + d), sum[l][i]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int l = 0; l < npos; l++)
+#pragma GCC unroll 8
+        for (int i = 0; i < np; i++) part[i][l0 + l] = sum[l][i];
+}
+
 /* score[i][j] = dot(K[j], q[i]) * scale for the np = nt * nh pairs of a run and the
  * positions [j0, j1), each dot as llamafile's tinyBLAS F16 gemm makes it: one
  * accumulator, element i in lane i % 8, folded in hsum_float_8's order. K[j] is read and
- * converted once for all np pairs; each pair's accumulators of 8 positions are kept and
- * folded together (fold8_avx2). Always inlined with a constant np, so the sums stay in
- * registers. */
+ * converted once for all np pairs, a few positions at a time (SCORE_POSITIONS); each
+ * pair's accumulators of 8 positions are kept and folded together (fold8_avx2). Always
+ * inlined with a constant np, so the sums stay in registers. */
 static HOST_AVX2_TARGET inline __attribute__((always_inline)) void
-scores_pairs_avx2(const int np, float *const *score, float *const *q, const attention_task *t, const int32_t *blocks,
-                  int32_t j0, int32_t j1, int64_t kv_head) {
+scores_pairs_avx2(const int np, float *const *score, float *const *q, const attention_task *t,
+                  const unsigned char *const *rows, int32_t j0, int32_t j1) {
     const int64_t head_dim = t->kv->common.shape.head_dim;
+    const int npos = SCORE_POSITIONS(np);
     const __m256 scale = _mm256_set1_ps(t->scale);
     __m256 part[ATTN_PAIRS][ATTN_LANES]; /* pair i's sums of the group's positions */
     for (int32_t jb = j0; jb < j1; jb += ATTN_LANES) {
         const int n = j1 - jb < ATTN_LANES ? (int)(j1 - jb) : ATTN_LANES;
-        for (int l = 0; l < n; l++) {
-            const uint16_t *k = position_row(t, 0, blocks, jb + l, kv_head);
-            __m256 sum[ATTN_PAIRS];
-#pragma GCC unroll 8
-            for (int i = 0; i < np; i++) sum[i] = _mm256_setzero_ps();
-            for (int64_t d = 0; d < head_dim; d += ATTN_LANES) {
-                const __m256 kv = avx2_load_f16(k + d);
-#pragma GCC unroll 8
-                for (int i = 0; i < np; i++) sum[i] = _mm256_fmadd_ps(kv, _mm256_loadu_ps(q[i] + d), sum[i]);
-            }
-#pragma GCC unroll 8
-            for (int i = 0; i < np; i++) part[i][l] = sum[i];
-        }
+        int l = 0;
+        for (; l + npos <= n; l += npos) scores_positions_avx2(np, npos, part, q, head_dim, rows, jb, l);
+        for (; l < n; l++) scores_positions_avx2(np, 1, part, q, head_dim, rows, jb, l);
         if (n == ATTN_LANES) {
 #pragma GCC unroll 8
             for (int i = 0; i < np; i++) _mm256_storeu_ps(score[i] + jb, _mm256_mul_ps(fold8_avx2(part[i]), scale));
         } else {
             for (int i = 0; i < np; i++)
-                for (int l = 0; l < n; l++) score[i][jb + l] = host__avx2_hsum(part[i][l]) * t->scale;
+                for (int m = 0; m < n; m++) score[i][jb + m] = host__avx2_hsum(part[i][m]) * t->scale;
         }
     }
 }
 
 /* scores_pairs_avx2 for a run's np pairs (1..ATTN_PAIRS), each count its own copy. */
 static HOST_AVX2_TARGET void scores_avx2(int np, float *const *score, float *const *q, const attention_task *t,
-                                         const int32_t *blocks, int32_t j0, int32_t j1, int64_t kv_head) {
+                                         const unsigned char *const *rows, int32_t j0, int32_t j1) {
     switch (np) {
-    case 1: scores_pairs_avx2(1, score, q, t, blocks, j0, j1, kv_head); break;
-    case 2: scores_pairs_avx2(2, score, q, t, blocks, j0, j1, kv_head); break;
-    case 3: scores_pairs_avx2(3, score, q, t, blocks, j0, j1, kv_head); break;
-    case 4: scores_pairs_avx2(4, score, q, t, blocks, j0, j1, kv_head); break;
-    case 5: scores_pairs_avx2(5, score, q, t, blocks, j0, j1, kv_head); break;
-    case 6: scores_pairs_avx2(6, score, q, t, blocks, j0, j1, kv_head); break;
-    case 7: scores_pairs_avx2(7, score, q, t, blocks, j0, j1, kv_head); break;
-    case 8: scores_pairs_avx2(8, score, q, t, blocks, j0, j1, kv_head); break;
+    case 1: scores_pairs_avx2(1, score, q, t, rows, j0, j1); break;
+    case 2: scores_pairs_avx2(2, score, q, t, rows, j0, j1); break;
+    case 3: scores_pairs_avx2(3, score, q, t, rows, j0, j1); break;
+    case 4: scores_pairs_avx2(4, score, q, t, rows, j0, j1); break;
+    case 5: scores_pairs_avx2(5, score, q, t, rows, j0, j1); break;
+    case 6: scores_pairs_avx2(6, score, q, t, rows, j0, j1); break;
+    case 7: scores_pairs_avx2(7, score, q, t, rows, j0, j1); break;
+    case 8: scores_pairs_avx2(8, score, q, t, rows, j0, j1); break;
     default: SP_ASSERT(!"np is 1 to ATTN_PAIRS");
     }
 }
@@ -324,13 +354,13 @@ static HOST_AVX2_TARGET void softmax_float_avx2(float *score, int32_t n_pos) {
 /* Accumulator row `lane` (positions lane, lane + 8, ...) over widths [d0, d0 + 8 * NC)
  * of V, kept in NC registers for the whole pass, then stored once. */
 static HOST_AVX2_TARGET inline __attribute__((always_inline)) void
-values_lane_avx2(const int nc, float *acc_row, const attention_task *t, const int32_t *blocks, int32_t n_pos,
-                 int64_t kv_head, const uint16_t *p16, int lane, int64_t d0) {
+values_lane_avx2(const int nc, float *acc_row, const attention_task *t, const unsigned char *const *rows, int32_t n_pos,
+                 const uint16_t *p16, int lane, int64_t d0) {
     __m256 acc[8];
 #pragma GCC unroll 8
     for (int c = 0; c < nc; c++) acc[c] = _mm256_setzero_ps();
     for (int32_t j = lane; j < n_pos; j += ATTN_LANES) {
-        const uint16_t *v = position_row(t, 1, blocks, j, kv_head) + d0;
+        const uint16_t *v = row_at(rows, j, t->kv->pool_bytes) + d0;
         const __m256 p = _mm256_set1_ps(_cvtsh_ss(p16[j]));
 #pragma GCC unroll 8
         for (int c = 0; c < nc; c++) acc[c] = _mm256_fmadd_ps(avx2_load_f16(v + c * ATTN_LANES), p, acc[c]);
@@ -345,15 +375,15 @@ values_lane_avx2(const int nc, float *acc_row, const attention_task *t, const in
  * in registers in its own pass over its positions (64 widths at a time), so the sums
  * are those of the row-by-row order without a load and store per position. One head
  * at a time: sharing V's conversion across heads costs more than it saves. */
-static HOST_AVX2_TARGET void weighted_values_avx2(float *o, const attention_task *t, const int32_t *blocks,
-                                                  int32_t n_pos, int64_t kv_head, const uint16_t *p16, float *acc) {
+static HOST_AVX2_TARGET void weighted_values_avx2(float *o, const attention_task *t, const unsigned char *const *rows,
+                                                  int32_t n_pos, const uint16_t *p16, float *acc) {
     const int64_t head_dim = t->kv->common.shape.head_dim;
     for (int lane = 0; lane < ATTN_LANES; lane++) {
         float *acc_row = acc + (size_t)lane * (size_t)head_dim;
         int64_t d0 = 0;
         for (; d0 + 8 * ATTN_LANES <= head_dim; d0 += 8 * ATTN_LANES)
-            values_lane_avx2(8, acc_row, t, blocks, n_pos, kv_head, p16, lane, d0);
-        for (; d0 < head_dim; d0 += ATTN_LANES) values_lane_avx2(1, acc_row, t, blocks, n_pos, kv_head, p16, lane, d0);
+            values_lane_avx2(8, acc_row, t, rows, n_pos, p16, lane, d0);
+        for (; d0 < head_dim; d0 += ATTN_LANES) values_lane_avx2(1, acc_row, t, rows, n_pos, p16, lane, d0);
     }
     for (int64_t d = 0; d < head_dim; d += ATTN_LANES) {
         __m256 lane[ATTN_LANES];
@@ -374,8 +404,8 @@ static HOST_AVX2_TARGET void weighted_values_avx2(float *o, const attention_task
  * and nc, so the np * nc sums stay in registers. */
 static HOST_AVX2_TARGET inline __attribute__((always_inline)) void
 values_pairs_lane_avx2(const int np, const int nc, float *const *acc, const float *const *pf, int nh,
-                       const attention_task *t, const int32_t *blocks, int32_t common, int32_t end, int64_t kv_head,
-                       int lane, int64_t d0) {
+                       const attention_task *t, const unsigned char *const *rows, int32_t common, int32_t end, int lane,
+                       int64_t d0) {
     __m256 sum[ATTN_PAIRS][2];
 #pragma GCC unroll 8
     for (int i = 0; i < np; i++)
@@ -383,7 +413,7 @@ values_pairs_lane_avx2(const int np, const int nc, float *const *acc, const floa
         for (int c = 0; c < nc; c++) sum[i][c] = _mm256_setzero_ps();
     int32_t j = lane;
     for (; j < common; j += ATTN_LANES) {
-        const uint16_t *v = position_row(t, 1, blocks, j, kv_head) + d0;
+        const uint16_t *v = row_at(rows, j, t->kv->pool_bytes) + d0;
         __m256 vc[2];
 #pragma GCC unroll 2
         for (int c = 0; c < nc; c++) vc[c] = avx2_load_f16(v + c * ATTN_LANES);
@@ -395,7 +425,7 @@ values_pairs_lane_avx2(const int np, const int nc, float *const *acc, const floa
         }
     }
     for (; j < end; j += ATTN_LANES) { /* a later token's own positions */
-        const uint16_t *v = position_row(t, 1, blocks, j, kv_head) + d0;
+        const uint16_t *v = row_at(rows, j, t->kv->pool_bytes) + d0;
         for (int i = 0; i < np; i++) {
             if (common + i / nh <= j) continue;
             const __m256 p = _mm256_broadcast_ss(pf[i] + j);
@@ -414,17 +444,17 @@ values_pairs_lane_avx2(const int np, const int nc, float *const *acc, const floa
  * accumulator rows; o[i] its output. */
 static HOST_AVX2_TARGET inline __attribute__((always_inline)) void
 values_pairs_avx2(const int np, float *const *o, float *const *acc, const float *const *pf, int nh,
-                  const attention_task *t, const int32_t *blocks, int32_t common, int32_t end, int64_t kv_head) {
+                  const attention_task *t, const unsigned char *const *rows, int32_t common, int32_t end) {
     const int64_t head_dim = t->kv->common.shape.head_dim;
-    float *rows[ATTN_PAIRS];
+    float *acc_rows[ATTN_PAIRS];
     for (int lane = 0; lane < ATTN_LANES; lane++) {
-        for (int i = 0; i < np; i++) rows[i] = acc[i] + (size_t)lane * (size_t)head_dim;
+        for (int i = 0; i < np; i++) acc_rows[i] = acc[i] + (size_t)lane * (size_t)head_dim;
         int64_t d0 = 0;
         if (np <= 6) /* two registers a pair */
             for (; d0 + 2 * ATTN_LANES <= head_dim; d0 += 2 * ATTN_LANES)
-                values_pairs_lane_avx2(np, 2, rows, pf, nh, t, blocks, common, end, kv_head, lane, d0);
+                values_pairs_lane_avx2(np, 2, acc_rows, pf, nh, t, rows, common, end, lane, d0);
         for (; d0 < head_dim; d0 += ATTN_LANES)
-            values_pairs_lane_avx2(np, 1, rows, pf, nh, t, blocks, common, end, kv_head, lane, d0);
+            values_pairs_lane_avx2(np, 1, acc_rows, pf, nh, t, rows, common, end, lane, d0);
     }
     for (int i = 0; i < np; i++)
         for (int64_t d = 0; d < head_dim; d += ATTN_LANES) {
@@ -440,16 +470,16 @@ values_pairs_avx2(const int np, float *const *o, float *const *acc, const float 
 }
 
 static HOST_AVX2_TARGET void values_avx2(int np, float *const *o, float *const *acc, const float *const *pf, int nh,
-                                         const attention_task *t, const int32_t *blocks, int32_t common, int32_t end,
-                                         int64_t kv_head) {
+                                         const attention_task *t, const unsigned char *const *rows, int32_t common,
+                                         int32_t end) {
     switch (np) {
-    case 2: values_pairs_avx2(2, o, acc, pf, nh, t, blocks, common, end, kv_head); break;
-    case 3: values_pairs_avx2(3, o, acc, pf, nh, t, blocks, common, end, kv_head); break;
-    case 4: values_pairs_avx2(4, o, acc, pf, nh, t, blocks, common, end, kv_head); break;
-    case 5: values_pairs_avx2(5, o, acc, pf, nh, t, blocks, common, end, kv_head); break;
-    case 6: values_pairs_avx2(6, o, acc, pf, nh, t, blocks, common, end, kv_head); break;
-    case 7: values_pairs_avx2(7, o, acc, pf, nh, t, blocks, common, end, kv_head); break;
-    case 8: values_pairs_avx2(8, o, acc, pf, nh, t, blocks, common, end, kv_head); break;
+    case 2: values_pairs_avx2(2, o, acc, pf, nh, t, rows, common, end); break;
+    case 3: values_pairs_avx2(3, o, acc, pf, nh, t, rows, common, end); break;
+    case 4: values_pairs_avx2(4, o, acc, pf, nh, t, rows, common, end); break;
+    case 5: values_pairs_avx2(5, o, acc, pf, nh, t, rows, common, end); break;
+    case 6: values_pairs_avx2(6, o, acc, pf, nh, t, rows, common, end); break;
+    case 7: values_pairs_avx2(7, o, acc, pf, nh, t, rows, common, end); break;
+    case 8: values_pairs_avx2(8, o, acc, pf, nh, t, rows, common, end); break;
     default: SP_ASSERT(!"np is 2 to ATTN_PAIRS");
     }
 }
@@ -494,6 +524,19 @@ static void attention_token(const attention_task *t, const attention_worker *w, 
 }
 
 #if HOST_SIMD_AVX2
+/* rows[j] = the K row of position j < n_pos of KV head kv_head in a sequence with these
+ * blocks: the kernels then find a row without a division by the block size. */
+static void fill_rows(const attention_task *t, const unsigned char **rows, const int32_t *blocks, int32_t n_pos,
+                      int64_t kv_head) {
+    const int32_t block_size = t->kv->common.shape.block_size;
+    const size_t position_bytes = (size_t)t->kv->common.shape.n_kv_heads * t->kv->row_bytes;
+    const unsigned char *pool = kv_pool(t->kv, t->layer, 0) + (size_t)kv_head * t->kv->row_bytes;
+    for (int32_t b = 0, j = 0; j < n_pos; b++) {
+        const unsigned char *row = pool + (size_t)blocks[b] * t->kv->block_bytes;
+        for (int32_t o = 0; o < block_size && j < n_pos; o++, j++, row += position_bytes) rows[j] = row;
+    }
+}
+
 /* Query heads [head0, head0 + nh) of the run's nt tokens (consecutive positions of one
  * sequence), all of KV head kv_head, over an F16 pool: the scores of every pair over the
  * positions the first token sees in one pass, each later token's own last positions
@@ -503,17 +546,19 @@ static void attention_run_avx2(const attention_task *t, const attention_worker *
     const int64_t head_dim = t->kv->common.shape.head_dim;
     const int32_t pos0 = t->step->pos[token0];
     const int32_t *blocks = t->step->block_table + (int64_t)t->step->seq[token0] * t->step->max_blocks;
+    fill_rows(t, w->rows, blocks, pos0 + nt, kv_head);
+    const unsigned char *const *rows = w->rows;
     for (int i = 0; i < nt * nh; i++) {
         const float *q = t->q + ((token0 + i / nh) * t->n_heads + head0 + i % nh) * head_dim;
         for (int64_t d = 0; d < head_dim; d++) w->q[i][d] = quant_f16_to_f32(quant_f32_to_f16(q[d]));
     }
-    scores_avx2(nt * nh, w->score, w->q, t, blocks, 0, pos0 + 1, kv_head);
+    scores_avx2(nt * nh, w->score, w->q, t, rows, 0, pos0 + 1);
     for (int i = 1; i < nt; i++) /* token i also sees positions pos0 + 1 .. pos0 + i */
-        scores_avx2(nh, w->score + i * nh, w->q + i * nh, t, blocks, pos0 + 1, pos0 + i + 1, kv_head);
+        scores_avx2(nh, w->score + i * nh, w->q + i * nh, t, rows, pos0 + 1, pos0 + i + 1);
     const int np = nt * nh;
     if (np == 1) { /* one token's one head: weighted_values_avx2 keeps the whole width in registers */
         softmax_avx2(w->p16[0], w->score[0], pos0 + 1);
-        weighted_values_avx2(t->out + (token0 * t->n_heads + head0) * head_dim, t, blocks, pos0 + 1, kv_head, w->p16[0],
+        weighted_values_avx2(t->out + (token0 * t->n_heads + head0) * head_dim, t, rows, pos0 + 1, w->p16[0],
                              w->acc[0]);
         return;
     }
@@ -522,7 +567,7 @@ static void attention_run_avx2(const attention_task *t, const attention_worker *
         softmax_float_avx2(w->score[i], pos0 + i / nh + 1);
         o[i] = t->out + ((token0 + i / nh) * t->n_heads + head0 + i % nh) * head_dim;
     }
-    values_avx2(np, o, w->acc, (const float *const *)w->score, nh, t, blocks, pos0 + 1, pos0 + nt, kv_head);
+    values_avx2(np, o, w->acc, (const float *const *)w->score, nh, t, rows, pos0 + 1, pos0 + nt);
 }
 #endif
 
@@ -560,6 +605,7 @@ static void attention_heads(void *ctx, int ith, int nth) {
     for (int h = 0; h < ATTN_HEAD_TILE; h++, b += align64(positions * sizeof(uint16_t))) w.p16[h] = (uint16_t *)b;
     for (int i = 0; i < ATTN_PAIRS; i++, b += align64(dh * sizeof(float))) w.q[i] = (float *)b;
     for (int i = 0; i < ATTN_PAIRS; i++, b += align64(ATTN_LANES * dh * sizeof(float))) w.acc[i] = (float *)b;
+    w.rows = (const unsigned char **)(void *)b;
     const int64_t per_run = s->n_kv_heads * chunks;
     int64_t begin, end;
     host__split(t->n_runs * per_run, ith, nth, &begin, &end);

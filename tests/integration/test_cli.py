@@ -156,7 +156,19 @@ def test_bench_prompt_beyond_512_is_one_step(spindle_bin, stories_model):
     assert lines[1]["batch"] == 1 and lines[1]["step_ms_median"] > 0
 
 
+def test_bench_depth_times_tokens_after_a_cached_context(spindle_bin, stories_model):
+    r = run([spindle_bin, "bench", "--model", stories_model, "--pp", "16", "--tg", "4", "--depth", "100",
+             "--reps", "1"])
+    assert r.returncode == 0, r.stderr
+    lines = [json.loads(line) for line in r.stdout.splitlines()]
+    assert [l["test"] for l in lines] == ["pp16_d100", "tg4_d100"]
+    assert all(l["depth"] == 100 and l["tokens_per_s_median"] > 0 for l in lines)
+    assert lines[1]["step_ms_median"] > 0
+
+
 @pytest.mark.parametrize("args,needle", [
+    (["--depth", "-1"], "--depth"),
+    (["--depth", "8", "--batch", "2"], "--depth"),
     (["--batch", "0"], "--batch"),
     (["--batch", "999"], "--batch"),
     (["--batch", "x"], "--batch"),

@@ -38,8 +38,8 @@ static dev_backend *backend(dev_cpu_isa isa, int threads) {
 /* Runs one step of the listed (sequence, position) tokens: writes their K and V (rows
  * of k, v indexed by sequence * MAX_TOKENS + position) and, when out is given, their
  * attention into out (same indexing, H*Dh a row). */
-static void run_step(dev_backend *dev, dev_kv *kv, const case_shape *c, const int32_t *seqs, const int32_t *poss,
-                     int n, const float *k, const float *v, const float *q, float *out) {
+static void run_step(dev_backend *dev, dev_kv *kv, const case_shape *c, const int32_t *seqs, const int32_t *poss, int n,
+                     const float *k, const float *v, const float *q, float *out) {
     const int h = c->hk * c->group, kw = c->hk * c->dh, qw = h * c->dh;
     int32_t tokens[N_SEQS * MAX_TOKENS] = {0}, table[N_SEQS * MAX_BLOCKS], lens[N_SEQS];
     for (int s = 0; s < N_SEQS; s++) {
@@ -146,8 +146,8 @@ static void check_case(dev_cpu_isa isa, int threads, case_shape c) {
         double got = 0;
         for (int i = 0; i < qw; i++) got += mixed[at + (size_t)i];
         const double want = reference_sum(&c, k, v, q, seqs[t], poss[t]);
-        cr_assert(fabs(got - want) <= 0.02 * (1 + fabs(want)), "sequence %d position %d: sum %f, in double %f",
-                  seqs[t], poss[t], got, want);
+        cr_assert(fabs(got - want) <= 0.02 * (1 + fabs(want)), "sequence %d position %d: sum %f, in double %f", seqs[t],
+                  poss[t], got, want);
     }
     dev_kv_destroy(dev, kv);
     dev_destroy(dev);
