@@ -51,6 +51,7 @@ import spec_datasets  # noqa: E402
 from bench_serve import (ServerProcess, git_commit, http_get, load_points, peer_binary,  # noqa: E402
                          spindle_kv_bytes_per_token, start_run)
 from report_section import cpu_model, write_section  # noqa: E402
+from cpu_share import CpuWatch  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VARIANTS = ("spec", "off", "llama.cpp")  # spindle --speculative auto, spindle --speculative off, llama-server
@@ -305,9 +306,10 @@ def run_point(a, raw, dataset, c, variant, rep, convs, ctx, kv_mb):
         if warm["error"]:
             log(f"{name}: warm-up failed: {warm['error']}")
         before = spec_counters(srv.url, llama_label)
+        watch = CpuWatch([srv.proc.pid, os.getpid()])  # the server and this client: anything else disturbs
         records, wall = run_conversations(srv.url, convs, spec_datasets.system_prompt(dataset), c,
-                                           max_tokens_for(a, dataset),
-                                          a.timeout)
+                                          max_tokens_for(a, dataset), a.timeout)
+        cpu = watch.stop()
         spec = counters_delta(before, spec_counters(srv.url, llama_label))
     finally:
         srv.stop()
@@ -319,13 +321,14 @@ def run_point(a, raw, dataset, c, variant, rep, convs, ctx, kv_mb):
               "prompt_tokens": sum(r["prompt_tokens"] or 0 for r in ok),
               "output_throughput": out_tokens / wall if wall > 0 else 0.0,
               "median_ttft_ms": 1000 * statistics.median([r["ttft"] for r in ok if r["ttft"] is not None] or [0]),
-              "spec": spec, "records": records}
+              "spec": spec, "cpu_other": cpu["other"], "cpu_steal": cpu["steal"], "records": records}
     with open(os.path.join(raw, name + ".json"), "w") as f:
         json.dump(result, f, indent=1)
     errs = {r["error"] for r in records if r["error"]}
     log(f"{name}: {len(ok)}/{len(records)} done, {result['output_throughput']:.1f} output tok/s, "
-        f"TTFT median {result['median_ttft_ms']:.0f} ms, drafts {describe_acceptance(spec) or '-'} "
-        f"({time.monotonic() - t0:.0f} s){' errors: ' + '; '.join(sorted(errs))[:300] if errs else ''}")
+        f"TTFT median {result['median_ttft_ms']:.0f} ms, drafts {describe_acceptance(spec) or '-'}, "
+        f"{describe_disturbance(cpu) or 'CPU use by others unknown'} ({time.monotonic() - t0:.0f} s)"
+        f"{' errors: ' + '; '.join(sorted(errs))[:300] if errs else ''}")
     return result
 
 
@@ -418,6 +421,49 @@ def describe_acceptance(spec):
     parts = [f"{p} {100 * k.get('accepted', 0) / k['proposed']:.0f}% of {k['proposed']:.0f}"
              for p, k in sorted(spec.items()) if k.get("proposed")]
     return ", ".join(parts) or ("none drafted" if spec else "")
+
+
+# A run whose other CPU use (other processes and steal together) passes this share of the
+# machine is named in the report: on 2 CPUs, 10% is a fifth of one core, more than the
+# spread between two undisturbed runs of the same server (about 3%).
+DISTURBED = 0.10
+
+
+def disturbance(result):
+    """Other processes' and the hypervisor's share of the CPUs during a run (None: not measured,
+    a run from before bench/cpu_share.py)."""
+    other, steal = result.get("cpu_other"), result.get("cpu_steal")
+    return None if other is None or steal is None else other + steal
+
+
+def describe_disturbance(cpu):
+    """'others 3% of the CPUs (steal 1%)' for a run's CpuWatch reading ('' when unmeasured)."""
+    if cpu.get("other") is None or cpu.get("steal") is None:
+        return ""
+    return f"others {100 * cpu['other']:.0f}% of the CPUs (steal {100 * cpu['steal']:.0f}%)"
+
+
+SHORT_NAMES = {"spec": "spindle spec", "off": "spindle off", "llama.cpp": "llama-server",
+               "draft": "spindle draft model", "draft-off": "spindle off (Q8_0 target)"}
+
+
+def disturbed_runs(meta):
+    """Report lines on the runs' other CPU use: the largest and median share over the runs, and
+    each run above DISTURBED by name (none when the raw results predate the measurement)."""
+    runs = [(p, disturbance(p["r"])) for p in meta["points"] if p["r"]]
+    runs = [(p, d) for p, d in runs if d is not None]
+    if not runs:
+        return []
+    shares = [d for _, d in runs]
+    lines = [f"- Other CPU use during the timed runs (processes other than the server and the client, and the "
+             f"hypervisor's steal, as a share of all {meta['cpus']} CPUs): median {100 * statistics.median(shares):.0f}%, "
+             f"largest {100 * max(shares):.0f}%."]
+    bad = [(p, d) for p, d in runs if d > DISTURBED]
+    if bad:
+        lines.append(f"- Runs above {100 * DISTURBED:.0f}%, whose figures are not the server's alone: " + "; ".join(
+            f"{p['dataset']} C = {p['concurrency']} {SHORT_NAMES.get(p['variant'], p['variant'])} run {p['repeat'] + 1} "
+            f"{100 * d:.0f}%" for p, d in bad) + ".")
+    return lines
 
 
 def median_of(results, key):
@@ -575,6 +621,7 @@ def do_report(a, raw):
         f"- spindle: commit `{meta['spindle_commit']}`; llama.cpp: `{meta.get('llama_version', 'not run')}` "
         "(vendor/llama.cpp of llama-cpp-python 0.3.36, built by tools/peer_build.sh)",
         f"- Command: `{meta['command']}` (raw results: `{os.path.relpath(raw, ROOT)}`)",
+        *disturbed_runs(meta),
         "",
     ]
     body += [f"**Note: {n}**" for n in meta.get("notes", [])] + ([""] if meta.get("notes") else [])
