@@ -321,7 +321,7 @@ def run_point(a, raw, dataset, c, variant, rep, convs, ctx, kv_mb):
               "prompt_tokens": sum(r["prompt_tokens"] or 0 for r in ok),
               "output_throughput": out_tokens / wall if wall > 0 else 0.0,
               "median_ttft_ms": 1000 * statistics.median([r["ttft"] for r in ok if r["ttft"] is not None] or [0]),
-              "spec": spec, "cpu_other": cpu["other"], "cpu_steal": cpu["steal"], "records": records}
+              "spec": spec, "cpu": cpu, "records": records}
     with open(os.path.join(raw, name + ".json"), "w") as f:
         json.dump(result, f, indent=1)
     errs = {r["error"] for r in records if r["error"]}
@@ -424,21 +424,22 @@ def describe_acceptance(spec):
 
 
 # A run whose other CPU use (other processes and steal together) passes this share of the
-# machine is named in the report: on 2 CPUs, 10% is a fifth of one core, more than the
-# spread between two undisturbed runs of the same server (about 3%).
+# machine is named in the report: on 2 CPUs, 10% is a fifth of one core; quiet runs read
+# 0-2%, and one busy process beside the bench about 45%.
 DISTURBED = 0.10
 
 
-def disturbance(result):
-    """Other processes' and the hypervisor's share of the CPUs during a run (None: not measured,
-    a run from before bench/cpu_share.py)."""
-    other, steal = result.get("cpu_other"), result.get("cpu_steal")
-    return None if other is None or steal is None else other + steal
+def disturbance(cpu):
+    """Other processes' and the hypervisor's share of the CPUs in a CpuWatch reading (None: not
+    measured, as in raw results from before bench/cpu_share.py)."""
+    if not cpu or cpu.get("other") is None or cpu.get("steal") is None:
+        return None
+    return cpu["other"] + cpu["steal"]
 
 
 def describe_disturbance(cpu):
-    """'others 3% of the CPUs (steal 1%)' for a run's CpuWatch reading ('' when unmeasured)."""
-    if cpu.get("other") is None or cpu.get("steal") is None:
+    """'others 3% of the CPUs (steal 1%)' for a CpuWatch reading ('' when unmeasured)."""
+    if disturbance(cpu) is None:
         return ""
     return f"others {100 * cpu['other']:.0f}% of the CPUs (steal {100 * cpu['steal']:.0f}%)"
 
@@ -450,19 +451,20 @@ SHORT_NAMES = {"spec": "spindle spec", "off": "spindle off", "llama.cpp": "llama
 def disturbed_runs(meta):
     """Report lines on the runs' other CPU use: the largest and median share over the runs, and
     each run above DISTURBED by name (none when the raw results predate the measurement)."""
-    runs = [(p, disturbance(p["r"])) for p in meta["points"] if p["r"]]
+    runs = [(p, disturbance(p["r"].get("cpu"))) for p in meta["points"] if p["r"]]
     runs = [(p, d) for p, d in runs if d is not None]
     if not runs:
         return []
     shares = [d for _, d in runs]
     lines = [f"- Other CPU use during the timed runs (processes other than the server and the client, and the "
-             f"hypervisor's steal, as a share of all {meta['cpus']} CPUs): median {100 * statistics.median(shares):.0f}%, "
-             f"largest {100 * max(shares):.0f}%."]
+             f"hypervisor's steal, as a share of all {meta['cpus']} CPUs): median "
+             f"{100 * statistics.median(shares):.0f}%, largest {100 * max(shares):.0f}%."]
     bad = [(p, d) for p, d in runs if d > DISTURBED]
     if bad:
-        lines.append(f"- Runs above {100 * DISTURBED:.0f}%, whose figures are not the server's alone: " + "; ".join(
-            f"{p['dataset']} C = {p['concurrency']} {SHORT_NAMES.get(p['variant'], p['variant'])} run {p['repeat'] + 1} "
-            f"{100 * d:.0f}%" for p, d in bad) + ".")
+        named = [f"{p['dataset']} C = {p['concurrency']} {SHORT_NAMES.get(p['variant'], p['variant'])} "
+                 f"run {p['repeat'] + 1} {100 * d:.0f}%" for p, d in bad]
+        lines.append(f"- Runs above {100 * DISTURBED:.0f}%, whose figures are not the server's alone: "
+                     + "; ".join(named) + ".")
     return lines
 
 
