@@ -48,7 +48,8 @@ def provenance(command):
         commit = "unknown"
     load = os.getloadavg()[0]
     when = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    return f"- Date: {when}; {os.cpu_count()} logical CPUs, load average {load:.2f}; spindle commit `{commit}`\n" \
+    return f"- Date: {when}; {cpu_model()}, {os.cpu_count()} logical CPUs, load average {load:.2f}; " \
+           f"spindle commit `{commit}`\n" \
            f"- Command: `{command}`\n"
 
 
