@@ -49,8 +49,9 @@ def test_catalogue_in_tests_readme_lists_every_test_file(docs):
     on_disk = {p.relative_to(tests).as_posix()
                for pattern in ("unit/**/test_*.c", "integration/test_*.py", "fuzz/fuzz_*.c")
                for p in tests.glob(pattern)}
-    assert not on_disk - listed, f"test files missing from tests/README.md: {sorted(on_disk - listed)}; run `make docs`"
-    assert not listed - on_disk, f"tests/README.md lists files that are gone: {sorted(listed - on_disk)}; run `make docs`"
+    missing, gone = sorted(on_disk - listed), sorted(listed - on_disk)
+    assert not missing, f"test files missing from tests/README.md: {missing}; run `make docs`"
+    assert not gone, f"tests/README.md lists files that are gone: {gone}; run `make docs`"
     assert old == new, "tests/README.md's catalogue differs from the files' opening comments: run `make docs`"
 
 
