@@ -149,6 +149,13 @@ test: setup layers
 layers:
 	@$(PYTHON) tools/check_layers.py
 
+# The generated blocks of the docs (the layer graph in docs/architecture.md, the test
+# catalogue in tests/README.md), rewritten from the tree; tests/integration/test_docs.py
+# fails when they are stale.
+.PHONY: docs
+docs:
+	@$(PYTHON) tools/update_docs.py
+
 unit-test: $(TEST_BIN)
 	@tools/run_unit_tests.sh $(TEST_BIN)
 

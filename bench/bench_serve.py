@@ -31,7 +31,7 @@ import urllib.error
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from report_section import cpu_model, write_section  # noqa: E402
+from report_section import cpu_model, started_date, write_section  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SERVERS = ("spindle", "llama.cpp")
@@ -371,6 +371,7 @@ def do_report(a, raw):
     have_plot = plot(meta, raw, os.path.abspath(png))
     lines = [f"## Serving: spindle vs llama-server ({os.path.basename(meta['model'])}, CPU)", ""]
     body = [
+        f"- Date: {started_date(meta.get('started'))}",
         f"- Machine: {meta['cpu']}, {meta['cpus']} logical CPUs; load average {meta['load_before']:.2f} before, "
         f"{meta['load_after']:.2f} after",
         f"- spindle: commit `{meta['spindle_commit']}`; llama.cpp: `{meta.get('llama_version', 'not run')}` "

@@ -50,7 +50,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import spec_datasets  # noqa: E402
 from bench_serve import (ServerProcess, git_commit, http_get, load_points, peer_binary,  # noqa: E402
                          spindle_kv_bytes_per_token, start_run)
-from report_section import cpu_model, write_section  # noqa: E402
+from report_section import cpu_model, started_date, write_section  # noqa: E402
 from cpu_share import CpuWatch  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -618,6 +618,7 @@ def do_report(a, raw):
     lines = [f"## Speculative decoding: spindle with and without, and llama-server "
              f"({os.path.basename(meta['model'])}, CPU)", ""]
     body = [
+        f"- Date: {started_date(meta.get('started'))}",
         f"- Machine: {meta['cpu']}, {meta['cpus']} logical CPUs; load average {meta['load_before']:.2f} before, "
         f"{meta['load_after']:.2f} after",
         f"- spindle: commit `{meta['spindle_commit']}`; llama.cpp: `{meta.get('llama_version', 'not run')}` "

@@ -40,6 +40,14 @@ def cpu_model():
     return platform.processor() or "unknown"
 
 
+def started_date(stamp):
+    """A run's time stamp (YYYYMMDD-HHMMSS, the machine's local time) as the reports' date."""
+    try:
+        return datetime.datetime.strptime(stamp, "%Y%m%d-%H%M%S").strftime("%Y-%m-%d %H:%M:%S") + " (local time)"
+    except (TypeError, ValueError):
+        return "unknown"
+
+
 def provenance(command):
     try:
         commit = subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=12"], capture_output=True,
@@ -48,7 +56,8 @@ def provenance(command):
         commit = "unknown"
     load = os.getloadavg()[0]
     when = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    return f"- Date: {when}; {os.cpu_count()} logical CPUs, load average {load:.2f}; spindle commit `{commit}`\n" \
+    return f"- Date: {when}; {cpu_model()}, {os.cpu_count()} logical CPUs, load average {load:.2f}; " \
+           f"spindle commit `{commit}`\n" \
            f"- Command: `{command}`\n"
 
 

@@ -26,9 +26,9 @@
 /* Cached keys per grammar; past it the cache starts over. */
 /* Entries walked lazily (past the prepared ones) before the cache starts over. */
 enum { GRAM_CACHE_ENTRIES = 1024 };
-/* What gram_mask_prepare walks ahead at most: keys and the bytes their entries hold. About
- * 5 µs a key: a schema of 40 properties has ~2,000 keys (~10 ms), a grammar past these
- * bounds walks its remaining keys lazily. */
+/* What gram_mask_prepare walks ahead at most: keys and the bytes their entries hold; a
+ * grammar past these bounds walks its remaining keys lazily (what a key costs:
+ * docs/notes/2026-12-05-grammar-prepare-cost.md). */
 enum { GRAM_PREPARE_KEYS = 8192 };
 #define GRAM_PREPARE_BYTES ((size_t)16 << 20)
 /* Stacks a walk step keeps before it drops duplicates. */

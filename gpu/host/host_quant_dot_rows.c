@@ -7,11 +7,11 @@
  * per block for four activation rows, that work is shared, and the weight row is
  * read from cache once for the four. Two and three rows get their own copies of the
  * loop (the row count is a constant in each, so the accumulators stay in registers):
- * through the one-row kernels a second and third row cost 90-100% of the first each;
- * through these, about 80% at two rows and two thirds at three (bench_matmul,
- * docs/benchmarks.md). That is the price of a draft token at one sequence. The rows'
- * scales come converted to floats, once per row, from the matmul's scale table
- * (host__rows_scales_row), not from their F16 for every weight row.
+ * through the one-row kernels a second and third row cost nearly a whole row each,
+ * through these less (bench_matmul: docs/notes/2026-12-07-avx2-short-rows.md). That is
+ * the price of a draft token at one sequence. The rows' scales come converted to floats,
+ * once per row, from the matmul's scale table (host__rows_scales_row), not from their F16
+ * for every weight row.
  *
  * The avx2 set's only: the avx512 set batches rows through host_quant_dot_pairs.c,
  * two rows to a 512-bit register.

@@ -36,8 +36,8 @@
 /* The matmul walks the weights in order, a few rows per call, so the rows of the next
  * call are the next bytes of the matrix. A decode step is bound by how fast one core
  * brings weights in, not by arithmetic: each block of the loop asks for its share of the
- * next call's bytes, so they arrive while this call computes (measured: a third more
- * tokens per second on one core). Past the matrix's end a prefetch is only a hint. */
+ * next call's bytes, so they arrive while this call computes (what it gained:
+ * docs/notes/2026-12-03-xeon-kernels.md). Past the matrix's end a prefetch is only a hint. */
 typedef struct wrows_prefetch {
     const char *next; /* the first byte after this call's rows */
     size_t bytes;     /* the next call's bytes */

@@ -29,10 +29,9 @@ static bool ls_slope(double n, double sx, double sy, double sxx, double sxy, dou
 /* The least-squares line through the decayed sums; false when they cannot tell the row
  * cost from the fixed cost (too few steps, too little variation, or rows that come out
  * free). A line that meets zero rows at or below zero seconds is a compute-bound step
- * (wide batches on a CPU: 6-7 ms a row at 32-64 sequences on the AVX2 EPYC, with no
- * fixed cost the noise can tell; *bound set): a row costs its whole share of the step,
- * and no draft pays (not even one the acceptance model calls near-certain: at 95% of the
- * share, 64 sequences drafted 10,568 tokens at 79% and lost 8%). */
+ * (wide batches on a CPU, with no fixed cost the noise can tell; *bound set): a row costs
+ * its whole share of the step, and no draft pays, not even one the acceptance model calls
+ * near-certain (the figures: docs/notes/2026-12-07-spec-cost-fit.md). */
 static bool fit_line(const spec_cost *c, double *per_row, double *fixed, bool *bound) {
     double slope, var;
     if (c->n < 8 || !ls_slope(c->n, c->sx, c->sy, c->sxx, c->sxy, &slope, &var)) return false;
@@ -49,12 +48,11 @@ static bool fit_line(const spec_cost *c, double *per_row, double *fixed, bool *b
 }
 
 /* The bucket's row cost from its own line, where it has one, or the line across buckets
- * where that is dearer. A bucket's own line scatters: on the AVX2 EPYC at 9-31 sequences
- * (steps +-30% apart at the same rows) it put 50-170 ms at zero rows and priced a row at
- * a third to a half of a token's time, while the line through the buckets' mean steps,
- * which noise moves little, priced it at all of it, as the steps did (drafts there lost
- * 20% of the throughput). A slope that comes out low lets through drafts that lose; one
- * that comes out high only drafts less. */
+ * where that is dearer. A bucket's own line scatters with the machine's noise and can
+ * price a row far below what the steps show, while the line through the buckets' mean
+ * steps, which noise moves little, does not (docs/notes/2026-12-07-spec-cost-fit.md). A
+ * slope that comes out low lets through drafts that lose; one that comes out high only
+ * drafts less. */
 static bool row_cost(const spec_cost *c, double *per_row, double *fixed, bool *bound) {
     if (!fit_line(c, per_row, fixed, bound)) return false;
     double mx = c->sx / c->n, my = c->sy / c->n;
@@ -78,10 +76,9 @@ void spec_cost_observe(spec_cost *c, int rows, double seconds) {
     bool bound = false;
     if (!row_cost(c, &per_row, &fixed, &bound)) return;
     /* a compute-bound line is remembered only as far as the line across buckets confirms
-     * it: a few noisy steps of one sequence (9 ms, and 6 ms more for a second row on the
-     * AVX2 EPYC) draw one often enough that keeping it would stop a single stream drafting
-     * for good, while forgetting it would let a wide batch draft again on the cheap share
-     * it had before */
+     * it: a few noisy steps of one sequence draw one often enough that keeping it would
+     * stop a single stream drafting for good, while forgetting it would let a wide batch
+     * draft again on the cheap share it had before */
     if (!bound)
         c->row_share = per_row / (c->sy / c->sx);
     else if (c->cross_share > c->row_share)

@@ -114,7 +114,7 @@ typedef struct ref_result {
 } ref_result;
 
 /* Bounds on |delta log-prob| when the kernel sets match: a little above what was
- * measured (docs/architecture.md and tests/data/README.md quote the figures). */
+ * measured (tests/data/README.md and docs/notes/2026-12-03-reference-bounds.md). */
 typedef struct ref_bounds {
     double mean, max;
 } ref_bounds;
