@@ -276,3 +276,23 @@ def test_idle_connections_from_one_address_cannot_lock_clients_out(spindle_bin, 
         if busy:
             busy.close()
         assert server.stop() == 0
+
+
+def test_a_full_table_closes_the_connection_kept_alive_the_longest(spindle_bin, stories_model):
+    server = Server(spindle_bin, stories_model, "--max-connections", "16")
+    socks = []
+    try:
+        before = idle_closed_total(server.port)
+        socks = open_idle(server.port, 16)
+        for s in socks:  # each answered once and kept alive: idle at once, no grace
+            s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert s.recv(4096).startswith(b"HTTP/1.1 200")
+        status, _, took = get(server.port, "/health", 2)
+        assert status == 200 and took < 0.5, took
+        assert closed_by_server(socks[0], 2), "the connection kept alive the longest stayed open"
+        assert not closed_by_server(socks[-1], 0.2), "a newer kept-alive connection was closed"
+        assert idle_closed_total(server.port) > before
+    finally:
+        for s in socks:
+            s.close()
+        assert server.stop() == 0
