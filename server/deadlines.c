@@ -37,7 +37,7 @@ struct srv_deadline {
     int fd;
     double deadline; /* sched_now() seconds; 0: none */
     int slot;        /* its index in the table */
-    bool drainable;  /* in idle (the main port's) */
+    bool drainable;  /* counted in idle (the main port's connections) */
     srv_idle_link idle;
 };
 
