@@ -45,7 +45,7 @@ SCHED_SRC     := scheduler/sched.c scheduler/queue.c scheduler/request.c schedul
                  scheduler/spec/spec_gate.c scheduler/spec/spec_cost.c scheduler/spec/spec_accept.c
 CONFIG_SRC    := config/cfg.c config/cfg_yaml.c config/cfg_args.c
 SERVER_SRC    := server/tools.c server/reasoning.c server/http.c server/http_generation.c server/http_framing.c server/http_security.c server/prep.c \
-                 server/deadlines.c \
+                 server/deadlines.c server/idle_drain.c \
                  server/watch.c server/metrics.c \
                  server/errors.c server/openai_fields.c server/openai_request.c server/openai_refused.c server/openai_constraint.c server/openai_response.c \
                  server/embeddings.c \

@@ -10,13 +10,18 @@
  * A connection past its deadline has its socket shut down, and libmicrohttpd closes it as
  * a client that went away; nginx answers 408 in the same spot, but an answer cannot be
  * queued from outside libmicrohttpd's threads.
+ * The same table knows which connections are idle, and a new connection past the capacity
+ * closes the oldest of them the same way (idle_drain.c).
  *
  * DESIGN (threads): each connection's entry is made and dropped by libmicrohttpd's
  * connection notifications (its threads), and its deadline set by the handler (also its
  * threads); the reaper thread scans the table twice a second. All under one lock, and
  * libmicrohttpd drops an entry (the "closed" notification) before it closes the socket, so
- * the reaper never shuts down a descriptor that was closed and reused.
+ * neither the reaper nor a new connection draining an idle one ever shuts down a
+ * descriptor that was closed and reused.
  */
+#include <limits.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <sys/socket.h>
 
@@ -32,6 +37,8 @@ struct srv_deadline {
     int fd;
     double deadline; /* sched_now() seconds; 0: none */
     int slot;        /* its index in the table */
+    bool drainable;  /* counted in idle (the main port's connections) */
+    srv_idle_link idle;
 };
 
 struct srv_deadlines {
@@ -42,6 +49,7 @@ struct srv_deadlines {
     srv_deadline **entries; /* (n, cap) */
     int n;
     size_t cap;
+    srv_idle_table idle; /* the drainable connections, for idle_drain.c */
     pthread_t thread;
     bool started;
 };
@@ -73,6 +81,7 @@ sp_status srv__deadlines_start(double header_s, double body_s, double idle_s, sr
     d->header_s = header_s;
     d->body_s = body_s;
     d->idle_s = idle_s;
+    srv__idle_init(&d->idle, INT_MAX);
     sp_status st = sp_thread_start(&d->thread, "spindle-deadln", reaper, d);
     if (st != SP_OK) {
         srv__deadlines_stop(d);
@@ -97,26 +106,61 @@ void srv__deadlines_stop(srv_deadlines *d) {
     free(d);
 }
 
-srv_deadline *srv__deadline_open(srv_deadlines *d, int fd) {
+void srv__deadlines_drain_at(srv_deadlines *d, int capacity) {
+    pthread_mutex_lock(&d->lock);
+    d->idle.capacity = capacity;
+    pthread_mutex_unlock(&d->lock);
+}
+
+/* Past capacity: shuts down the oldest idle connections, or e itself when none is idle
+ * (libmicrohttpd closes them at its next poll). Returns how many idle ones were closed. */
+static int drain(srv_deadlines *d, srv_deadline *e, double now) {
+    int closed = 0;
+    for (srv_idle_link *c; (c = srv__idle_pick(&d->idle, now)); closed++) {
+        srv_deadline *victim = (srv_deadline *)((char *)c - offsetof(srv_deadline, idle));
+        victim->deadline = 0; /* the reaper leaves it alone */
+        shutdown(victim->fd, SHUT_RDWR);
+    }
+    if (d->idle.open > d->idle.capacity) { /* every other connection has a request in progress */
+        srv__idle_refuse(&d->idle, &e->idle);
+        e->deadline = 0;
+        shutdown(e->fd, SHUT_RDWR);
+    }
+    return closed;
+}
+
+srv_deadline *srv__deadline_open(srv_deadlines *d, int fd, bool drainable) {
     srv_deadline *e = calloc(1, sizeof *e);
     if (!e) return NULL;
     e->fd = fd;
+    e->drainable = drainable;
+    int closed = 0;
     pthread_mutex_lock(&d->lock);
     if (!srv__grow((void **)&d->entries, &d->cap, (size_t)d->n + 1, sizeof *d->entries)) {
         pthread_mutex_unlock(&d->lock);
         free(e);
         return NULL; /* untimed; libmicrohttpd's own timeout still applies */
     }
-    e->deadline = sched_now() + d->header_s;
+    double now = sched_now();
+    e->deadline = now + d->header_s;
     e->slot = d->n;
     d->entries[d->n++] = e;
+    if (drainable) {
+        srv__idle_open(&d->idle, &e->idle, now);
+        closed = drain(d, e, now);
+    }
     pthread_mutex_unlock(&d->lock);
+    if (closed > 0) {
+        srv_metrics_count_idle_closed(closed);
+        sp_log_debug("http: the connection table is full; closed %d idle connection(s) to admit a new one", closed);
+    }
     return e;
 }
 
 void srv__deadline_close(srv_deadlines *d, srv_deadline *e) {
     if (!e) return;
     pthread_mutex_lock(&d->lock);
+    if (e->drainable) srv__idle_close(&d->idle, &e->idle);
     srv_deadline *last = d->entries[--d->n];
     d->entries[e->slot] = last;
     last->slot = e->slot;
@@ -129,9 +173,14 @@ void srv__deadline_set(srv_deadlines *d, srv_deadline *e, srv_deadline_phase pha
     double now = sched_now();
     pthread_mutex_lock(&d->lock);
     switch (phase) {
+    case SRV_DEADLINE_HEADERS: break;
     case SRV_DEADLINE_BODY: e->deadline = now + d->body_s; break;
     case SRV_DEADLINE_NONE: e->deadline = 0; break;
     case SRV_DEADLINE_NEXT_REQUEST: e->deadline = now + d->idle_s + d->header_s; break;
     }
+    if (e->drainable && phase == SRV_DEADLINE_NEXT_REQUEST)
+        srv__idle_kept(&d->idle, &e->idle, now);
+    else if (e->drainable)
+        srv__idle_busy(&d->idle, &e->idle);
     pthread_mutex_unlock(&d->lock);
 }

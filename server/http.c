@@ -517,22 +517,41 @@ static bool body_append(srv_conn *conn, const char *data, size_t len) {
 }
 
 /* libmicrohttpd's connection notifications: a connection's header and body deadlines
- * (deadlines.c) live from its start to just before its socket is closed. */
-static void on_connection(void *cls, struct MHD_Connection *connection, void **socket_context,
-                          enum MHD_ConnectionNotificationCode code) {
-    srv_app *app = cls;
+ * (deadlines.c) live from its start to just before its socket is closed. The main port's
+ * connections are drainable: a full table closes the oldest idle ones (idle_drain.c). */
+static void connection_notify(srv_app *app, bool drainable, struct MHD_Connection *connection, void **socket_context,
+                              enum MHD_ConnectionNotificationCode code) {
     if (code == MHD_CONNECTION_NOTIFY_STARTED) {
         const union MHD_ConnectionInfo *info = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_FD);
-        *socket_context = info ? srv__deadline_open(app->deadlines, info->connect_fd) : NULL;
+        *socket_context = info ? srv__deadline_open(app->deadlines, info->connect_fd, drainable) : NULL;
     } else {
         srv__deadline_close(app->deadlines, *socket_context);
         *socket_context = NULL;
     }
 }
 
+static void on_connection(void *cls, struct MHD_Connection *connection, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code) {
+    connection_notify(cls, true, connection, socket_context, code);
+}
+
+static void on_admin_connection(void *cls, struct MHD_Connection *connection, void **socket_context,
+                                enum MHD_ConnectionNotificationCode code) {
+    connection_notify(cls, false, connection, socket_context, code);
+}
+
 static void deadline_phase(srv_app *app, struct MHD_Connection *connection, srv_deadline_phase phase) {
     const union MHD_ConnectionInfo *info = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
     if (info) srv__deadline_set(app->deadlines, info->socket_context, phase);
+}
+
+/* libmicrohttpd has a request line (its URI logger is the first call of a request): from
+ * here until it is answered the connection is not idle, so a full table never closes it.
+ * NULL: the handler's *con_cls starts empty. */
+static void *on_request_line(void *cls, const char *uri, struct MHD_Connection *connection) {
+    (void)uri;
+    deadline_phase(cls, connection, SRV_DEADLINE_HEADERS);
+    return NULL;
 }
 
 /* Both daemons' request handler; admin: the --admin-port daemon (probes and metrics). */
@@ -750,7 +769,7 @@ static sp_status admin_start(srv_http *h, const struct addrinfo *main_addr) {
                                 MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL, MHD_OPTION_SOCK_ADDR, addr->ai_addr,
                                 MHD_OPTION_CONNECTION_LIMIT, 64u, MHD_OPTION_PER_IP_CONNECTION_LIMIT, 8u,
                                 MHD_OPTION_CONNECTION_TIMEOUT, 5u, MHD_OPTION_NOTIFY_COMPLETED, on_completed, app,
-                                MHD_OPTION_NOTIFY_CONNECTION, on_connection, app, MHD_OPTION_END);
+                                MHD_OPTION_NOTIFY_CONNECTION, on_admin_connection, app, MHD_OPTION_END);
     freeaddrinfo(addr);
     if (!h->admin)
         return sp_fail(SP_ERR_IO, "--admin-port %d: cannot listen on %s (in use, or not an address of this machine)",
@@ -802,6 +821,10 @@ sp_status srv_http_start(srv_app *app, srv_http **out) {
         free(h);
         return prep;
     }
+    /* a full table closes idle connections to admit new ones (idle_drain.c): libmicrohttpd's
+     * own limit, where it stops accepting, sits above it */
+    int capacity = srv__idle_capacity(app->http.max_connections);
+    srv__deadlines_drain_at(app->deadlines, capacity);
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
     if (addr->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
     sp_status sec = srv_http_security_init(&app->http, &h->security, &flags);
@@ -815,11 +838,11 @@ sp_status srv_http_start(srv_app *app, srv_http **out) {
     h->daemon = MHD_start_daemon(
         flags, (uint16_t)app->http.port, NULL, NULL, on_request, app, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL,
         MHD_OPTION_SOCK_ADDR, addr->ai_addr, MHD_OPTION_THREAD_POOL_SIZE, (unsigned)app->http.http_threads,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)app->http.max_connections, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)srv__idle_daemon_limit(capacity), MHD_OPTION_PER_IP_CONNECTION_LIMIT,
         (unsigned)app->http.max_connections_per_client, MHD_OPTION_CONNECTION_TIMEOUT,
         (unsigned)app->http.connection_timeout, MHD_OPTION_NOTIFY_COMPLETED, on_completed, app,
-        MHD_OPTION_NOTIFY_CONNECTION, on_connection, app, MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u, MHD_OPTION_ARRAY,
-        h->security.options, MHD_OPTION_END);
+        MHD_OPTION_NOTIFY_CONNECTION, on_connection, app, MHD_OPTION_URI_LOG_CALLBACK, on_request_line, app,
+        MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u, MHD_OPTION_ARRAY, h->security.options, MHD_OPTION_END);
     if (h->daemon && app->http.admin_port > 0) {
         sp_status st = admin_start(h, addr);
         if (st != SP_OK) {

@@ -8,7 +8,8 @@
  * for reading so the scheduler is not destroyed meanwhile). The HTTP counters are
  * process-wide atomics (one server per process): srv_metrics_count_http is called by
  * every HTTP thread from on_completed, and an endpoint takes a slot of the table the
- * first time it is counted, by compare-and-swap, so counting never takes a lock.
+ * first time it is counted, by compare-and-swap, so counting never takes a lock (the
+ * idle connections closed to admit new ones, from deadlines.c, likewise).
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -37,6 +38,12 @@ static int http_endpoint_slot(const char *endpoint) {
         if (strcmp(name, endpoint) == 0) return i;
     }
     return -1;
+}
+
+static _Atomic uint64_t idle_closed; /* srv_metrics_count_idle_closed */
+
+void srv_metrics_count_idle_closed(int n) {
+    atomic_fetch_add_explicit(&idle_closed, (uint64_t)n, memory_order_relaxed);
 }
 
 void srv_metrics_count_http(const char *endpoint, int status) {
@@ -271,5 +278,9 @@ char *srv_metrics_render(const srv_app *app, const sched *s) {
         }
     }
     render_http_requests(&b);
+    metric(&b, "http_idle_connections_closed_total", "counter",
+           "idle connections (no request in progress) closed, the oldest first, to admit new ones while "
+           "--max-connections were open",
+           (double)atomic_load_explicit(&idle_closed, memory_order_relaxed));
     return strbuf_take(&b);
 }

@@ -497,6 +497,9 @@ void srv_notify_stop(srv_notify *n);
  * route path, or "other" for unknown paths; static storage (it is kept). status is
  * what was answered (499: the client left before an answer). Lock-free; any thread. */
 void srv_metrics_count_http(const char *endpoint, int status);
+/* Counts n idle connections closed to admit new ones into a full connection table, for
+ * /metrics' spindle_http_idle_connections_closed_total. Lock-free; any thread. */
+void srv_metrics_count_idle_closed(int n);
 
 /* One access log entry (access_log.c): what on_completed knows of a finished HTTP
  * request. Strings are borrowed for the call; NULL ones are left out ("-" in text). */

@@ -373,17 +373,61 @@ void srv__prep_free(srv_prep *p);
 typedef struct srv_deadlines srv_deadlines;
 typedef struct srv_deadline srv_deadline; /* one connection's */
 typedef enum srv_deadline_phase {
+    SRV_DEADLINE_HEADERS,     /* a request line is in: the headers' deadline stands (not idle now) */
     SRV_DEADLINE_BODY,        /* the headers are in: the body within body_s */
     SRV_DEADLINE_NONE,        /* the request is in: nothing timed here */
     SRV_DEADLINE_NEXT_REQUEST /* answered: the next request's headers within idle_s + header_s */
 } srv_deadline_phase;
 sp_status srv__deadlines_start(double header_s, double body_s, double idle_s, srv_deadlines **out);
 void srv__deadlines_stop(srv_deadlines *d); /* after the daemons have stopped */
-/* A new connection (its headers due within header_s); NULL when out of memory (untimed). */
-srv_deadline *srv__deadline_open(srv_deadlines *d, int fd);
+/* Before the daemon starts: past capacity open drainable connections, a new one closes the
+ * oldest idle one, or is refused when none is idle (idle_drain.c). Default: no limit. */
+void srv__deadlines_drain_at(srv_deadlines *d, int capacity);
+/* A new connection (its headers due within header_s); drainable: counted against the
+ * capacity, and closed when idle and the oldest (the main port's; not the admin port's).
+ * NULL when out of memory (untimed). */
+srv_deadline *srv__deadline_open(srv_deadlines *d, int fd, bool drainable);
 /* Before libmicrohttpd closes the socket. */
 void srv__deadline_close(srv_deadlines *d, srv_deadline *e);
 void srv__deadline_set(srv_deadlines *d, srv_deadline *e, srv_deadline_phase phase);
+
+/* idle_drain.c: the idle connections a full table closes, oldest first (see its comment).
+ * A connection's link lives in its deadline entry; the table is the deadlines' (its lock). */
+typedef enum srv_idle_state {
+    SRV_IDLE_FRESH,  /* connected, no request line yet: idle once past the grace */
+    SRV_IDLE_BUSY,   /* a request in progress: never closed here */
+    SRV_IDLE_KEPT,   /* answered, kept alive: idle */
+    SRV_IDLE_CLOSING /* picked or refused: its socket is shut down; no longer counted */
+} srv_idle_state;
+typedef struct srv_idle_link {
+    struct srv_idle_link *prev, *next; /* in the fresh or kept list; unlinked when busy or closing */
+    double since;                      /* sched_now() when it connected (fresh) or was answered (kept) */
+    srv_idle_state state;
+} srv_idle_link;
+typedef struct srv_idle_list {
+    srv_idle_link *head, *tail; /* oldest first */
+} srv_idle_list;
+typedef struct srv_idle_table {
+    srv_idle_list fresh, kept;
+    int open;       /* connections counted: all but the closing ones */
+    int capacity;   /* open connections kept before idle ones are closed */
+    double grace_s; /* a fresh connection is idle after this long */
+} srv_idle_table;
+void srv__idle_init(srv_idle_table *t, int capacity);
+void srv__idle_open(srv_idle_table *t, srv_idle_link *c, double now); /* counted; fresh */
+void srv__idle_busy(srv_idle_table *t, srv_idle_link *c);             /* a request line is in */
+void srv__idle_kept(srv_idle_table *t, srv_idle_link *c, double now); /* answered */
+/* A new connection past capacity with none idle to close: the caller shuts it down. */
+void srv__idle_refuse(srv_idle_table *t, srv_idle_link *c);
+void srv__idle_close(srv_idle_table *t, srv_idle_link *c); /* the connection is gone */
+/* While more than capacity are open: the connection idle the longest (kept, or fresh past
+ * the grace), no longer counted; the caller shuts its socket down. NULL: none to close. */
+srv_idle_link *srv__idle_pick(srv_idle_table *t, double now);
+/* --max-connections within the process's open file limit (with room for the rest). */
+int srv__idle_capacity(int max_connections);
+/* libmicrohttpd's own connection limit for that capacity: above it by the connections
+ * whose sockets are shut down but not yet closed. */
+int srv__idle_daemon_limit(int capacity);
 
 /* ui.c: GET /, the built-in chat page (server/ui/chat.html, embedded at build time). */
 enum MHD_Result srv__ui_page(srv_conn *conn);

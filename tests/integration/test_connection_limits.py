@@ -1,13 +1,18 @@
 """Connection slots: idle connections are closed after --idle-timeout, one address cannot
-hold more than --max-connections-per-client, and --admin-port keeps /health, /ready and
-/metrics answering fast while every slot of the main port is taken by connections that
-send nothing."""
+hold more than --max-connections-per-client, a full table closes its oldest idle
+connections to admit new ones (default flags), and --admin-port keeps /health, /ready and
+/metrics answering fast while every slot of the main port is taken by requests in progress."""
+import http.client
+import json
 import os
+import resource
 import socket
 import subprocess
 import time
 import urllib.error
 import urllib.request
+
+import pytest
 
 from spindle_server import Server, free_port
 
@@ -86,6 +91,12 @@ def test_probes_answer_on_the_admin_port_while_the_main_port_is_full(spindle_bin
     try:
         assert f"admin port (/health, /ready, /metrics): http://127.0.0.1:{admin}" in server.log_text()
         socks = open_idle(server.port, 40)  # more than the pool: every slot taken
+        for s in socks:  # by requests in progress (headers half sent), which are never closed to make room
+            try:
+                s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+            except OSError:
+                pass  # one the server refused
+        time.sleep(1.5)  # past the grace an idle connection gets: these are busy, not idle
         time.sleep(0.3)
         try:
             get(server.port, "/health", 1)
@@ -188,4 +199,100 @@ def test_a_kept_alive_connection_cannot_trickle_its_next_request(spindle_bin, st
         s.close()
         assert took is not None and 3.5 < took < 6.5, took
     finally:
+        assert server.stop() == 0
+
+
+IDLE_FLOOD = 4100  # more than the default --max-connections (4096)
+
+
+def http_call(port: int, method: str, path: str, body=None, timeout: float = 5.0):
+    """(status, body text, seconds) of one request on a new connection, timed from connect."""
+    t0 = time.monotonic()
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        data = json.dumps(body).encode() if body is not None else None
+        c.request(method, path, body=data, headers={"Content-Type": "application/json"} if data else {})
+        r = c.getresponse()
+        text = r.read().decode()
+        return r.status, text, time.monotonic() - t0
+    finally:
+        c.close()
+
+
+def idle_closed_total(port: int) -> float:
+    status, text, _ = http_call(port, "GET", "/metrics")
+    assert status == 200
+    for line in text.splitlines():
+        if line.startswith("spindle_http_idle_connections_closed_total "):
+            return float(line.split()[1])
+    raise AssertionError("no spindle_http_idle_connections_closed_total in /metrics")
+
+
+def test_idle_connections_from_one_address_cannot_lock_clients_out(spindle_bin, stories_model):
+    # the test process holds every idle socket: it needs that many descriptors (the server
+    # raises its own limit to the hard limit, which it inherits from here)
+    want = IDLE_FLOOD + 256
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < want:
+        pytest.skip(f"the open file hard limit {hard} is below the {want} descriptors this test needs")
+    if soft != resource.RLIM_INFINITY and soft < want:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+    server = Server(spindle_bin, stories_model)  # default flags
+    socks = []
+    busy = None
+    try:
+        before = idle_closed_total(server.port)
+        # the oldest connection has a request in progress (its headers half sent): never closed
+        busy = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+        busy.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+        deadline = time.monotonic() + 60
+        for _ in range(IDLE_FLOOD):  # connected, never a byte sent
+            assert time.monotonic() < deadline, "opening the idle connections took too long"
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.settimeout(2)
+            socks.append(s)
+            try:
+                s.connect(("127.0.0.1", server.port))
+            except OSError:
+                pass  # the listen queue is full: as many as the server lets in are held
+        time.sleep(1.5)  # past the grace a never-used connection gets
+        status, _, took_health = http_call(server.port, "GET", "/health")
+        assert status == 200 and took_health < 0.5, ("/health", status, took_health)
+        status, text, took_chat = http_call(server.port, "POST", "/v1/chat/completions",
+                                            {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4})
+        assert status == 200 and json.loads(text)["usage"]["completion_tokens"] >= 1, text
+        assert took_chat < 0.5, ("chat", took_chat)
+        print(f"with {IDLE_FLOOD} idle connections: /health {took_health * 1000:.1f} ms, "
+              f"chat {took_chat * 1000:.1f} ms")
+        assert idle_closed_total(server.port) > before
+        assert closed_by_server(socks[0], 2), "the oldest idle connection was not the one closed"
+        # the busy one was kept: its request is answered once its headers are in
+        busy.sendall(b"\r\n")
+        busy.settimeout(5)
+        assert busy.recv(4096).startswith(b"HTTP/1.1 200")
+    finally:
+        for s in socks:
+            s.close()
+        if busy:
+            busy.close()
+        assert server.stop() == 0
+
+
+def test_a_full_table_closes_the_connection_kept_alive_the_longest(spindle_bin, stories_model):
+    server = Server(spindle_bin, stories_model, "--max-connections", "16")
+    socks = []
+    try:
+        before = idle_closed_total(server.port)
+        socks = open_idle(server.port, 16)
+        for s in socks:  # each answered once and kept alive: idle at once, no grace
+            s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert s.recv(4096).startswith(b"HTTP/1.1 200")
+        status, _, took = get(server.port, "/health", 2)
+        assert status == 200 and took < 0.5, took
+        assert closed_by_server(socks[0], 2), "the connection kept alive the longest stayed open"
+        assert not closed_by_server(socks[-1], 0.2), "a newer kept-alive connection was closed"
+        assert idle_closed_total(server.port) > before
+    finally:
+        for s in socks:
+            s.close()
         assert server.stop() == 0
