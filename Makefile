@@ -44,14 +44,18 @@ SCHED_SRC     := scheduler/sched.c scheduler/queue.c scheduler/request.c schedul
                  scheduler/spec_tick.c scheduler/spec_draft.c scheduler/spec/spec_ngram.c scheduler/spec/spec_suffix.c \
                  scheduler/spec/spec_gate.c scheduler/spec/spec_cost.c scheduler/spec/spec_accept.c
 CONFIG_SRC    := config/cfg.c config/cfg_yaml.c config/cfg_args.c
-SERVER_SRC    := server/tools.c server/reasoning.c server/http.c server/http_generation.c server/http_framing.c server/http_security.c server/prep.c \
-                 server/deadlines.c \
-                 server/watch.c server/metrics.c \
-                 server/errors.c server/openai_fields.c server/openai_request.c server/openai_refused.c server/openai_constraint.c server/openai_response.c \
-                 server/embeddings.c \
-                 server/chat.c server/tokenize.c server/auth.c server/notify.c server/access_log.c \
-                 server/retry_after.c server/api_bridge.c server/responses.c server/response_store.c server/anthropic.c server/anthropic_answer.c \
-                 server/ui.c
+# server/api: the OpenAI, Responses and Anthropic layer (bodies in, scheduler requests and
+# answer bytes out); no libmicrohttpd. server/http: the transport over it.
+SERVER_API_SRC  := server/api/errors.c server/api/openai_fields.c server/api/openai_request.c \
+                   server/api/openai_refused.c server/api/openai_constraint.c server/api/openai_response.c \
+                   server/api/chat.c server/api/tools.c server/api/reasoning.c server/api/tokenize.c \
+                   server/api/embeddings.c server/api/api_bridge.c server/api/responses.c \
+                   server/api/response_store.c server/api/anthropic.c server/api/anthropic_answer.c
+SERVER_HTTP_SRC := server/http/http.c server/http/http_generation.c server/http/http_framing.c \
+                   server/http/http_security.c server/http/prep.c server/http/deadlines.c server/http/watch.c \
+                   server/http/metrics.c server/http/auth.c server/http/notify.c server/http/access_log.c \
+                   server/http/retry_after.c server/http/ui.c
+SERVER_SRC      := $(SERVER_API_SRC) $(SERVER_HTTP_SRC)
 # cli/: everything but main.c goes into the library, so unit tests link it too
 CLI_SRC       := cli/cli_session.c cli/cmd_generate.c cli/cmd_inspect.c cli/cmd_bench.c cli/cmd_quantize.c \
                  cli/cmd_template.c cli/cmd_serve.c
@@ -117,8 +121,8 @@ $(BUILD)/obj/%.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -std=c++20 -I. -DSP_HAVE_CUDA $(CUDA_ARCH) -Xcompiler -Wall,-Wextra,-Werror -MMD -MP -c $< -o $@
 
-# server/ui.c embeds the chat page with .incbin, which -MMD does not see
-$(BUILD)/obj/server/ui.o: server/ui/chat.html
+# server/http/ui.c embeds the chat page with .incbin, which -MMD does not see
+$(BUILD)/obj/server/http/ui.o: server/http/ui/chat.html
 
 $(LIB): $(LIB_OBJ)
 	@rm -f $@

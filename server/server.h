@@ -90,7 +90,7 @@ char *srv_error_json(const srv_error *err);
 
 /* ---- the served model, as the API layer needs it ---- */
 
-/* How the model writes tool calls (server/tools.c), from its chat template. */
+/* How the model writes tool calls (server/api/tools.c), from its chat template. */
 typedef enum srv_tool_format {
     SRV_TOOLS_GENERIC, /* {"tool_calls": [...]}: the template ignores tools, or its format is unknown */
     SRV_TOOLS_HERMES,  /* <tool_call>{...}</tool_call> (Hermes, Qwen 2.5 and 3) */
@@ -191,7 +191,7 @@ typedef struct srv_request {
     char **stop;                 /* (params.n_stop) */
     sample_logit_bias *logit_bias;
     char *prompt_text; /* chat: the rendered prompt (for debugging and /tokenize) */
-    /* tool calls (server/tools.c); chat only */
+    /* tool calls (server/api/tools.c); chat only */
     json_t *tools; /* the request's tools when tool_choice is not none, else NULL (a reference) */
     srv_tool_choice tool_choice;
     char *tool_choice_name; /* SRV_TOOL_CHOICE_NAMED: the function */

@@ -385,7 +385,7 @@ srv_deadline *srv__deadline_open(srv_deadlines *d, int fd);
 void srv__deadline_close(srv_deadlines *d, srv_deadline *e);
 void srv__deadline_set(srv_deadlines *d, srv_deadline *e, srv_deadline_phase phase);
 
-/* ui.c: GET /, the built-in chat page (server/ui/chat.html, embedded at build time). */
+/* ui.c: GET /, the built-in chat page (server/http/ui/chat.html, embedded at build time). */
 enum MHD_Result srv__ui_page(srv_conn *conn);
 
 /* retry_after.c: the seconds a 429 asks the client to wait: the queue's length over the

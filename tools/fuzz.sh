@@ -29,7 +29,7 @@ if pkg-config --exists jansson 2>/dev/null; then LDLIBS+=($(pkg-config --libs ja
 # libmicrohttpd: server/ holds the HTTP server, so a harness that takes server/ sources
 # beyond its own list (make's library is all of server/) needs it.
 if pkg-config --exists libmicrohttpd 2>/dev/null; then LDLIBS+=($(pkg-config --libs libmicrohttpd)); else LDLIBS+=(-lmicrohttpd); fi
-# nettle: the chat page's SHA-256 (server/ui.c)
+# nettle: the chat page's SHA-256 (server/http/ui.c)
 LDLIBS+=(-lnettle)
 # libyaml: the config file reader (config/).
 if pkg-config --exists yaml-0.1 2>/dev/null; then LDLIBS+=($(pkg-config --libs yaml-0.1)); else LDLIBS+=(-lyaml); fi
@@ -42,12 +42,12 @@ harness_sources() {
     case "$1" in
     # the API layers (OpenAI, Responses, Anthropic): the server's files reach the HTTP
     # transport and the scheduler's clock, so the whole library but the CUDA backend
-    request) echo $LOWER gpu/device.c gpu/host/*.c model/*.c scheduler/*.c scheduler/spec/*.c config/*.c server/*.c \
+    request) echo $LOWER gpu/device.c gpu/host/*.c model/*.c scheduler/*.c scheduler/spec/*.c config/*.c server/api/*.c server/http/*.c \
         cli/cli_session.c cli/cmd_*.c ;;
     # the config file reader: its own module and common/
     config) echo common/*.c config/*.c ;;
     # the request framing check: its own file and common/
-    framing) echo common/*.c server/http_framing.c ;;
+    framing) echo common/*.c server/http/http_framing.c ;;
     # the KV cache's disk tier: its own module and common/
     kvtier) echo common/*.c kvtier/*.c ;;
     # the GGUF reader, and the model's hyperparameters read from it

@@ -3,7 +3,7 @@
  * against stories260K's vocabulary (SentencePiece) with two templates: the ChatML
  * fallback (content parts joined) and one that takes content parts. The same bytes
  * also go to /tokenize and /detokenize, and as an Anthropic Messages body to /v1/messages
- * and its count_tokens (server/anthropic.c). The layer's contract is checked and traps when
+ * and its count_tokens (server/api/anthropic.c). The layer's contract is checked and traps when
  * broken:
  *   - a rejected body fills an error with a 400, 404 or 500 whose JSON parses back;
  *   - an accepted request has 1..SRV_MAX_N choices, 1..SRV_MAX_PROMPTS non-empty
@@ -14,7 +14,7 @@
  *   - an accepted Messages body is one chat prompt whose count_tokens is its length; its
  *     message and its stream's Anthropic events ("event: NAME\ndata: {...}" with that
  *     type) are valid JSON; a refused one also has Anthropic's error shape;
- *   - the same for a Responses body (/v1/responses, server/responses.c): one chat prompt,
+ *   - the same for a Responses body (/v1/responses, server/api/responses.c): one chat prompt,
  *     a response object whose id is the answer's and that the store gives back, and a
  *     stream of events numbered 0, 1, 2, ... that ends in response.completed or
  *     response.incomplete.

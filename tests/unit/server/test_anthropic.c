@@ -1,4 +1,4 @@
-/* test_anthropic.c: Anthropic's Messages API over chat (server/anthropic.c), on the default
+/* test_anthropic.c: Anthropic's Messages API over chat (server/api/anthropic.c), on the default
  * model's vocab and template (stories260K with a thinking template for `thinking`):
  *
  *   anthropic_request  bodies translated into the exact chat body (system, text, tool_use,
@@ -14,8 +14,8 @@
  * JSON literals here are written with ' for " (jq below). */
 #include <criterion/criterion.h>
 
-#include "server/anthropic.c"
-#include "server/anthropic_answer.c"
+#include "server/api/anthropic.c"
+#include "server/api/anthropic_answer.c"
 #include "tests/unit/server/openai_fixture.h"
 
 /* The chat body body (with ' for ") translates into. */

@@ -1,5 +1,5 @@
-/* test_responses.c: OpenAI's Responses API over chat (server/responses.c) and the store
- * behind previous_response_id and GET/DELETE /v1/responses/{id} (server/response_store.c).
+/* test_responses.c: OpenAI's Responses API over chat (server/api/responses.c) and the store
+ * behind previous_response_id and GET/DELETE /v1/responses/{id} (server/api/response_store.c).
  * The request tests run on stories260K (the ChatML fallback template, or a thinking one),
  * skipped with one line when it is absent; the rest need no model:
  *
@@ -19,8 +19,8 @@
  * JSON literals here are written with ' for " (jq below). */
 #include <criterion/criterion.h>
 
-#include "server/response_store.c"
-#include "server/responses.c"
+#include "server/api/response_store.c"
+#include "server/api/responses.c"
 #include "tests/unit/server/openai_fixture.h"
 
 /* ---- the request ---- */

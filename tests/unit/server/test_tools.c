@@ -1,4 +1,4 @@
-/* Tests for server/tools.c: the tool-call format detected from real chat templates
+/* Tests for server/api/tools.c: the tool-call format detected from real chat templates
  * (../shared/testdata/templates), and the answer parsed in each format, with the text
  * around calls kept as content, malformed or unknown calls left as content, and streams
  * holding text back exactly while it may still open a call. */

@@ -1,4 +1,4 @@
-/* ui.c: GET /, the built-in chat page. server/ui/chat.html is embedded into the binary
+/* ui.c: GET /, the built-in chat page. server/http/ui/chat.html is embedded into the binary
  * at compile time (the assembler's .incbin below; the Makefile rebuilds this object when
  * the page changes) and served as it is, with a Content-Security-Policy that lets the
  * page run only its own style and script (by their SHA-256) and talk only to this server.
@@ -23,7 +23,7 @@
  * runs the compiler; no xxd or generated source needed. */
 __asm__(".section .rodata\n"
         "srv_ui_page:\n"
-        ".incbin \"server/ui/chat.html\"\n"
+        ".incbin \"server/http/ui/chat.html\"\n"
         "srv_ui_page_end:\n"
         ".byte 0\n"
         ".previous\n");
@@ -41,10 +41,10 @@ static void csp_hash_source(const char *tag, char *out, size_t cap) {
     snprintf(open, sizeof open, "<%s>", tag);
     snprintf(close, sizeof close, "</%s>", tag);
     const char *start = strstr(srv_ui_page, open);
-    SP_ASSERT(start && "server/ui/chat.html needs its style and script elements");
+    SP_ASSERT(start && "server/http/ui/chat.html needs its style and script elements");
     start += strlen(open);
     const char *end = strstr(start, close);
-    SP_ASSERT(end && !strstr(end, open) && "server/ui/chat.html: one style and one script element, each closed");
+    SP_ASSERT(end && !strstr(end, open) && "server/http/ui/chat.html: one style and one script element, each closed");
     /* nettle (GnuTLS's crypto library, which libmicrohttpd already brings) */
     struct sha256_ctx ctx;
     uint8_t digest[SHA256_DIGEST_SIZE];
