@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/server_internal.h"
+#include "server/api/api_internal.h"
 
 /* Anthropic's smallest thinking budget (thinking.budget_tokens). */
 enum { MSG_MIN_THINKING_BUDGET = 1024 };
@@ -587,7 +587,7 @@ sp_status srv__messages_parse(const char *body, size_t len, const srv_model_info
     return SP_OK;
 }
 
-json_t *srv__messages_count_tokens(const char *body, size_t len, const srv_model_info *mi, srv_error *err) {
+json_t *srv_messages_count_tokens(const char *body, size_t len, const srv_model_info *mi, srv_error *err) {
     *err = (srv_error){0};
     json_t *root = NULL, *chat = NULL, *answer = NULL;
     int64_t max_tokens = 0;

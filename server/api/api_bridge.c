@@ -1,13 +1,13 @@
 /* api_bridge.c: the APIs over chat (/v1/responses, Anthropic's /v1/messages) picked by
  * the API a request speaks, so the transport calls one function for each step: parse,
- * render, stream, error. See server_internal.h's "APIs over chat". */
+ * render, stream, error. See server/api/api.h's "APIs over chat". */
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/server_internal.h"
+#include "server/api/api_internal.h"
 
-sp_status srv__api_parse(srv_endpoint api, const char *body, size_t len, const srv_model_info *mi, uint64_t tenant,
-                         srv_request *out, srv_error *err) {
+sp_status srv_api_parse(srv_endpoint api, const char *body, size_t len, const srv_model_info *mi, uint64_t tenant,
+                        srv_request *out, srv_error *err) {
     switch (api) {
     case SRV_ENDPOINT_RESPONSES: return srv__responses_parse(body, len, mi, tenant, out, err);
     case SRV_ENDPOINT_MESSAGES: return srv__messages_parse(body, len, mi, out, err);
@@ -15,7 +15,7 @@ sp_status srv__api_parse(srv_endpoint api, const char *body, size_t len, const s
     }
 }
 
-json_t *srv__api_render(const srv_request *r, const srv_model_info *mi, const srv_api_answer *a, json_t *chat) {
+json_t *srv_api_render(const srv_request *r, const srv_model_info *mi, const srv_api_answer *a, json_t *chat) {
     if (!chat) return NULL;
     switch (r->api) {
     case SRV_ENDPOINT_RESPONSES: return srv__responses_render(r, mi, a, chat);
@@ -24,8 +24,8 @@ json_t *srv__api_render(const srv_request *r, const srv_model_info *mi, const sr
     }
 }
 
-srv_api_stream *srv__api_stream_create(const srv_request *r, const srv_model_info *mi, const srv_api_answer *a,
-                                       bool *failed) {
+srv_api_stream *srv_api_stream_create(const srv_request *r, const srv_model_info *mi, const srv_api_answer *a,
+                                      bool *failed) {
     srv_api_stream *s = NULL;
     switch (r->api) {
     case SRV_ENDPOINT_RESPONSES: s = srv__responses_stream(r, mi, a); break;
@@ -36,7 +36,7 @@ srv_api_stream *srv__api_stream_create(const srv_request *r, const srv_model_inf
     return s;
 }
 
-void srv__api_stream_event(srv_api_stream *s, const char *chat_event, strbuf *out) {
+void srv_api_stream_event(srv_api_stream *s, const char *chat_event, strbuf *out) {
     if (strcmp(chat_event, SRV_SSE_DONE) == 0) {
         s->event(s, NULL, out);
         return;
@@ -53,10 +53,10 @@ void srv__api_stream_event(srv_api_stream *s, const char *chat_event, strbuf *ou
     json_decref(event);
 }
 
-void srv__api_stream_destroy(srv_api_stream *s) {
+void srv_api_stream_destroy(srv_api_stream *s) {
     if (s) s->destroy(s);
 }
 
-char *srv__api_error_json(srv_endpoint api, const srv_error *err) {
+char *srv_api_error_json(srv_endpoint api, const srv_error *err) {
     return api == SRV_ENDPOINT_MESSAGES ? srv__messages_error_json(err) : srv_error_json(err);
 }

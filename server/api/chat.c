@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "common/log.h"
-#include "server/server_internal.h"
+#include "server/api/api_internal.h"
 
 /* llama.cpp's and vLLM's fallback when a model carries no template. */
 static const char CHAT_CHATML[] =

@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/server_internal.h"
+#include "server/api/api_internal.h"
 
 _Static_assert(SRV_MAX_EMBEDDING_INPUTS <= SRV_MAX_N * SRV_MAX_PROMPTS, "a request's outputs fit the answer's table");
 

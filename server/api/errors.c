@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/server_internal.h"
+#include "server/api/api_internal.h"
 
 /* One row per srv_error_kind, in the enum's order. The types follow what OpenAI
  * answers where it documents one (invalid_request_error for every client mistake,

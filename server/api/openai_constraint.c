@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/server_internal.h"
+#include "server/api/api_internal.h"
 
 /* ---- compiled grammars shared by their text ---- */
 

@@ -10,7 +10,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "server/server_internal.h"
+#include "server/api/api_internal.h"
 
 typedef enum {
     REFUSE_ANY,       /* any value but null */

@@ -12,7 +12,7 @@
 #include <time.h>
 
 #include "common/assert.h"
-#include "server/server_internal.h"
+#include "server/api/api_internal.h"
 
 /* ---- the scalar fields ---- */
 
@@ -508,7 +508,7 @@ void srv_request_free(srv_request *r) {
 
 /* ---- choices ---- */
 
-uint64_t srv__random_u64(void) {
+uint64_t srv_random_u64(void) {
     uint64_t x;
     if (getrandom(&x, sizeof x, GRND_NONBLOCK) == (ssize_t)sizeof x) return x;
     /* no entropy yet (early boot): distinct is all a seed or an id needs */
@@ -529,6 +529,6 @@ sched_request_params srv_request_choice_params(const srv_request *r, int prompt,
     p.n_prompt = r->prompt_lens[prompt];
     p.max_tokens = r->max_tokens[prompt];
     if (p.min_tokens > p.max_tokens) p.min_tokens = p.max_tokens; /* a default max_tokens can be smaller */
-    p.sampling.seed = r->seed_given ? r->params.sampling.seed + (uint64_t)choice : srv__random_u64();
+    p.sampling.seed = r->seed_given ? r->params.sampling.seed + (uint64_t)choice : srv_random_u64();
     return p;
 }

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/server_internal.h"
+#include "server/api/api_internal.h"
 
 const char SRV_SSE_DONE[] = "data: [DONE]\n\n";
 
@@ -18,7 +18,7 @@ const char SRV_SSE_DONE[] = "data: [DONE]\n\n";
 #define RESP_MIN_LOGPROB (-9999.0)
 
 void srv_response_id(srv_endpoint endpoint, char *buf, size_t cap) {
-    uint64_t a = srv__random_u64(), b = srv__random_u64();
+    uint64_t a = srv_random_u64(), b = srv_random_u64();
     const char *prefix = endpoint == SRV_ENDPOINT_CHAT         ? "chatcmpl-"
                          : endpoint == SRV_ENDPOINT_RESPONSES  ? "resp_"
                          : endpoint == SRV_ENDPOINT_MESSAGES   ? "msg_"
@@ -276,7 +276,7 @@ static json_t *resp_choice(const srv_request *r, const srv_model_info *mi, int i
     /* an answer that is tool calls: the calls, what text is left around them, "tool_calls" */
     char *content = NULL;
     json_t *calls = r->endpoint == SRV_ENDPOINT_CHAT && o->finish == SCHED_FINISH_STOP
-                        ? srv__tools_parse(mi, r, all, all_len, &content)
+                        ? srv_tools_parse(mi, r, all, all_len, &content)
                         : NULL;
     /* calls that max_tokens cut: the calls as far as they came, with finish_reason
      * "length", as OpenAI answers them (and as a stream sent them): forced ones (the
@@ -287,8 +287,8 @@ static json_t *resp_choice(const srv_request *r, const srv_model_info *mi, int i
         size_t at = 0;
         bool opened = r->tool_choice == SRV_TOOL_CHOICE_REQUIRED || r->tool_choice == SRV_TOOL_CHOICE_NAMED;
         if (!opened && r->tool_choice == SRV_TOOL_CHOICE_AUTO) {
-            at = srv__tools_hold_from(mi, all, all_len, false);
-            opened = at < all_len && srv__tools_auto_start(mi, r, all + at, all_len - at) == SRV_AUTO_START;
+            at = srv_tools_hold_from(mi, all, all_len, false);
+            opened = at < all_len && srv_tools_auto_start(mi, r, all + at, all_len - at) == SRV_AUTO_START;
         }
         if (opened && (calls = srv__tools_scan_all(all + at, all_len - at)) != NULL) {
             cut_calls = true;

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/server_internal.h"
+#include "server/api/api_internal.h"
 
 static const char THINK_OPEN[] = "<think>", THINK_CLOSE[] = "</think>";
 
@@ -51,23 +51,23 @@ bool srv__reasoning_split(const srv_model_info *mi, const srv_request *r, const 
     return true;
 }
 
-size_t srv__reasoning_partial_close(const char *text, size_t len) {
+size_t srv_reasoning_partial_close(const char *text, size_t len) {
     size_t n = strlen(THINK_CLOSE);
     for (size_t k = n - 1; k > 0; k--)
         if (len >= k && memcmp(text + len - k, THINK_CLOSE, k) == 0) return k;
     return 0;
 }
 
-size_t srv__reasoning_close_at(const char *text, size_t len) {
+size_t srv_reasoning_close_at(const char *text, size_t len) {
     const char *close = memmem(text, len, THINK_CLOSE, strlen(THINK_CLOSE));
     return close ? (size_t)(close - text) : len;
 }
 
-size_t srv__reasoning_close_len(void) {
+size_t srv_reasoning_close_len(void) {
     return strlen(THINK_CLOSE);
 }
 
-size_t srv__reasoning_open_len(const char *text, size_t len, bool *maybe) {
+size_t srv_reasoning_open_len(const char *text, size_t len, bool *maybe) {
     size_t at = skip_space(text, len, 0), n = strlen(THINK_OPEN);
     *maybe = false;
     if (len - at >= n) return memcmp(text + at, THINK_OPEN, n) == 0 ? at + n : 0;

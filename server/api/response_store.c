@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/server_internal.h"
+#include "server/api/api_internal.h"
 
 enum { STORE_BUCKETS = 4096 };
 

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/server_internal.h"
+#include "server/api/api_internal.h"
 
 /* ---- the request: Responses body -> chat body ---- */
 
@@ -397,7 +397,7 @@ done:
 
 static json_t *new_id(const char *prefix) {
     char id[48];
-    snprintf(id, sizeof id, "%s%016llx", prefix, (unsigned long long)srv__random_u64());
+    snprintf(id, sizeof id, "%s%016llx", prefix, (unsigned long long)srv_random_u64());
     return json_string(id);
 }
 
@@ -772,18 +772,24 @@ srv_api_stream *srv__responses_stream(const srv_request *r, const srv_model_info
 
 /* ---- GET and DELETE /v1/responses/{id} ---- */
 
-enum MHD_Result srv__responses_stored(srv_conn *conn, const char *id, const char *method) {
-    const srv_model_info *mi = &conn->app->model;
-    srv_error err;
-    if (strcmp(method, "DELETE") == 0) {
-        if (srv__store_delete(mi->responses, id, conn->tenant, sched_now()))
-            return srv__send_json(conn, 200, json_pack("{s:s,s:s,s:b}", "id", id, "object", "response", "deleted", 1));
-    } else {
-        json_t *response = NULL;
-        if (srv__store_get(mi->responses, id, conn->tenant, &response, NULL, sched_now()))
-            return srv__send_json(conn, 200, response);
-    }
-    srv_error_make(&err, SRV_ERROR_NOT_FOUND, NULL,
+static void responses_not_found(const char *id, srv_error *err) {
+    srv_error_make(err, SRV_ERROR_NOT_FOUND, NULL,
                    "Response with id '%.64s' not found (never stored, expired, deleted or another API key's).", id);
-    return srv__send_error(conn, &err);
+}
+
+json_t *srv_responses_get(const srv_model_info *mi, const char *id, uint64_t tenant, srv_error *err) {
+    json_t *response = NULL;
+    if (srv__store_get(mi->responses, id, tenant, &response, NULL, sched_now())) return response;
+    responses_not_found(id, err);
+    return NULL;
+}
+
+json_t *srv_responses_delete(const srv_model_info *mi, const char *id, uint64_t tenant, srv_error *err) {
+    if (!srv__store_delete(mi->responses, id, tenant, sched_now())) {
+        responses_not_found(id, err);
+        return NULL;
+    }
+    json_t *deleted = json_pack("{s:s,s:s,s:b}", "id", id, "object", "response", "deleted", 1);
+    if (!deleted) srv_error_make(err, SRV_ERROR_INTERNAL, NULL, "out of memory");
+    return deleted;
 }

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/server_internal.h"
+#include "server/api/api_internal.h"
 
 /* {"id": id, "piece": text}, the piece as a string when its bytes are valid UTF-8 and
  * as the list of its bytes otherwise (llama-server's with_pieces). */

@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "common/strbuf.h"
-#include "server/server_internal.h"
+#include "server/api/api_internal.h"
 
 /* A function name OpenAI accepts: 1 to 64 of a-z A-Z 0-9 _ -. */
 static bool tool_name_ok(const char *s, size_t n) {
@@ -385,7 +385,7 @@ static json_t *call_entry(const srv_request *r, const json_t *obj, const char *k
     char *arguments = json_dumps(args, JSON_COMPACT);
     if (!arguments) return NULL;
     char id[32];
-    snprintf(id, sizeof id, "call_%016llx", (unsigned long long)srv__random_u64());
+    snprintf(id, sizeof id, "call_%016llx", (unsigned long long)srv_random_u64());
     json_t *e = json_pack("{s:s,s:s,s:{s:O,s:s}}", "id", id, "type", "function", "function", "name", name, "arguments",
                           arguments);
     free(arguments);
@@ -455,7 +455,7 @@ static bool parse_hermes(const srv_request *r, const char *s, size_t n, json_t *
     return any;
 }
 
-json_t *srv__tools_parse(const srv_model_info *mi, const srv_request *r, const char *text, size_t len, char **content) {
+json_t *srv_tools_parse(const srv_model_info *mi, const srv_request *r, const char *text, size_t len, char **content) {
     *content = NULL;
     if (!r->tools) return NULL;
     json_t *out = json_array();
@@ -497,7 +497,7 @@ json_t *srv__tools_parse(const srv_model_info *mi, const srv_request *r, const c
     return out;
 }
 
-size_t srv__tools_hold_from(const srv_model_info *mi, const char *text, size_t len, bool flowed) {
+size_t srv_tools_hold_from(const srv_model_info *mi, const char *text, size_t len, bool flowed) {
     if (mi->tool_format == SRV_TOOLS_HERMES) { /* calls may follow text: hold from the first <tool_call> */
         static const char OPEN[] = "<tool_call>";
         const size_t n = sizeof OPEN - 1;
@@ -542,7 +542,7 @@ static size_t string_end(const char *s, size_t n, size_t at) {
     return 0;
 }
 
-srv_call_event srv__tools_scan(srv_call_scan *sc, const char *text, size_t len, size_t *from, size_t *n) {
+srv_call_event srv_tools_scan(srv_call_scan *sc, const char *text, size_t len, size_t *from, size_t *n) {
     if (!sc->in_args) {
         const char *p = memmem(text + sc->at, len - sc->at, "\"name\"", 6);
         if (!p) return SRV_CALL_WAIT;
@@ -618,11 +618,11 @@ json_t *srv__tools_scan_all(const char *text, size_t len) {
     strbuf args = {0};
     for (;;) {
         size_t from = 0, n = 0;
-        srv_call_event ev = srv__tools_scan(&sc, text, len, &from, &n);
+        srv_call_event ev = srv_tools_scan(&sc, text, len, &from, &n);
         if (ev == SRV_CALL_WAIT || ev == SRV_CALL_LOST) break;
         if (ev == SRV_CALL_HEAD) {
             char id[32];
-            snprintf(id, sizeof id, "call_%016llx", (unsigned long long)srv__random_u64());
+            snprintf(id, sizeof id, "call_%016llx", (unsigned long long)srv_random_u64());
             json_array_append_new(calls, json_pack("{s:s,s:s,s:{s:s%,s:s}}", "id", id, "type", "function", "function",
                                                    "name", text + from, n, "arguments", ""));
         } else {
@@ -649,7 +649,7 @@ static int begins(const char *s, size_t n, const char *prefix) {
     return memcmp(s, prefix, k) == 0;
 }
 
-srv_auto_calls srv__tools_auto_start(const srv_model_info *mi, const srv_request *r, const char *text, size_t len) {
+srv_auto_calls srv_tools_auto_start(const srv_model_info *mi, const srv_request *r, const char *text, size_t len) {
     size_t at = skip_blank(text, len, 0);
     if (at == len) return SRV_AUTO_WAIT;
     const char *s = text + at;
@@ -670,13 +670,13 @@ srv_auto_calls srv__tools_auto_start(const srv_model_info *mi, const srv_request
     /* the first call's name, on a scan of its own: one of the request's tools? */
     srv_call_scan trial = {0};
     size_t from = 0, name_len = 0;
-    switch (srv__tools_scan(&trial, text, len, &from, &name_len)) {
+    switch (srv_tools_scan(&trial, text, len, &from, &name_len)) {
     case SRV_CALL_WAIT: return SRV_AUTO_WAIT;
     case SRV_CALL_HEAD: return tool_find(r->tools, text + from, name_len) >= 0 ? SRV_AUTO_START : SRV_AUTO_NO;
     default: return SRV_AUTO_NO;
     }
 }
 
-bool srv__tools_known(const srv_request *r, const char *name, size_t n) {
+bool srv_tools_known(const srv_request *r, const char *name, size_t n) {
     return tool_find(r->tools, name, n) >= 0;
 }

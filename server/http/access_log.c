@@ -15,7 +15,7 @@
 #include <time.h>
 
 #include "common/strbuf.h"
-#include "server/server.h"
+#include "server/http/http.h"
 
 /* ` key=value`, the value with spaces, quotes, backslashes, '%' and control or
  * non-ASCII bytes percent-encoded so every field stays one word; NULL: `-`. */

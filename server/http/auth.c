@@ -27,7 +27,7 @@
 #include <strings.h>
 
 #include "common/log.h"
-#include "server/server.h"
+#include "server/http/http.h"
 
 /* One key in its fixed-size slot (bytes past len are zero). */
 typedef struct auth_key {

@@ -23,7 +23,7 @@
 #include "common/log.h"
 #include "common/thread.h"
 #include "scheduler/sched.h"
-#include "server/server_internal.h"
+#include "server/http/http_internal.h"
 
 enum { DEADLINE_PERIOD_MS = 500 };
 

@@ -4,7 +4,7 @@
  * /tokenize, /detokenize), and a request's end (metrics, access log, freeing).
  * Generations are handed to http_generation.c.
  *
- * DESIGN: see server/server.h (threads) and server/server_internal.h (srv_conn's lifetime).
+ * DESIGN: see server/http/http.h (threads) and server/http/http_internal.h (srv_conn's lifetime).
  */
 
 #include <arpa/inet.h>
@@ -20,7 +20,7 @@
 
 #include "common/log.h"
 #include "common/assert.h"
-#include "server/server_internal.h"
+#include "server/http/http_internal.h"
 
 struct srv_http {
     struct MHD_Daemon *daemon;
@@ -105,7 +105,7 @@ enum MHD_Result srv__send_error(srv_conn *conn, const srv_error *err) {
         header = MHD_HTTP_HEADER_WWW_AUTHENTICATE;
         value = "Bearer";
     }
-    return send_body(conn, err->http_status, srv__api_error_json(conn->api, err), "application/json", header, value);
+    return send_body(conn, err->http_status, srv_api_error_json(conn->api, err), "application/json", header, value);
 }
 
 enum MHD_Result srv__send_status_error(srv_conn *conn, sp_status st, const char *message) {
@@ -369,7 +369,7 @@ static void prep_work(srv_conn *conn) {
         break;
     }
     case ROUTE_COUNT_TOKENS: {
-        json_t *answer = srv__messages_count_tokens(conn->body, conn->body_len, mi, &conn->prep_err);
+        json_t *answer = srv_messages_count_tokens(conn->body, conn->body_len, mi, &conn->prep_err);
         if (answer) {
             conn->prep_text = json_dumps(answer, SRV_JSON_FLAGS);
             json_decref(answer);
@@ -381,8 +381,8 @@ static void prep_work(srv_conn *conn) {
     case ROUTE_COMPLETIONS:
     case ROUTE_RESPONSES:
     case ROUTE_MESSAGES:
-        conn->prep_status = srv__api_parse(route_api((route_kind)conn->prep_route), conn->body, conn->body_len, mi,
-                                           conn->tenant, &conn->request, &conn->prep_err);
+        conn->prep_status = srv_api_parse(route_api((route_kind)conn->prep_route), conn->body, conn->body_len, mi,
+                                          conn->tenant, &conn->request, &conn->prep_err);
         conn->have_request = conn->prep_status == SP_OK;
         break;
     case ROUTE_EMBEDDINGS: /* prefill-only prompts, submitted and answered as a completion is (embeddings.c) */
@@ -440,6 +440,15 @@ static bool admit_key(srv_conn *conn, const char *url, const char *method, enum 
     return false;
 }
 
+/* GET and DELETE /v1/responses/{id}: the stored response (server/api/responses.c). */
+static enum MHD_Result responses_stored(srv_conn *conn, const char *id, const char *method) {
+    const srv_model_info *mi = &conn->app->model;
+    srv_error err;
+    json_t *body = strcmp(method, "DELETE") == 0 ? srv_responses_delete(mi, id, conn->tenant, &err)
+                                                 : srv_responses_get(mi, id, conn->tenant, &err);
+    return body ? srv__send_json(conn, 200, body) : srv__send_error(conn, &err);
+}
+
 static enum MHD_Result route(srv_conn *conn, const char *url, const char *method) {
     srv_error err;
     const char *id = NULL;
@@ -455,7 +464,7 @@ static enum MHD_Result route(srv_conn *conn, const char *url, const char *method
     if (!route_allows(found, method)) {
         srv_error_make(&err, SRV_ERROR_METHOD_NOT_ALLOWED, NULL, "Method %s is not allowed for %s (use %s)", method,
                        url, found->methods);
-        return send_body(conn, err.http_status, srv__api_error_json(conn->api, &err), "application/json",
+        return send_body(conn, err.http_status, srv_api_error_json(conn->api, &err), "application/json",
                          MHD_HTTP_HEADER_ALLOW, found->methods);
     }
     if (conn->admin && found->kind != ROUTE_HEALTH && found->kind != ROUTE_READY && found->kind != ROUTE_METRICS) {
@@ -488,7 +497,7 @@ static enum MHD_Result route(srv_conn *conn, const char *url, const char *method
         json_t *model = srv_render_model(&conn->app->model, id, &err);
         return model ? srv__send_json(conn, 200, model) : srv__send_error(conn, &err);
     }
-    case ROUTE_RESPONSE: return srv__responses_stored(conn, id, method);
+    case ROUTE_RESPONSE: return responses_stored(conn, id, method);
     case ROUTE_CHAT:
     case ROUTE_COMPLETIONS:
     case ROUTE_RESPONSES:
@@ -709,7 +718,7 @@ static void on_completed(void *cls, struct MHD_Connection *connection, void **co
     if (conn->dispatched) atomic_fetch_sub(&app->live_generations, 1);
     if (conn->have_request) srv_request_free(&conn->request);
     free(conn->prep_text); /* prepared, never sent */
-    srv__api_stream_destroy(conn->api_stream);
+    srv_api_stream_destroy(conn->api_stream);
     pthread_mutex_destroy(&conn->lock);
     free(conn->reqs);
     free(conn->choices);

@@ -14,7 +14,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "server/server_internal.h"
+#include "server/http/http_internal.h"
 
 /* RFC 9110 tchar: what a header name may be made of. */
 static bool is_token_char(unsigned char c) {

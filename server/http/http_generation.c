@@ -3,7 +3,7 @@
  * scheduler's notify and the watcher, SSE chunks read out of a suspended stream, or
  * one JSON body once every choice is done. Cancels when the client leaves.
  *
- * DESIGN: see server/server_internal.h for srv_conn's threads and lifetime. Its `lock`
+ * DESIGN: see server/http/http_internal.h for srv_conn's threads and lifetime. Its `lock`
  * orders the suspend/resume handshake:
  *   handler/reader: lock; woken = false; unlock; look at the outputs; nothing new ->
  *                   lock; if woken: look again; else suspended = true, suspend; unlock
@@ -18,7 +18,7 @@
 #include <time.h>
 
 #include "common/assert.h"
-#include "server/server_internal.h"
+#include "server/http/http_internal.h"
 
 enum { STREAM_BLOCK_BYTES = 16 * 1024 };
 
@@ -109,7 +109,7 @@ static bool out_append(srv_conn *conn, const char *text, size_t len) {
 static bool out_event(srv_conn *conn, const char *event) {
     if (!conn->api_stream) return out_append(conn, event, strlen(event));
     strbuf b = {0};
-    srv__api_stream_event(conn->api_stream, event, &b);
+    srv_api_stream_event(conn->api_stream, event, &b);
     char *text = strbuf_take(&b);
     bool ok = text && out_append(conn, text, strlen(text));
     free(text);
@@ -197,7 +197,7 @@ static bool stream_reasoning(srv_conn *conn, srv_choice *choice, choice_news *ne
     size_t len = news->text_len, skip = 0;
     if (choice->think == THINK_UNKNOWN) {
         bool maybe = false;
-        size_t open = rq->reasoning_open_at_start ? 0 : srv__reasoning_open_len(text, len, &maybe);
+        size_t open = rq->reasoning_open_at_start ? 0 : srv_reasoning_open_len(text, len, &maybe);
         if (rq->reasoning_open_at_start || open > 0) {
             choice->think = THINK_OPENED;
             skip = open;
@@ -219,8 +219,8 @@ static bool stream_reasoning(srv_conn *conn, srv_choice *choice, choice_news *ne
             return true;
         }
     }
-    size_t close = srv__reasoning_close_at(text + skip, len - skip) + skip;
-    size_t held = close == len && !news->done ? srv__reasoning_partial_close(text + skip, len - skip) : 0;
+    size_t close = srv_reasoning_close_at(text + skip, len - skip) + skip;
+    size_t held = close == len && !news->done ? srv_reasoning_partial_close(text + skip, len - skip) : 0;
     size_t end = close < len ? close : len - held;
     if (end > skip || news->n_tokens > 0) {
         bool ok = out_append_owned(conn, srv_sse_reasoning_chunk(rq, mi, conn->id, conn->created, choice->index,
@@ -230,7 +230,7 @@ static bool stream_reasoning(srv_conn *conn, srv_choice *choice, choice_news *ne
     }
     news->n_tokens = 0;
     if (close < len) { /* past </think>: the rest is the answer, its leading blanks dropped */
-        size_t at = close + srv__reasoning_close_len();
+        size_t at = close + srv_reasoning_close_len();
         while (at < len && blank(text[at])) at++;
         memmove(text, text + at, len - at);
         news->text_len = len - at;
@@ -275,9 +275,9 @@ static bool stream_forced_calls(srv_conn *conn, srv_choice *choice, const char *
     for (;;) {
         size_t from = 0, n = 0;
         const srv_call_scan before = choice->scan;
-        srv_call_event ev = srv__tools_scan(&choice->scan, text, len, &from, &n);
+        srv_call_event ev = srv_tools_scan(&choice->scan, text, len, &from, &n);
         if (ev == SRV_CALL_WAIT) return true;
-        if (ev == SRV_CALL_HEAD && choice->auto_calls && !srv__tools_known(rq, text + from, n)) {
+        if (ev == SRV_CALL_HEAD && choice->auto_calls && !srv_tools_known(rq, text + from, n)) {
             choice->scan = before; /* auto: not a call of the tools; the answer's end decides the rest */
             return true;
         }
@@ -288,7 +288,7 @@ static bool stream_forced_calls(srv_conn *conn, srv_choice *choice, const char *
         json_t *delta;
         if (ev == SRV_CALL_HEAD) {
             char id[32];
-            snprintf(id, sizeof id, "call_%016llx", (unsigned long long)srv__random_u64());
+            snprintf(id, sizeof id, "call_%016llx", (unsigned long long)srv_random_u64());
             delta = json_pack("{s:i,s:s,s:s,s:{s:s%,s:s}}", "index", choice->scan.index++, "id", id, "type", "function",
                               "function", "name", text + from, n, "arguments", "");
         } else {
@@ -302,7 +302,7 @@ static bool stream_forced_calls(srv_conn *conn, srv_choice *choice, const char *
 
 /* A request with tools, on the answer's new text in news (after any reasoning): the
  * text that may still become tool calls is held back (choice->text_sent rewound to it:
- * srv__tools_hold_from), the rest flows as content. When the answer ends, the held text
+ * srv_tools_hold_from), the rest flows as content. When the answer ends, the held text
  * is parsed: calls are sent as OpenAI streams them (per call a chunk with its index, id
  * and name, then its arguments in pieces, then the finish_reason "tool_calls"), with the
  * text around them as content first; anything else flows as content. *sent: the calls
@@ -317,8 +317,8 @@ static bool stream_tools(srv_conn *conn, srv_choice *choice, choice_news *news, 
     /* auto: once the held text (everything before it has flowed) begins a call of one of
      * the tools, it is streamed as it comes, like a forced one */
     if (!forced && !choice->auto_calls && !choice->scan_lost && !news->done && len > 0 &&
-        srv__tools_hold_from(mi, text, len, choice->content_flowed) == 0) {
-        srv_auto_calls start = srv__tools_auto_start(mi, rq, text, len);
+        srv_tools_hold_from(mi, text, len, choice->content_flowed) == 0) {
+        srv_auto_calls start = srv_tools_auto_start(mi, rq, text, len);
         choice->auto_calls = start == SRV_AUTO_START;
         choice->scan_lost = start == SRV_AUTO_NO;
     }
@@ -344,7 +344,7 @@ static bool stream_tools(srv_conn *conn, srv_choice *choice, choice_news *news, 
              * as the whole answer parses (the calls already sent are its first ones) */
             char *content = NULL;
             json_t *parsed = choice->auto_calls && news->finish == SCHED_FINISH_STOP
-                                 ? srv__tools_parse(mi, rq, text, len, &content)
+                                 ? srv_tools_parse(mi, rq, text, len, &content)
                                  : NULL;
             bool ok = true;
             for (size_t k = (size_t)choice->scan.index; ok && k < json_array_size(parsed); k++)
@@ -369,7 +369,7 @@ static bool stream_tools(srv_conn *conn, srv_choice *choice, choice_news *news, 
         }
     }
     if (!news->done) {
-        size_t hold = srv__tools_hold_from(mi, text, len, choice->content_flowed);
+        size_t hold = srv_tools_hold_from(mi, text, len, choice->content_flowed);
         choice->text_sent -= len - hold;
         news->text_len = hold;
         for (size_t k = 0; k < hold && !choice->content_flowed; k++)
@@ -379,7 +379,7 @@ static bool stream_tools(srv_conn *conn, srv_choice *choice, choice_news *news, 
 at_the_end:
     choice->tools_decided = true;
     char *content = NULL;
-    json_t *calls = news->finish == SCHED_FINISH_STOP ? srv__tools_parse(mi, rq, text, len, &content) : NULL;
+    json_t *calls = news->finish == SCHED_FINISH_STOP ? srv_tools_parse(mi, rq, text, len, &content) : NULL;
     if (!calls) return true; /* content after all: it flows with the finish */
     bool ok = true;
     if (content || news->n_tokens > 0)
@@ -516,8 +516,8 @@ static enum MHD_Result send_completion(srv_conn *conn) {
     srv_api_answer answer = {.id = conn->id, .created = conn->created, .tenant = conn->tenant};
     return srv__send_json(
         conn, 200,
-        srv__api_render(&conn->request, mi, &answer,
-                        srv_render_response(&conn->request, mi, conn->id, conn->created, outs, conn->n_reqs)));
+        srv_api_render(&conn->request, mi, &answer,
+                       srv_render_response(&conn->request, mi, conn->id, conn->created, outs, conn->n_reqs)));
 }
 
 /* Called again after every resume until the answer is queued. */
@@ -557,7 +557,7 @@ enum MHD_Result srv__generation_start(srv_conn *conn) {
     if (rq->stream) {
         bool failed;
         srv_api_answer answer = {.id = conn->id, .created = conn->created, .tenant = tenant};
-        conn->api_stream = srv__api_stream_create(rq, &app->model, &answer, &failed);
+        conn->api_stream = srv_api_stream_create(rq, &app->model, &answer, &failed);
         if (failed) return srv__send_status_error(conn, SP_ERR_NOMEM, "out of memory");
     }
 

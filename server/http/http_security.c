@@ -1,6 +1,6 @@
 /* http_security.c: TLS and the header limit as libmicrohttpd daemon options
- * (declared in server_internal.h). */
-#include "server/server_internal.h"
+ * (declared in http_internal.h). */
+#include "server/http/http_internal.h"
 
 #include <errno.h>
 #include <stdint.h>

@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "common/strbuf.h"
-#include "server/server.h"
+#include "server/http/http.h"
 
 /* ---- HTTP requests by endpoint and status ---- */
 

@@ -37,7 +37,7 @@
 
 #include "common/log.h"
 #include "common/thread.h"
-#include "server/server.h"
+#include "server/http/http.h"
 
 enum { NOTIFY_MESSAGE_MAX = 512 };
 static const double NOTIFY_STATUS_PERIOD_S = 5.0; /* STATUS= refresh without a watchdog */

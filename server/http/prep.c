@@ -32,7 +32,7 @@
 
 #include "common/thread.h"
 #include "scheduler/sched.h"
-#include "server/server_internal.h"
+#include "server/http/http_internal.h"
 
 enum { PREP_MAX_THREADS = 64, PREP_LARGE_BYTES = 64 * 1024 };
 #define PREP_MAX_WAIT_S  1.0

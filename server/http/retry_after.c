@@ -16,7 +16,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-#include "server/server_internal.h"
+#include "server/http/http_internal.h"
 
 enum { RETRY_MIN_S = 1, RETRY_MAX_S = 60, RETRY_STALE_S = 10 };
 

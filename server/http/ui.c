@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "common/assert.h"
-#include "server/server_internal.h"
+#include "server/http/http_internal.h"
 
 /* The page's bytes between srv_ui_page and srv_ui_page_end, then a NUL so that it can
  * be searched as a string. The path is relative to the repository root, where make

@@ -24,7 +24,7 @@
 
 #include "common/assert.h"
 #include "common/thread.h"
-#include "server/server.h"
+#include "server/http/http.h"
 
 enum { WATCH_PERIOD_MS = 50 };
 

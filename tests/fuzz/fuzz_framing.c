@@ -16,7 +16,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "server/server_internal.h"
+#include "server/http/http_internal.h"
 
 #define FUZZ_CHECK(cond)               \
     do {                               \

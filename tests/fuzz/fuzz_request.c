@@ -1,4 +1,4 @@
-/* fuzz_request.c: libFuzzer harness for the OpenAI API layer (server/server.h). Each
+/* fuzz_request.c: libFuzzer harness for the OpenAI API layer (server/api/api.h). Each
  * input is a request body, parsed as a /v1/chat/completions and a /v1/completions body
  * against stories260K's vocabulary (SentencePiece) with two templates: the ChatML
  * fallback (content parts joined) and one that takes content parts. The same bytes
@@ -33,8 +33,8 @@
 
 #include "common/log.h"
 #include "gguf/gguf.h"
-#include "server/server.h"
-#include "server/server_internal.h"
+#include "server/api/api.h"
+#include "server/api/api_internal.h"
 
 #define FUZZ_CHECK(cond)               \
     do {                               \
@@ -279,7 +279,7 @@ static void fuzz_check_messages(const char *body, size_t size, const srv_model_i
     }
     FUZZ_CHECK(r.api == SRV_ENDPOINT_MESSAGES && r.endpoint == SRV_ENDPOINT_CHAT && r.n == 1 && r.n_prompts == 1);
     fuzz_check_request(&r, mi);
-    json_t *count = srv__messages_count_tokens(body, size, mi, &err);
+    json_t *count = srv_messages_count_tokens(body, size, mi, &err);
     FUZZ_CHECK(count && json_integer_value(json_object_get(count, "input_tokens")) == r.prompt_lens[0]);
     json_decref(count);
     sched_output o;

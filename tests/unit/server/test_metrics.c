@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/server.h"
+#include "server/http/http.h"
 
 static char *render_without_scheduler(void) {
     static srv_app app; /* zeroed: loading, no scheduler */

@@ -1,19 +1,32 @@
-/* server.h: the server module's one public header, in two layers:
- * - the OpenAI layer (no transport): request bodies parsed and validated into
- *   scheduler requests, chat rendering, JSON and SSE encoding, errors;
- * - the HTTP transport over it (libmicrohttpd): the daemon cli/cmd_serve.c starts.
- * Internal to both: server/server_internal.h. */
-#ifndef SP_SERVER_H
-#define SP_SERVER_H
+/* api.h: server/api's one public header: the OpenAI, Responses and Anthropic API layer
+ * without any transport (no libmicrohttpd, no sockets): request bodies parsed and
+ * validated into scheduler requests, chat messages rendered, answers encoded as JSON and
+ * SSE event text, every error as one OpenAI error object with its HTTP status. The
+ * transport over it is server/http/ (server/http/http.h); nothing here calls up into it.
+ *
+ * One unit per dialect on a shared core (nginx's modules: one job a file):
+ *   core         errors.c (statuses), openai_fields.c (typed field readers),
+ *                openai_request.c (request fields and sampling), openai_refused.c,
+ *                openai_constraint.c, chat.c (messages to prompt), tools.c, reasoning.c,
+ *                openai_response.c (answers and SSE chunks)
+ *   OpenAI       /v1/chat/completions and /v1/completions: the core itself
+ *   Responses    responses.c (over chat), response_store.c (previous_response_id, GET/DELETE)
+ *   Anthropic    anthropic.c (over chat), anthropic_answer.c
+ *   embeddings   embeddings.c
+ *   tokenize     tokenize.c (/tokenize, /detokenize)
+ * api_bridge.c picks a dialect over chat by srv_request.api: the next dialect is one
+ * file with its parse, render and stream functions and a case there.
+ * Internal: server/api/api_internal.h. */
+#ifndef SP_SERVER_API_H
+#define SP_SERVER_API_H
 
 #include <jansson.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "common/status.h"
+#include "common/strbuf.h"
 #include "scheduler/sched.h"
 #include "template/template.h"
 #include "tokenizer/tokenizer.h"
@@ -299,225 +312,115 @@ json_t *srv_tokenize(const char *body, size_t len, const srv_model_info *mi, srv
  * tokens rendered. On failure fills err and returns NULL. */
 json_t *srv_detokenize(const char *body, size_t len, const srv_model_info *mi, srv_error *err);
 
-/* ==== The HTTP transport ====
- * The HTTP transport: libmicrohttpd's daemon, routing,
- * request bodies, streaming over suspended connections, and the watcher that notices
- * clients that went away. The OpenAI layer it calls is above.
- *
- * DESIGN (threads and ownership)
- * - The main thread (cmd_serve.c) owns srv_app: it starts the HTTP daemon, loads the
- *   model (while /health answers 503), creates the scheduler, and on a signal shuts
- *   everything down in order.
- * - libmicrohttpd's pool threads (`--http-threads`, epoll) run every handler. A request
- *   whose body must be parsed, rendered or tokenized (chat, completions, tokenize,
- *   detokenize) is suspended and handed to the preparation workers (`--prep-threads`,
- *   prep.c), smallest body first, so a megabyte of text never stalls the probes and small
- *   requests these threads serve; resumed, the handler submits or answers. A
- *   generation's connection is then suspended again and costs no thread until the
- *   scheduler's notify resumes it. That is how thousands of open streams fit on two cores.
- * - The scheduler thread only calls srv_conn's notify (resume the connection); it never
- *   writes to a socket.
- * - The watcher thread (watch.c) polls the sockets of generating requests for hang-ups
- *   (a suspended connection is not polled by libmicrohttpd) and cancels their requests;
- *   it also wakes streams that have been quiet for `keepalive_s` so they send an SSE
- *   comment line during long prefills or queueing.
- * - `lifecycle` (a rwlock) guards the phase and the scheduler pointer: handlers hold it
- *   for reading around sched_submit, shutdown takes it for writing, so no handler
- *   submits to a scheduler that is being destroyed.
+/* ==== What the transport calls beyond the answers above ====
+ * The APIs over chat, the stored responses, and the pieces of tool-call and reasoning
+ * parsing that a stream's text goes through as it comes (server/http/http_generation.c
+ * holds a choice's text back with them). Same thread rules as above. */
+
+/* 64 random bits for seeds and ids (getrandom; a clock-and-counter mix when the kernel
+ * has no entropy yet; openai_request.c). Any thread. */
+uint64_t srv_random_u64(void);
+
+/* ---- APIs over chat (api_bridge.c, responses.c, anthropic.c) ----
+ * /v1/responses and Anthropic's /v1/messages are chat requests underneath. Each API's
+ * file translates its body into a chat completions body (validated as a chat request;
+ * r->api names the API), the chat answer back into its own
+ * shape, and a stream's chat events, one at a time, into its own event sequence.
+ * api_bridge.c picks the API's functions by r->api, so the transport stays the chat
+ * machinery. Prep workers and HTTP threads; reentrant (a stream's translator has one
+ * owner, its connection).
  */
 
-typedef enum srv_phase {
-    SRV_PHASE_LOADING, /* listening; the model is being loaded */
-    SRV_PHASE_READY,
-    SRV_PHASE_DRAINING,      /* SIGTERM: no new work; accepted work finishes (drain_timeout) */
-    SRV_PHASE_SHUTTING_DOWN, /* ending what is left */
-    SRV_PHASE_FAILED         /* loading failed; the process is about to exit */
-} srv_phase;
+/* A stream's translator: the API's state between events. */
+typedef struct srv_api_stream srv_api_stream;
+struct srv_api_stream {
+    /* One chat event: a chunk object, or {"error": {...}} when the generation failed;
+     * NULL at the end ([DONE]). The API's events go into out. */
+    void (*event)(srv_api_stream *s, const json_t *chat_event, strbuf *out);
+    void (*destroy)(srv_api_stream *s);
+};
 
-typedef enum srv_log_format { SRV_LOG_TEXT, SRV_LOG_JSON } srv_log_format;
+/* What an answer needs beside the request: its id, time and the caller's API key. */
+typedef struct srv_api_answer {
+    const char *id;
+    int64_t created;
+    uint64_t tenant; /* srv_auth_tenant of the request's key (stores are per key) */
+} srv_api_answer;
 
-typedef struct srv_http_config {
-    const char *host;               /* address to bind ("127.0.0.1", "0.0.0.0", "::1") */
-    int port;                       /* 0: any free port (srv_http_port tells which) */
-    int http_threads;               /* libmicrohttpd pool threads */
-    int prep_threads;               /* workers that parse, render and tokenize bodies (prep.c) */
-    size_t max_body_bytes;          /* larger bodies: 413 */
-    int max_connections;            /* open connections at once */
-    double keepalive_s;             /* SSE comment after this much quiet */
-    int connection_timeout;         /* seconds an idle connection is kept (not counting suspended ones) */
-    int header_timeout;             /* seconds for a request's headers, in all (deadlines.c) */
-    int body_timeout;               /* seconds for a request's body, in all, once its headers are in */
-    int max_connections_per_client; /* from one address; 0: no limit */
-    int admin_port;                 /* probes and metrics only, on the same host; 0: none */
-    size_t max_header_bytes;        /* request line + headers per connection (libmicrohttpd's memory limit) */
-    /* security (auth.c): API keys from --api-key and --api-key-file (reloaded on SIGHUP) */
-    const char *const *api_keys; /* (n_api_keys) from --api-key / the config file's api_keys */
-    int n_api_keys;
-    const char *api_key_file;        /* one key per line; NULL: none */
-    bool metrics_require_key;        /* /metrics needs a key too (default: open) */
-    const char *const *cors_origins; /* (n_cors_origins) allowed origins; "*" allows any; none: CORS off */
-    int n_cors_origins;
-    const char *tls_cert_file; /* PEM; both set: HTTPS */
-    const char *tls_key_file;
-    /* logging (access log) */
-    srv_log_format log_format;
-    bool access_log;  /* one line per request (default on) */
-    bool log_prompts; /* include the prompt text in the access log (default off) */
-    /* readiness and drain */
-    double drain_timeout_s;      /* SIGTERM: in-flight work gets this long to finish */
-    double ready_queue_fraction; /* /ready is 503 when the queue is above this fraction of its bounds */
-    /* the other APIs and pages */
-    bool metrics_vllm;            /* /metrics also under vLLM's names (--metrics-names vllm) */
-    bool ui;                      /* the chat page at / (--no-ui: off) */
-    size_t responses_store_bytes; /* stored /v1/responses; 0: none stored */
-    int responses_store_max;      /* and their count */
-    double responses_store_ttl_s; /* how long each is kept */
-} srv_http_config;
+/* The bridge (api_bridge.c): by api. srv_api_parse fills out (out->api = api). */
+sp_status srv_api_parse(srv_endpoint api, const char *body, size_t len, const srv_model_info *mi, uint64_t tenant,
+                        srv_request *out, srv_error *err);
+/* The non-streaming answer: chat (srv_render_response's body, taken) in r->api's shape. */
+json_t *srv_api_render(const srv_request *r, const srv_model_info *mi, const srv_api_answer *a, json_t *chat);
+/* A stream's translator; NULL for chat and completions (their events go out as they are)
+ * and on out of memory (*failed set). */
+srv_api_stream *srv_api_stream_create(const srv_request *r, const srv_model_info *mi, const srv_api_answer *a,
+                                      bool *failed);
+/* One chat SSE event's text ("data: {...}\n\n", or SRV_SSE_DONE) through s into out. */
+void srv_api_stream_event(srv_api_stream *s, const char *chat_event, strbuf *out);
+void srv_api_stream_destroy(srv_api_stream *s);
+/* An error body in api's shape (Anthropic's for MESSAGES, else OpenAI's); free(). */
+char *srv_api_error_json(srv_endpoint api, const srv_error *err);
 
-typedef struct srv_watch srv_watch;
+/* POST /v1/messages/count_tokens (anthropic.c): {"input_tokens": n}; on failure NULL
+ * and err. */
+json_t *srv_messages_count_tokens(const char *body, size_t len, const srv_model_info *mi, srv_error *err);
 
-/* What every handler shares. Owned by the main thread; fields marked (ready) are set
- * before phase becomes READY and never change afterwards. */
-typedef struct srv_app {
-    srv_http_config http;
-    pthread_rwlock_t lifecycle; /* guards phase transitions and sched (see DESIGN) */
-    _Atomic int phase;          /* srv_phase */
-    char load_error[256];       /* SRV_PHASE_FAILED: why */
-    srv_model_info model;       /* (ready) */
-    sched *sched;               /* (ready) until shutdown */
-    srv_watch *watch;
-    _Atomic long live_generations;   /* accepted generation requests whose connection is open */
-    struct srv_auth *_Atomic auth;   /* security (auth.c): the API keys; NULL until loaded at start */
-    struct srv_prep *prep;           /* the preparation workers (prep.c): srv_http_start to srv_http_stop */
-    struct srv_deadlines *deadlines; /* header and body deadlines (deadlines.c): the same span */
-} srv_app;
+/* ---- stored responses (responses.c): GET and DELETE /v1/responses/{id} ---- */
 
-typedef struct srv_http srv_http;
+/* The response stored under id for tenant (new reference), or NULL with the 404 in err
+ * (never stored, expired, deleted or another key's). */
+json_t *srv_responses_get(const srv_model_info *mi, const char *id, uint64_t tenant, srv_error *err);
+/* Deletes it: {"id", "object": "response", "deleted": true} (new reference), or NULL
+ * with the 404 (or a 500 when out of memory) in err. */
+json_t *srv_responses_delete(const srv_model_info *mi, const char *id, uint64_t tenant, srv_error *err);
 
-/* Binds and starts serving app (borrowed until srv_http_stop). Caller owns *out. */
-sp_status srv_http_start(srv_app *app, srv_http **out);
-/* The bound port (useful with port 0). */
-int srv_http_port(const srv_http *h);
-/* The port of the --admin-port daemon (probes and metrics only); 0: none. */
-int srv_http_admin_port(const srv_http *h);
-/* Stops listening, closes every connection and joins the pool threads. */
-void srv_http_stop(srv_http *h);
+/* ---- a stream's tool calls (tools.c) ---- */
 
-/* The scheduler is "stuck" for /health when it has not ticked or woken for this long
- * (one step of the largest batch takes well under a second on the default model). */
-#define SRV_HEARTBEAT_STALE_S 30.0
+/* The answer's tool calls (OpenAI's tool_calls array, new reference) and the content
+ * around them (*content, malloc'd, NULL when none), or NULL when the answer is not calls
+ * of r's tools (then it is all content). */
+json_t *srv_tools_parse(const srv_model_info *mi, const srv_request *r, const char *text, size_t len, char **content);
+/* A stream of forced calls (tool_choice required or named: name before arguments, by the
+ * grammar) scanned as it comes, over the held text from its start. */
+typedef struct srv_call_scan {
+    size_t at;    /* bytes of the held text scanned */
+    int index;    /* calls whose head was sent */
+    bool in_args; /* inside a call's arguments value */
+    int depth;
+    bool in_str, esc;
+} srv_call_scan;
 
-/* GET /metrics (metrics.c): Prometheus text; s may be NULL (loading, shutting down).
- * Caller owns the text; free(). NULL on out of memory. */
-char *srv_metrics_render(const srv_app *app, const sched *s);
+typedef enum srv_call_event {
+    SRV_CALL_WAIT, /* nothing new until more text comes */
+    SRV_CALL_HEAD, /* a call's name at text[*from .. + *n) (a JSON string's content) */
+    SRV_CALL_ARGS, /* a piece of its arguments at text[*from .. + *n) */
+    SRV_CALL_LOST  /* not the shape expected: send the calls when the answer ends instead */
+} srv_call_event;
 
-/* ---- the watcher (watch.c) ---- */
+srv_call_event srv_tools_scan(srv_call_scan *sc, const char *text, size_t len, size_t *from, size_t *n);
+/* Whether name (n bytes) is one of r's tools. */
+bool srv_tools_known(const srv_request *r, const char *name, size_t n);
+/* For a stream of tool_choice auto: whether the held text (from where calls may begin)
+ * starts a call of one of r's tools in mi's format, so that it can be streamed as it comes
+ * (START), is not one (NO: decided when the answer ends), or cannot tell yet (WAIT). */
+typedef enum srv_auto_calls { SRV_AUTO_WAIT, SRV_AUTO_START, SRV_AUTO_NO } srv_auto_calls;
+srv_auto_calls srv_tools_auto_start(const srv_model_info *mi, const srv_request *r, const char *text, size_t len);
 
-/* A connection the watcher looks after while its generation runs. */
-typedef struct srv_watched {
-    int fd;
-    void (*on_hangup)(void *arg); /* the client is gone: cancel */
-    void (*on_quiet)(void *arg);  /* nothing sent for keepalive_s: wake the stream */
-    void *arg;
-    _Atomic double last_write; /* sched_now() of the last bytes handed to the socket */
-    bool streaming;
-    bool hung_up; /* watcher thread: on_hangup was called */
-    int _slot;    /* index in the watcher's table, -1 when not watched */
-} srv_watched;
+/* For a stream: the offset in the answer's unsent text from which it must be held back
+ * because it may still be tool calls (len: nothing to hold). hermes calls may follow
+ * text (held from the first <tool_call>, or a tag cut at the end); in the other formats
+ * the calls are the whole answer, so once content has flowed (flowed) nothing is held. */
+size_t srv_tools_hold_from(const srv_model_info *mi, const char *text, size_t len, bool flowed);
 
-sp_status srv_watch_create(double keepalive_s, srv_watch **out);
-void srv_watch_destroy(srv_watch *w);
-/* Starts watching w (borrowed until srv_watch_remove returns). */
-sp_status srv_watch_add(srv_watch *wt, srv_watched *w);
-/* Stops watching; after it returns no callback for w runs or will run. */
-void srv_watch_remove(srv_watch *wt, srv_watched *w);
+/* ---- a stream's reasoning (reasoning.c) ---- */
 
-/* ---- security (auth.c) ---- */
-
-/* The API key set (--api-key, --api-key-file), reloaded on SIGHUP. Any thread may
- * call srv_auth_check; srv_auth_reload runs on the main thread. */
-typedef struct srv_auth srv_auth;
-
-/* Longest API key accepted, in bytes (keys are compared in fixed slots of this size). */
-#define SRV_AUTH_KEY_MAX 256
-
-/* Builds the key set from config->api_keys and config->api_key_file (config borrowed
- * until srv_auth_destroy). No keys configured: the set is empty and every request is
- * authorized. A missing or unreadable file, a file without keys, an empty or too long
- * key, or one with a space or control character is an error naming the file and line.
- * Caller owns *out; free with srv_auth_destroy. */
-sp_status srv_auth_create(const srv_http_config *config, srv_auth **out);
-void srv_auth_destroy(srv_auth *a);
-/* SIGHUP: reads the key file again into a new set and swaps it in atomically
- * (requests in flight finish with the set they started with). On failure the old
- * keys stay in use and the reason is logged and returned. Logs the outcome. */
-sp_status srv_auth_reload(srv_auth *a);
-/* How many keys are in use (0: authentication is off). */
-int srv_auth_key_count(srv_auth *a);
-/* Whether `authorization` (the Authorization header's value, or NULL) is
- * `Bearer <one of the keys>`, compared in constant time. When not, fills err with
- * OpenAI's 401 (invalid_request_error, invalid_api_key). Always true with no keys. */
-bool srv_auth_check(srv_auth *a, const char *authorization, srv_error *err);
-/* Who a request speaks for, for what requests may share (the speculative suffix
- * cache): a hash of its API key; 0 when authentication is off (a is NULL or has no
- * keys). Call after srv_auth_check accepted the header. */
-uint64_t srv_auth_tenant(srv_auth *a, const char *authorization);
-
-/* ---- systemd (notify.c) ---- */
-
-/* systemd's notify protocol (sd_notify(3)) without libsystemd. Every function does
- * nothing when $NOTIFY_SOCKET is unset (not started by systemd with Type=notify). */
-typedef struct srv_notify srv_notify;
-
-/* Sends one message ("KEY=VALUE" lines) to $NOTIFY_SOCKET (a path, or an abstract
- * name when it starts with '@'). SP_OK when sent or when there is no socket; an error
- * naming the socket otherwise. Any thread. */
-sp_status srv_notify_send(const char *message);
-/* STATUS=<the formatted text>, newlines turned into spaces; failures are logged. */
-void srv_notify_status(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-/* READY=1 with MAINPID and the first STATUS= line. Main thread, once the model is
- * loaded, the port listens and app->phase is READY. Failures are logged. */
-void srv_notify_ready(srv_app *app);
-/* STOPPING=1 (shutdown began). Failures are logged. */
-void srv_notify_stopping(void);
-/* Starts the "sd-watchdog" thread: STOPPING=1 when it sees the drain begin, and each
- * period (WATCHDOG_USEC/2; 5 s without a watchdog) a STATUS= line with the model and
- * the load, plus WATCHDOG=1 while the scheduler's heartbeat is younger than
- * SRV_HEARTBEAT_STALE_S. Watchdog only when $WATCHDOG_USEC is set and $WATCHDOG_PID is
- * absent or this process. app is borrowed until srv_notify_stop. *out is NULL without
- * NOTIFY_SOCKET. Caller owns *out; free with srv_notify_stop (before the scheduler is
- * destroyed). */
-sp_status srv_notify_start(srv_app *app, srv_notify **out);
-/* Stops and joins the thread; NULL is a no-op. */
-void srv_notify_stop(srv_notify *n);
-
-/* ---- metrics and access log ---- */
-
-/* Counts one HTTP request for /metrics' spindle_http_requests_total. endpoint is the
- * route path, or "other" for unknown paths; static storage (it is kept). status is
- * what was answered (499: the client left before an answer). Lock-free; any thread. */
-void srv_metrics_count_http(const char *endpoint, int status);
-
-/* One access log entry (access_log.c): what on_completed knows of a finished HTTP
- * request. Strings are borrowed for the call; NULL ones are left out ("-" in text). */
-typedef struct srv_access_entry {
-    const char *id; /* the response id (chatcmpl-..., cmpl-...) of a generation */
-    const char *method;
-    const char *path;
-    int status;
-    int64_t prompt_tokens, completion_tokens; /* as usage counts them */
-    double ttft_s;      /* seconds from arrival to the first token (first choice to get one); < 0: none */
-    double duration_s;  /* from the first byte of the request to its end */
-    const char *finish; /* the choices' finish reasons, comma-separated (stop, length, cancelled, error) */
-    const char *cancel; /* why it ended early: client_gone, timeout, shutdown, error */
-    const char *prompt; /* JSON text of the prompt (log_prompts only) */
-} srv_access_entry;
-
-/* The entry as one line without the newline: text
- * `spindle: access: id=... method=POST path=/v1/chat/completions status=200 ...` or
- * one JSON object. Caller owns the text; free(). NULL on out of memory. */
-char *srv_access_log_format(srv_log_format format, const srv_access_entry *e);
-/* Writes the line to stderr (one write) when config->access_log is set. Any thread. */
-void srv_access_log_write(const srv_http_config *config, const srv_access_entry *e);
+/* For streams: the bytes at the end of text that may begin a </think> (held back), the
+ * offset of </think> in text (len when absent) and its length, and the length of a
+ * leading <think> (0 when none; *maybe when text may still become one). */
+size_t srv_reasoning_partial_close(const char *text, size_t len);
+size_t srv_reasoning_close_at(const char *text, size_t len);
+size_t srv_reasoning_close_len(void);
+size_t srv_reasoning_open_len(const char *text, size_t len, bool *maybe);
 
 #endif
