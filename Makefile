@@ -108,8 +108,16 @@ LOADGEN_LDLIBS := -lcurl -ljansson -lm
 # Unit tests: every tests/unit/<module>/test_*.c is one Criterion binary.
 TEST_SRC := $(wildcard tests/unit/*/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
+# The unit tests of server/api: linked without libmicrohttpd (`make api-check` compiles
+# them where <microhttpd.h> cannot be included).
+SERVER_API_TEST_SRC := tests/unit/server/test_openai.c tests/unit/server/test_openai_response.c \
+                       tests/unit/server/test_chat.c tests/unit/server/test_tools.c \
+                       tests/unit/server/test_tokenize.c tests/unit/server/test_embeddings.c \
+                       tests/unit/server/test_responses.c tests/unit/server/test_anthropic.c \
+                       tests/unit/server/test_request_regressions.c
+SERVER_API_TEST_BIN := $(SERVER_API_TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all test layers unit-test integration-test run debug setup fuzz bench bench-template bench-serve bench-spec bench-grammar bench-kv-tiers bench-kv-quant bench-slo bench-soak format format-check clean install
+.PHONY: all test layers api-check unit-test integration-test run debug setup fuzz bench bench-template bench-serve bench-spec bench-grammar bench-kv-tiers bench-kv-quant bench-slo bench-soak format format-check clean install
 
 all: $(BUILD)/spindle $(BUILD)/mkmodel
 
@@ -139,6 +147,9 @@ $(BUILD)/tests/%: tests/unit/%.c $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDLIBS) $(CUDA_LIBS) -lcriterion
 
+# server/api's tests link without libmicrohttpd: none of their objects may need it.
+$(SERVER_API_TEST_BIN): LDLIBS := $(filter-out -lmicrohttpd,$(LDLIBS))
+
 setup:
 	@tools/setup.sh
 
@@ -146,12 +157,28 @@ setup:
 # on the real binary.
 test: setup layers
 	@$(MAKE) --no-print-directory all $(TEST_BIN)
-	@$(MAKE) --no-print-directory unit-test integration-test
+	@$(MAKE) --no-print-directory api-check unit-test integration-test
 
 # The folder-level include graph, checked against tools/layers.txt (no cycles, no include
 # against the layer order, no other folder's internal header); prints the graph.
 layers:
 	@$(PYTHON) tools/check_layers.py
+
+# server/api without the transport: every server/api/*.c and its unit tests compile where
+# <microhttpd.h> is a header that fails (a shadow found first on the include path), the
+# unit tests link without -lmicrohttpd, and no object of server/ uses a symbol defined
+# by a layer its own does not use (server/api calling into server/http: nm).
+API_CHECK_DIR := $(BUILD)/api-check
+api-check: $(LIB_OBJ) $(SERVER_API_TEST_BIN)
+	@mkdir -p $(API_CHECK_DIR)
+	@printf '#error "server/api must not include <microhttpd.h>: the transport is server/http"\n' \
+	    >$(API_CHECK_DIR)/microhttpd.h
+	@for f in $(SERVER_API_SRC) $(SERVER_API_TEST_SRC); do \
+	    $(CC) $(filter-out -MMD -MP,$(CFLAGS)) -isystem $(API_CHECK_DIR) -fsyntax-only $$f || exit 1; \
+	done
+	@$(PYTHON) tools/check_layers.py --objects $(BUILD)/obj --only server >/dev/null
+	@echo "api-check: server/api builds without <microhttpd.h>, its tests link without -lmicrohttpd," \
+	    "no call runs back up"
 
 unit-test: $(TEST_BIN)
 	@tools/run_unit_tests.sh $(TEST_BIN)
