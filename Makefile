@@ -148,7 +148,7 @@ $(BUILD)/tests/%: tests/unit/%.c $(LIB)
 	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDLIBS) $(CUDA_LIBS) -lcriterion
 
 # server/api's tests link without libmicrohttpd: none of their objects may need it.
-$(SERVER_API_TEST_BIN): LDLIBS := $(filter-out -lmicrohttpd,$(LDLIBS))
+$(SERVER_API_TEST_BIN): override LDLIBS := $(filter-out -lmicrohttpd,$(LDLIBS))
 
 setup:
 	@tools/setup.sh

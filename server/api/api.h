@@ -344,7 +344,7 @@ struct srv_api_stream {
 typedef struct srv_api_answer {
     const char *id;
     int64_t created;
-    uint64_t tenant; /* srv_auth_tenant of the request's key (stores are per key) */
+    uint64_t tenant; /* who the request speaks for (its API key hashed by the transport; stores are per key) */
 } srv_api_answer;
 
 /* The bridge (api_bridge.c): by api. srv_api_parse fills out (out->api = api). */

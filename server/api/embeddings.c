@@ -7,7 +7,7 @@
  * of token ids; text is tokenized as llama-server tokenizes its embedding inputs (BOS by
  * the vocabulary's rule, special tokens parsed), so the vectors are the ones it computes.
  * `dimensions` is refused: the vectors keep the model's width. The transport
- * (http.c, http_generation.c) submits and waits as for a non-streaming completion.
+ * (server/http/http.c, http_generation.c) submits and waits as for a non-streaming completion.
  *
  * DESIGN (threads): a preparation worker parses; the HTTP thread that answers renders.
  * Reentrant, like the rest of the OpenAI layer.
