@@ -610,3 +610,19 @@ json_t *srv_messages_count_tokens(const char *body, size_t len, const srv_model_
     json_decref(root);
     return answer;
 }
+
+/* ---- the dialect (api_bridge.c) ---- */
+
+static sp_status messages_parse(const char *body, size_t len, const srv_model_info *mi, uint64_t tenant,
+                                srv_request *out, srv_error *err) {
+    (void)tenant; /* nothing of a /v1/messages request is kept per key */
+    return srv__messages_parse(body, len, mi, out, err);
+}
+
+const srv__dialect srv__dialect_messages = {
+    .api = SRV_ENDPOINT_MESSAGES,
+    .parse = messages_parse,
+    .render = srv__messages_render,
+    .stream = srv__messages_stream,
+    .error_json = srv__messages_error_json,
+};

@@ -1,37 +1,42 @@
 /* api_bridge.c: the APIs over chat (/v1/responses, Anthropic's /v1/messages) picked by
- * the API a request speaks, so the transport calls one function for each step: parse,
- * render, stream, error. See server/api/api.h's "APIs over chat". */
+ * the API a request speaks from a table of dialects (srv__dialect, one per dialect's
+ * file), so the transport calls one function for each step: parse, render, stream,
+ * error. See server/api/api.h's "APIs over chat". */
 #include <stdlib.h>
 #include <string.h>
 
 #include "server/api/api_internal.h"
 
+/* The APIs over chat, one entry each. */
+static const srv__dialect *const dialects[] = {&srv__dialect_responses, &srv__dialect_messages};
+
+/* r->api's dialect; NULL for chat and completions. */
+static const srv__dialect *dialect_of(srv_endpoint api) {
+    for (size_t i = 0; i < sizeof dialects / sizeof dialects[0]; i++)
+        if (dialects[i]->api == api) return dialects[i];
+    return NULL;
+}
+
 sp_status srv_api_parse(srv_endpoint api, const char *body, size_t len, const srv_model_info *mi, uint64_t tenant,
                         srv_request *out, srv_error *err) {
-    switch (api) {
-    case SRV_ENDPOINT_RESPONSES: return srv__responses_parse(body, len, mi, tenant, out, err);
-    case SRV_ENDPOINT_MESSAGES: return srv__messages_parse(body, len, mi, out, err);
-    default: return srv_request_parse(api, body, len, mi, out, err);
-    }
+    const srv__dialect *d = dialect_of(api);
+    return d ? d->parse(body, len, mi, tenant, out, err) : srv_request_parse(api, body, len, mi, out, err);
 }
 
 json_t *srv_api_render(const srv_request *r, const srv_model_info *mi, const srv_api_answer *a, json_t *chat) {
     if (!chat) return NULL;
-    switch (r->api) {
-    case SRV_ENDPOINT_RESPONSES: return srv__responses_render(r, mi, a, chat);
-    case SRV_ENDPOINT_MESSAGES: return srv__messages_render(r, mi, a, chat);
-    default: return chat;
-    }
+    const srv__dialect *d = dialect_of(r->api);
+    return d ? d->render(r, mi, a, chat) : chat;
 }
 
 srv_api_stream *srv_api_stream_create(const srv_request *r, const srv_model_info *mi, const srv_api_answer *a,
                                       bool *failed) {
-    srv_api_stream *s = NULL;
-    switch (r->api) {
-    case SRV_ENDPOINT_RESPONSES: s = srv__responses_stream(r, mi, a); break;
-    case SRV_ENDPOINT_MESSAGES: s = srv__messages_stream(r, mi, a); break;
-    default: *failed = false; return NULL;
+    const srv__dialect *d = dialect_of(r->api);
+    if (!d) {
+        *failed = false;
+        return NULL;
     }
+    srv_api_stream *s = d->stream(r, mi, a);
     *failed = s == NULL;
     return s;
 }
@@ -58,5 +63,6 @@ void srv_api_stream_destroy(srv_api_stream *s) {
 }
 
 char *srv_api_error_json(srv_endpoint api, const srv_error *err) {
-    return api == SRV_ENDPOINT_MESSAGES ? srv__messages_error_json(err) : srv_error_json(err);
+    const srv__dialect *d = dialect_of(api);
+    return d && d->error_json ? d->error_json(err) : srv_error_json(err);
 }

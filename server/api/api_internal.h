@@ -151,6 +151,20 @@ sp_status srv__chat_tokenize(const srv_model_info *mi, const char *text, size_t 
  * unless given its neutral value (the list in docs/api.md). n: the request's choices. */
 sp_status srv__request_refused(const json_t *root, srv_endpoint endpoint, int n, srv_error *err);
 
+/* An API over chat, as api_bridge.c calls it (nginx's module struct): the dialect's
+ * file defines one and api_bridge.c lists it, so the next dialect is a file and a line
+ * there. Chat and completions are the core itself and have none. */
+typedef struct srv__dialect {
+    srv_endpoint api; /* the srv_request.api it serves */
+    sp_status (*parse)(const char *body, size_t len, const srv_model_info *mi, uint64_t tenant, srv_request *out,
+                       srv_error *err);
+    json_t *(*render)(const srv_request *r, const srv_model_info *mi, const srv_api_answer *a, json_t *chat);
+    srv_api_stream *(*stream)(const srv_request *r, const srv_model_info *mi, const srv_api_answer *a);
+    char *(*error_json)(const srv_error *err); /* NULL: OpenAI's error object */
+} srv__dialect;
+extern const srv__dialect srv__dialect_responses; /* responses.c */
+extern const srv__dialect srv__dialect_messages;  /* anthropic.c */
+
 /* responses.c: POST /v1/responses, and the stored responses (GET and DELETE by id) */
 sp_status srv__responses_parse(const char *body, size_t len, const srv_model_info *mi, uint64_t tenant,
                                srv_request *out, srv_error *err);

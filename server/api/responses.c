@@ -793,3 +793,13 @@ json_t *srv_responses_delete(const srv_model_info *mi, const char *id, uint64_t 
     if (!deleted) srv_error_make(err, SRV_ERROR_INTERNAL, NULL, "out of memory");
     return deleted;
 }
+
+/* ---- the dialect (api_bridge.c) ---- */
+
+const srv__dialect srv__dialect_responses = {
+    .api = SRV_ENDPOINT_RESPONSES,
+    .parse = srv__responses_parse,
+    .render = srv__responses_render,
+    .stream = srv__responses_stream,
+    .error_json = NULL, /* OpenAI's */
+};
