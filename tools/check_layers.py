@@ -7,10 +7,11 @@ listed in tools/layers.txt that holds it: a sub-folder such as server/api is a l
 own when it is listed, else the file belongs to its top-level folder), and fails (exit 1,
 one line per problem) when
   - an include goes from a folder to one it does not use (tools/layers.txt, closed
-    transitively: cli uses server, so it also uses everything server uses);
+    transitively: cli uses server/http, so it also uses everything server/http uses);
   - the folders include each other in a cycle;
   - a folder marked `!other` in the list reaches a header of other/ through any chain of
-    includes (server/ must never see the device API, not even through sched.h);
+    includes (server/api and server/http must never see the device API, not even
+    through sched.h);
   - a header named *_internal.h or *.cuh is included from outside its own folder, or a
     header of an unlisted sub-folder (gpu/host/, gpu/cuda/) from outside its layer
     (tests/ may include any header: they test internals);
