@@ -44,14 +44,18 @@ SCHED_SRC     := scheduler/sched.c scheduler/queue.c scheduler/request.c schedul
                  scheduler/spec_tick.c scheduler/spec_draft.c scheduler/spec/spec_ngram.c scheduler/spec/spec_suffix.c \
                  scheduler/spec/spec_gate.c scheduler/spec/spec_cost.c scheduler/spec/spec_accept.c
 CONFIG_SRC    := config/cfg.c config/cfg_yaml.c config/cfg_args.c
-SERVER_SRC    := server/tools.c server/reasoning.c server/http.c server/http_generation.c server/http_framing.c server/http_security.c server/prep.c \
-                 server/deadlines.c server/idle_drain.c \
-                 server/watch.c server/metrics.c \
-                 server/errors.c server/openai_fields.c server/openai_request.c server/openai_refused.c server/openai_constraint.c server/openai_response.c \
-                 server/embeddings.c \
-                 server/chat.c server/tokenize.c server/auth.c server/notify.c server/access_log.c \
-                 server/retry_after.c server/api_bridge.c server/responses.c server/response_store.c server/anthropic.c server/anthropic_answer.c \
-                 server/ui.c
+# server/api: the OpenAI, Responses and Anthropic layer (bodies in, scheduler requests and
+# answer bytes out); no libmicrohttpd. server/http: the transport over it.
+SERVER_API_SRC  := server/api/errors.c server/api/openai_fields.c server/api/openai_request.c \
+                   server/api/openai_refused.c server/api/openai_constraint.c server/api/openai_response.c \
+                   server/api/chat.c server/api/tools.c server/api/reasoning.c server/api/tokenize.c \
+                   server/api/embeddings.c server/api/api_bridge.c server/api/responses.c \
+                   server/api/response_store.c server/api/anthropic.c server/api/anthropic_answer.c
+SERVER_HTTP_SRC := server/http/http.c server/http/http_generation.c server/http/http_framing.c \
+                   server/http/http_security.c server/http/prep.c server/http/deadlines.c server/http/idle_drain.c server/http/watch.c \
+                   server/http/metrics.c server/http/auth.c server/http/notify.c server/http/access_log.c \
+                   server/http/retry_after.c server/http/ui.c
+SERVER_SRC      := $(SERVER_API_SRC) $(SERVER_HTTP_SRC)
 # cli/: everything but main.c goes into the library, so unit tests link it too
 CLI_SRC       := cli/cli_session.c cli/cmd_generate.c cli/cmd_inspect.c cli/cmd_bench.c cli/cmd_quantize.c \
                  cli/cmd_template.c cli/cmd_serve.c
@@ -104,8 +108,16 @@ LOADGEN_LDLIBS := -lcurl -ljansson -lm
 # Unit tests: every tests/unit/<module>/test_*.c is one Criterion binary.
 TEST_SRC := $(wildcard tests/unit/*/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
+# The unit tests of server/api: linked without libmicrohttpd (`make api-check` compiles
+# them where <microhttpd.h> cannot be included).
+SERVER_API_TEST_SRC := tests/unit/server/test_openai.c tests/unit/server/test_openai_response.c \
+                       tests/unit/server/test_chat.c tests/unit/server/test_tools.c \
+                       tests/unit/server/test_tokenize.c tests/unit/server/test_embeddings.c \
+                       tests/unit/server/test_responses.c tests/unit/server/test_anthropic.c \
+                       tests/unit/server/test_request_regressions.c
+SERVER_API_TEST_BIN := $(SERVER_API_TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all test layers unit-test integration-test run debug setup fuzz bench bench-template bench-serve bench-spec bench-grammar bench-kv-tiers bench-kv-quant bench-slo bench-soak format format-check clean install
+.PHONY: all test layers api-check unit-test integration-test run debug setup fuzz bench bench-template bench-serve bench-spec bench-grammar bench-kv-tiers bench-kv-quant bench-slo bench-soak format format-check clean install
 
 all: $(BUILD)/spindle $(BUILD)/mkmodel
 
@@ -117,8 +129,8 @@ $(BUILD)/obj/%.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -std=c++20 -I. -DSP_HAVE_CUDA $(CUDA_ARCH) -Xcompiler -Wall,-Wextra,-Werror -MMD -MP -c $< -o $@
 
-# server/ui.c embeds the chat page with .incbin, which -MMD does not see
-$(BUILD)/obj/server/ui.o: server/ui/chat.html
+# server/http/ui.c embeds the chat page with .incbin, which -MMD does not see
+$(BUILD)/obj/server/http/ui.o: server/http/ui/chat.html
 
 $(LIB): $(LIB_OBJ)
 	@rm -f $@
@@ -135,6 +147,9 @@ $(BUILD)/tests/%: tests/unit/%.c $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDLIBS) $(CUDA_LIBS) -lcriterion
 
+# server/api's tests link without libmicrohttpd: none of their objects may need it.
+$(SERVER_API_TEST_BIN): override LDLIBS := $(filter-out -lmicrohttpd,$(LDLIBS))
+
 setup:
 	@tools/setup.sh
 
@@ -142,7 +157,7 @@ setup:
 # on the real binary.
 test: setup layers
 	@$(MAKE) --no-print-directory all $(TEST_BIN)
-	@$(MAKE) --no-print-directory unit-test integration-test
+	@$(MAKE) --no-print-directory api-check unit-test integration-test
 
 # The folder-level include graph, checked against tools/layers.txt (no cycles, no include
 # against the layer order, no other folder's internal header); prints the graph.
@@ -155,6 +170,22 @@ layers:
 .PHONY: docs
 docs:
 	@$(PYTHON) tools/update_docs.py
+
+# server/api without the transport: every server/api/*.c and its unit tests compile where
+# <microhttpd.h> is a header that fails (a shadow found first on the include path), the
+# unit tests link without -lmicrohttpd, and no object of server/ uses a symbol defined
+# by a layer its own does not use (server/api calling into server/http: nm).
+API_CHECK_DIR := $(BUILD)/api-check
+api-check: $(LIB_OBJ) $(SERVER_API_TEST_BIN)
+	@mkdir -p $(API_CHECK_DIR)
+	@printf '#error "server/api must not include <microhttpd.h>: the transport is server/http"\n' \
+	    >$(API_CHECK_DIR)/microhttpd.h
+	@for f in $(SERVER_API_SRC) $(SERVER_API_TEST_SRC); do \
+	    $(CC) $(filter-out -MMD -MP,$(CFLAGS)) -isystem $(API_CHECK_DIR) -fsyntax-only $$f || exit 1; \
+	done
+	@$(PYTHON) tools/check_layers.py --objects $(BUILD)/obj --only server >/dev/null
+	@echo "api-check: server/api builds without <microhttpd.h>, its tests link without -lmicrohttpd," \
+	    "no call runs back up"
 
 unit-test: $(TEST_BIN)
 	@tools/run_unit_tests.sh $(TEST_BIN)

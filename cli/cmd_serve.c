@@ -20,7 +20,7 @@
 #include "common/log.h"
 #include "config/cfg.h"
 #include "cli/cli.h"
-#include "server/server.h"
+#include "server/http/http.h"
 
 typedef struct serve_args {
     cfg_settings cfg; /* every setting (config/cfg.h); owns the strings below */

@@ -2,25 +2,34 @@
 """check_layers.py: the folder-level include graph of the tree, checked against the layers.
 
 `make layers` runs it (and `make test` runs that). It reads every #include "..." in the
-.c, .h, .cu and .cuh files under the root, maps each file to its top-level folder, and fails
-(exit 1, one line per problem) when
+.c, .h, .cu and .cuh files under the root, maps each file to its layer (the deepest folder
+listed in tools/layers.txt that holds it: a sub-folder such as server/api is a layer of its
+own when it is listed, else the file belongs to its top-level folder), and fails (exit 1,
+one line per problem) when
   - an include goes from a folder to one it does not use (tools/layers.txt, closed
-    transitively: cli uses server, so it also uses everything server uses);
+    transitively: cli uses server/http, so it also uses everything server/http uses);
   - the folders include each other in a cycle;
   - a folder marked `!other` in the list reaches a header of other/ through any chain of
-    includes (server/ must never see the device API, not even through sched.h);
+    includes (server/api and server/http must never see the device API, not even
+    through sched.h);
   - a header named *_internal.h or *.cuh is included from outside its own folder, or a
-    header of a sub-folder (gpu/host/, gpu/cuda/) from outside its top folder (tests/
-    may include any header: they test internals);
+    header of an unlisted sub-folder (gpu/host/, gpu/cuda/) from outside its layer
+    (tests/ may include any header: they test internals);
   - a folder with sources is not listed in tools/layers.txt, or the list itself has a cycle.
 On success it prints the graph, one line per folder in layer order: the folders each one
 actually includes.
 
-Usage: tools/check_layers.py [ROOT] [--layers FILE]
+With --objects DIR (the build's object tree, build/obj) it also checks the link level:
+every object under DIR/<layer>/ whose undefined symbols are defined by an object of a
+layer it does not use is a problem (`nm`; a call that runs back up without an include).
+--only LAYER (repeatable) limits that check to objects of those layers.
+
+Usage: tools/check_layers.py [ROOT] [--layers FILE] [--objects DIR [--only LAYER]...]
 """
 import argparse
 import os
 import re
+import subprocess
 import sys
 
 SOURCE_EXTENSIONS = (".c", ".h", ".cu", ".cuh")
@@ -109,14 +118,30 @@ def resolve(root, includer, target):
     return None
 
 
-def private_to(header):
-    """The folder a header is private to (its own for *_internal.h and .cuh, the top
-    folder for any header of a sub-folder), or None for a public header."""
+def layer_of(path, layers):
+    """The layer a file belongs to: the deepest folder holding it that layers lists
+    (server/api for server/api/chat.c when server/api is listed), else its top folder."""
+    parts = path.split(os.sep)[:-1]
+    for depth in range(len(parts), 0, -1):
+        folder = "/".join(parts[:depth])
+        if folder in layers:
+            return folder
+    return parts[0] if parts else ""
+
+
+def within(layer, folder):
+    """Whether layer is folder or one of its sub-folders (server/api within server)."""
+    return layer == folder or layer.startswith(folder + "/")
+
+
+def private_to(header, layers):
+    """The folder a header is private to (its own for *_internal.h and .cuh, its layer for
+    any header of a sub-folder that is not a layer itself), or None for a public header."""
     name = os.path.basename(header)
     if name.endswith("_internal.h") or name.endswith(".cuh"):
         return os.path.dirname(header)
-    parts = header.split(os.sep)
-    return parts[0] if len(parts) > 2 else None
+    layer = layer_of(header, layers)
+    return layer if os.path.dirname(header).replace(os.sep, "/") != layer else None
 
 
 def reach(includes, start):
@@ -146,7 +171,7 @@ def check(root, layers_path):
     includes = {}  # file -> the project files it includes
     unlisted = set()
     for path in source_files(root):
-        folder = path.split(os.sep, 1)[0]
+        folder = layer_of(path, layers)
         if os.sep not in path:
             problems.append(f"{path}: a source file at the top level belongs in a folder")
             continue
@@ -161,25 +186,25 @@ def check(root, layers_path):
             if header is None:
                 continue
             includes.setdefault(path, []).append(header)
-            to = header.split(os.sep, 1)[0]
+            to = layer_of(header, layers)
             if to != folder:
                 graph[folder].add(to)
             if to not in allowed.get(folder, set()) and to in layers:
                 problems.append(f"{path}: includes {header}, but {folder}/ does not use {to}/ (tools/layers.txt)")
-            owner = private_to(header)
+            owner = private_to(header, layers)
             if owner and folder != "tests" and not path.startswith(owner + os.sep):
                 problems.append(f"{path}: includes {header}, an internal header of {owner}/")
     for path in sorted(includes):
-        folder = path.split(os.sep, 1)[0]
+        folder = layer_of(path, layers)
         never = forbidden.get(folder, [])
         if not never:
             continue
-        seen = [(len(chain), reached, chain) for reached, chain in reach(includes, path).items()
-                if reached.split(os.sep, 1)[0] in never]
+        seen = [(len(chain), reached, chain, other) for reached, chain in reach(includes, path).items()
+                for other in never if within(layer_of(reached, layers), other)]
         if seen:  # the shortest chain says best where the forbidden header comes in
-            _, reached, chain = min(seen)
+            _, reached, chain, other = min(seen)
             problems.append(f"{path}: reaches {reached} ({' -> '.join(chain)}), but {folder}/ must never "
-                            f"see {reached.split(os.sep, 1)[0]}/ (tools/layers.txt)")
+                            f"see {other}/ (tools/layers.txt)")
     for folder in sorted(unlisted):
         problems.append(f"{folder}/: has sources but is not in {layers_path}: add it with the folders it uses")
     cycle = find_cycle(graph)
@@ -188,13 +213,60 @@ def check(root, layers_path):
     return problems, graph
 
 
+def object_symbols(path):
+    """(defined, undefined) global symbol names of one object file (nm)."""
+    out = subprocess.run(["nm", "-g", path], capture_output=True, text=True, check=True).stdout
+    defined, undefined = set(), set()
+    for line in out.splitlines():
+        fields = line.split()
+        if len(fields) == 2 and fields[0] in ("U", "w", "v"):
+            undefined.add(fields[1])
+        elif len(fields) == 3 and fields[1] not in ("U", "w", "v"):
+            defined.add(fields[2])
+    return defined, undefined
+
+
+def check_objects(objects, layers_path, only=()):
+    """Link-level problems: an object (under objects/<its source path>.o) that uses a
+    symbol defined by an object of a layer its layer does not use."""
+    layers = read_layers(layers_path)
+    allowed = closure(layers)
+    found = []  # (object path relative to objects, layer, defined, undefined)
+    for dirpath, dirnames, filenames in os.walk(objects):
+        dirnames.sort()
+        for name in sorted(filenames):
+            if name.endswith(".o"):
+                rel = os.path.relpath(os.path.join(dirpath, name), objects)
+                layer = layer_of(rel, layers)
+                if layer in layers:
+                    found.append((rel, layer) + object_symbols(os.path.join(dirpath, name)))
+    definer = {}
+    for rel, layer, defined, _ in found:
+        for symbol in defined:
+            definer.setdefault(symbol, (rel, layer))
+    problems = []
+    for rel, layer, _, undefined in found:
+        if only and not any(within(layer, o) for o in only):
+            continue
+        for symbol in sorted(undefined):
+            if symbol in definer and definer[symbol][1] not in allowed[layer]:
+                other, to = definer[symbol]
+                problems.append(f"{rel}: uses {symbol}, defined in {other}, but {layer}/ does not use {to}/ "
+                                f"(tools/layers.txt)")
+    return problems
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("root", nargs="?", default=".")
     parser.add_argument("--layers", default=None, help="the layer list (default ROOT/tools/layers.txt)")
+    parser.add_argument("--objects", default=None, help="also check the symbols of the objects under this folder")
+    parser.add_argument("--only", action="append", default=[], help="with --objects: only these layers' objects")
     args = parser.parse_args()
     layers_path = args.layers or os.path.join(args.root, "tools", "layers.txt")
     problems, graph = check(args.root, layers_path)
+    if args.objects:
+        problems += check_objects(args.objects, layers_path, args.only)
     if problems:
         for line in problems:
             print(f"layers: {line}", file=sys.stderr)

@@ -26,10 +26,9 @@ LDLIBS=(-lm -pthread)
 if pkg-config --exists libpcre2-8 2>/dev/null; then LDLIBS+=($(pkg-config --libs libpcre2-8)); fi
 # jansson: the chat-template engine's values (template/template.h).
 if pkg-config --exists jansson 2>/dev/null; then LDLIBS+=($(pkg-config --libs jansson)); else LDLIBS+=(-ljansson); fi
-# libmicrohttpd: server/ holds the HTTP server, so a harness that takes server/ sources
-# beyond its own list (make's library is all of server/) needs it.
+# libmicrohttpd: the HTTP transport (server/http/), whose framing check has a harness.
 if pkg-config --exists libmicrohttpd 2>/dev/null; then LDLIBS+=($(pkg-config --libs libmicrohttpd)); else LDLIBS+=(-lmicrohttpd); fi
-# nettle: the chat page's SHA-256 (server/ui.c)
+# nettle: the chat page's SHA-256 (server/http/ui.c)
 LDLIBS+=(-lnettle)
 # libyaml: the config file reader (config/).
 if pkg-config --exists yaml-0.1 2>/dev/null; then LDLIBS+=($(pkg-config --libs yaml-0.1)); else LDLIBS+=(-lyaml); fi
@@ -40,14 +39,14 @@ if pkg-config --exists yaml-0.1 2>/dev/null; then LDLIBS+=($(pkg-config --libs y
 LOWER="common/*.c quant/*.c sample/*.c gguf/*.c tokenizer/*.c template/*.c grammar/*.c"
 harness_sources() {
     case "$1" in
-    # the API layers (OpenAI, Responses, Anthropic): the server's files reach the HTTP
-    # transport and the scheduler's clock, so the whole library but the CUDA backend
-    request) echo $LOWER gpu/device.c gpu/host/*.c model/*.c scheduler/*.c scheduler/spec/*.c config/*.c server/*.c \
-        cli/cli_session.c cli/cmd_*.c ;;
+    # the API layer (OpenAI, Responses, Anthropic: server/api, no transport) reaches the
+    # scheduler's clock, so the library below it but the CUDA backend
+    request) echo $LOWER gpu/device.c gpu/host/*.c model/*.c kvtier/*.c scheduler/*.c scheduler/spec/*.c config/*.c \
+        server/api/*.c ;;
     # the config file reader: its own module and common/
     config) echo common/*.c config/*.c ;;
     # the request framing check: its own file and common/
-    framing) echo common/*.c server/http_framing.c ;;
+    framing) echo common/*.c server/http/http_framing.c ;;
     # the KV cache's disk tier: its own module and common/
     kvtier) echo common/*.c kvtier/*.c ;;
     # the GGUF reader, and the model's hyperparameters read from it

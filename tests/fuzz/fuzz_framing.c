@@ -1,4 +1,4 @@
-/* fuzz_framing.c: libFuzzer harness for the request framing check (server/http_framing.c).
+/* fuzz_framing.c: libFuzzer harness for the request framing check (server/http/http_framing.c).
  * Each input is a header block: lines split at the first ':' into a name and a value
  * (leading blanks dropped from the value, as libmicrohttpd hands them over). The check's
  * verdict is compared with an independent reading of the rules, and traps when they
@@ -16,7 +16,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "server/server_internal.h"
+#include "server/http/http_internal.h"
 
 #define FUZZ_CHECK(cond)               \
     do {                               \

@@ -1,9 +1,9 @@
-/* fuzz_request.c: libFuzzer harness for the OpenAI API layer (server/server.h). Each
+/* fuzz_request.c: libFuzzer harness for the OpenAI API layer (server/api/api.h). Each
  * input is a request body, parsed as a /v1/chat/completions and a /v1/completions body
  * against stories260K's vocabulary (SentencePiece) with two templates: the ChatML
  * fallback (content parts joined) and one that takes content parts. The same bytes
  * also go to /tokenize and /detokenize, and as an Anthropic Messages body to /v1/messages
- * and its count_tokens (server/anthropic.c). The layer's contract is checked and traps when
+ * and its count_tokens (server/api/anthropic.c). The layer's contract is checked and traps when
  * broken:
  *   - a rejected body fills an error with a 400, 404 or 500 whose JSON parses back;
  *   - an accepted request has 1..SRV_MAX_N choices, 1..SRV_MAX_PROMPTS non-empty
@@ -14,7 +14,7 @@
  *   - an accepted Messages body is one chat prompt whose count_tokens is its length; its
  *     message and its stream's Anthropic events ("event: NAME\ndata: {...}" with that
  *     type) are valid JSON; a refused one also has Anthropic's error shape;
- *   - the same for a Responses body (/v1/responses, server/responses.c): one chat prompt,
+ *   - the same for a Responses body (/v1/responses, server/api/responses.c): one chat prompt,
  *     a response object whose id is the answer's and that the store gives back, and a
  *     stream of events numbered 0, 1, 2, ... that ends in response.completed or
  *     response.incomplete.
@@ -33,8 +33,8 @@
 
 #include "common/log.h"
 #include "gguf/gguf.h"
-#include "server/server.h"
-#include "server/server_internal.h"
+#include "server/api/api.h"
+#include "server/api/api_internal.h"
 
 #define FUZZ_CHECK(cond)               \
     do {                               \
@@ -279,7 +279,7 @@ static void fuzz_check_messages(const char *body, size_t size, const srv_model_i
     }
     FUZZ_CHECK(r.api == SRV_ENDPOINT_MESSAGES && r.endpoint == SRV_ENDPOINT_CHAT && r.n == 1 && r.n_prompts == 1);
     fuzz_check_request(&r, mi);
-    json_t *count = srv__messages_count_tokens(body, size, mi, &err);
+    json_t *count = srv_messages_count_tokens(body, size, mi, &err);
     FUZZ_CHECK(count && json_integer_value(json_object_get(count, "input_tokens")) == r.prompt_lens[0]);
     json_decref(count);
     sched_output o;

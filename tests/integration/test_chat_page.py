@@ -1,4 +1,4 @@
-"""The built-in chat page (GET /, server/ui/chat.html embedded by server/ui.c).
+"""The built-in chat page (GET /, server/http/ui/chat.html embedded by server/http/ui.c).
 
 Over plain HTTP: its headers and Content-Security-Policy (the hashes of the page's own
 style and script), that it never needs an API key, and that --no-ui makes / a 404 like
@@ -25,7 +25,7 @@ import pytest
 from spindle_server import Server
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-PAGE = ROOT / "server" / "ui" / "chat.html"
+PAGE = ROOT / "server" / "http" / "ui" / "chat.html"
 ARTIFACTS = ROOT / "build" / "test-artifacts"
 SYSTEM = "You are a helpful assistant who answers in one short sentence."
 QUESTION = "What is the capital of France?"

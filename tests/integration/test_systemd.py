@@ -1,4 +1,4 @@
-"""spindle under systemd (server/notify.c, systemd/spindle.service, `make install`).
+"""spindle under systemd (server/http/notify.c, systemd/spindle.service, `make install`).
 
 The notify tests run the real `spindle serve` (stories260K) the way systemd does with
 Type=notify: NOTIFY_SOCKET names a datagram socket the test binds and reads (a path, and

@@ -15,7 +15,7 @@
 #include "common/log.h"
 #include "gguf/gguf.h"
 #include "tokenizer/tokenizer.h"
-#include "server/server.h"
+#include "server/api/api.h"
 #include "tests/unit/testdata.h"
 
 typedef struct openai_fixture {

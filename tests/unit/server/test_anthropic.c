@@ -1,4 +1,4 @@
-/* test_anthropic.c: Anthropic's Messages API over chat (server/anthropic.c), on the default
+/* test_anthropic.c: Anthropic's Messages API over chat (server/api/anthropic.c), on the default
  * model's vocab and template (stories260K with a thinking template for `thinking`):
  *
  *   anthropic_request  bodies translated into the exact chat body (system, text, tool_use,
@@ -14,8 +14,8 @@
  * JSON literals here are written with ' for " (jq below). */
 #include <criterion/criterion.h>
 
-#include "server/anthropic.c"
-#include "server/anthropic_answer.c"
+#include "server/api/anthropic.c"
+#include "server/api/anthropic_answer.c"
 #include "tests/unit/server/openai_fixture.h"
 
 /* The chat body body (with ' for ") translates into. */
@@ -387,7 +387,7 @@ static json_t *count(const char *body, srv_error *err) {
     json_t *j = jq(body);
     char *text = json_dumps(j, JSON_COMPACT);
     json_decref(j);
-    json_t *n = srv__messages_count_tokens(text, strlen(text), &fx.mi, err);
+    json_t *n = srv_messages_count_tokens(text, strlen(text), &fx.mi, err);
     free(text);
     return n;
 }
@@ -462,7 +462,7 @@ Test(anthropic_errors, shape_and_type_per_status) {
                      "must be positive\"}}");
     free(text);
     srv_error_make(&err, SRV_ERROR_UNAUTHORIZED, NULL, "Incorrect API key provided.");
-    text = srv__api_error_json(SRV_ENDPOINT_MESSAGES, &err);
+    text = srv_api_error_json(SRV_ENDPOINT_MESSAGES, &err);
     cr_expect(strstr(text, "authentication_error") != NULL, "%s", text);
     free(text);
 }
@@ -580,7 +580,7 @@ static char *stream(bool clamped, const char *const *events, size_t n) {
     strbuf out = {0};
     for (size_t i = 0; i < n; i++) {
         if (!events[i]) {
-            srv__api_stream_event(s, SRV_SSE_DONE, &out);
+            srv_api_stream_event(s, SRV_SSE_DONE, &out);
             continue;
         }
         char *e = strdup(events[i]);
@@ -589,11 +589,11 @@ static char *stream(bool clamped, const char *const *events, size_t n) {
         strbuf chunk = {0};
         strbuf_printf(&chunk, "data: %s\n\n", e);
         char *text = strbuf_take(&chunk);
-        srv__api_stream_event(s, text, &out);
+        srv_api_stream_event(s, text, &out);
         free(text);
         free(e);
     }
-    srv__api_stream_destroy(s);
+    srv_api_stream_destroy(s);
     json_decref(r.api_fields);
     char *text = strbuf_take(&out);
     cr_assert_not_null(text);

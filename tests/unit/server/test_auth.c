@@ -1,4 +1,4 @@
-/* test_auth.c: the API key set (server/auth.c): the constant-time comparison, the
+/* test_auth.c: the API key set (server/http/auth.c): the constant-time comparison, the
  * Authorization header, the key file's format and errors, and SIGHUP reloads that
  * swap the whole set or keep the old one.
  *
@@ -10,7 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "server/auth.c"
+#include "server/http/auth.c"
 
 /* ---- helpers ---- */
 

@@ -1,11 +1,11 @@
-/* test_idle_drain.c: which connection a full table closes (server/idle_drain.c): none
+/* test_idle_drain.c: which connection a full table closes (server/http/idle_drain.c): none
  * while within capacity, the one idle the longest first (kept alive, or never used past
  * the grace), never one with a request in progress; a closed one is counted once; the
  * capacity fits the open file limit. The sockets themselves: test_connection_limits.py.
  */
 #include <criterion/criterion.h>
 
-#include "server/idle_drain.c"
+#include "server/http/idle_drain.c"
 
 enum { N = 6 };
 

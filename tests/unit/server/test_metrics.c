@@ -1,6 +1,6 @@
 /* test_metrics.c: the server's side of metrics and the access log: HTTP requests
- * counted by endpoint and status (server/metrics.c) as /metrics renders them, and the
- * access log line in text and JSON (server/access_log.c). The scheduler's histograms
+ * counted by endpoint and status (server/http/metrics.c) as /metrics renders them, and the
+ * access log line in text and JSON (server/http/access_log.c). The scheduler's histograms
  * are tested in tests/unit/scheduler/test_sched_metrics.c and end to end in
  * tests/integration/test_metrics.py. */
 #include <criterion/criterion.h>
@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/server.h"
+#include "server/http/http.h"
 
 static char *render_without_scheduler(void) {
     static srv_app app; /* zeroed: loading, no scheduler */

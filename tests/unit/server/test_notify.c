@@ -1,4 +1,4 @@
-/* test_notify.c: systemd's notify protocol (server/notify.c): the datagram reaches a
+/* test_notify.c: systemd's notify protocol (server/http/notify.c): the datagram reaches a
  * path or an abstract socket, nothing is sent without NOTIFY_SOCKET, the watchdog's
  * environment is read the way sd_watchdog_enabled(3) does, and a stuck scheduler
  * (a stale heartbeat) gets no WATCHDOG=1.
@@ -14,7 +14,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "server/notify.c"
+#include "server/http/notify.c"
 
 /* A bound datagram socket standing in for systemd; its address goes to NOTIFY_SOCKET. */
 static int listen_at(const char *address) {

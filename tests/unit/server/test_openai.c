@@ -145,7 +145,7 @@ static const bad_case BAD_CASES[] = {
     {P, CMPL("\"max_tokens\":-5"), "max_tokens", 400},
     {P, CMPL("\"temperature\":9"), "temperature", 400},
     {P, CMPL("\"model\":\"other\""), "model", 404},
-    /* the refused fields (server/openai_refused.c): a 400 naming each, never ignored */
+    /* the refused fields (server/api/openai_refused.c): a 400 naming each, never ignored */
     {C, CHAT("\"audio\":{\"voice\":\"alloy\",\"format\":\"wav\"}"), "audio", 400},
     {C, CHAT("\"modalities\":[\"text\",\"audio\"]"), "modalities", 400},
     {C, CHAT("\"web_search_options\":{}"), "web_search_options", 400},

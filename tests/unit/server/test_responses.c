@@ -1,5 +1,5 @@
-/* test_responses.c: OpenAI's Responses API over chat (server/responses.c) and the store
- * behind previous_response_id and GET/DELETE /v1/responses/{id} (server/response_store.c).
+/* test_responses.c: OpenAI's Responses API over chat (server/api/responses.c) and the store
+ * behind previous_response_id and GET/DELETE /v1/responses/{id} (server/api/response_store.c).
  * The request tests run on stories260K (the ChatML fallback template, or a thinking one),
  * skipped with one line when it is absent; the rest need no model:
  *
@@ -19,8 +19,8 @@
  * JSON literals here are written with ' for " (jq below). */
 #include <criterion/criterion.h>
 
-#include "server/response_store.c"
-#include "server/responses.c"
+#include "server/api/response_store.c"
+#include "server/api/responses.c"
 #include "tests/unit/server/openai_fixture.h"
 
 /* ---- the request ---- */
@@ -964,10 +964,10 @@ static json_t *stream_events(const srv_request *r, const srv_model_info *mi, con
     cr_assert_not_null(s);
     strbuf out = {0};
     for (size_t i = 0; i < n; i++) {
-        srv__api_stream_event(s, chat_events[i] ? chat_events[i] : SRV_SSE_DONE, &out);
+        srv_api_stream_event(s, chat_events[i] ? chat_events[i] : SRV_SSE_DONE, &out);
         free(chat_events[i]);
     }
-    srv__api_stream_destroy(s);
+    srv_api_stream_destroy(s);
     cr_expect(!out.failed);
     char *text = strbuf_take(&out);
     cr_assert_not_null(text);
@@ -1413,10 +1413,10 @@ Test(responses_stream, a_translator_destroyed_mid_stream_frees_everything) {
     const char *chunks[] = {ROLE, TEXT("a"), HEAD(0, "call_1", "f"), ARGS(0, "{")};
     for (size_t i = 0; i < sizeof chunks / sizeof chunks[0]; i++) {
         char *c = chunk(chunks[i]);
-        srv__api_stream_event(s, c, &out);
+        srv_api_stream_event(s, c, &out);
         free(c);
     }
-    srv__api_stream_destroy(s);
+    srv_api_stream_destroy(s);
     char *text = strbuf_take(&out);
     json_t *events = events_of(text);
     cr_expect_str_eq(str_at(events, json_array_size(events) - 1, "type"), "response.function_call_arguments.delta");

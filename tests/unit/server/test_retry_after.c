@@ -2,7 +2,7 @@
  * jittered by up to half either way, within 1..60 seconds; the jitter spreads. */
 #include <criterion/criterion.h>
 
-#include "server/retry_after.c"
+#include "server/http/retry_after.c"
 
 Test(retry_after, is_the_drain_time_jittered_by_half_either_way) {
     cr_expect_eq(retry_after_seconds(100, 10, 0.0), 5);    /* 10 s, times 0.5 */

@@ -1,4 +1,4 @@
-/* Tests for server/tools.c: the tool-call format detected from real chat templates
+/* Tests for server/api/tools.c: the tool-call format detected from real chat templates
  * (../shared/testdata/templates), and the answer parsed in each format, with the text
  * around calls kept as content, malformed or unknown calls left as content, and streams
  * holding text back exactly while it may still open a call. */
@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/server_internal.h"
+#include "server/api/api_internal.h"
 #include "tests/unit/testdata.h"
 
 static srv_request request_with_tools(void) {
@@ -22,7 +22,7 @@ static srv_request request_with_tools(void) {
 static char *parsed(srv_tool_format f, const char *text, char **content) {
     srv_request r = request_with_tools();
     srv_model_info mi = {.tool_format = f};
-    json_t *calls = srv__tools_parse(&mi, &r, text, strlen(text), content);
+    json_t *calls = srv_tools_parse(&mi, &r, text, strlen(text), content);
     json_decref(r.tools);
     if (!calls) return NULL;
     char *out = calloc(1, 4096);
@@ -101,16 +101,16 @@ Test(tools, llama3_and_mistral_formats) {
 
 Test(tools, streams_hold_back_only_what_may_become_calls) {
     srv_model_info generic = {.tool_format = SRV_TOOLS_GENERIC}, hermes = {.tool_format = SRV_TOOLS_HERMES};
-    cr_assert_eq(srv__tools_hold_from(&generic, "", 0, false), 0);
-    cr_assert_eq(srv__tools_hold_from(&generic, " \n{\"tool", 8, false), 0);
-    cr_assert_eq(srv__tools_hold_from(&generic, "Hello", 5, false), 5);
-    cr_assert_eq(srv__tools_hold_from(&generic, "{\"a\"", 4, true), 4, "content flowed: the answer is not calls");
-    cr_assert_eq(srv__tools_hold_from(&hermes, "<tool_", 6, false), 0);
-    cr_assert_eq(srv__tools_hold_from(&hermes, "<tool_call>{", 12, false), 0);
-    cr_assert_eq(srv__tools_hold_from(&hermes, "Sure.\n<tool_call>{", 19, true), 6);
-    cr_assert_eq(srv__tools_hold_from(&hermes, "Sure.\n<tool", 11, true), 6);
-    cr_assert_eq(srv__tools_hold_from(&hermes, "<b>", 3, false), 3);
-    cr_assert_eq(srv__tools_hold_from(&hermes, "Sure", 4, false), 4);
+    cr_assert_eq(srv_tools_hold_from(&generic, "", 0, false), 0);
+    cr_assert_eq(srv_tools_hold_from(&generic, " \n{\"tool", 8, false), 0);
+    cr_assert_eq(srv_tools_hold_from(&generic, "Hello", 5, false), 5);
+    cr_assert_eq(srv_tools_hold_from(&generic, "{\"a\"", 4, true), 4, "content flowed: the answer is not calls");
+    cr_assert_eq(srv_tools_hold_from(&hermes, "<tool_", 6, false), 0);
+    cr_assert_eq(srv_tools_hold_from(&hermes, "<tool_call>{", 12, false), 0);
+    cr_assert_eq(srv_tools_hold_from(&hermes, "Sure.\n<tool_call>{", 19, true), 6);
+    cr_assert_eq(srv_tools_hold_from(&hermes, "Sure.\n<tool", 11, true), 6);
+    cr_assert_eq(srv_tools_hold_from(&hermes, "<b>", 3, false), 3);
+    cr_assert_eq(srv_tools_hold_from(&hermes, "Sure", 4, false), 4);
 }
 
 static srv_tool_format detect(const char *file, bool *renders) {
@@ -155,7 +155,7 @@ static void scan_all(const char *answer, const char *want) {
     for (size_t upto = 0; upto <= len; upto++) {
         for (;;) {
             size_t from, n;
-            srv_call_event ev = srv__tools_scan(&sc, answer, upto, &from, &n);
+            srv_call_event ev = srv_tools_scan(&sc, answer, upto, &from, &n);
             cr_assert_neq(ev, SRV_CALL_LOST, "lost at %zu of %s", upto, answer);
             if (ev == SRV_CALL_WAIT) break;
             size_t g = strlen(got);
@@ -178,5 +178,5 @@ Test(tools, forced_calls_are_scanned_as_they_come) {
     scan_all("{\"name\":\"f\",\"parameters\":{\"s\":\"é\"}}", "f({\"s\":\"é\"})");
     srv_call_scan sc = {0};
     size_t from, n;
-    cr_assert_eq(srv__tools_scan(&sc, "{\"name\":\"f\",\"other\":1}", 22, &from, &n), SRV_CALL_LOST);
+    cr_assert_eq(srv_tools_scan(&sc, "{\"name\":\"f\",\"other\":1}", 22, &from, &n), SRV_CALL_LOST);
 }

@@ -4,7 +4,7 @@
  * running it under the policy, are tests/integration/test_chat_page.py. */
 #include <criterion/criterion.h>
 
-#include "server/ui.c"
+#include "server/http/ui.c"
 
 Test(ui_csp, names_the_pages_own_style_and_script_and_nothing_else) {
     pthread_once(&ui_csp_once, ui_csp_init);
