@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <sys/socket.h>
 
+#include "common/grow.h"
 #include "common/log.h"
 #include "common/thread.h"
 #include "scheduler/sched.h"
@@ -102,7 +103,7 @@ srv_deadline *srv__deadline_open(srv_deadlines *d, int fd) {
     if (!e) return NULL;
     e->fd = fd;
     pthread_mutex_lock(&d->lock);
-    if (!srv__grow((void **)&d->entries, &d->cap, (size_t)d->n + 1, sizeof *d->entries)) {
+    if (!sp_grow((void **)&d->entries, &d->cap, (size_t)d->n + 1, sizeof *d->entries)) {
         pthread_mutex_unlock(&d->lock);
         free(e);
         return NULL; /* untimed; libmicrohttpd's own timeout still applies */
