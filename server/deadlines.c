@@ -86,11 +86,7 @@ sp_status srv__deadlines_start(double header_s, double body_s, double idle_s, sr
 
 void srv__deadlines_stop(srv_deadlines *d) {
     if (!d) return;
-    pthread_mutex_lock(&d->lock);
-    d->stopping = true;
-    pthread_cond_signal(&d->stop_cond);
-    pthread_mutex_unlock(&d->lock);
-    if (d->started) pthread_join(d->thread, NULL);
+    sp_thread_stop(&d->lock, &d->stop_cond, &d->stopping, &d->thread, d->started);
     for (int i = 0; i < d->n; i++) free(d->entries[i]);
     free(d->entries);
     pthread_cond_destroy(&d->stop_cond);

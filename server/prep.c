@@ -153,11 +153,7 @@ sp_status srv__prep_submit(srv_prep *p, srv_conn *conn, srv_prep_fn fn) {
 
 void srv__prep_stop(srv_prep *p) {
     if (!p) return;
-    pthread_mutex_lock(&p->lock);
-    p->stopping = true;
-    pthread_cond_broadcast(&p->wake);
-    pthread_mutex_unlock(&p->lock);
-    for (int i = 0; i < p->n_threads; i++) pthread_join(p->threads[i], NULL);
+    sp_thread_stop(&p->lock, &p->wake, &p->stopping, p->threads, p->n_threads);
     p->n_threads = 0;
     /* no worker is left, and stopping refuses new jobs: whatever is queued is answered
      * 503 by its handler */
