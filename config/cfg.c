@@ -9,6 +9,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "common/grammar_defaults.h"
 #include "common/sched_defaults.h"
 #include "config/cfg_internal.h"
 
@@ -224,11 +225,12 @@ void cfg_settings_init(cfg_settings *s) {
         .max_sequences_per_request = 64,
         .max_tokens = 0,
         .default_max_tokens = 4096,
-        /* grammar/'s defaults (gram_limits_default, gram_schema_options_default) */
-        .grammar_max_rules = 20000,
-        .grammar_max_states = 400000,
-        .grammar_max_depth = 1024,
-        .grammar_schema_max_depth = 32,
+        /* grammar/'s defaults (gram_limits_default, gram_schema_options_default), from
+           common/grammar_defaults.h */
+        .grammar_max_rules = SP_GRAMMAR_DEFAULT_MAX_RULES,
+        .grammar_max_states = SP_GRAMMAR_DEFAULT_MAX_ELEMENTS,
+        .grammar_max_depth = SP_GRAMMAR_DEFAULT_MAX_DEPTH,
+        .grammar_schema_max_depth = SP_GRAMMAR_DEFAULT_SCHEMA_MAX_DEPTH,
         .threads = CFG_INT_UNSET,  /* all cores */
         .ctx_size = CFG_INT_UNSET, /* the model's */
         .top_k = CFG_INT_UNSET,

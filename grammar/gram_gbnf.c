@@ -17,10 +17,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/grammar_defaults.h"
 #include "grammar/grammar_internal.h"
 
 gram_limits gram_limits_default(void) {
-    return (gram_limits){.max_rules = 20000, .max_elements = 400000, .max_depth = 1024, .max_stacks = 512};
+    return (gram_limits){.max_rules = SP_GRAMMAR_DEFAULT_MAX_RULES,
+                         .max_elements = SP_GRAMMAR_DEFAULT_MAX_ELEMENTS,
+                         .max_depth = SP_GRAMMAR_DEFAULT_MAX_DEPTH,
+                         .max_stacks = 512};
 }
 
 /* ---- the builder ------------------------------------------------------------------- */

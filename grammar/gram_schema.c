@@ -38,6 +38,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "common/grammar_defaults.h"
 #include "grammar/grammar_internal.h"
 
 enum { SCHEMA_HINT_MAX = 48 }; /* rule names are cut to this, then made unique */
@@ -755,7 +756,7 @@ static sp_status schema_body(gram_schema_ctx *c, const json_t *s, const char *hi
 /* ---- the public functions -------------------------------------------------------------- */
 
 gram_schema_options gram_schema_options_default(void) {
-    return (gram_schema_options){.compact = true, .max_depth = 32};
+    return (gram_schema_options){.compact = true, .max_depth = SP_GRAMMAR_DEFAULT_SCHEMA_MAX_DEPTH};
 }
 
 sp_status gram_schema_to_gbnf(const json_t *schema, const gram_schema_options *opt, char **gbnf) {

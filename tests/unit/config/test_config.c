@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "config/cfg_internal.h"
+#include "grammar/grammar.h"
 #include "scheduler/sched.h"
 
 /* ---- helpers ---- */
@@ -180,6 +181,11 @@ Test(cfg_settings, defaults_are_those_of_serve_and_the_scheduler) {
     cr_expect_eq(s.policy, CFG_POLICY_FCFS);
     cr_expect_eq(d.policy, SCHED_POLICY_FCFS);
     cr_expect_eq(s.request_timeout, d.request_timeout_s);
+    gram_limits g = gram_limits_default();
+    cr_expect_eq(s.grammar_max_rules, g.max_rules);
+    cr_expect_eq(s.grammar_max_states, g.max_elements);
+    cr_expect_eq(s.grammar_max_depth, g.max_depth);
+    cr_expect_eq(s.grammar_schema_max_depth, gram_schema_options_default().max_depth);
     cr_expect_eq(s.api_keys.n, 0);
     cr_expect_null(s.api_key_file);
     cr_expect_not(s.metrics_require_key);
