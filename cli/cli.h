@@ -20,14 +20,14 @@ int cmd_bench(int argc, char **argv);
 int cmd_template(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);
 
-/* Exit status for a failed status: 2 for problems with the input (usage, model file,
- * unsupported format), 1 for everything else. */
-int cmd_exit_status(int status);
-
 /* The model used when --model is not given: the one config/ defaults to. */
 #define CMD_DEFAULT_MODEL CFG_DEFAULT_MODEL
 
 /* ---- shared by the subcommands (cli_session.c) ---- */
+
+/* Exit status for a failed status: 2 for problems with the input (usage, model file,
+ * unsupported format), 1 for everything else. */
+int cmd_exit_status(int status);
 
 /* The device's kernel set for the config's. */
 dev_cpu_isa cli_cpu_isa(cfg_cpu_isa isa);

@@ -1,6 +1,7 @@
-/* cli_session.c: what the one-shot commands (generate, bench) share: flag parsing
- * and a single sequence driven straight through the forward pass (the server's
- * scheduler replaces this with batched steps). */
+/* cli_session.c: what the subcommands share: the exit status of a failure, and for the
+ * one-shot commands (generate, bench) flag parsing and a single sequence driven
+ * straight through the forward pass (the server's scheduler replaces this with
+ * batched steps). */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -11,6 +12,19 @@
 #include "cli/cli.h"
 
 enum { CLI_BLOCK_SIZE = 16, CLI_MAX_BATCH = 512 };
+
+int cmd_exit_status(int status) {
+    switch ((sp_status)status) {
+    case SP_OK: return 0;
+    case SP_ERR_FORMAT:
+    case SP_ERR_UNSUPPORTED:
+    case SP_ERR_INVALID_ARG:
+    case SP_ERR_NOT_FOUND:
+    case SP_ERR_IO:
+    case SP_ERR_RANGE: return 2;
+    default: return 1;
+    }
+}
 
 dev_cpu_isa cli_cpu_isa(cfg_cpu_isa isa) {
     switch (isa) {
