@@ -21,7 +21,7 @@ export SPINDLE_TESTDATA
 
 # ---- sources, one explicit list per module ----------------------------------------
 # In layer order (docs/architecture.md; `make layers` checks it).
-COMMON_SRC    := common/status.c common/log.c common/strbuf.c common/thread.c
+COMMON_SRC    := common/status.c common/log.c common/strbuf.c common/thread.c common/grow.c common/kinds.c
 QUANT_SRC     := quant/quant.c quant/quant_kquants.c
 SAMPLE_SRC    := sample/sample.c
 GGUF_SRC      := gguf/gguf.c gguf/gguf_access.c gguf/gguf_write.c

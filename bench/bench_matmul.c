@@ -58,7 +58,7 @@ static int run(dev_backend *dev, const dev_tensor *w, int64_t k, int64_t n, int6
 }
 
 int main(int argc, char **argv) {
-    dev_cpu_isa isa = DEV_CPU_ISA_AUTO;
+    sp_cpu_isa isa = SP_CPU_ISA_AUTO;
     quant_type type = QUANT_Q4_1;
     int64_t k = 576, n = 1536; /* SmolLM2-135M's FFN up projection */
     int threads = 1, reps = 200, first_size = argc;
@@ -70,7 +70,7 @@ int main(int argc, char **argv) {
         }
         if (!val) return usage("a flag without its value");
         if (!strcmp(arg, "--isa")) {
-            if (dev_cpu_isa_parse(val, &isa) != SP_OK) return usage(sp_last_error());
+            if (sp_cpu_isa_parse(val, &isa) != SP_OK) return usage(sp_last_error());
         } else if (!strcmp(arg, "--type")) {
             type = !strcmp(val, "q4_1")   ? QUANT_Q4_1
                    : !strcmp(val, "q4_0") ? QUANT_Q4_0
@@ -108,7 +108,7 @@ int main(int argc, char **argv) {
     dev_tensor w;
     if (dev_weight_init(dev, &w, type, k, n, data, row_bytes * (size_t)n) != SP_OK) return usage(sp_last_error());
     printf("# %s, %s, K=%lld N=%lld, %d thread(s)\n# rows\tmin_us\tmedian_us\tmin_us_per_row\n",
-           dev_cpu_isa_name(dev_cpu_kernels(dev)), quant_type_name(type), (long long)k, (long long)n, threads);
+           sp_cpu_isa_name(dev_cpu_kernels(dev)), quant_type_name(type), (long long)k, (long long)n, threads);
     for (int i = first_size; i < argc; i++) {
         const int64_t rows = atoll(argv[i]);
         if (rows <= 0) return usage("row counts must be positive");

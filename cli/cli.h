@@ -20,23 +20,21 @@ int cmd_bench(int argc, char **argv);
 int cmd_template(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);
 
-/* Exit status for a failed status: 2 for problems with the input (usage, model file,
- * unsupported format), 1 for everything else. */
-int cmd_exit_status(int status);
-
 /* The model used when --model is not given: the one config/ defaults to. */
 #define CMD_DEFAULT_MODEL CFG_DEFAULT_MODEL
 
 /* ---- shared by the subcommands (cli_session.c) ---- */
 
-/* The device's kernel set for the config's. */
-dev_cpu_isa cli_cpu_isa(cfg_cpu_isa isa);
+/* Exit status for a failed status: 2 for problems with the input (usage, model file,
+ * unsupported format), 1 for everything else. */
+int cmd_exit_status(int status);
+
 /* Parses --cpu-isa's value and checks that this CPU runs the set; on failure prints
  * "spindle: error: --cpu-isa ..." naming what is wrong and returns false. */
-bool cli_parse_cpu_isa(const char *text, dev_cpu_isa *out);
+bool cli_parse_cpu_isa(const char *text, sp_cpu_isa *out);
 /* Parses --kv-type's value (f16, q8_0, q4_0); on failure prints "spindle: error:
  * --kv-type ..." naming what is wrong and returns false. */
-bool cli_parse_kv_type(const char *text, dev_kv_type *out);
+bool cli_parse_kv_type(const char *text, sp_kv_type *out);
 
 /* Parses a whole decimal number for flag `name` within [min, max]; on failure prints
  * "spindle: error: --name: ..." and returns false. */
@@ -52,7 +50,7 @@ typedef struct cli_session {
     int block_size;       /* tokens per KV block; set by cli_session_open */
     int max_batch;        /* largest forward step in tokens (the model's max_batch_tokens) */
     int n_ctx;            /* tokens the KV cache holds */
-    dev_kv_type kv_type;  /* element format of the KV cache (F16 unless set before reserve) */
+    sp_kv_type kv_type;   /* element format of the KV cache (F16 unless set before reserve) */
     int32_t *block_table; /* (n_ctx / block_size) */
     int32_t n_past;       /* tokens already in the cache */
     float *logits;        /* (V) logits after the last eval */
@@ -62,10 +60,10 @@ typedef struct cli_session {
 
 /* Loads model_path on a CPU backend with n_threads (<= 0: all cores), for forward
  * steps of up to 512 tokens. */
-sp_status cli_session_open(cli_session *s, const char *model_path, dev_kind kind, int n_threads, dev_cpu_isa cpu_isa);
+sp_status cli_session_open(cli_session *s, const char *model_path, dev_kind kind, int n_threads, sp_cpu_isa cpu_isa);
 /* The same, for forward steps of up to max_batch tokens (<= 512: 512). */
 sp_status cli_session_open_sized(cli_session *s, const char *model_path, dev_kind kind, int n_threads,
-                                 dev_cpu_isa cpu_isa, int max_batch);
+                                 sp_cpu_isa cpu_isa, int max_batch);
 /* Creates the KV cache for n_ctx tokens (<= 0: the model's training context), in the
  * format s->kv_type. */
 sp_status cli_session_reserve(cli_session *s, int n_ctx);

@@ -1,6 +1,7 @@
-/* cli_session.c: what the one-shot commands (generate, bench) share: flag parsing
- * and a single sequence driven straight through the forward pass (the server's
- * scheduler replaces this with batched steps). */
+/* cli_session.c: what the subcommands share: the exit status of a failure, and for the
+ * one-shot commands (generate, bench) flag parsing and a single sequence driven
+ * straight through the forward pass (the server's scheduler replaces this with
+ * batched steps). */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -12,27 +13,29 @@
 
 enum { CLI_BLOCK_SIZE = 16, CLI_MAX_BATCH = 512 };
 
-dev_cpu_isa cli_cpu_isa(cfg_cpu_isa isa) {
-    switch (isa) {
-    case CFG_CPU_ISA_GENERIC: return DEV_CPU_ISA_GENERIC;
-    case CFG_CPU_ISA_AVX2: return DEV_CPU_ISA_AVX2;
-    case CFG_CPU_ISA_AVX512: return DEV_CPU_ISA_AVX512;
-    case CFG_CPU_ISA_AMX: return DEV_CPU_ISA_AMX;
-    case CFG_CPU_ISA_AUTO: break;
+int cmd_exit_status(int status) {
+    switch ((sp_status)status) {
+    case SP_OK: return 0;
+    case SP_ERR_FORMAT:
+    case SP_ERR_UNSUPPORTED:
+    case SP_ERR_INVALID_ARG:
+    case SP_ERR_NOT_FOUND:
+    case SP_ERR_IO:
+    case SP_ERR_RANGE: return 2;
+    default: return 1;
     }
-    return DEV_CPU_ISA_AUTO;
 }
 
-bool cli_parse_cpu_isa(const char *text, dev_cpu_isa *out) {
-    if (dev_cpu_isa_parse(text, out) != SP_OK || dev_cpu_isa_check(*out) != SP_OK) {
+bool cli_parse_cpu_isa(const char *text, sp_cpu_isa *out) {
+    if (sp_cpu_isa_parse(text, out) != SP_OK || dev_cpu_isa_check(*out) != SP_OK) {
         fprintf(stderr, "spindle: error: --cpu-isa: %s\n", sp_last_error());
         return false;
     }
     return true;
 }
 
-bool cli_parse_kv_type(const char *text, dev_kv_type *out) {
-    if (dev_kv_type_parse(text, out) != SP_OK) {
+bool cli_parse_kv_type(const char *text, sp_kv_type *out) {
+    if (sp_kv_type_parse(text, out) != SP_OK) {
         fprintf(stderr, "spindle: error: --kv-type: %s\n", sp_last_error());
         return false;
     }
@@ -63,12 +66,12 @@ bool cli_parse_float(const char *name, const char *text, double min, double max,
     return true;
 }
 
-sp_status cli_session_open(cli_session *s, const char *model_path, dev_kind kind, int n_threads, dev_cpu_isa cpu_isa) {
+sp_status cli_session_open(cli_session *s, const char *model_path, dev_kind kind, int n_threads, sp_cpu_isa cpu_isa) {
     return cli_session_open_sized(s, model_path, kind, n_threads, cpu_isa, CLI_MAX_BATCH);
 }
 
 sp_status cli_session_open_sized(cli_session *s, const char *model_path, dev_kind kind, int n_threads,
-                                 dev_cpu_isa cpu_isa, int max_batch) {
+                                 sp_cpu_isa cpu_isa, int max_batch) {
     *s = (cli_session){0};
     s->block_size = CLI_BLOCK_SIZE;
     s->max_batch = max_batch > CLI_MAX_BATCH ? max_batch : CLI_MAX_BATCH;

@@ -234,9 +234,9 @@ static int bench_report(cli_session *s, bench_test *t, int threads) {
     double median = median_sorted_in_place(sorted, (size_t)t->reps);
     printf("{\"test\":\"%s\",\"threads\":%d,\"n_tokens\":%d,", t->name, threads, t->n_tokens);
     if (t->depth > 0) printf("\"depth\":%d,", t->depth);
-    if (dev_cpu_kernels(s->dev) != DEV_CPU_ISA_AUTO)
-        printf("\"cpu_isa\":\"%s\",", dev_cpu_isa_name(dev_cpu_kernels(s->dev)));
-    if (s->kv_type != DEV_KV_F16) printf("\"kv_type\":\"%s\",", dev_kv_type_name(s->kv_type));
+    if (dev_cpu_kernels(s->dev) != SP_CPU_ISA_AUTO)
+        printf("\"cpu_isa\":\"%s\",", sp_cpu_isa_name(dev_cpu_kernels(s->dev)));
+    if (s->kv_type != SP_KV_F16) printf("\"kv_type\":\"%s\",", sp_kv_type_name(s->kv_type));
     if (t->kind != BENCH_PP) printf("\"batch\":%d,", t->n_seqs);
     printf("\"reps\":%d,\"tokens_per_s_median\":%.2f,", t->reps, median);
     if (t->step_s)
@@ -283,8 +283,8 @@ int cmd_bench(int argc, char **argv) {
     const char *model_path = CMD_DEFAULT_MODEL;
     long pp = 512, tg = 128, batch = 1, depth = 0, reps = 5, threads = 0;
     dev_kind kind = DEV_KIND_CPU;
-    dev_cpu_isa cpu_isa = DEV_CPU_ISA_AUTO;
-    dev_kv_type kv_type = DEV_KV_F16;
+    sp_cpu_isa cpu_isa = SP_CPU_ISA_AUTO;
+    sp_kv_type kv_type = SP_KV_F16;
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "m:h", options, NULL)) != -1) {

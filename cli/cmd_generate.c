@@ -42,8 +42,8 @@ typedef struct generate_args {
     const char *prompt;
     long max_tokens;
     long threads;
-    dev_cpu_isa cpu_isa;
-    dev_kv_type kv_type;
+    sp_cpu_isa cpu_isa;
+    sp_kv_type kv_type;
     long ctx;
     bool ignore_eos;
     sample_params sampling;

@@ -106,17 +106,13 @@ static void serve_args_fill(serve_args *a) {
     a->sched.kv_disk_persist = c->kv_disk_persist;
     a->sched.model_path = c->model;
     a->sched.block_size = (int)c->block_size;
-    a->sched.kv_type = c->kv_type == CFG_KV_Q8_0   ? SCHED_KV_Q8_0
-                       : c->kv_type == CFG_KV_Q4_0 ? SCHED_KV_Q4_0
-                                                   : SCHED_KV_F16;
+    a->sched.kv_type = c->kv_type;
     a->sched.max_batch_size = (int)c->max_batch_size;
     a->sched.max_batch_tokens = (int)c->max_batch_tokens;
     a->sched.max_prefill_tokens = (int)c->max_prefill_tokens;
     a->sched.queue_max_requests = (int)c->queue_max_requests;
     a->sched.queue_max_tokens = c->queue_max_tokens;
-    a->sched.policy = c->policy == CFG_POLICY_PRIORITY ? SCHED_POLICY_PRIORITY
-                      : c->policy == CFG_POLICY_SLO    ? SCHED_POLICY_SLO
-                                                       : SCHED_POLICY_FCFS;
+    a->sched.policy = c->policy;
     a->sched.ttft_slo_ms = c->ttft_slo_ms;
     a->sched.tpot_slo_ms = c->tpot_slo_ms;
     a->sched.request_timeout_s = c->request_timeout;
@@ -267,7 +263,7 @@ static sp_status serve_load(const serve_args *a, srv_app *app, serve_state *s) {
     dev_options dopts = {
         .kind = kind,
         .n_threads = (int)a->threads,
-        .cpu_isa = cli_cpu_isa(a->cfg.cpu_isa),
+        .cpu_isa = a->cfg.cpu_isa,
         .no_graphs = !a->cfg.cuda_graphs,
         .quant_gemv = a->cfg.cuda_gemv == CFG_GEMV_ALWAYS  ? DEV_GEMV_ALWAYS
                       : a->cfg.cuda_gemv == CFG_GEMV_NEVER ? DEV_GEMV_NEVER
@@ -311,7 +307,7 @@ static sp_status serve_load(const serve_args *a, srv_app *app, serve_state *s) {
         .schema_max_depth = (int32_t)a->cfg.grammar_schema_max_depth,
         .json_flexible = a->cfg.grammar_json_whitespace == CFG_JSON_FLEXIBLE,
         .created = (int64_t)time(NULL),
-        .cpu_kernels = dev_cpu_kernels(s->dev) != DEV_CPU_ISA_AUTO ? dev_cpu_isa_name(dev_cpu_kernels(s->dev)) : NULL};
+        .cpu_kernels = dev_cpu_kernels(s->dev) != SP_CPU_ISA_AUTO ? sp_cpu_isa_name(dev_cpu_kernels(s->dev)) : NULL};
     char sampling_said[400];
     sampling_defaults(&a->cfg, model_gguf(s->model), &s->sampling, sampling_said, sizeof sampling_said);
     if (sample_params_validate(&s->sampling, hp->n_vocab) != SP_OK)
@@ -331,14 +327,12 @@ static sp_status serve_load(const serve_args *a, srv_app *app, serve_state *s) {
                 s->served_name, hp->arch_name, hp->n_layers, hp->n_vocab, dev_name(s->dev), live->max_seq_len,
                 (long long)live->kv_cache_mb, live->block_size, live->max_batch_size, live->max_batch_tokens,
                 live->max_prefill_tokens, live->queue_max_requests, (long long)live->queue_max_tokens,
-                live->policy == SCHED_POLICY_FCFS       ? "fcfs"
-                : live->policy == SCHED_POLICY_PRIORITY ? "priority"
-                                                        : "slo");
+                sp_policy_name(live->policy));
     sched_stats kv_st;
     sched_get_stats(app->sched, &kv_st);
     sp_log_info("KV memory: %lld bytes per token (%s K and V over %d layers), %lld KiB per full-context sequence; "
                 "the pool holds %d blocks (%lld tokens)",
-                (long long)kv_st.kv_bytes_per_token, dev_kv_type_name((dev_kv_type)live->kv_type), hp->n_layers,
+                (long long)kv_st.kv_bytes_per_token, sp_kv_type_name(live->kv_type), hp->n_layers,
                 (long long)kv_st.kv_bytes_per_token * live->max_seq_len >> 10, kv_st.kv_blocks_total,
                 (long long)kv_st.kv_blocks_total * live->block_size);
     sp_log_info("sampling of requests that leave it out: %s", sampling_said);
@@ -407,7 +401,7 @@ int cmd_serve(int argc, char **argv) {
     }
     /* on the CPU a kernel set the machine lacks is refused before anything starts (with
      * --device auto the backend refuses it, should the CPU be chosen) */
-    if (a.cfg.device == CFG_DEVICE_CPU && dev_cpu_isa_check(cli_cpu_isa(a.cfg.cpu_isa)) != SP_OK) {
+    if (a.cfg.device == CFG_DEVICE_CPU && dev_cpu_isa_check(a.cfg.cpu_isa) != SP_OK) {
         fprintf(stderr, "spindle: error: --cpu-isa (cpu_isa): %s\n", sp_last_error());
         serve_args_free(&a);
         return 2;

@@ -3,7 +3,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "common/status.h"
 #include "cli/cli.h"
 
 #define SPINDLE_VERSION "0.1.0"
@@ -23,19 +22,6 @@ static void usage(FILE *out) {
             "  quantize   write a GGUF model with its weights in Q8_0, Q4_0, Q4_1 or F16\n"
             "  help       show this text\n",
             SPINDLE_VERSION);
-}
-
-int cmd_exit_status(int status) {
-    switch ((sp_status)status) {
-    case SP_OK: return 0;
-    case SP_ERR_FORMAT:
-    case SP_ERR_UNSUPPORTED:
-    case SP_ERR_INVALID_ARG:
-    case SP_ERR_NOT_FOUND:
-    case SP_ERR_IO:
-    case SP_ERR_RANGE: return 2;
-    default: return 1;
-    }
 }
 
 int main(int argc, char **argv) {

@@ -8,13 +8,15 @@
 
 #include <stdbool.h>
 
+#include "common/kinds.h"
+
 /* Designated initializers for the knobs that sched_config and cfg_settings name alike
  * (the scheduler's struct and the settings it is filled from). */
 #define SP_SCHED_DEFAULT_FIELDS                                                                                    \
     .kv_cache_mb = 512 /* MiB */, .gpu_memory_fraction = 0.9, .block_size = 16, .max_batch_size = 64,              \
     .max_batch_tokens = 512, .max_prefill_tokens = 256, .queue_max_requests = 4096, .queue_max_tokens = 4000000,   \
     .prefix_cache = true, .kv_host_mb = 0, .kv_disk_gb = 4, .spec_k = 8, .spec_ngram_min = 2, .spec_ngram_max = 5, \
-    .spec_gate = true
+    .spec_gate = true, .policy = SP_POLICY_FCFS, .kv_type = SP_KV_F16
 
 /* speculative decoding's proposers: "auto" (every one built; the gate decides) */
 #define SP_SCHED_DEFAULT_SPECULATIVE "auto"
@@ -27,8 +29,5 @@
 
 /* request_timeout in the settings, request_timeout_s in the scheduler; 0 = none */
 #define SP_SCHED_DEFAULT_REQUEST_TIMEOUT_S 600
-
-/* the policy's default is first come, first served: SCHED_POLICY_FCFS and
- * CFG_POLICY_FCFS, each the first value of its module's enum */
 
 #endif

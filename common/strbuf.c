@@ -2,23 +2,20 @@
 #include "common/strbuf.h"
 
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/grow.h"
+
 /* Room for `more` bytes plus the NUL; doubles the capacity. */
 static bool strbuf_reserve(strbuf *b, size_t more) {
     if (b->failed) return false;
-    if (b->len + more < b->cap) return true;
-    size_t cap = b->cap ? b->cap * 2 : 256;
-    while (cap <= b->len + more) cap *= 2;
-    char *q = realloc(b->p, cap);
-    if (!q) {
+    if (more >= SIZE_MAX - b->len || !sp_grow((void **)&b->p, &b->cap, b->len + more + 1, 1)) {
         b->failed = true;
         return false;
     }
-    b->p = q;
-    b->cap = cap;
     return true;
 }
 

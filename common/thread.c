@@ -42,3 +42,11 @@ sp_status sp_thread_start(pthread_t *out, const char *name, void *(*thread_main)
     pthread_setname_np(*out, short_name);
     return SP_OK;
 }
+
+void sp_thread_stop(pthread_mutex_t *lock, pthread_cond_t *wake, bool *stop, const pthread_t *threads, int n_threads) {
+    pthread_mutex_lock(lock);
+    *stop = true;
+    pthread_cond_broadcast(wake);
+    pthread_mutex_unlock(lock);
+    for (int i = 0; i < n_threads; i++) pthread_join(threads[i], NULL);
+}

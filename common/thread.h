@@ -1,10 +1,12 @@
 /* thread.h: starting a worker thread the way every spindle thread starts: with the
  * shutdown and reload signals (SIGINT, SIGTERM, SIGHUP) blocked, so that only the main
- * thread ever handles them, and with a name that shows in top, gdb and perf. */
+ * thread ever handles them, and with a name that shows in top, gdb and perf; and
+ * stopping workers the one way they stop (a flag under their lock, a wake, a join). */
 #ifndef SP_THREAD_H
 #define SP_THREAD_H
 
 #include <pthread.h>
+#include <stdbool.h>
 
 #include "common/status.h"
 
@@ -20,5 +22,11 @@ sp_status sp_thread_start(pthread_t *out, const char *name, void *(*thread_main)
  * returns at once) and returns pthread_cond_timedwait's code (0 or ETIMEDOUT). */
 int sp_cond_init_monotonic(pthread_cond_t *cond);
 int sp_cond_wait_for(pthread_cond_t *cond, pthread_mutex_t *mutex, double seconds);
+
+/* Stops the workers threads[0..n_threads) that wait on wake, holding lock, until *stop
+ * is set: sets *stop under lock, wakes every thread waiting on wake (one worker or a
+ * pool alike), and joins each. Called by the thread that started them, once; n_threads
+ * 0 (no worker started) only sets the flag. lock and wake stay the caller's to destroy. */
+void sp_thread_stop(pthread_mutex_t *lock, pthread_cond_t *wake, bool *stop, const pthread_t *threads, int n_threads);
 
 #endif

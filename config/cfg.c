@@ -9,6 +9,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "common/grammar_defaults.h"
 #include "common/sched_defaults.h"
 #include "config/cfg_internal.h"
 
@@ -16,9 +17,6 @@
 
 static const char *const DEVICES[] = {"auto", "cpu", "cuda", NULL};
 static const char *const GEMV_MODES[] = {"auto", "always", "never", NULL};
-static const char *const CPU_ISAS[] = {"auto", "generic", "avx2", "avx512", "amx", NULL};
-static const char *const KV_TYPES[] = {"f16", "q8_0", "q4_0", NULL};
-static const char *const POLICIES[] = {"fcfs", "priority", "slo", NULL};
 static const char *const LOG_FORMATS[] = {"text", "json", NULL};
 static const char *const JSON_WHITESPACE[] = {"compact", "flexible", NULL};
 static const char *const METRICS_NAMES[] = {"spindle", "vllm", NULL};
@@ -42,7 +40,7 @@ const cfg_key cfg__keys[] = {
         "(default: the model's)"),
     ENUM("device", "device", device, DEVICES, "where the model runs (auto: the GPU when a usable one is present, else the CPU)"),
     INT("threads", "threads", threads, 1, 256, true, "CPU threads for the model", "(default: all cores)"),
-    ENUM("cpu_isa", "cpu-isa", cpu_isa, CPU_ISAS,
+    ENUM("cpu_isa", "cpu-isa", cpu_isa, sp_cpu_isa_names,
          "CPU kernel set (auto: the best this CPU runs; avx512 gives avx2's numbers, faster; amx: tiles)"),
     BOOL("cuda_graphs", "cuda-graphs", cuda_graphs, "on a GPU: replay decode steps as captured CUDA graphs"),
     ENUM("cuda_gemv", "cuda-gemv", cuda_gemv, GEMV_MODES,
@@ -75,7 +73,7 @@ const cfg_key cfg__keys[] = {
     FLT("gpu_memory_fraction", "gpu-memory-fraction", gpu_memory_fraction, 0.01, 1, "F",
         "on a GPU: the KV cache takes this fraction of the memory free after loading"),
     INT("block_size", "block-size", block_size, 1, 1024, false, "tokens per KV block", NULL),
-    ENUM("kv_type", "kv-type", kv_type, KV_TYPES,
+    ENUM("kv_type", "kv-type", kv_type, sp_kv_type_names,
          "the KV cache's element format: q8_0 holds 1.88x the tokens of f16 in the same memory, q4_0 3.56x, at a "
          "small cost in accuracy (needs a head width that is a multiple of 32)"),
     INT("max_batch_size", "max-batch-size", max_batch_size, 1, 4096, false, "sequences running at once", NULL),
@@ -86,7 +84,7 @@ const cfg_key cfg__keys[] = {
         "requests waiting to run before 429", NULL),
     INT("queue_max_tokens", "queue-max-tokens", queue_max_tokens, 1, INT64_MAX, false,
         "their prompt tokens before 429", NULL),
-    ENUM("policy", "policy", policy, POLICIES,
+    ENUM("policy", "policy", policy, sp_policy_names,
          "admission and preemption order (slo: latency targets first: no prefill that makes a decode miss its "
          "TPOT target, the queue head then the shortest prompts, 429 at once for what cannot meet its TTFT target)"),
     FLT("ttft_slo_ms", "ttft-slo-ms", ttft_slo_ms, 0, 1e9, "MS",
@@ -192,8 +190,8 @@ const cfg_key cfg__keys[] = {
 /* cfg.h's CFG_KEY_COUNT must match the rows (a mismatch is a conflicting declaration);
  * enum fields are written as int. */
 _Static_assert(sizeof(cfg_device) == sizeof(int) && sizeof(cfg_cuda_gemv) == sizeof(int) &&
-                   sizeof(cfg_cpu_isa) == sizeof(int) && sizeof(cfg_policy) == sizeof(int) &&
-                   sizeof(cfg_kv_type) == sizeof(int) && sizeof(cfg_log_format) == sizeof(int) &&
+                   sizeof(sp_cpu_isa) == sizeof(int) && sizeof(sp_policy) == sizeof(int) &&
+                   sizeof(sp_kv_type) == sizeof(int) && sizeof(cfg_log_format) == sizeof(int) &&
                    sizeof(cfg_metrics_names) == sizeof(int) && sizeof(cfg_pooling) == sizeof(int),
                "enum settings are set through an int");
 
@@ -215,8 +213,6 @@ void cfg_settings_init(cfg_settings *s) {
         /* the scheduler's knobs, from common/sched_defaults.h (sched_config_default()
          * reads the same) */
         SP_SCHED_DEFAULT_FIELDS,
-        .policy = CFG_POLICY_FCFS,
-        .kv_type = CFG_KV_F16,
         .request_timeout = SP_SCHED_DEFAULT_REQUEST_TIMEOUT_S,
         .spec_suffix_mb = SP_SCHED_DEFAULT_SPEC_SUFFIX_MB,
         .draft_kv_cache_mb = SP_SCHED_DEFAULT_DRAFT_KV_CACHE_MB,
@@ -224,11 +220,12 @@ void cfg_settings_init(cfg_settings *s) {
         .max_sequences_per_request = 64,
         .max_tokens = 0,
         .default_max_tokens = 4096,
-        /* grammar/'s defaults (gram_limits_default, gram_schema_options_default) */
-        .grammar_max_rules = 20000,
-        .grammar_max_states = 400000,
-        .grammar_max_depth = 1024,
-        .grammar_schema_max_depth = 32,
+        /* grammar/'s defaults (gram_limits_default, gram_schema_options_default), from
+           common/grammar_defaults.h */
+        .grammar_max_rules = SP_GRAMMAR_DEFAULT_MAX_RULES,
+        .grammar_max_states = SP_GRAMMAR_DEFAULT_MAX_ELEMENTS,
+        .grammar_max_depth = SP_GRAMMAR_DEFAULT_MAX_DEPTH,
+        .grammar_schema_max_depth = SP_GRAMMAR_DEFAULT_SCHEMA_MAX_DEPTH,
         .threads = CFG_INT_UNSET,  /* all cores */
         .ctx_size = CFG_INT_UNSET, /* the model's */
         .top_k = CFG_INT_UNSET,

@@ -19,6 +19,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "common/kinds.h"
 #include "common/status.h"
 
 /* The model used when neither the file nor --model names one (every command's
@@ -37,19 +38,9 @@ typedef enum cfg_device {
 
 typedef enum cfg_cuda_gemv { CFG_GEMV_AUTO, CFG_GEMV_ALWAYS, CFG_GEMV_NEVER } cfg_cuda_gemv;
 
-/* The CPU backend's kernel set (gpu/device.h's dev_cpu_isa, in the same order). */
-typedef enum cfg_cpu_isa {
-    CFG_CPU_ISA_AUTO,
-    CFG_CPU_ISA_GENERIC,
-    CFG_CPU_ISA_AVX2,
-    CFG_CPU_ISA_AVX512,
-    CFG_CPU_ISA_AMX
-} cfg_cpu_isa;
-
-/* The KV cache's element format (gpu/device.h's dev_kv_type, in the same order). */
-typedef enum cfg_kv_type { CFG_KV_F16, CFG_KV_Q8_0, CFG_KV_Q4_0 } cfg_kv_type;
-
-typedef enum cfg_policy { CFG_POLICY_FCFS, CFG_POLICY_PRIORITY, CFG_POLICY_SLO } cfg_policy;
+/* The CPU kernel set, the KV cache's element format and the policy: sp_cpu_isa,
+ * sp_kv_type and sp_policy (common/kinds.h), the types the device and the scheduler
+ * take. */
 
 typedef enum cfg_log_format { CFG_LOG_TEXT, CFG_LOG_JSON } cfg_log_format;
 typedef enum cfg_json_whitespace { CFG_JSON_COMPACT, CFG_JSON_FLEXIBLE } cfg_json_whitespace;
@@ -77,7 +68,7 @@ typedef struct cfg_settings {
     cfg_device device;
     bool cuda_graphs;        /* on a GPU: decode steps replayed as captured graphs */
     cfg_cuda_gemv cuda_gemv; /* on a GPU: when small matmuls read quantized blocks directly */
-    cfg_cpu_isa cpu_isa;     /* on the CPU: the kernel set (auto: the best this CPU runs) */
+    sp_cpu_isa cpu_isa;      /* on the CPU: the kernel set (auto: the best this CPU runs) */
     int64_t threads;         /* CPU threads; CFG_INT_UNSET: all cores */
     int64_t ctx_size;        /* context limit per sequence; CFG_INT_UNSET: the model's training context */
     /* HTTP */
@@ -98,13 +89,13 @@ typedef struct cfg_settings {
     int64_t kv_cache_mb;
     double gpu_memory_fraction; /* on a GPU, instead of kv_cache_mb */
     int64_t block_size;
-    cfg_kv_type kv_type; /* the KV cache's element format */
+    sp_kv_type kv_type; /* the KV cache's element format */
     int64_t max_batch_size;
     int64_t max_batch_tokens;
     int64_t max_prefill_tokens;
     int64_t queue_max_requests;
     int64_t queue_max_tokens;
-    cfg_policy policy;
+    sp_policy policy;
     double ttft_slo_ms; /* latency targets of requests that give none; 0: none */
     double tpot_slo_ms;
     double request_timeout; /* seconds; 0: none */

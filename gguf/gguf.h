@@ -119,12 +119,19 @@ const char *gguf_value_type_name(gguf_value_type t);
  * gguf_write_begin writes the header; then exactly n_kv key-value pairs (gguf_write_kv_*),
  * then the n_tensors tensor infos with gguf_write_tensor_infos, then each tensor's bytes
  * in the same order with gguf_write_tensor_data (padded to the alignment). Errors are
- * sticky in the writer and reported by gguf_write_end, which closes the file. */
+ * sticky in the writer and reported by gguf_write_end, which closes the file.
+ *
+ * gguf_write_begin_memory writes into a growing buffer instead (buf, len), with no
+ * header: the field writers below it (gguf_write_header, _key, _uint, _string, ...)
+ * then write any header, count or length the caller likes, a malformed file's too
+ * (tools/gguf_builder.h, for the tests and tools/mkmodel.c). */
 typedef struct gguf_writer {
-    FILE *out;
+    FILE *out;        /* NULL: into buf */
     const char *path; /* for messages */
     uint64_t alignment;
-    uint64_t written; /* bytes so far */
+    uint8_t *buf; /* (len, cap) the bytes of an in-memory writer; owned (free()) */
+    size_t len;   /* bytes so far */
+    size_t cap;
     bool failed;
 } gguf_writer;
 
@@ -141,7 +148,26 @@ void gguf_write_kv_raw(gguf_writer *w, const void *data, size_t n);
 void gguf_write_kv_u32(gguf_writer *w, const char *key, uint32_t v);
 void gguf_write_tensor_infos(gguf_writer *w, const gguf_write_tensor *t, int64_t n);
 void gguf_write_tensor_data(gguf_writer *w, const void *data, size_t n);
-/* Flushes and closes; SP_ERR_IO naming the file when anything failed. */
+/* Flushes and closes; SP_ERR_IO naming the file when anything failed. An in-memory
+ * writer keeps its bytes (w->buf, the caller's to free): SP_ERR_NOMEM when one append
+ * ran out of memory. */
 sp_status gguf_write_end(gguf_writer *w);
+
+/* An empty in-memory writer (alignment 32 for gguf_write_tensor_infos). */
+void gguf_write_begin_memory(gguf_writer *w);
+/* The fields, each as the format encodes it: the header (magic, version, counts); the
+ * n low bytes of v little-endian (n <= 8); a string (u64 length, the bytes, no NUL); a
+ * key and its value type (the caller writes the value); an array's element type and
+ * count; one tensor info; n zero bytes; zeros to a multiple of alignment. */
+void gguf_write_header(gguf_writer *w, uint32_t version, uint64_t n_tensors, uint64_t n_kv);
+void gguf_write_bytes(gguf_writer *w, const void *data, size_t n);
+void gguf_write_uint(gguf_writer *w, uint64_t v, size_t n);
+void gguf_write_string(gguf_writer *w, const char *s, size_t n);
+void gguf_write_key(gguf_writer *w, const char *key, gguf_value_type type);
+void gguf_write_array_header(gguf_writer *w, gguf_value_type elem_type, uint64_t n);
+void gguf_write_tensor_info(gguf_writer *w, const char *name, size_t name_len, uint32_t n_dims, const int64_t *ne,
+                            uint32_t type, uint64_t offset);
+void gguf_write_zeros(gguf_writer *w, size_t n);
+void gguf_write_pad(gguf_writer *w, uint64_t alignment);
 
 #endif

@@ -59,7 +59,7 @@ int dev_threads(const dev_backend *dev) {
     return dev->n_threads;
 }
 
-dev_cpu_isa dev_cpu_kernels(const dev_backend *dev) {
+sp_cpu_isa dev_cpu_kernels(const dev_backend *dev) {
     return dev->cpu_isa;
 }
 
@@ -93,27 +93,11 @@ sp_status dev_reserve(dev_backend *dev, int64_t max_tokens, int64_t max_width) {
     return dev->ops->reserve(dev, max_tokens, max_width);
 }
 
-static const char *const KV_TYPE_NAMES[] = {[DEV_KV_F16] = "f16", [DEV_KV_Q8_0] = "q8_0", [DEV_KV_Q4_0] = "q4_0"};
-enum { KV_TYPE_COUNT = sizeof KV_TYPE_NAMES / sizeof KV_TYPE_NAMES[0] };
-
-const char *dev_kv_type_name(dev_kv_type type) {
-    return (unsigned)type < KV_TYPE_COUNT ? KV_TYPE_NAMES[type] : "unknown";
-}
-
-sp_status dev_kv_type_parse(const char *name, dev_kv_type *out) {
-    for (int t = 0; t < KV_TYPE_COUNT; t++)
-        if (strcmp(name, KV_TYPE_NAMES[t]) == 0) {
-            *out = (dev_kv_type)t;
-            return SP_OK;
-        }
-    return sp_fail(SP_ERR_INVALID_ARG, "kv type \"%s\" unknown (f16, q8_0 or q4_0)", name);
-}
-
-quant_type dev_kv_quant_type(dev_kv_type type) {
+quant_type dev_kv_quant_type(sp_kv_type type) {
     switch (type) {
-    case DEV_KV_Q8_0: return QUANT_Q8_0;
-    case DEV_KV_Q4_0: return QUANT_Q4_0;
-    case DEV_KV_F16: break;
+    case SP_KV_Q8_0: return QUANT_Q8_0;
+    case SP_KV_Q4_0: return QUANT_Q4_0;
+    case SP_KV_F16: break;
     }
     return QUANT_F16;
 }
@@ -154,12 +138,12 @@ sp_status dev_kv_shape_check(const dev_kv_shape *shape) {
     if (shape->n_layers <= 0 || shape->n_blocks <= 0 || shape->block_size <= 0 || shape->n_kv_heads <= 0 ||
         shape->head_dim <= 0)
         return sp_fail(SP_ERR_INVALID_ARG, "kv shape: every dimension must be positive");
-    if ((unsigned)shape->kv_type >= KV_TYPE_COUNT)
+    if ((unsigned)shape->kv_type >= SP_KV_TYPE_COUNT)
         return sp_fail(SP_ERR_INVALID_ARG, "kv shape: kv type %d unknown", (int)shape->kv_type);
     if (!quant_row_valid(dev_kv_quant_type(shape->kv_type), shape->head_dim))
         return sp_fail(
             SP_ERR_UNSUPPORTED, "kv type %s needs a head width that is a multiple of %zu; this model's is %d (use f16)",
-            dev_kv_type_name(shape->kv_type), quant_block_size(dev_kv_quant_type(shape->kv_type)), shape->head_dim);
+            sp_kv_type_name(shape->kv_type), quant_block_size(dev_kv_quant_type(shape->kv_type)), shape->head_dim);
     return SP_OK;
 }
 

@@ -29,6 +29,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/kinds.h"
 #include "common/status.h"
 #include "quant/quant.h"
 #include "sample/sample.h"
@@ -47,36 +48,20 @@ typedef enum dev_quant_gemv {
     DEV_GEMV_NEVER   /* never; the blocks are then not uploaded at all */
 } dev_quant_gemv;
 
-/* The CPU backend's kernel sets, chosen at run time (gpu/host/host_cpu.c). avx512 uses
- * AVX-512 VL/VNNI instructions where they give the very same numbers as avx2 (integer dot
- * products, more rows per call), so avx2 and avx512 results are identical bit for bit;
- * generic is portable C with its own summation order. amx multiplies Q4_0/Q4_1/Q8_0
- * weights with AMX int8 tiles in an arithmetic of its own (gpu/host/host_amx.c: one exact
- * integer sum per 32-element block), and runs avx512's kernels for every other type. */
-typedef enum dev_cpu_isa {
-    DEV_CPU_ISA_AUTO, /* the best set this CPU runs */
-    DEV_CPU_ISA_GENERIC,
-    DEV_CPU_ISA_AVX2,   /* AVX2, FMA, F16C */
-    DEV_CPU_ISA_AVX512, /* the above plus AVX-512 F, BW, VL and VNNI */
-    DEV_CPU_ISA_AMX,    /* the above plus AMX tile and int8, with Linux's permission */
-} dev_cpu_isa;
-
-const char *dev_cpu_isa_name(dev_cpu_isa isa); /* "auto", "generic", "avx2", "avx512", "amx" */
-/* SP_ERR_INVALID_ARG naming the accepted names when name is none of them. */
-sp_status dev_cpu_isa_parse(const char *name, dev_cpu_isa *out);
+/* (sp_cpu_isa, its names and sp_cpu_isa_parse: common/kinds.h) */
 /* SP_ERR_UNSUPPORTED naming what is missing when this CPU (and OS) cannot run the set. */
-sp_status dev_cpu_isa_check(dev_cpu_isa isa);
+sp_status dev_cpu_isa_check(sp_cpu_isa isa);
 /* The llama.cpp kernel set whose rounding this set reproduces ("avx2" or "generic"), or
  * "amx" for the amx set's own arithmetic, which no llama.cpp build computes: what a parity
  * reference must have been made with to compare bit for bit. */
-const char *dev_cpu_isa_rounding(dev_cpu_isa isa);
+const char *dev_cpu_isa_rounding(sp_cpu_isa isa);
 /* Whether this CPU has AMX tiles the process may use (the amx set's condition). */
 bool dev_cpu_has_amx(void);
 
 typedef struct dev_options {
     dev_kind kind;
     int n_threads;             /* CPU worker threads including the caller; <= 0: one per core */
-    dev_cpu_isa cpu_isa;       /* CPU kernels; AUTO (0) picks the best; a set the CPU lacks fails */
+    sp_cpu_isa cpu_isa;        /* CPU kernels; AUTO (0) picks the best; a set the CPU lacks fails */
     bool no_graphs;            /* GPU: run decode steps op by op instead of replaying captured graphs */
     dev_quant_gemv quant_gemv; /* GPU only */
 } dev_options;
@@ -108,22 +93,9 @@ typedef struct dev_rope {
     const dev_tensor *freq_factors; /* (n_rot/2) F32, divides each frequency; or NULL */
 } dev_rope;
 
-/* The element format of the KV pools. Each (token, KV head) row of Dh elements is
- * stored in the chosen type: F16 as Dh halves; Q8_0 and Q4_0 as Dh/32 of ggml's blocks
- * of that type (quant/quant.h), quantized when the row is written, so they need Dh a
- * multiple of 32. Attention reads the blocks directly. 0 is F16, so a shape that names
- * no type is F16. */
-typedef enum dev_kv_type {
-    DEV_KV_F16,
-    DEV_KV_Q8_0, /* 34 bytes per 32 elements: 1.88x the tokens of F16 in the same bytes */
-    DEV_KV_Q4_0, /* 18 bytes per 32 elements: 3.56x */
-} dev_kv_type;
-
-const char *dev_kv_type_name(dev_kv_type type); /* "f16", "q8_0", "q4_0" */
-/* SP_ERR_INVALID_ARG naming the accepted names when name is none of them. */
-sp_status dev_kv_type_parse(const char *name, dev_kv_type *out);
+/* The element format of the KV pools: sp_kv_type (common/kinds.h, with its names). */
 /* The quant/ element format of the type (QUANT_F16, QUANT_Q8_0, QUANT_Q4_0). */
-quant_type dev_kv_quant_type(dev_kv_type type);
+quant_type dev_kv_quant_type(sp_kv_type type);
 
 /* The KV pools: per layer, K and V each [n_blocks][B][Hk][row], a row being Dh
  * elements in kv_type (dev_kv_row_bytes). */
@@ -133,7 +105,7 @@ typedef struct dev_kv_shape {
     int block_size; /* B */
     int n_kv_heads; /* Hk */
     int head_dim;   /* Dh */
-    dev_kv_type kv_type;
+    sp_kv_type kv_type;
 } dev_kv_shape;
 
 /* SP_ERR_INVALID_ARG for a dimension that is not positive, SP_ERR_UNSUPPORTED naming
@@ -176,8 +148,8 @@ sp_status dev_create(const dev_options *opts, dev_backend **out);
 void dev_destroy(dev_backend *dev);
 const char *dev_name(const dev_backend *dev); /* "cpu (2 threads, avx2)" */
 int dev_threads(const dev_backend *dev);
-/* The kernel set a CPU backend runs (never AUTO); DEV_CPU_ISA_AUTO for a GPU backend. */
-dev_cpu_isa dev_cpu_kernels(const dev_backend *dev);
+/* The kernel set a CPU backend runs (never AUTO); SP_CPU_ISA_AUTO for a GPU backend. */
+sp_cpu_isa dev_cpu_kernels(const dev_backend *dev);
 
 /* Makes a weight usable by the ops. `host_data` is the tensor in its file format and is
  * borrowed until dev_destroy (the CPU backend reads it in place from the mapping; a GPU

@@ -50,7 +50,7 @@ typedef struct dev_backend_ops {
 struct dev_backend {
     const dev_backend_ops *ops;
     int n_threads;
-    dev_cpu_isa cpu_isa; /* the CPU backend's kernel set; AUTO on a GPU backend */
+    sp_cpu_isa cpu_isa; /* the CPU backend's kernel set; AUTO on a GPU backend */
 };
 
 /* The KV pool description every backend's dev_kv starts with. */

@@ -32,9 +32,11 @@ typedef struct dfa_state {
 struct gram_dfa {
     gram_stacks arena; /* every state's nodes; never truncated but by a restart */
     int32_t *tops;     /* every state's stack tops, state by state */
-    int32_t n_tops, cap_tops;
+    int32_t n_tops;
+    size_t cap_tops;
     dfa_state *states;
-    int32_t n_states, cap_states;
+    int32_t n_states;
+    size_t cap_states;
     int32_t *index; /* (index_cap) open addressing by hash, -1 empty */
     int32_t index_cap;
     gram_stacks out; /* the tops of the state being made */
@@ -111,8 +113,8 @@ static int32_t state_of(gram_dfa *d, int32_t mark) {
             return d->index[at];
         }
     }
-    if (!gram__grow((void **)&d->states, &d->cap_states, d->n_states + 1, sizeof *d->states) ||
-        !gram__grow((void **)&d->tops, &d->cap_tops, d->n_tops + o->n_tops + 1, sizeof *d->tops))
+    if (!sp_grow((void **)&d->states, &d->cap_states, d->n_states + 1, sizeof *d->states) ||
+        !sp_grow((void **)&d->tops, &d->cap_tops, d->n_tops + o->n_tops + 1, sizeof *d->tops))
         return -1;
     dfa_state *s = &d->states[d->n_states];
     s->first = d->n_tops;
@@ -138,7 +140,7 @@ int32_t gram__dfa_start(gram_dfa *d, const int32_t *key, int32_t key_len) {
     d->out.n_tops = 0;
     d->out.accepting = d->out.needs_context = d->out.overflow = false;
     if (d->out.cap_tops < 1) {
-        if (!gram__grow((void **)&d->out.tops, &d->out.cap_tops, 1, sizeof *d->out.tops)) return -1;
+        if (!sp_grow((void **)&d->out.tops, &d->out.cap_tops, 1, sizeof *d->out.tops)) return -1;
     }
     d->out.tops[d->out.n_tops++] = parent;
     return state_of(d, mark);

@@ -17,24 +17,30 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/grammar_defaults.h"
 #include "grammar/grammar_internal.h"
 
 gram_limits gram_limits_default(void) {
-    return (gram_limits){.max_rules = 20000, .max_elements = 400000, .max_depth = 1024, .max_stacks = 512};
+    return (gram_limits){.max_rules = SP_GRAMMAR_DEFAULT_MAX_RULES,
+                         .max_elements = SP_GRAMMAR_DEFAULT_MAX_ELEMENTS,
+                         .max_depth = SP_GRAMMAR_DEFAULT_MAX_DEPTH,
+                         .max_stacks = 512};
 }
 
 /* ---- the builder ------------------------------------------------------------------- */
 
 typedef struct seq {
     gram_elem *e;
-    int32_t n, cap;
+    int32_t n;
+    size_t cap;
 } seq;
 
 typedef struct rule_b {
     const char *name; /* into the source; aux rules: their origin rule's name */
     int32_t name_len;
     seq *alts;
-    int32_t n_alts, cap_alts;
+    int32_t n_alts;
+    size_t cap_alts;
     bool defined, aux;
     size_t first_ref; /* where it was first referenced (undefined-rule errors) */
     size_t defined_at;
@@ -44,9 +50,11 @@ typedef struct builder {
     const char *src;
     size_t len, pos;
     rule_b *rules;
-    int32_t n_rules, cap_rules;
+    int32_t n_rules;
+    size_t cap_rules;
     gram_byteset *sets;
-    int32_t n_sets, cap_sets;
+    int32_t n_sets;
+    size_t cap_sets;
     int32_t singleton[256]; /* the set holding only byte b, or -1 */
     int64_t n_elems;
     gram_limits lim;
@@ -92,24 +100,13 @@ static sp_status fail_nomem(builder *b) {
     return b->err;
 }
 
-bool gram__grow(void **p, int32_t *cap, int32_t need, size_t elem) {
-    if (need <= *cap) return true;
-    int32_t n = *cap ? *cap * 2 : 8;
-    while (n < need) n *= 2;
-    void *q = realloc(*p, (size_t)n * elem);
-    if (!q) return false;
-    *p = q;
-    *cap = n;
-    return true;
-}
-
 static void seq_push(builder *b, seq *s, gram_elem e) {
     if (b->err) return;
     if (++b->n_elems > b->lim.max_elements) {
         fail_range(b, "grammar elements", b->lim.max_elements);
         return;
     }
-    if (!gram__grow((void **)&s->e, &s->cap, s->n + 1, sizeof *s->e)) {
+    if (!sp_grow((void **)&s->e, &s->cap, s->n + 1, sizeof *s->e)) {
         fail_nomem(b);
         return;
     }
@@ -127,7 +124,7 @@ static int32_t rule_new(builder *b, const char *name, int32_t name_len, bool aux
         fail_range(b, "grammar rules", b->lim.max_rules);
         return -1;
     }
-    if (!gram__grow((void **)&b->rules, &b->cap_rules, b->n_rules + 1, sizeof *b->rules)) {
+    if (!sp_grow((void **)&b->rules, &b->cap_rules, b->n_rules + 1, sizeof *b->rules)) {
         fail_nomem(b);
         return -1;
     }
@@ -149,7 +146,7 @@ static int32_t rule_aux(builder *b) {
 static seq *alt_new(builder *b, int32_t r) {
     if (b->err || r < 0) return NULL;
     rule_b *rule = &b->rules[r];
-    if (!gram__grow((void **)&rule->alts, &rule->cap_alts, rule->n_alts + 1, sizeof *rule->alts)) {
+    if (!sp_grow((void **)&rule->alts, &rule->cap_alts, rule->n_alts + 1, sizeof *rule->alts)) {
         fail_nomem(b);
         return NULL;
     }
@@ -226,7 +223,7 @@ static int32_t set_add(builder *b, const gram_byteset *s) {
     for (uint64_t at = b->set_index_cap ? h & (uint64_t)(b->set_index_cap - 1) : 0;
          b->set_index_cap && b->set_index[at] >= 0; at = (at + 1) & (uint64_t)(b->set_index_cap - 1))
         if (memcmp(&b->sets[b->set_index[at]], s, sizeof *s) == 0) return b->set_index[at];
-    if (!gram__grow((void **)&b->sets, &b->cap_sets, b->n_sets + 1, sizeof *b->sets)) {
+    if (!sp_grow((void **)&b->sets, &b->cap_sets, b->n_sets + 1, sizeof *b->sets)) {
         fail_nomem(b);
         return 0;
     }
@@ -371,7 +368,8 @@ typedef struct cp_range {
 
 typedef struct ranges {
     cp_range *r;
-    int32_t n, cap;
+    int32_t n;
+    size_t cap;
 } ranges;
 
 static int range_cmp(const void *a, const void *b) {
@@ -404,7 +402,7 @@ static bool ranges_normalize(ranges *rs, bool negate) {
         free(rs->r);
         rs->r = out;
         rs->n = k;
-        rs->cap = k;
+        rs->cap = (size_t)k;
     }
     return true;
 }
@@ -478,7 +476,7 @@ static void emit_class(builder *b, seq *out, const ranges *rs) {
 }
 
 static void ranges_add(builder *b, ranges *rs, uint32_t lo, uint32_t hi) {
-    if (!gram__grow((void **)&rs->r, &rs->cap, rs->n + 1, sizeof *rs->r)) {
+    if (!sp_grow((void **)&rs->r, &rs->cap, rs->n + 1, sizeof *rs->r)) {
         fail_nomem(b);
         return;
     }

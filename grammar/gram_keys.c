@@ -22,7 +22,8 @@
 /* One rule's possible parents: return positions, and whether the bottom is one. */
 typedef struct parents {
     int32_t *pos;
-    int32_t n, cap;
+    int32_t n;
+    size_t cap;
     bool bottom;
 } parents;
 
@@ -58,7 +59,7 @@ static bool add_parent(rule_refs *rr, parents *p, int32_t pos) {
     if (rr->work > GRAM_KEYS_MAX_WORK) return false;
     for (int32_t i = 0; i < p->n; i++)
         if (p->pos[i] == pos) return true;
-    if (!gram__grow((void **)&p->pos, &p->cap, p->n + 1, sizeof *p->pos)) return false;
+    if (!sp_grow((void **)&p->pos, &p->cap, p->n + 1, sizeof *p->pos)) return false;
     p->pos[p->n++] = pos;
     return true;
 }
@@ -114,12 +115,13 @@ static bool refs_close(const gram_grammar *g, rule_refs *rr) {
 
 typedef struct key_list {
     gram_cut_key *keys;
-    int32_t n, cap, max;
+    int32_t n, max;
+    size_t cap;
 } key_list;
 
 static bool key_add(key_list *kl, const int32_t *key, int32_t len) {
     if (kl->n >= kl->max) return false;
-    if (!gram__grow((void **)&kl->keys, &kl->cap, kl->n + 1, sizeof *kl->keys)) return false;
+    if (!sp_grow((void **)&kl->keys, &kl->cap, kl->n + 1, sizeof *kl->keys)) return false;
     gram_cut_key *k = &kl->keys[kl->n++];
     memcpy(k->pos, key, sizeof *key * (size_t)len);
     k->len = len;

@@ -195,9 +195,11 @@ struct gram_mask_cache {
     uint8_t *path; /* (max_len + 1) bytes from the root to the walk's node */
     /* the entry being built */
     dep *deps;
-    int32_t n_deps, cap_deps;
+    int32_t n_deps;
+    size_t cap_deps;
     uint8_t *prefixes;
-    int32_t n_prefix, cap_prefix;
+    int32_t n_prefix;
+    size_t cap_prefix;
     gram_dfa *dfa;     /* the cut walks' states (gram_dfa.c) */
     uint32_t *scratch; /* (scratch_words) the accepted set of the entry being built */
     size_t scratch_words;
@@ -221,8 +223,8 @@ static void set_tokens(const walk *w, const trie_node *n) {
 
 static void dep_add(walk *w, int32_t node, int32_t depth) {
     gram_mask_cache *c = w->c;
-    if (!gram__grow((void **)&c->deps, &c->cap_deps, c->n_deps + 1, sizeof *c->deps) ||
-        !gram__grow((void **)&c->prefixes, &c->cap_prefix, c->n_prefix + depth, 1))
+    if (!sp_grow((void **)&c->deps, &c->cap_deps, c->n_deps + 1, sizeof *c->deps) ||
+        !sp_grow((void **)&c->prefixes, &c->cap_prefix, c->n_prefix + depth, 1))
         return; /* out of memory: the dependent tokens stay out of the mask (never wrong ones in) */
     memcpy(c->prefixes + c->n_prefix, c->path, (size_t)depth);
     c->deps[c->n_deps++] = (dep){node, c->n_prefix, depth};
@@ -495,7 +497,7 @@ static void walk_dep(walk *w, const gram_state *s, int32_t top, const cache_entr
     if (at->tops != tops) {
         at->n_tops = 0;
         for (int32_t i = 0; i < n_tops; i++) {
-            if (!gram__grow((void **)&at->tops, &at->cap_tops, at->n_tops + 1, sizeof *at->tops)) return;
+            if (!sp_grow((void **)&at->tops, &at->cap_tops, at->n_tops + 1, sizeof *at->tops)) return;
             at->tops[at->n_tops++] = tops[i];
         }
     }

@@ -23,26 +23,14 @@ void gram__stacks_free(gram_stacks *s) {
 }
 
 int32_t gram__node_push(gram_stacks *s, int32_t pos, int32_t parent) {
-    if (s->n_nodes == s->cap_nodes) {
-        int32_t cap = s->cap_nodes ? s->cap_nodes * 2 : 64;
-        gram_node *n = realloc(s->nodes, sizeof *n * (size_t)cap);
-        if (!n) return -1;
-        s->nodes = n;
-        s->cap_nodes = cap;
-    }
+    if (!sp_grow((void **)&s->nodes, &s->cap_nodes, (size_t)s->n_nodes + 1, sizeof *s->nodes)) return -1;
     int32_t depth = parent >= 0 ? s->nodes[parent].depth + 1 : 1;
     s->nodes[s->n_nodes] = (gram_node){pos, parent, depth};
     return s->n_nodes++;
 }
 
 static bool top_push(gram_stacks *out, int32_t node) {
-    if (out->n_tops == out->cap_tops) {
-        int32_t cap = out->cap_tops ? out->cap_tops * 2 : 16;
-        int32_t *t = realloc(out->tops, sizeof *t * (size_t)cap);
-        if (!t) return false;
-        out->tops = t;
-        out->cap_tops = cap;
-    }
+    if (!sp_grow((void **)&out->tops, &out->cap_tops, (size_t)out->n_tops + 1, sizeof *out->tops)) return false;
     out->tops[out->n_tops++] = node;
     return true;
 }

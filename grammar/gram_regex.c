@@ -42,6 +42,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/grow.h"
 #include "common/strbuf.h"
 #include "grammar/grammar.h"
 
@@ -66,7 +67,8 @@ typedef struct rx_range {
 
 typedef struct rx_vec {
     void *p;
-    int32_t n, cap;
+    int32_t n;
+    size_t cap;
 } rx_vec;
 
 /* One conversion: the pattern, the tree (index-linked arrays) and the text being printed. */
@@ -81,14 +83,7 @@ typedef struct rx {
 
 /* Room for one more element of elem bytes; the new slot, or NULL when out of memory. */
 static void *rx_vec_push(rx_vec *v, size_t elem) {
-    if (v->n == v->cap) {
-        if (v->cap > INT32_MAX / 2) return NULL;
-        int32_t cap = v->cap ? v->cap * 2 : 16;
-        void *q = realloc(v->p, (size_t)cap * elem);
-        if (!q) return NULL;
-        v->p = q;
-        v->cap = cap;
-    }
+    if (v->n == INT32_MAX || !sp_grow(&v->p, &v->cap, (size_t)v->n + 1, elem)) return NULL;
     return (char *)v->p + (size_t)v->n++ * elem;
 }
 

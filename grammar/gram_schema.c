@@ -38,6 +38,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "common/grammar_defaults.h"
 #include "grammar/grammar_internal.h"
 
 enum { SCHEMA_HINT_MAX = 48 }; /* rule names are cut to this, then made unique */
@@ -93,15 +94,6 @@ sp_status gram__schema_fail(gram_schema_ctx *c, sp_status st, const char *kw, co
     return sp_fail(st, "%s: %s", p[0] ? p : "(root)", msg);
 }
 
-void *gram__schema_grow(void *p, size_t *cap, size_t need, size_t size) {
-    if (need <= *cap) return p;
-    size_t cap2 = *cap ? *cap * 2 : 16;
-    while (cap2 < need) cap2 *= 2;
-    void *q = realloc(p, cap2 * size);
-    if (q) *cap = cap2;
-    return q;
-}
-
 /* Appends a segment to the pointer; returns the length to go back to (ptr_pop). */
 static size_t ptr_push(gram_schema_ctx *c, const char *seg) {
     size_t mark = c->ptr.len;
@@ -141,9 +133,8 @@ static sp_status rule_reserve(gram_schema_ctx *c, const char *hint, size_t *idx)
     base[n] = '\0';
     snprintf(name, sizeof name, "%s", base);
     while (json_object_get(c->names, name)) snprintf(name, sizeof name, "%s-%lu", base, ++c->next_id);
-    gram_schema_rule *r = gram__schema_grow(c->rules, &c->cap_rules, c->n_rules + 1, sizeof *r);
-    if (!r) return gram__schema_nomem();
-    c->rules = r;
+    if (!sp_grow((void **)&c->rules, &c->cap_rules, c->n_rules + 1, sizeof *c->rules)) return gram__schema_nomem();
+    gram_schema_rule *r = c->rules;
     if (json_object_set_new(c->names, name, json_true()) || !(r[c->n_rules].name = strdup(name)))
         return gram__schema_nomem();
     r[c->n_rules].body = NULL;
@@ -197,12 +188,12 @@ static sp_status schema_other_key(gram_schema_ctx *c, const char *hint, const ch
     typedef struct node {
         size_t lo, hi, depth, rule; /* keys[lo, hi) share their first depth bytes */
     } node;
-    node *stack = NULL, *q;
+    node *stack = NULL;
     size_t top = 0, cap = 0;
     strbuf body = {0}, cls = {0}, raw = {0};
     qsort(keys, n, sizeof *keys, key_cmp);
     sp_status st = rule_reserve(c, hint, rule);
-    if (st == SP_OK && !(stack = gram__schema_grow(NULL, &cap, 1, sizeof *stack))) st = gram__schema_nomem();
+    if (st == SP_OK && !sp_grow((void **)&stack, &cap, 1, sizeof *stack)) st = gram__schema_nomem();
     if (st == SP_OK) stack[top++] = (node){0, n, 0, *rule};
     while (st == SP_OK && top) {
         node nd = stack[--top];
@@ -216,9 +207,10 @@ static sp_status schema_other_key(gram_schema_ctx *c, const char *hint, const ch
             uint32_t cp = gram__utf8_get(keys[i], strlen(keys[i]), &at);
             while (j < nd.hi && strncmp(keys[j] + nd.depth, keys[i] + nd.depth, at - nd.depth) == 0) j++;
             if ((st = rule_reserve(c, hint, &child)) != SP_OK) break;
-            if (!(q = gram__schema_grow(stack, &cap, top + 1, sizeof *stack))) st = gram__schema_nomem();
-            if (!q) break;
-            stack = q;
+            if (!sp_grow((void **)&stack, &cap, top + 1, sizeof *stack)) {
+                st = gram__schema_nomem();
+                break;
+            }
             stack[top++] = (node){i, j, at, child};
             raw.len = 0;
             gram__json_escape_cp(&raw, cp);
@@ -471,9 +463,8 @@ const json_t *gram__schema_resolve(gram_schema_ctx *c, const json_t *s) {
 
 static sp_status ref_edge(gram_schema_ctx *c, size_t to) {
     if (c->cur_ref < 0) return SP_OK;
-    size_t *e = gram__schema_grow(c->edges, &c->cap_edges, 2 * c->n_edges + 2, sizeof *e);
-    if (!e) return gram__schema_nomem();
-    c->edges = e;
+    if (!sp_grow((void **)&c->edges, &c->cap_edges, 2 * c->n_edges + 2, sizeof *c->edges)) return gram__schema_nomem();
+    size_t *e = c->edges;
     e[2 * c->n_edges] = (size_t)c->cur_ref;
     e[2 * c->n_edges++ + 1] = to;
     return SP_OK;
@@ -481,10 +472,9 @@ static sp_status ref_edge(gram_schema_ctx *c, size_t to) {
 
 /* A new rule for target t, visited at its own pointer where. */
 static sp_status ref_define(gram_schema_ctx *c, const json_t *t, const char *where, const char *hint, int depth) {
-    gram_schema_ref *r = gram__schema_grow(c->refs, &c->cap_refs, c->n_refs + 1, sizeof *r);
     size_t rule, me = c->n_refs;
-    if (!r) return gram__schema_nomem();
-    c->refs = r;
+    if (!sp_grow((void **)&c->refs, &c->cap_refs, c->n_refs + 1, sizeof *c->refs)) return gram__schema_nomem();
+    gram_schema_ref *r = c->refs;
     sp_status st = rule_reserve(c, hint, &rule);
     if (st != SP_OK) return st;
     r[me] = (gram_schema_ref){t, rule, strdup(where)};
@@ -766,7 +756,7 @@ static sp_status schema_body(gram_schema_ctx *c, const json_t *s, const char *hi
 /* ---- the public functions -------------------------------------------------------------- */
 
 gram_schema_options gram_schema_options_default(void) {
-    return (gram_schema_options){.compact = true, .max_depth = 32};
+    return (gram_schema_options){.compact = true, .max_depth = SP_GRAMMAR_DEFAULT_SCHEMA_MAX_DEPTH};
 }
 
 sp_status gram_schema_to_gbnf(const json_t *schema, const gram_schema_options *opt, char **gbnf) {
@@ -786,7 +776,7 @@ sp_status gram_schema_to_gbnf(const json_t *schema, const gram_schema_options *o
         if (json_object_set_new(c.names, *k, json_true())) st = gram__schema_nomem();
     const char *root_name = opt->root_name ? opt->root_name : "root";
     if (st == SP_OK) st = rule_reserve(&c, root_name, &root);
-    if (st == SP_OK && !(c.refs = gram__schema_grow(NULL, &c.cap_refs, 1, sizeof *c.refs))) st = gram__schema_nomem();
+    if (st == SP_OK && !sp_grow((void **)&c.refs, &c.cap_refs, 1, sizeof *c.refs)) st = gram__schema_nomem();
     if (st == SP_OK) c.refs[c.n_refs++] = (gram_schema_ref){schema, root, NULL};
     if (st == SP_OK) st = schema_body(&c, schema, root_name, 0, &body);
     if (st == SP_OK) st = rule_define(&c, root, &body);

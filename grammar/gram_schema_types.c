@@ -525,14 +525,15 @@ static sp_status pattern_rewrite(gram_schema_ctx *c, const char *e, strbuf *o) {
             bool neg = ++i < n && e[i] == '^';
             nr = 0;
             for (i += neg; i < n && e[i] != ']' && st == SP_OK;) {
-                uint32_t lo = gbnf_char(e, n, &i), hi = lo, *q;
+                uint32_t lo = gbnf_char(e, n, &i), hi = lo;
                 if (i + 1 < n && e[i] == '-' && e[i + 1] != ']') {
                     i++;
                     hi = gbnf_char(e, n, &i);
                 }
-                if (!(q = gram__schema_grow(r, &cap, 2 * nr + 2, sizeof *r))) st = gram__schema_nomem();
-                if (q) r = q;
-                if (q) r[2 * nr] = lo, r[2 * nr + 1] = hi, nr++;
+                if (!sp_grow((void **)&r, &cap, 2 * nr + 2, sizeof *r))
+                    st = gram__schema_nomem();
+                else
+                    r[2 * nr] = lo, r[2 * nr + 1] = hi, nr++;
             }
             i++;
             if (st == SP_OK) st = pattern_class(c, r, nr, neg, o);

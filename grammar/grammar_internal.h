@@ -20,6 +20,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "common/grow.h"
 #include "common/strbuf.h"
 #include "grammar/grammar.h"
 
@@ -69,19 +70,17 @@ typedef struct gram_node {
 /* A growable node arena with the stack tops that point into it. */
 typedef struct gram_stacks {
     gram_node *nodes;
-    int32_t n_nodes, cap_nodes;
+    int32_t n_nodes;
+    size_t cap_nodes;
     int32_t *tops;
-    int32_t n_tops, cap_tops;
+    int32_t n_tops;
+    size_t cap_tops;
     bool accepting;     /* some stack completed the root rule */
     bool overflow;      /* a bound (depth, stacks) was hit while expanding */
     bool needs_context; /* some stack popped into GRAM_CONTEXT */
     int32_t steps;      /* expansion steps of the current advance (bounded: an ambiguous grammar's
                            empty paths can multiply; past the bound the rest are dropped as overflow) */
 } gram_stacks;
-
-/* *p grown (doubling) to hold need elements of elem bytes; false, *p unchanged, when out of
- * memory (gram_gbnf.c). */
-bool gram__grow(void **p, int32_t *cap, int32_t need, size_t elem);
 
 void gram__stacks_free(gram_stacks *s);
 /* Pushes node (pos, parent) and returns its index (-1: out of memory). */
@@ -211,8 +210,6 @@ static inline void gram__put(strbuf *o, const char *s) {
 sp_status gram__schema_fail(gram_schema_ctx *c, sp_status st, const char *kw, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 sp_status gram__schema_nomem(void);
-/* p grown to hold need items of size bytes (NULL: out of memory, p unchanged). */
-void *gram__schema_grow(void *p, size_t *cap, size_t need, size_t size);
 /* Whether kw is a keyword that changes validity and that gram_schema enforces. */
 bool gram__schema_handled(const char *kw);
 /* s with its $refs followed (at most max_depth of them), or NULL where one points nowhere. */

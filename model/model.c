@@ -208,7 +208,7 @@ int model_max_batch_tokens(const model *m) {
     return m->max_batch_tokens;
 }
 
-dev_kv_shape model_kv_shape(const model *m, int n_blocks, int block_size, dev_kv_type type) {
+dev_kv_shape model_kv_shape(const model *m, int n_blocks, int block_size, sp_kv_type type) {
     return (dev_kv_shape){
         .n_layers = m->hp.n_layers,
         .n_blocks = n_blocks,
@@ -219,11 +219,11 @@ dev_kv_shape model_kv_shape(const model *m, int n_blocks, int block_size, dev_kv
     };
 }
 
-sp_status model_kv_create_typed(model *m, int n_blocks, int block_size, dev_kv_type type, dev_kv **out) {
+sp_status model_kv_create_typed(model *m, int n_blocks, int block_size, sp_kv_type type, dev_kv **out) {
     dev_kv_shape shape = model_kv_shape(m, n_blocks, block_size, type);
     return dev_kv_create(m->dev, &shape, out);
 }
 
 sp_status model_kv_create(model *m, int n_blocks, int block_size, dev_kv **out) {
-    return model_kv_create_typed(m, n_blocks, block_size, DEV_KV_F16, out);
+    return model_kv_create_typed(m, n_blocks, block_size, SP_KV_F16, out);
 }

@@ -65,13 +65,13 @@ dev_backend *model_device(const model *m);
 int model_max_batch_tokens(const model *m);
 
 /* The KV pool shape of this model: n_blocks blocks of block_size tokens in type. */
-dev_kv_shape model_kv_shape(const model *m, int n_blocks, int block_size, dev_kv_type type);
+dev_kv_shape model_kv_shape(const model *m, int n_blocks, int block_size, sp_kv_type type);
 
 /* A KV pool shaped for this model: n_blocks blocks of block_size tokens, F16 (_typed:
  * in type; SP_ERR_UNSUPPORTED naming the head width where the type cannot hold it).
  * Caller owns *out; free with dev_kv_destroy(model_device(m), kv). */
 sp_status model_kv_create(model *m, int n_blocks, int block_size, dev_kv **out);
-sp_status model_kv_create_typed(model *m, int n_blocks, int block_size, dev_kv_type type, dev_kv **out);
+sp_status model_kv_create_typed(model *m, int n_blocks, int block_size, sp_kv_type type, dev_kv **out);
 
 /* Runs one step: writes the step's K/V into kv and stores the logits of the rows the
  * step asks for in logits (n_logits, V), host memory owned by the caller. */

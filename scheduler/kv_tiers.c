@@ -58,7 +58,7 @@ static void tiers_on_evict(void *arg, int32_t id, uint64_t hash, uint64_t parent
 static uint64_t layout_fingerprint(const dev_kv_shape *shape, size_t block_bytes) {
     /* the element format: 16 (bits) for F16, as files written before --kv-type carry, so
      * an upgrade keeps a persisted F16 tier; 100 + the ggml type id for the others */
-    const int64_t element = shape->kv_type == DEV_KV_F16 ? 16 : 100 + (int64_t)dev_kv_quant_type(shape->kv_type);
+    const int64_t element = shape->kv_type == SP_KV_F16 ? 16 : 100 + (int64_t)dev_kv_quant_type(shape->kv_type);
     const int64_t parts[] = {shape->n_layers, shape->block_size,    shape->n_kv_heads,
                              shape->head_dim, (int64_t)block_bytes, element};
     uint64_t h = KV_CHAIN_ROOT;

@@ -81,13 +81,7 @@ sp_status sched__masks_init(sched *s, int max_jobs) {
 void sched__masks_destroy(sched *s) {
     sched_masks *m = &s->masks;
     if (!m->initialized) return;
-    if (m->started) {
-        pthread_mutex_lock(&m->lock);
-        m->stop = true;
-        pthread_cond_signal(&m->wake);
-        pthread_mutex_unlock(&m->lock);
-        pthread_join(m->thread, NULL);
-    }
+    if (m->started) sp_thread_stop(&m->lock, &m->wake, &m->stop, &m->thread, 1);
     pthread_cond_destroy(&m->done);
     pthread_cond_destroy(&m->wake);
     pthread_mutex_destroy(&m->lock);

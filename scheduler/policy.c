@@ -30,8 +30,8 @@
 #include "common/assert.h"
 #include "scheduler/sched_internal.h"
 
-bool sched__policy_before(sched_policy_kind kind, const sched_request *a, const sched_request *b) {
-    if (kind == SCHED_POLICY_PRIORITY && a->params.priority != b->params.priority)
+bool sched__policy_before(sp_policy kind, const sched_request *a, const sched_request *b) {
+    if (kind == SP_POLICY_PRIORITY && a->params.priority != b->params.priority)
         return a->params.priority < b->params.priority;
     if (a->swapped != b->swapped) return a->swapped;
     if (a->swapped && a->n_tokens != b->n_tokens) return a->n_tokens < b->n_tokens;
@@ -55,13 +55,13 @@ static int32_t generated(const sched_request *r) {
     return r->n_tokens - r->params.n_prompt;
 }
 
-int sched__policy_victim(sched_policy_kind kind, sched_request *const *running, int n, uint64_t tick) {
+int sched__policy_victim(sp_policy kind, sched_request *const *running, int n, uint64_t tick) {
     SP_ASSERT(n >= 1);
     /* the class that goes last (priority: the highest value); only it gives up a sequence */
     int last_class = running[0]->params.priority;
     for (int i = 1; i < n; i++)
         if (running[i]->params.priority > last_class) last_class = running[i]->params.priority;
-    bool prio = kind == SCHED_POLICY_PRIORITY;
+    bool prio = kind == SP_POLICY_PRIORITY;
     bool any_open = false; /* a sequence of that class outside its immunity window */
     for (int i = 0; i < n && !any_open; i++)
         any_open = (!prio || running[i]->params.priority == last_class) && !immune(running[i], tick);

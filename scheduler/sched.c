@@ -28,7 +28,6 @@ sched_config sched_config_default(void) {
      * config/cfg.c's defaults read too */
     return (sched_config){
         SP_SCHED_DEFAULT_FIELDS,
-        .policy = SCHED_POLICY_FCFS,
         .request_timeout_s = SP_SCHED_DEFAULT_REQUEST_TIMEOUT_S,
         .max_seq_len = 0, /* the model's training context */
         .kv_watermark = 0.01,
@@ -59,7 +58,7 @@ sp_status sched_config_validate(const sched_config *c) {
         return sp_fail(SP_ERR_INVALID_ARG, "queue_max_requests %d must be at least 1", c->queue_max_requests);
     if (c->queue_max_tokens < 1)
         return sp_fail(SP_ERR_INVALID_ARG, "queue_max_tokens %lld must be at least 1", (long long)c->queue_max_tokens);
-    if (c->policy != SCHED_POLICY_FCFS && c->policy != SCHED_POLICY_PRIORITY && c->policy != SCHED_POLICY_SLO)
+    if (c->policy != SP_POLICY_FCFS && c->policy != SP_POLICY_PRIORITY && c->policy != SP_POLICY_SLO)
         return sp_fail(SP_ERR_INVALID_ARG, "policy %d is not fcfs, priority or slo", (int)c->policy);
     if (!isfinite(c->ttft_slo_ms) || c->ttft_slo_ms < 0 || !isfinite(c->tpot_slo_ms) || c->tpot_slo_ms < 0)
         return sp_fail(SP_ERR_INVALID_ARG, "ttft_slo_ms %g and tpot_slo_ms %g must be 0 (none) or positive",
@@ -179,10 +178,6 @@ static void sched_free_arrays(sched *s) {
     sched__masks_destroy(s);
     free(s->step_masks);
     gram_vocab_destroy(s->gram_vocab);
-}
-
-const char *sched_kv_type_name(sched_kv_type type) {
-    return dev_kv_type_name((dev_kv_type)type);
 }
 
 /* What a GPU backend still allocates after the pool: decode padding's scratch KV block

@@ -25,6 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/kinds.h"
 #include "common/status.h"
 #include "grammar/grammar.h"
 #include "kvtier/kvtier.h"
@@ -37,23 +38,8 @@ typedef struct model model;
 typedef struct sched sched;
 typedef struct sched_request sched_request;
 
-typedef enum sched_policy_kind {
-    SCHED_POLICY_FCFS,     /* first come, first served */
-    SCHED_POLICY_PRIORITY, /* lower `priority` first, then arrival (as vLLM) */
-    SCHED_POLICY_SLO       /* latency targets first (slo.c): fcfs order, the queue head then the shortest
-                              prompts, no new prefill that would make a decode miss its inter-token target,
-                              early refusal of what cannot meet its TTFT target */
-} sched_policy_kind;
-
 /* Every knob of the scheduler; sched_config_default() suits the default model on a
  * small CPU machine. */
-/* The KV pool's element format: gpu/device.h's dev_kv_type, in the same order (this
- * header stays free of the device API). */
-typedef enum sched_kv_type { SCHED_KV_F16, SCHED_KV_Q8_0, SCHED_KV_Q4_0 } sched_kv_type;
-
-/* "f16", "q8_0", "q4_0". */
-const char *sched_kv_type_name(sched_kv_type type);
-
 typedef struct sched_config {
     int64_t kv_cache_mb;        /* KV pool budget in MiB (devices without memory of their own: the CPU) */
     double gpu_memory_fraction; /* on a GPU: the KV pool takes this fraction of the memory free after load */
@@ -63,14 +49,14 @@ typedef struct sched_config {
     int max_prefill_tokens;     /* prompt tokens prefilled per tick, shared by prefilling sequences */
     int queue_max_requests;     /* requests accepted but not yet running */
     int64_t queue_max_tokens;   /* their prompt tokens */
-    sched_policy_kind policy;   /* admission and preemption order */
+    sp_policy policy;           /* admission and preemption order */
     double ttft_slo_ms;         /* time-to-first-token target of every request (0: none); goodput counts it */
     double tpot_slo_ms;         /* mean time-per-output-token target (0: none) */
     double request_timeout_s;   /* default deadline from arrival; 0 = none */
     int32_t max_seq_len;        /* context limit of one sequence (prompt + generated) */
     double kv_watermark;        /* fraction of blocks kept free at admission for growth */
     bool prefix_cache;          /* share computed full KV blocks between requests with the same prefix */
-    sched_kv_type kv_type;      /* the pool's element format; the draft model's stays F16 */
+    sp_kv_type kv_type;         /* the pool's element format; the draft model's stays F16 */
     /* the prefix cache's lower tiers (kv_tiers.c): blocks the pool evicts wait there */
     int64_t kv_host_mb;      /* host-memory tier in MiB; 0: none */
     const char *kv_disk_dir; /* disk tier's directory (borrowed until sched_destroy); NULL: none */

@@ -234,10 +234,10 @@ bool sched__embed_step(sched *s, sched_request *r, const float *hidden, int32_t 
 /* ---- policies (policy.c) ------------------------------------------------------------- */
 
 /* true when a should be admitted before b (and so preempted after b). */
-bool sched__policy_before(sched_policy_kind kind, const sched_request *a, const sched_request *b);
+bool sched__policy_before(sp_policy kind, const sched_request *a, const sched_request *b);
 /* Index of the sequence to preempt among running (n >= 1): the one admitted last by
  * the policy's order (the youngest, or the lowest priority then youngest). */
-int sched__policy_victim(sched_policy_kind kind, sched_request *const *running, int n, uint64_t tick);
+int sched__policy_victim(sp_policy kind, sched_request *const *running, int n, uint64_t tick);
 /* Ticks after its return during which a preempted sequence is not preempted again while
  * another can be. */
 enum { SCHED_RESUME_IMMUNITY_TICKS = 32 };
@@ -442,10 +442,8 @@ void sched__request_end(sched *s, sched_request *r, sched_finish f, sp_status er
 sp_status sched__tiers_init(sched *s);
 
 /* The pool's element format as the device API names it. */
-static inline dev_kv_type sched__kv_type(const sched_config *c) {
-    static_assert((int)SCHED_KV_Q8_0 == (int)DEV_KV_Q8_0 && (int)SCHED_KV_Q4_0 == (int)DEV_KV_Q4_0,
-                  "sched_kv_type follows dev_kv_type");
-    return (dev_kv_type)c->kv_type;
+static inline sp_kv_type sched__kv_type(const sched_config *c) {
+    return c->kv_type;
 }
 void sched__tiers_free(sched *s);
 /* How many blocks of tokens from block from_block on (below max_blocks) the tiers hold

@@ -80,7 +80,7 @@ void sched__slo_observe_admissions(sched *s, int admitted, double now) {
 }
 
 int32_t sched__slo_prefill_budget(sched *s, int32_t budget, int32_t decode_rows, double now) {
-    if (s->cfg.policy != SCHED_POLICY_SLO || budget <= 0 || decode_rows == 0) return budget;
+    if (s->cfg.policy != SP_POLICY_SLO || budget <= 0 || decode_rows == 0) return budget;
     if (s->prefill_row_s == 0 || s->decode_step_s == 0) return budget;
     double slack = INFINITY;
     for (int i = 0; i < s->n_running; i++) {
@@ -104,7 +104,7 @@ int32_t sched__slo_prefill_budget(sched *s, int32_t budget, int32_t decode_rows,
 }
 
 sched_request *sched__slo_next(const sched *s, bool first) {
-    if (first || s->cfg.policy != SCHED_POLICY_SLO) return s->wait_head;
+    if (first || s->cfg.policy != SP_POLICY_SLO) return s->wait_head;
     sched_request *best = NULL;
     for (sched_request *r = s->wait_head; r; r = r->next)
         if (!best || r->n_tokens < best->n_tokens) best = r;
@@ -113,7 +113,7 @@ sched_request *sched__slo_next(const sched *s, bool first) {
 
 sp_status sched__slo_admission(sched *s, sched_request *const *reqs, int n, int32_t queued, int64_t queued_tokens,
                                int64_t tokens) {
-    if (s->cfg.policy != SCHED_POLICY_SLO) return SP_OK;
+    if (s->cfg.policy != SP_POLICY_SLO) return SP_OK;
     double row = atomic_load_explicit(&s->shared_prefill_row_s, memory_order_relaxed);
     double step = atomic_load_explicit(&s->shared_decode_step_s, memory_order_relaxed);
     double admit_rate = atomic_load_explicit(&s->shared_admit_rate, memory_order_relaxed);

@@ -69,7 +69,7 @@ sp_status sched__draft_init(sched *s) {
     if (model_max_batch_tokens(d) < s->cfg.max_batch_tokens)
         return sp_fail(SP_ERR_INVALID_ARG, "--draft-model: loaded for steps of %d tokens, the scheduler's are %d",
                        model_max_batch_tokens(d), s->cfg.max_batch_tokens);
-    dev_kv_shape one = model_kv_shape(d, 1, s->cfg.block_size, DEV_KV_F16);
+    dev_kv_shape one = model_kv_shape(d, 1, s->cfg.block_size, SP_KV_F16);
     int64_t n = s->cfg.draft_kv_cache_mb * ((int64_t)1 << 20) / (int64_t)dev_kv_bytes(&one);
     if (n < 1)
         return sp_fail(SP_ERR_INVALID_ARG, "--draft-kv-cache-mb %lld holds no KV block of the draft model",

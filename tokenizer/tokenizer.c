@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/grow.h"
 #include "common/log.h"
 #include "tokenizer/tokenizer_internal.h"
 
@@ -85,13 +86,8 @@ static const tok_marker CONTROL_MARKERS[] = {
 /* ---- small helpers ---------------------------------------------------------- */
 
 sp_status tok__ids_push(tok__ids *out, int32_t id) {
-    if (out->n == out->cap) {
-        size_t cap = out->cap ? out->cap * 2 : 64;
-        int32_t *data = realloc(out->data, cap * sizeof *data);
-        if (!data) return sp_fail(SP_ERR_NOMEM, "tokenizer: out of memory for %zu token ids", cap);
-        out->data = data;
-        out->cap = cap;
-    }
+    if (!sp_grow((void **)&out->data, &out->cap, out->n + 1, sizeof *out->data))
+        return sp_fail(SP_ERR_NOMEM, "tokenizer: out of memory for %zu token ids", out->n + 1);
     out->data[out->n++] = id;
     return SP_OK;
 }

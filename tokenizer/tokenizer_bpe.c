@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/grow.h"
 #include "common/log.h"
 #include "tokenizer/tokenizer_internal.h"
 
@@ -231,13 +232,7 @@ typedef struct span_list {
 } span_list;
 
 static bool span_push(span_list *l, size_t off, size_t len) {
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? l->cap * 2 : 64;
-        span *d = realloc(l->data, cap * sizeof *d);
-        if (!d) return false;
-        l->data = d;
-        l->cap = cap;
-    }
+    if (!sp_grow((void **)&l->data, &l->cap, l->n + 1, sizeof *l->data)) return false;
     l->data[l->n++] = (span){off, len};
     return true;
 }

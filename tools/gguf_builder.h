@@ -1,10 +1,12 @@
-/* gguf_builder.h: a small in-memory GGUF writer, for tests (to craft valid files and
+/* gguf_builder.h: a GGUF file built in memory, for tests (to craft valid files and
  * malformed ones byte by byte) and for tools/mkmodel.c (the header of a synthetic model).
  *
- * The low-level calls (gb_u32, gb_str, ...) append raw little-endian fields, so a test
+ * A thin layer over gguf/gguf_write.c's in-memory writer, which encodes every field:
+ * the low-level calls (gb_u32, gb_str, ...) append raw little-endian fields, so a test
  * can write any header, count or length it likes; the helpers above them (gb_kv_*,
- * gb_tensor_info, gb_model) write the common well-formed pieces. Allocation failure
- * aborts: this is test and tool code.
+ * gb_tensor_info, gb_model) write the common well-formed pieces. The bytes are b.buf
+ * (b.len of them). An allocation failure is sticky (b.failed): gb_write_temp then
+ * fails, and a test reading b.buf sees a short file.
  */
 #ifndef SP_TOOLS_GGUF_BUILDER_H
 #define SP_TOOLS_GGUF_BUILDER_H
@@ -17,14 +19,10 @@
 
 #include "gguf/gguf.h"
 
-typedef struct gguf_builder {
-    uint8_t *buf; /* owned; free with gb_free */
-    size_t len, cap;
-} gguf_builder;
+typedef gguf_writer gguf_builder;
 
 static inline void gb_init(gguf_builder *b) {
-    b->buf = NULL;
-    b->len = b->cap = 0;
+    gguf_write_begin_memory(b);
 }
 
 static inline void gb_free(gguf_builder *b) {
@@ -33,34 +31,20 @@ static inline void gb_free(gguf_builder *b) {
 }
 
 static inline void gb_bytes(gguf_builder *b, const void *p, size_t n) {
-    if (b->len + n > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n) cap *= 2;
-        b->buf = realloc(b->buf, cap);
-        if (!b->buf) abort();
-        b->cap = cap;
-    }
-    if (n) memcpy(b->buf + b->len, p, n);
-    b->len += n;
-}
-
-static inline void gb_le(gguf_builder *b, uint64_t v, size_t n) {
-    uint8_t tmp[8];
-    for (size_t i = 0; i < n; i++) tmp[i] = (uint8_t)(v >> (8 * i));
-    gb_bytes(b, tmp, n);
+    gguf_write_bytes(b, p, n);
 }
 
 static inline void gb_u8(gguf_builder *b, uint8_t v) {
-    gb_le(b, v, 1);
+    gguf_write_uint(b, v, 1);
 }
 static inline void gb_u16(gguf_builder *b, uint16_t v) {
-    gb_le(b, v, 2);
+    gguf_write_uint(b, v, 2);
 }
 static inline void gb_u32(gguf_builder *b, uint32_t v) {
-    gb_le(b, v, 4);
+    gguf_write_uint(b, v, 4);
 }
 static inline void gb_u64(gguf_builder *b, uint64_t v) {
-    gb_le(b, v, 8);
+    gguf_write_uint(b, v, 8);
 }
 
 static inline void gb_f32(gguf_builder *b, float v) {
@@ -76,70 +60,61 @@ static inline void gb_f64(gguf_builder *b, double v) {
 }
 
 static inline void gb_zeros(gguf_builder *b, size_t n) {
-    static const uint8_t zero[64];
-    for (; n > sizeof zero; n -= sizeof zero) gb_bytes(b, zero, sizeof zero);
-    gb_bytes(b, zero, n);
+    gguf_write_zeros(b, n);
 }
 
 /* Pads with zeros to a multiple of alignment. */
 static inline void gb_pad(gguf_builder *b, size_t alignment) {
-    gb_zeros(b, (alignment - b->len % alignment) % alignment);
+    gguf_write_pad(b, alignment);
 }
 
 /* A GGUF string: u64 length, then the bytes (no NUL). */
 static inline void gb_strn(gguf_builder *b, const char *s, size_t n) {
-    gb_u64(b, n);
-    gb_bytes(b, s, n);
+    gguf_write_string(b, s, n);
 }
 
 static inline void gb_str(gguf_builder *b, const char *s) {
-    gb_strn(b, s, strlen(s));
+    gguf_write_string(b, s, strlen(s));
 }
 
 static inline void gb_header(gguf_builder *b, uint32_t version, uint64_t n_tensors, uint64_t n_kv) {
-    gb_bytes(b, "GGUF", 4);
-    gb_u32(b, version);
-    gb_u64(b, n_tensors);
-    gb_u64(b, n_kv);
+    gguf_write_header(b, version, n_tensors, n_kv);
 }
 
 /* Key and value type; the caller writes the value. */
 static inline void gb_key(gguf_builder *b, const char *key, gguf_value_type type) {
-    gb_str(b, key);
-    gb_u32(b, (uint32_t)type);
+    gguf_write_key(b, key, type);
+}
+
+/* One scalar key-value pair: the key, its type, the value in bytes bytes. */
+static inline void gb_kv_scalar(gguf_builder *b, const char *k, gguf_value_type type, uint64_t bits, size_t bytes) {
+    gguf_write_key(b, k, type);
+    gguf_write_uint(b, bits, bytes);
 }
 
 static inline void gb_kv_u8(gguf_builder *b, const char *k, uint8_t v) {
-    gb_key(b, k, GGUF_TYPE_UINT8);
-    gb_u8(b, v);
+    gb_kv_scalar(b, k, GGUF_TYPE_UINT8, v, 1);
 }
 static inline void gb_kv_i8(gguf_builder *b, const char *k, int8_t v) {
-    gb_key(b, k, GGUF_TYPE_INT8);
-    gb_u8(b, (uint8_t)v);
+    gb_kv_scalar(b, k, GGUF_TYPE_INT8, (uint8_t)v, 1);
 }
 static inline void gb_kv_u16(gguf_builder *b, const char *k, uint16_t v) {
-    gb_key(b, k, GGUF_TYPE_UINT16);
-    gb_u16(b, v);
+    gb_kv_scalar(b, k, GGUF_TYPE_UINT16, v, 2);
 }
 static inline void gb_kv_i16(gguf_builder *b, const char *k, int16_t v) {
-    gb_key(b, k, GGUF_TYPE_INT16);
-    gb_u16(b, (uint16_t)v);
+    gb_kv_scalar(b, k, GGUF_TYPE_INT16, (uint16_t)v, 2);
 }
 static inline void gb_kv_u32(gguf_builder *b, const char *k, uint32_t v) {
-    gb_key(b, k, GGUF_TYPE_UINT32);
-    gb_u32(b, v);
+    gguf_write_kv_u32(b, k, v);
 }
 static inline void gb_kv_i32(gguf_builder *b, const char *k, int32_t v) {
-    gb_key(b, k, GGUF_TYPE_INT32);
-    gb_u32(b, (uint32_t)v);
+    gb_kv_scalar(b, k, GGUF_TYPE_INT32, (uint32_t)v, 4);
 }
 static inline void gb_kv_u64(gguf_builder *b, const char *k, uint64_t v) {
-    gb_key(b, k, GGUF_TYPE_UINT64);
-    gb_u64(b, v);
+    gb_kv_scalar(b, k, GGUF_TYPE_UINT64, v, 8);
 }
 static inline void gb_kv_i64(gguf_builder *b, const char *k, int64_t v) {
-    gb_key(b, k, GGUF_TYPE_INT64);
-    gb_u64(b, (uint64_t)v);
+    gb_kv_scalar(b, k, GGUF_TYPE_INT64, (uint64_t)v, 8);
 }
 static inline void gb_kv_f32(gguf_builder *b, const char *k, float v) {
     gb_key(b, k, GGUF_TYPE_FLOAT32);
@@ -150,8 +125,7 @@ static inline void gb_kv_f64(gguf_builder *b, const char *k, double v) {
     gb_f64(b, v);
 }
 static inline void gb_kv_bool(gguf_builder *b, const char *k, int v) {
-    gb_key(b, k, GGUF_TYPE_BOOL);
-    gb_u8(b, (uint8_t)v);
+    gb_kv_scalar(b, k, GGUF_TYPE_BOOL, (uint8_t)v, 1);
 }
 static inline void gb_kv_str(gguf_builder *b, const char *k, const char *v) {
     gb_key(b, k, GGUF_TYPE_STRING);
@@ -160,23 +134,18 @@ static inline void gb_kv_str(gguf_builder *b, const char *k, const char *v) {
 
 /* Array header (element type, count) without a key: for the elements of nested arrays. */
 static inline void gb_arr_header(gguf_builder *b, gguf_value_type elem_type, uint64_t n) {
-    gb_u32(b, (uint32_t)elem_type);
-    gb_u64(b, n);
+    gguf_write_array_header(b, elem_type, n);
 }
 
 /* Key of array type and the array header; the caller writes the n elements. */
 static inline void gb_kv_arr(gguf_builder *b, const char *k, gguf_value_type elem_type, uint64_t n) {
-    gb_key(b, k, GGUF_TYPE_ARRAY);
-    gb_arr_header(b, elem_type, n);
+    gguf_write_key(b, k, GGUF_TYPE_ARRAY);
+    gguf_write_array_header(b, elem_type, n);
 }
 
 static inline void gb_tensor_info(gguf_builder *b, const char *name, uint32_t n_dims, const int64_t *ne, uint32_t type,
                                   uint64_t offset) {
-    gb_str(b, name);
-    gb_u32(b, n_dims);
-    for (uint32_t d = 0; d < n_dims; d++) gb_u64(b, (uint64_t)ne[d]);
-    gb_u32(b, type);
-    gb_u64(b, offset);
+    gguf_write_tensor_info(b, name, strlen(name), n_dims, ne, type, offset);
 }
 
 typedef struct gb_tensor {
@@ -198,8 +167,10 @@ static inline void gb_model(gguf_builder *b, uint32_t version, const gb_tensor *
 }
 
 /* Writes the bytes to a new temporary file; its path goes into path (cap >= 32).
- * Returns 0 on success. The caller unlinks it. */
+ * Returns 0 on success (-1 also when the build ran out of memory). The caller
+ * unlinks it. */
 static inline int gb_write_temp(const gguf_builder *b, char *path, size_t cap) {
+    if (b->failed) return -1;
     snprintf(path, cap, "/tmp/spindle-gguf-XXXXXX");
     int fd = mkstemp(path);
     if (fd < 0) return -1;

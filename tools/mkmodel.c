@@ -355,7 +355,7 @@ int main(int argc, char **argv) {
         if (fd >= 0) close(fd), unlink(tmp);
         return 1;
     }
-    int rc = fwrite(b.buf, 1, b.len, f) == b.len ? write_data(f, p) : -1;
+    int rc = !b.failed && fwrite(b.buf, 1, b.len, f) == b.len ? write_data(f, p) : -1;
     gb_free(&b);
     if (fflush(f) != 0 || fsync(fileno(f)) != 0) rc = -1;
     if (fclose(f) != 0) rc = -1;

@@ -1,6 +1,6 @@
 /* cuda_attention.cu: causal attention over the paged KV pools, for decode rows and
  * prefill chunks alike (each token attends to positions 0..pos of its own sequence).
- * Pools in F16, Q8_0 or Q4_0 (dev_kv_type): every kernel is a template on the type and
+ * Pools in F16, Q8_0 or Q4_0 (sp_kv_type): every kernel is a template on the type and
  * reads a row's elements through kv_load (cuda_attention.cuh), so the quantized blocks
  * are read directly, dequantized in registers (rows path) or into the F16 shared-memory
  * tiles (tiles path); the tensor-core path takes F16 pools only.
@@ -412,8 +412,8 @@ static void attention_launch(cuda_backend *cb, float *out, const float *q, const
 
     /* prefill chunks: uniform tiles on tensor cores (F16 pools, Dh 64, 128) or through
      * tile_kernel, the tokens of mixed tiles through rows_kernel (one split) */
-    if (KV != DEV_KV_F16 || !cuda__attention_mma(cb, out, q, (const __half *)k_pool, (const __half *)v_pool, step, s,
-                                                 (int)n_heads, scale)) {
+    if (KV != SP_KV_F16 || !cuda__attention_mma(cb, out, q, (const __half *)k_pool, (const __half *)v_pool, step, s,
+                                                (int)n_heads, scale)) {
         const dim3 tiles((unsigned)((step->n_tokens + ATTN_TILE_Q - 1) / ATTN_TILE_Q), (unsigned)n_heads);
         attention_tile_kernel<KV><<<tiles, ATTN_THREADS, tile_smem_bytes(head_dim), cb->stream>>>(
             out, q, k_pool, v_pool, row_bytes, step->pos, step->seq, step->block_table, step->max_blocks, s->block_size,
@@ -446,8 +446,8 @@ void cuda__attention(dev_backend *dev, float *out, const float *q, const dev_kv 
     }
     const unsigned char *k_pool = cuda__kv_pool(kv, layer), *v_pool = k_pool + kv->pool_bytes;
     switch (s->kv_type) {
-    case DEV_KV_F16: attention_launch<DEV_KV_F16>(cb, out, q, kv, k_pool, v_pool, step, n_heads, scale); break;
-    case DEV_KV_Q8_0: attention_launch<DEV_KV_Q8_0>(cb, out, q, kv, k_pool, v_pool, step, n_heads, scale); break;
-    case DEV_KV_Q4_0: attention_launch<DEV_KV_Q4_0>(cb, out, q, kv, k_pool, v_pool, step, n_heads, scale); break;
+    case SP_KV_F16: attention_launch<SP_KV_F16>(cb, out, q, kv, k_pool, v_pool, step, n_heads, scale); break;
+    case SP_KV_Q8_0: attention_launch<SP_KV_Q8_0>(cb, out, q, kv, k_pool, v_pool, step, n_heads, scale); break;
+    case SP_KV_Q4_0: attention_launch<SP_KV_Q4_0>(cb, out, q, kv, k_pool, v_pool, step, n_heads, scale); break;
     }
 }

@@ -29,12 +29,12 @@ __device__ static inline size_t kv_row_index(const int32_t *blocks, int j, int b
     return slot * (size_t)n_kv_heads + (size_t)kv_head;
 }
 
-/* Element d of a pool row of type KV (dev_kv_type), as a float: F16 as stored, Q8_0
+/* Element d of a pool row of type KV (sp_kv_type), as a float: F16 as stored, Q8_0
  * and Q4_0 as quant/quant.h decodes their blocks. */
 template <int KV> __device__ static inline float kv_load(const unsigned char *row, int d) {
-    if (KV == DEV_KV_F16) return __half2float(((const __half *)row)[d]);
+    if (KV == SP_KV_F16) return __half2float(((const __half *)row)[d]);
     const int i = d % QUANT_QK;
-    if (KV == DEV_KV_Q8_0) {
+    if (KV == SP_KV_Q8_0) {
         const quant_block_q8_0 *blk = (const quant_block_q8_0 *)row + d / QUANT_QK;
         return __half2float(__ushort_as_half(blk->d)) * (float)blk->qs[i];
     }
@@ -46,7 +46,7 @@ template <int KV> __device__ static inline float kv_load(const unsigned char *ro
 /* Elements 2 d2 and 2 d2 + 1 of a pool row, as an F16 pair (the tile kernels' shared
  * memory form; F16 rows are read as they are). */
 template <int KV> __device__ static inline __half2 kv_load_half2(const unsigned char *row, int d2) {
-    if (KV == DEV_KV_F16) return ((const __half2 *)row)[d2];
+    if (KV == SP_KV_F16) return ((const __half2 *)row)[d2];
     return __floats2half2_rn(kv_load<KV>(row, 2 * d2), kv_load<KV>(row, 2 * d2 + 1));
 }
 

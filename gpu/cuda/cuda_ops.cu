@@ -268,7 +268,7 @@ __global__ static void kv_write_quant_kernel(unsigned char *k_pool, unsigned cha
         const float x = (which ? v : k)[t * width + head * head_dim + b * QUANT_QK + lane];
         const size_t slot = kv_row(pos, seq, block_table, max_blocks, block_size, t, 1); /* block * B + offset */
         unsigned char *row = (which ? v_pool : k_pool) + (slot * (size_t)n_kv_heads + (size_t)head) * row_bytes;
-        if (KV_TYPE == DEV_KV_Q8_0)
+        if (KV_TYPE == SP_KV_Q8_0)
             quantize_block_q8_0((quant_block_q8_0 *)row + b, x, lane);
         else
             quantize_block_q4_0((quant_block_q4_0 *)row + b, x, lane);
@@ -321,14 +321,14 @@ void cuda__kv_write(dev_backend *dev, dev_kv *kv_base, int layer, const float *k
     const dev_kv_shape *s = &kv->common.shape;
     const int64_t width = (int64_t)s->n_kv_heads * s->head_dim;
     unsigned char *k_pool = cuda__kv_pool(kv, layer), *v_pool = k_pool + kv->pool_bytes;
-    if (s->kv_type != DEV_KV_F16) {
+    if (s->kv_type != SP_KV_F16) {
         const int64_t threads = (int64_t)step->n_tokens * width * 2; /* a lane per element of K and V */
-        if (s->kv_type == DEV_KV_Q8_0)
-            kv_write_quant_kernel<DEV_KV_Q8_0><<<cuda__grid(threads, BLOCK), BLOCK, 0, cb->stream>>>(
+        if (s->kv_type == SP_KV_Q8_0)
+            kv_write_quant_kernel<SP_KV_Q8_0><<<cuda__grid(threads, BLOCK), BLOCK, 0, cb->stream>>>(
                 k_pool, v_pool, k, v, step->pos, step->seq, step->block_table, step->max_blocks, s->block_size,
                 step->n_tokens, s->n_kv_heads, s->head_dim, kv->row_bytes);
         else
-            kv_write_quant_kernel<DEV_KV_Q4_0><<<cuda__grid(threads, BLOCK), BLOCK, 0, cb->stream>>>(
+            kv_write_quant_kernel<SP_KV_Q4_0><<<cuda__grid(threads, BLOCK), BLOCK, 0, cb->stream>>>(
                 k_pool, v_pool, k, v, step->pos, step->seq, step->block_table, step->max_blocks, s->block_size,
                 step->n_tokens, s->n_kv_heads, s->head_dim, kv->row_bytes);
         cuda__launched(cb, "kv_write_quant_kernel");
@@ -347,7 +347,7 @@ void cuda__rope_kv_write(dev_backend *dev, dev_kv *kv_base, int layer, float *q,
     if (cb->faulted) return;
     cuda_kv *kv = (cuda_kv *)kv_base;
     const dev_kv_shape *s = &kv->common.shape;
-    if (s->kv_type != DEV_KV_F16) {
+    if (s->kv_type != SP_KV_F16) {
         /* quantized pools: the rotations, then the blocks (a warp per block) */
         cuda__rope_apply(dev, q, step, rope, n_heads, s->head_dim);
         cuda__rope_apply(dev, k, step, rope, s->n_kv_heads, s->head_dim);

@@ -86,7 +86,7 @@ void host__kv_write(dev_backend *dev, dev_kv *kv_base, int layer, const float *k
         uint16_t *vdst = (uint16_t *)kv_row(kv, layer, 1, block, offset, 0);
         const float *ksrc = k + (int64_t)t * width;
         const float *vsrc = v + (int64_t)t * width;
-        if (s->kv_type != DEV_KV_F16) {
+        if (s->kv_type != SP_KV_F16) {
             for (int64_t h = 0; h < s->n_kv_heads; h++) {
                 host__kv_quantize_row(s->kv_type, dev->cpu_isa, (unsigned char *)kdst + h * kv->row_bytes,
                                       ksrc + h * s->head_dim, s->head_dim);
@@ -130,9 +130,9 @@ typedef struct attention_task {
     int run_tokens;         /* most tokens of a run (a task's tokens) */
     int64_t n_runs;         /* runs of the step: a task is (run, KV head, chunk of heads) */
     float scale;
-    dev_cpu_isa isa; /* the backend's kernel set */
-    bool simd;       /* AVX2 present and Dh % 8 == 0 */
-    char *scratch;   /* nth slices of thread_bytes */
+    sp_cpu_isa isa; /* the backend's kernel set */
+    bool simd;      /* AVX2 present and Dh % 8 == 0 */
+    char *scratch;  /* nth slices of thread_bytes */
     size_t thread_bytes;
 } attention_task;
 
@@ -495,7 +495,7 @@ static void attention_token(const attention_task *t, const attention_worker *w, 
     const int32_t *blocks = t->step->block_table + (int64_t)t->step->seq[token] * t->step->max_blocks;
     float *o[ATTN_HEAD_TILE];
     for (int h = 0; h < nh; h++) o[h] = t->out + (token * t->n_heads + head0 + h) * head_dim;
-    if (t->kv->common.shape.kv_type != DEV_KV_F16) {
+    if (t->kv->common.shape.kv_type != SP_KV_F16) {
         /* the query as Q8_0 blocks */
         quant_block_q8_0 q8[ATTN_MAX_HEAD_DIM / QUANT_QK];
         for (int h = 0; h < nh; h++) {
@@ -627,7 +627,7 @@ static void attention_heads(void *ctx, int ith, int nth) {
         const int nh = (int)(group - first < t->heads_per_task ? group - first : t->heads_per_task);
         SP_ASSERT((size_t)t->step->pos[next - 1] + 1 + ATTN_LANES <= positions);
 #if HOST_SIMD_AVX2
-        if (t->simd && s->kv_type == DEV_KV_F16) {
+        if (t->simd && s->kv_type == SP_KV_F16) {
             attention_run_avx2(t, &w, token, (int)(next - token), kv_head * group + first, nh, kv_head);
             continue;
         }
@@ -668,7 +668,7 @@ void host__attention(dev_backend *dev, float *out, const float *q, const dev_kv 
                            .scratch = hb->attn_scratch,
                            .thread_bytes = thread_bytes};
 #if HOST_SIMD_AVX2
-    task.simd = hb->base.cpu_isa >= DEV_CPU_ISA_AVX2 && shape->head_dim % ATTN_LANES == 0;
+    task.simd = hb->base.cpu_isa >= SP_CPU_ISA_AVX2 && shape->head_dim % ATTN_LANES == 0;
 #endif
     host__pool_run(hb->pool, attention_heads, &task);
 }

@@ -1,5 +1,5 @@
 /* host_attention_quant.c: the parts of attention that read quantized KV pools (Q8_0,
- * Q4_0: dev_kv_type), for host_attention.c, which keeps the softmax and the task split.
+ * Q4_0: sp_kv_type), for host_attention.c, which keeps the softmax and the task split.
  *
  * Legend: Dh = head width (a multiple of 32 here), B = tokens per block, Hk = KV heads,
  * P = positions a token attends to, a "row" = one (token, KV head)'s Dh elements in
@@ -26,18 +26,18 @@
 #include "gpu/host/host_internal.h"
 
 /* The kernel set whose dot products the scores use (see the arithmetic above). */
-static dev_cpu_isa scores_isa(dev_cpu_isa isa) {
-    return isa == DEV_CPU_ISA_AMX ? DEV_CPU_ISA_AVX512 : isa;
+static sp_cpu_isa scores_isa(sp_cpu_isa isa) {
+    return isa == SP_CPU_ISA_AMX ? SP_CPU_ISA_AVX512 : isa;
 }
 
-void host__kv_quantize_row(dev_kv_type type, dev_cpu_isa isa, void *dst, const float *src, int64_t n) {
-    if (type == DEV_KV_Q8_0)
+void host__kv_quantize_row(sp_kv_type type, sp_cpu_isa isa, void *dst, const float *src, int64_t n) {
+    if (type == SP_KV_Q8_0)
         host__quantize_for(isa, QUANT_Q8_0)(dst, src, n);
     else
         quant_quantize_row(dev_kv_quant_type(type), dst, src, n);
 }
 
-void host__attention_query_q8(dev_cpu_isa isa, void *q8, const float *q, int64_t head_dim) {
+void host__attention_query_q8(sp_cpu_isa isa, void *q8, const float *q, int64_t head_dim) {
     host__quantize_for(isa, QUANT_Q8_0)(q8, q, head_dim);
 }
 
@@ -50,7 +50,7 @@ static inline const unsigned char *pool_row(const host_kv *kv, const unsigned ch
 }
 
 void host__attention_scores_quant(float *score, const host_kv *kv, const unsigned char *k_pool, const int32_t *blocks,
-                                  int32_t n_pos, int64_t kv_head, const void *q8, float scale, dev_cpu_isa isa) {
+                                  int32_t n_pos, int64_t kv_head, const void *q8, float scale, sp_cpu_isa isa) {
     const dev_kv_shape *s = &kv->common.shape;
     const quant_type type = dev_kv_quant_type(s->kv_type);
     const host_vec_dot_fn dot = host__vec_dot_for(scores_isa(isa), type);
@@ -86,8 +86,8 @@ static inline size_t kv_row_stride(const host_kv *kv) {
 }
 
 /* acc (32) += w * block b of a row, element by element. */
-static void values_block_generic(float *acc, dev_kv_type type, const unsigned char *row, int64_t b, float p) {
-    if (type == DEV_KV_Q8_0) {
+static void values_block_generic(float *acc, sp_kv_type type, const unsigned char *row, int64_t b, float p) {
+    if (type == SP_KV_Q8_0) {
         const quant_block_q8_0 *blk = (const quant_block_q8_0 *)row + b;
         const float w = p * quant_f16_to_f32(blk->d);
         for (int i = 0; i < QUANT_QK; i++) acc[i] = fmaf((float)blk->qs[i], w, acc[i]);
@@ -121,9 +121,9 @@ static void values_generic(float *const *o, const uint16_t *const *p16, int nh, 
 
 /* Block b of a row as four registers of 8 floats (widths 0..7, 8..15, ...) and its scale. */
 static HOST_AVX2_TARGET inline __attribute__((always_inline)) void
-block_values_avx2(dev_kv_type type, const unsigned char *row, int64_t b, __m256 out[4], float *scale) {
+block_values_avx2(sp_kv_type type, const unsigned char *row, int64_t b, __m256 out[4], float *scale) {
     __m128i lo, hi; /* widths 0..15 and 16..31 as int8 */
-    if (type == DEV_KV_Q8_0) {
+    if (type == SP_KV_Q8_0) {
         const quant_block_q8_0 *blk = (const quant_block_q8_0 *)row + b;
         *scale = _cvtsh_ss(blk->d);
         lo = _mm_loadu_si128((const __m128i *)blk->qs);
@@ -146,7 +146,7 @@ block_values_avx2(dev_kv_type type, const unsigned char *row, int64_t b, __m256 
  * converted once and added into each head's 4 registers. Always inlined with a constant
  * NH and type, so the accumulators stay in registers. */
 static HOST_AVX2_TARGET inline __attribute__((always_inline)) void
-values_block_heads_avx2(const int nh, const dev_kv_type type, float *const *o, const uint16_t *const *p16,
+values_block_heads_avx2(const int nh, const sp_kv_type type, float *const *o, const uint16_t *const *p16,
                         const host_kv *kv, const unsigned char *v_pool, const int32_t *blocks, int32_t n_pos,
                         int64_t kv_head, int64_t b) {
     __m256 acc[4][4];
@@ -184,12 +184,12 @@ values_block_heads_avx2(const int nh, const dev_kv_type type, float *const *o, c
         for (int64_t b = 0; b < kv->common.shape.head_dim / QUANT_QK; b++)                               \
             values_block_heads_avx2(NH, TYPE, o, p16, kv, v_pool, blocks, n_pos, kv_head, b);            \
     }
-VALUES_HEADS(values_q8_0_1, 1, DEV_KV_Q8_0)
-VALUES_HEADS(values_q8_0_2, 2, DEV_KV_Q8_0)
-VALUES_HEADS(values_q8_0_3, 3, DEV_KV_Q8_0)
-VALUES_HEADS(values_q4_0_1, 1, DEV_KV_Q4_0)
-VALUES_HEADS(values_q4_0_2, 2, DEV_KV_Q4_0)
-VALUES_HEADS(values_q4_0_3, 3, DEV_KV_Q4_0)
+VALUES_HEADS(values_q8_0_1, 1, SP_KV_Q8_0)
+VALUES_HEADS(values_q8_0_2, 2, SP_KV_Q8_0)
+VALUES_HEADS(values_q8_0_3, 3, SP_KV_Q8_0)
+VALUES_HEADS(values_q4_0_1, 1, SP_KV_Q4_0)
+VALUES_HEADS(values_q4_0_2, 2, SP_KV_Q4_0)
+VALUES_HEADS(values_q4_0_3, 3, SP_KV_Q4_0)
 
 typedef void (*values_fn)(float *const *o, const uint16_t *const *p16, const host_kv *kv, const unsigned char *v_pool,
                           const int32_t *blocks, int32_t n_pos, int64_t kv_head);
@@ -204,7 +204,7 @@ void host__attention_values_quant(float *const *o, const uint16_t *const *p16, i
         /* up to 3 heads a pass (4 registers each, plus the 4 of the row, in 16) */
         static const values_fn q8[3] = {values_q8_0_1, values_q8_0_2, values_q8_0_3};
         static const values_fn q4[3] = {values_q4_0_1, values_q4_0_2, values_q4_0_3};
-        const values_fn *fns = kv->common.shape.kv_type == DEV_KV_Q8_0 ? q8 : q4;
+        const values_fn *fns = kv->common.shape.kv_type == SP_KV_Q8_0 ? q8 : q4;
         for (int h0 = 0; h0 < nh; h0 += 3) {
             const int n = nh - h0 < 3 ? nh - h0 : 3;
             fns[n - 1](o + h0, p16 + h0, kv, v_pool, blocks, n_pos, kv_head);

@@ -34,7 +34,7 @@ static sp_status host_weight_init(dev_backend *dev, dev_tensor *out, const void 
     (void)nbytes;
     out->data = host_data; /* read in place from the mapping */
     /* the amx set multiplies from a copy in tile order; data stays for dev_embed */
-    if (hb->base.cpu_isa == DEV_CPU_ISA_AMX && host__amx_takes(out->type)) return host__amx_pack(hb, out);
+    if (hb->base.cpu_isa == SP_CPU_ISA_AMX && host__amx_takes(out->type)) return host__amx_pack(hb, out);
     return SP_OK;
 }
 
@@ -63,7 +63,7 @@ static sp_status host_reserve(dev_backend *dev, int64_t max_tokens, int64_t max_
     if (__builtin_mul_overflow((size_t)max_tokens, (size_t)max_width * sizeof(float) + 64, &bytes))
         return sp_fail(SP_ERR_INVALID_ARG, "reserve: %lld x %lld overflows", (long long)max_tokens,
                        (long long)max_width);
-    if (hb->base.cpu_isa == DEV_CPU_ISA_AMX) {
+    if (hb->base.cpu_isa == SP_CPU_ISA_AMX) {
         /* the activations in tile order with their float scales, and each worker's unpacked
          * weights (host_matmul.c's amx_prepare) */
         size_t scales =
@@ -76,7 +76,7 @@ static sp_status host_reserve(dev_backend *dev, int64_t max_tokens, int64_t max_
          * Q8_0 weights' pack (with its bias) is the largest */
         bytes += 64 + host__pairs_bytes(QUANT_Q8_0, max_width, max_tokens);
     }
-    if (hb->base.cpu_isa == DEV_CPU_ISA_AVX2) {
+    if (hb->base.cpu_isa == SP_CPU_ISA_AVX2) {
         /* the multi-row kernels' scale table after the activations (host_matmul.c's
          * rows_scales_prepare) */
         bytes += 64 + host__rows_scales_bytes(max_width, max_tokens);
@@ -224,7 +224,7 @@ sp_status host_backend_create(const dev_options *opts, dev_backend **out) {
         n = cores > 0 ? (int)cores : 1;
     }
     if (n > 256) return sp_fail(SP_ERR_INVALID_ARG, "threads: %d is more than 256", n);
-    dev_cpu_isa isa;
+    sp_cpu_isa isa;
     sp_status st = host__isa_resolve(opts->cpu_isa, &isa);
     if (st != SP_OK) return st;
     host_backend *hb = calloc(1, sizeof *hb);
@@ -232,21 +232,21 @@ sp_status host_backend_create(const dev_options *opts, dev_backend **out) {
     hb->base.ops = &host_ops;
     hb->base.n_threads = n;
     hb->base.cpu_isa = isa;
-    if (isa == DEV_CPU_ISA_AMX && (st = host__amx_request_tiles()) != SP_OK) {
-        if (opts->cpu_isa != DEV_CPU_ISA_AUTO) {
+    if (isa == SP_CPU_ISA_AMX && (st = host__amx_request_tiles()) != SP_OK) {
+        if (opts->cpu_isa != SP_CPU_ISA_AUTO) {
             free(hb);
             return st;
         }
         /* auto: the next best set rather than no backend */
         sp_log_warn("cpu backend: %s; using the avx512 set", sp_last_error());
-        hb->base.cpu_isa = isa = DEV_CPU_ISA_AVX512;
+        hb->base.cpu_isa = isa = SP_CPU_ISA_AVX512;
     }
     st = host__pool_create(n, &hb->pool);
     if (st != SP_OK) {
         free(hb);
         return st;
     }
-    snprintf(hb->name, sizeof hb->name, "cpu (%d thread%s, %s)", n, n == 1 ? "" : "s", dev_cpu_isa_name(isa));
+    snprintf(hb->name, sizeof hb->name, "cpu (%d thread%s, %s)", n, n == 1 ? "" : "s", sp_cpu_isa_name(isa));
     *out = &hb->base;
     return SP_OK;
 }

@@ -113,27 +113,27 @@ host_cpu_features host__cpu_features(void) {
     return (host_cpu_features){.avx2 = bits & 2, .avx512 = bits & 4, .amx = bits & 8};
 }
 
-dev_cpu_isa host__isa_best(void) {
+sp_cpu_isa host__isa_best(void) {
     host_cpu_features f = host__cpu_features();
-    return f.amx ? DEV_CPU_ISA_AMX : f.avx512 ? DEV_CPU_ISA_AVX512 : f.avx2 ? DEV_CPU_ISA_AVX2 : DEV_CPU_ISA_GENERIC;
+    return f.amx ? SP_CPU_ISA_AMX : f.avx512 ? SP_CPU_ISA_AVX512 : f.avx2 ? SP_CPU_ISA_AVX2 : SP_CPU_ISA_GENERIC;
 }
 
-sp_status host__isa_resolve(dev_cpu_isa wanted, dev_cpu_isa *out) {
+sp_status host__isa_resolve(sp_cpu_isa wanted, sp_cpu_isa *out) {
     host_cpu_features f = host__cpu_features();
     switch (wanted) {
-    case DEV_CPU_ISA_AUTO: *out = host__isa_best(); return SP_OK;
-    case DEV_CPU_ISA_GENERIC: *out = wanted; return SP_OK;
-    case DEV_CPU_ISA_AVX2:
+    case SP_CPU_ISA_AUTO: *out = host__isa_best(); return SP_OK;
+    case SP_CPU_ISA_GENERIC: *out = wanted; return SP_OK;
+    case SP_CPU_ISA_AVX2:
         if (!f.avx2) return sp_fail(SP_ERR_UNSUPPORTED, "CPU kernel set avx2: this CPU lacks AVX2, FMA or F16C");
         *out = wanted;
         return SP_OK;
-    case DEV_CPU_ISA_AVX512:
+    case SP_CPU_ISA_AVX512:
         if (!f.avx512)
             return sp_fail(SP_ERR_UNSUPPORTED,
                            "CPU kernel set avx512: this CPU (or its OS) lacks AVX-512 F/BW/VL/VNNI");
         *out = wanted;
         return SP_OK;
-    case DEV_CPU_ISA_AMX:
+    case SP_CPU_ISA_AMX:
         if (!f.amx)
             return sp_fail(SP_ERR_UNSUPPORTED, "CPU kernel set amx: this CPU (or its OS) lacks AMX tile/int8 or "
                                                "AVX-512 F/BW/VL/VNNI");
@@ -143,35 +143,14 @@ sp_status host__isa_resolve(dev_cpu_isa wanted, dev_cpu_isa *out) {
     return sp_fail(SP_ERR_INVALID_ARG, "unknown CPU kernel set %d", (int)wanted);
 }
 
-const char *dev_cpu_isa_name(dev_cpu_isa isa) {
-    switch (isa) {
-    case DEV_CPU_ISA_AUTO: return "auto";
-    case DEV_CPU_ISA_GENERIC: return "generic";
-    case DEV_CPU_ISA_AVX2: return "avx2";
-    case DEV_CPU_ISA_AVX512: return "avx512";
-    case DEV_CPU_ISA_AMX: return "amx";
-    }
-    return "?";
-}
-
-sp_status dev_cpu_isa_parse(const char *name, dev_cpu_isa *out) {
-    for (int isa = DEV_CPU_ISA_AUTO; isa <= DEV_CPU_ISA_AMX; isa++) {
-        if (strcmp(name, dev_cpu_isa_name((dev_cpu_isa)isa)) == 0) {
-            *out = (dev_cpu_isa)isa;
-            return SP_OK;
-        }
-    }
-    return sp_fail(SP_ERR_INVALID_ARG, "'%s' is not one of auto, generic, avx2, avx512, amx", name);
-}
-
-sp_status dev_cpu_isa_check(dev_cpu_isa wanted) {
-    dev_cpu_isa resolved;
+sp_status dev_cpu_isa_check(sp_cpu_isa wanted) {
+    sp_cpu_isa resolved;
     return host__isa_resolve(wanted, &resolved);
 }
 
-const char *dev_cpu_isa_rounding(dev_cpu_isa isa) {
+const char *dev_cpu_isa_rounding(sp_cpu_isa isa) {
     /* the avx512 set computes the avx2 set's numbers with other instructions */
-    return isa == DEV_CPU_ISA_GENERIC ? "generic" : isa == DEV_CPU_ISA_AMX ? "amx" : "avx2";
+    return isa == SP_CPU_ISA_GENERIC ? "generic" : isa == SP_CPU_ISA_AMX ? "amx" : "avx2";
 }
 
 bool dev_cpu_has_amx(void) {

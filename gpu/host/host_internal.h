@@ -44,17 +44,17 @@ typedef struct host_cpuid_words {
 /* The kernel sets those words allow: the probe's whole decision, apart from the
  * instructions that read them (so it can be tested with other CPUs' words). */
 host_cpu_features host__cpu_features_decide(const host_cpuid_words *w);
-dev_cpu_isa host__isa_best(void);
+sp_cpu_isa host__isa_best(void);
 /* wanted (AUTO: the best) as a set this CPU runs; SP_ERR_UNSUPPORTED naming what lacks. */
-sp_status host__isa_resolve(dev_cpu_isa wanted, dev_cpu_isa *out);
+sp_status host__isa_resolve(sp_cpu_isa wanted, sp_cpu_isa *out);
 /* Asks Linux for the AMX tile state (once per process suffices; repeating is harmless). */
 sp_status host__amx_request_tiles(void);
 
 /* The implementation of set isa (never AUTO) for weights of type t; NULL for
  * unsupported types. avx512 and avx2 give the same bits; both equal quant_vec_dot_ref
  * up to float summation order. */
-host_vec_dot_fn host__vec_dot_for(dev_cpu_isa isa, quant_type t);
-host_quantize_fn host__quantize_for(dev_cpu_isa isa, quant_type act_type);
+host_vec_dot_fn host__vec_dot_for(sp_cpu_isa isa, quant_type t);
+host_quantize_fn host__quantize_for(sp_cpu_isa isa, quant_type act_type);
 
 /* The multi-row kernels (host_quant_dot_rows.c): one weight row w against n_rows
  * activation rows, 2 <= n_rows <= HOST_DOT_ROWS (row r at a + r * a_stride bytes),
@@ -73,7 +73,7 @@ size_t host__rows_scales_bytes(int64_t k, int64_t rows);
 float *host__rows_scales_group(float *scales, int64_t k, int64_t first_row);
 void host__rows_scales_row(quant_type act_type, const void *act_row, int64_t k, int64_t r, float *scales);
 /* NULL when the set or type has none: use the one-row kernel for every row. */
-host_vec_dot_rows_fn host__vec_dot_rows_for(dev_cpu_isa isa, quant_type t);
+host_vec_dot_rows_fn host__vec_dot_rows_for(sp_cpu_isa isa, quant_type t);
 
 /* The decode-shaped kernels (host_quant_dot_wrows.c): HOST_DOT_WROWS weight rows (row
  * j at w + j * w_stride bytes) against one activation row, out[j] for row j. Each
@@ -81,7 +81,7 @@ host_vec_dot_rows_fn host__vec_dot_rows_for(dev_cpu_isa isa, quant_type t);
 enum { HOST_DOT_WROWS = 8 };
 typedef void (*host_vec_dot_wrows_fn)(const void *w, size_t w_stride, const void *a, int64_t n, float *out);
 /* NULL when the set or type has none. */
-host_vec_dot_wrows_fn host__vec_dot_wrows_for(dev_cpu_isa isa, quant_type t);
+host_vec_dot_wrows_fn host__vec_dot_wrows_for(sp_cpu_isa isa, quant_type t);
 
 /* The avx512 set's batched kernels (host_quant_dot_pairs.c): the activation rows of a
  * matmul repacked in pairs, two rows to a 512-bit register, against one or two weight
@@ -100,7 +100,7 @@ typedef struct host_pairs_act {
     quant_type w_type;                   /* the weights' type it was packed for */
 } host_pairs_act;
 /* Whether set isa has pair kernels for weights of type t (Q4_0, Q4_1, Q8_0 in avx512). */
-bool host__pairs_takes(dev_cpu_isa isa, quant_type t);
+bool host__pairs_takes(sp_cpu_isa isa, quant_type t);
 /* Bytes of scratch a pack of rows rows of width k takes (alignment included). */
 size_t host__pairs_bytes(quant_type w_type, int64_t k, int64_t rows);
 /* The pack's arrays carved from base (host__pairs_bytes of them). */
@@ -113,7 +113,7 @@ void host__pairs_act_row(const host_pairs_act *act, const void *row, int64_t r);
 typedef void (*host_vec_dot_pairs_fn)(const void *w, size_t w_stride, int n_w, const host_pairs_act *act, int64_t p0,
                                       int n_rows, float *out, size_t out_stride);
 /* NULL where host__pairs_takes is false. */
-host_vec_dot_pairs_fn host__vec_dot_pairs_for(dev_cpu_isa isa, quant_type t);
+host_vec_dot_pairs_fn host__vec_dot_pairs_for(sp_cpu_isa isa, quant_type t);
 
 /* ---- the amx set (host_amx.c): Q4_0/Q4_1/Q8_0 weights repacked for AMX tiles ---- */
 enum { HOST_AMX_GROUP_ROWS = 16 };  /* weight rows per packed group (host_matmul.c's tiles) */
@@ -235,13 +235,13 @@ void host__attention(dev_backend *dev, float *out, const float *q, const dev_kv 
                      int64_t n_heads, float scale);
 /* Quantized KV pools (host_attention_quant.c). One row of n floats into a Q8_0 or
  * Q4_0 pool row. */
-void host__kv_quantize_row(dev_kv_type type, dev_cpu_isa isa, void *dst, const float *src, int64_t n);
+void host__kv_quantize_row(sp_kv_type type, sp_cpu_isa isa, void *dst, const float *src, int64_t n);
 /* A query head (head_dim floats) as Q8_0 blocks, for the scores. */
-void host__attention_query_q8(dev_cpu_isa isa, void *q8, const float *q, int64_t head_dim);
+void host__attention_query_q8(sp_cpu_isa isa, void *q8, const float *q, int64_t head_dim);
 /* score[j] = dot(K row j, q8) * scale for positions 0..n_pos-1 of the sequence with
  * these blocks, KV head kv_head of the layer's K pool k_pool. */
 void host__attention_scores_quant(float *score, const host_kv *kv, const unsigned char *k_pool, const int32_t *blocks,
-                                  int32_t n_pos, int64_t kv_head, const void *q8, float scale, dev_cpu_isa isa);
+                                  int32_t n_pos, int64_t kv_head, const void *q8, float scale, sp_cpu_isa isa);
 /* For each of the nh query heads of KV head kv_head: o[h] (Dh) = sum over positions j
  * of p16[h][j] * V row j (the same bits with simd or not, and whatever nh is). */
 void host__attention_values_quant(float *const *o, const uint16_t *const *p16, int nh, const host_kv *kv,

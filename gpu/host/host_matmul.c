@@ -250,7 +250,7 @@ static void matmul_same_type(host_backend *hb, const dev_matmul_part *parts, int
         SP_ASSERT(task.act_row_bytes * (size_t)rows <= hb->scratch_bytes); /* see dev_reserve */
         task.act = hb->scratch;
         task.act_type = act_type;
-        if (hb->base.cpu_isa == DEV_CPU_ISA_AMX && w0->packed) amx_prepare(hb, &task);
+        if (hb->base.cpu_isa == SP_CPU_ISA_AMX && w0->packed) amx_prepare(hb, &task);
         if (rows >= HOST_PAIRS_MIN_ROWS && host__pairs_takes(hb->base.cpu_isa, w0->type))
             pairs_prepare(hb, &task, w0->type);
         if (rows >= 2 && task.dot_rows) rows_scales_prepare(hb, &task);

@@ -225,7 +225,7 @@ void host__swiglu(dev_backend *dev, float *out, const float *gate, const float *
     host_backend *hb = (host_backend *)dev;
     elementwise_task task = {out, gate, up, n, false};
 #if HOST_SIMD_AVX2
-    task.simd = hb->base.cpu_isa >= DEV_CPU_ISA_AVX2;
+    task.simd = hb->base.cpu_isa >= SP_CPU_ISA_AVX2;
 #endif
     if (n < HOST_INLINE_ELEMENTS)
         swiglu_range(&task, 0, 1);

@@ -560,18 +560,18 @@ static float dot_amx_q8_0(const void *w, const void *a, int64_t n) {
     return host__amx_dot(QUANT_Q8_0, w, a, n);
 }
 
-host_vec_dot_fn host__vec_dot_for(dev_cpu_isa isa, quant_type t) {
-    SP_ASSERT(isa != DEV_CPU_ISA_AUTO);
+host_vec_dot_fn host__vec_dot_for(sp_cpu_isa isa, quant_type t) {
+    SP_ASSERT(isa != SP_CPU_ISA_AUTO);
     if ((unsigned)t >= QUANT_TYPE_LIMIT) return NULL;
     /* the amx set's own arithmetic for the types it repacks (host_amx.c) */
-    if (isa == DEV_CPU_ISA_AMX && t == QUANT_Q4_0) return dot_amx_q4_0;
-    if (isa == DEV_CPU_ISA_AMX && t == QUANT_Q4_1) return dot_amx_q4_1;
-    if (isa == DEV_CPU_ISA_AMX && t == QUANT_Q8_0) return dot_amx_q8_0;
-    return isa >= DEV_CPU_ISA_AVX2 ? dot_avx2[t] : dot_generic[t];
+    if (isa == SP_CPU_ISA_AMX && t == QUANT_Q4_0) return dot_amx_q4_0;
+    if (isa == SP_CPU_ISA_AMX && t == QUANT_Q4_1) return dot_amx_q4_1;
+    if (isa == SP_CPU_ISA_AMX && t == QUANT_Q8_0) return dot_amx_q8_0;
+    return isa >= SP_CPU_ISA_AVX2 ? dot_avx2[t] : dot_generic[t];
 }
 
-host_quantize_fn host__quantize_for(dev_cpu_isa isa, quant_type act_type) {
-    SP_ASSERT(isa != DEV_CPU_ISA_AUTO);
+host_quantize_fn host__quantize_for(sp_cpu_isa isa, quant_type act_type) {
+    SP_ASSERT(isa != SP_CPU_ISA_AUTO);
     if ((unsigned)act_type >= QUANT_TYPE_LIMIT) return NULL;
-    return isa >= DEV_CPU_ISA_AVX2 ? quantize_avx2[act_type] : quantize_generic[act_type];
+    return isa >= SP_CPU_ISA_AVX2 ? quantize_avx2[act_type] : quantize_generic[act_type];
 }

@@ -36,8 +36,8 @@ static size_t pairs_align64(size_t n) {
     return (n + 63) & ~(size_t)63;
 }
 
-bool host__pairs_takes(dev_cpu_isa isa, quant_type t) {
-    return HOST_SIMD_AVX2 && isa == DEV_CPU_ISA_AVX512 && (t == QUANT_Q4_0 || t == QUANT_Q4_1 || t == QUANT_Q8_0);
+bool host__pairs_takes(sp_cpu_isa isa, quant_type t) {
+    return HOST_SIMD_AVX2 && isa == SP_CPU_ISA_AVX512 && (t == QUANT_Q4_0 || t == QUANT_Q4_1 || t == QUANT_Q8_0);
 }
 
 /* The pack's arrays, each 64-byte aligned, in this order: qs, d, s (Q8_1), bias (Q8_0);
@@ -242,14 +242,14 @@ PAIRS_ENTRY(pairs_q4_0, QUANT_Q4_0)
 PAIRS_ENTRY(pairs_q4_1, QUANT_Q4_1)
 PAIRS_ENTRY(pairs_q8_0, QUANT_Q8_0)
 
-host_vec_dot_pairs_fn host__vec_dot_pairs_for(dev_cpu_isa isa, quant_type t) {
+host_vec_dot_pairs_fn host__vec_dot_pairs_for(sp_cpu_isa isa, quant_type t) {
     if (!host__pairs_takes(isa, t)) return NULL;
     return t == QUANT_Q4_1 ? pairs_q4_1 : t == QUANT_Q4_0 ? pairs_q4_0 : pairs_q8_0;
 }
 
 #else /* !HOST_SIMD_AVX2 */
 
-host_vec_dot_pairs_fn host__vec_dot_pairs_for(dev_cpu_isa isa, quant_type t) {
+host_vec_dot_pairs_fn host__vec_dot_pairs_for(sp_cpu_isa isa, quant_type t) {
     (void)isa;
     (void)t;
     return NULL;

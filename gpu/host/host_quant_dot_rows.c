@@ -176,14 +176,14 @@ static const host_vec_dot_rows_fn dot_rows_avx2[QUANT_TYPE_LIMIT] = {
     [QUANT_Q8_0] = dot_rows_avx2_q8_0,
 };
 
-host_vec_dot_rows_fn host__vec_dot_rows_for(dev_cpu_isa isa, quant_type t) {
-    if ((unsigned)t >= QUANT_TYPE_LIMIT || isa != DEV_CPU_ISA_AVX2) return NULL;
+host_vec_dot_rows_fn host__vec_dot_rows_for(sp_cpu_isa isa, quant_type t) {
+    if ((unsigned)t >= QUANT_TYPE_LIMIT || isa != SP_CPU_ISA_AVX2) return NULL;
     return dot_rows_avx2[t];
 }
 
 #else /* !HOST_SIMD_AVX2 */
 
-host_vec_dot_rows_fn host__vec_dot_rows_for(dev_cpu_isa isa, quant_type t) {
+host_vec_dot_rows_fn host__vec_dot_rows_for(sp_cpu_isa isa, quant_type t) {
     (void)isa;
     (void)t;
     return NULL;

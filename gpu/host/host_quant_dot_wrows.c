@@ -170,15 +170,15 @@ static const host_vec_dot_wrows_fn wrows_avx512[QUANT_TYPE_LIMIT] = {
     [QUANT_Q8_0] = wrows_avx512_q8_0,
 };
 
-host_vec_dot_wrows_fn host__vec_dot_wrows_for(dev_cpu_isa isa, quant_type t) {
-    if ((unsigned)t >= QUANT_TYPE_LIMIT || isa < DEV_CPU_ISA_AVX2) return NULL;
-    if (isa == DEV_CPU_ISA_AMX && host__amx_takes(t)) return NULL; /* its own arithmetic: host_amx.c */
-    return isa >= DEV_CPU_ISA_AVX512 ? wrows_avx512[t] : wrows_avx2[t];
+host_vec_dot_wrows_fn host__vec_dot_wrows_for(sp_cpu_isa isa, quant_type t) {
+    if ((unsigned)t >= QUANT_TYPE_LIMIT || isa < SP_CPU_ISA_AVX2) return NULL;
+    if (isa == SP_CPU_ISA_AMX && host__amx_takes(t)) return NULL; /* its own arithmetic: host_amx.c */
+    return isa >= SP_CPU_ISA_AVX512 ? wrows_avx512[t] : wrows_avx2[t];
 }
 
 #else /* !HOST_SIMD_AVX2 */
 
-host_vec_dot_wrows_fn host__vec_dot_wrows_for(dev_cpu_isa isa, quant_type t) {
+host_vec_dot_wrows_fn host__vec_dot_wrows_for(sp_cpu_isa isa, quant_type t) {
     (void)isa;
     (void)t;
     return NULL;

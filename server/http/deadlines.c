@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <sys/socket.h>
 
+#include "common/grow.h"
 #include "common/log.h"
 #include "common/thread.h"
 #include "scheduler/sched.h"
@@ -94,11 +95,7 @@ sp_status srv__deadlines_start(double header_s, double body_s, double idle_s, sr
 
 void srv__deadlines_stop(srv_deadlines *d) {
     if (!d) return;
-    pthread_mutex_lock(&d->lock);
-    d->stopping = true;
-    pthread_cond_signal(&d->stop_cond);
-    pthread_mutex_unlock(&d->lock);
-    if (d->started) pthread_join(d->thread, NULL);
+    sp_thread_stop(&d->lock, &d->stop_cond, &d->stopping, &d->thread, d->started);
     for (int i = 0; i < d->n; i++) free(d->entries[i]);
     free(d->entries);
     pthread_cond_destroy(&d->stop_cond);
@@ -136,7 +133,7 @@ srv_deadline *srv__deadline_open(srv_deadlines *d, int fd, bool drainable) {
     e->drainable = drainable;
     int closed = 0;
     pthread_mutex_lock(&d->lock);
-    if (!srv__grow((void **)&d->entries, &d->cap, (size_t)d->n + 1, sizeof *d->entries)) {
+    if (!sp_grow((void **)&d->entries, &d->cap, (size_t)d->n + 1, sizeof *d->entries)) {
         pthread_mutex_unlock(&d->lock);
         free(e);
         return NULL; /* untimed; libmicrohttpd's own timeout still applies */

@@ -20,6 +20,7 @@
 
 #include "common/log.h"
 #include "common/assert.h"
+#include "common/grow.h"
 #include "server/http/http_internal.h"
 
 struct srv_http {
@@ -521,7 +522,7 @@ static bool body_append(srv_conn *conn, const char *data, size_t len) {
         conn->body_len = conn->body_cap = 0;
         return true;
     }
-    return srv__grow((void **)&conn->body, &conn->body_cap, conn->body_len + len + 1, 1) &&
+    return sp_grow((void **)&conn->body, &conn->body_cap, conn->body_len + len + 1, 1) &&
            (memcpy(conn->body + conn->body_len, data, len), conn->body_len += len, true);
 }
 

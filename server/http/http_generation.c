@@ -18,6 +18,7 @@
 #include <time.h>
 
 #include "common/assert.h"
+#include "common/grow.h"
 #include "server/http/http_internal.h"
 
 enum { STREAM_BLOCK_BYTES = 16 * 1024 };
@@ -124,17 +125,6 @@ static bool out_append_owned(srv_conn *conn, char *event) {
     return ok;
 }
 
-bool srv__grow(void **p, size_t *cap, size_t need, size_t elem) {
-    if (need <= *cap) return true;
-    size_t n = *cap ? *cap : 64;
-    while (n < need) n *= 2;
-    void *q = realloc(*p, n * elem);
-    if (!q) return false;
-    *p = q;
-    *cap = n;
-    return true;
-}
-
 /* What one choice produced since the last look, copied out under its lock. */
 typedef struct choice_news {
     size_t text_len;
@@ -155,10 +145,10 @@ static bool choice_take_news(srv_conn *conn, srv_choice *choice, choice_news *ne
     news->text_len = out->text_len - choice->text_sent;
     news->n_tokens = conn->request.logprobs ? out->n_tokens - choice->tokens_sent : 0;
     size_t n_top = (size_t)news->n_tokens * (size_t)out->top_logprobs;
-    if (!srv__grow((void **)&conn->copy_text, &conn->copy_text_cap, news->text_len + 1, 1) ||
-        !srv__grow((void **)&conn->copy_tokens, &conn->copy_tokens_cap, (size_t)news->n_tokens + 1,
-                   sizeof(sched_token)) ||
-        !srv__grow((void **)&conn->copy_top, &conn->copy_top_cap, n_top + 1, sizeof(sched_token))) {
+    if (!sp_grow((void **)&conn->copy_text, &conn->copy_text_cap, news->text_len + 1, 1) ||
+        !sp_grow((void **)&conn->copy_tokens, &conn->copy_tokens_cap, (size_t)news->n_tokens + 1,
+                 sizeof(sched_token)) ||
+        !sp_grow((void **)&conn->copy_top, &conn->copy_top_cap, n_top + 1, sizeof(sched_token))) {
         ok = false;
     } else {
         /* (the output's arrays may be NULL when empty: copy only what there is) */

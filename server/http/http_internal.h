@@ -219,9 +219,6 @@ enum MHD_Result srv__generation_start(srv_conn *conn);
 /* A non-streaming generation's handler call after a resume: answers once every
  * choice is done, suspends again otherwise. */
 enum MHD_Result srv__generation_continue(srv_conn *conn);
-/* Grows *p (of *cap elements of elem bytes) to hold need elements, doubling; false
- * on out of memory (*p and *cap unchanged). */
-bool srv__grow(void **p, size_t *cap, size_t need, size_t elem);
 
 /* ==== The transport's security options (http_security.c) ====
  * The libmicrohttpd daemon options that the

@@ -221,7 +221,7 @@ char *srv_metrics_render(const srv_app *app, const sched *s) {
         strbuf_printf(&b,
                       "# HELP spindle_kv_cache_type_info the KV cache's element format (--kv-type)\n"
                       "# TYPE spindle_kv_cache_type_info gauge\nspindle_kv_cache_type_info{type=\"%s\"} 1\n",
-                      sched_kv_type_name(sched_get_config(s)->kv_type));
+                      sp_kv_type_name(sched_get_config(s)->kv_type));
         metric(&b, "requests_submitted_total", "counter", "requests accepted into the queue", (double)st.submitted);
         strbuf_printf(&b, "# HELP spindle_requests_rejected_total requests refused at submission, by reason\n"
                           "# TYPE spindle_requests_rejected_total counter\n");

@@ -239,11 +239,7 @@ sp_status srv_notify_start(srv_app *app, srv_notify **out) {
 
 void srv_notify_stop(srv_notify *n) {
     if (!n) return;
-    pthread_mutex_lock(&n->lock);
-    n->stopping = true;
-    pthread_cond_signal(&n->stop_cond);
-    pthread_mutex_unlock(&n->lock);
-    pthread_join(n->thread, NULL);
+    sp_thread_stop(&n->lock, &n->stop_cond, &n->stopping, &n->thread, 1);
     pthread_mutex_destroy(&n->lock);
     pthread_cond_destroy(&n->stop_cond);
     free(n);

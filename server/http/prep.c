@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "common/grow.h"
 #include "common/thread.h"
 #include "scheduler/sched.h"
 #include "server/http/http_internal.h"
@@ -137,7 +138,7 @@ sp_status srv__prep_submit(srv_prep *p, srv_conn *conn, srv_prep_fn fn) {
     sp_status st = SP_OK;
     if (p->stopping)
         st = sp_fail(SP_ERR_UNAVAILABLE, "the server is shutting down");
-    else if (!srv__grow((void **)&p->jobs, &p->cap_jobs, p->n_jobs + 1, sizeof *p->jobs))
+    else if (!sp_grow((void **)&p->jobs, &p->cap_jobs, p->n_jobs + 1, sizeof *p->jobs))
         st = sp_fail(SP_ERR_NOMEM, "out of memory for the preparation queue");
     if (st == SP_OK) {
         conn->prep_state = SRV_PREP_QUEUED;
@@ -152,11 +153,7 @@ sp_status srv__prep_submit(srv_prep *p, srv_conn *conn, srv_prep_fn fn) {
 
 void srv__prep_stop(srv_prep *p) {
     if (!p) return;
-    pthread_mutex_lock(&p->lock);
-    p->stopping = true;
-    pthread_cond_broadcast(&p->wake);
-    pthread_mutex_unlock(&p->lock);
-    for (int i = 0; i < p->n_threads; i++) pthread_join(p->threads[i], NULL);
+    sp_thread_stop(&p->lock, &p->wake, &p->stopping, p->threads, p->n_threads);
     p->n_threads = 0;
     /* no worker is left, and stopping refuses new jobs: whatever is queued is answered
      * 503 by its handler */

@@ -89,11 +89,7 @@ sp_status srv_watch_create(double keepalive_s, srv_watch **out) {
 
 void srv_watch_destroy(srv_watch *wt) {
     if (!wt) return;
-    pthread_mutex_lock(&wt->lock);
-    wt->stopping = true;
-    pthread_cond_signal(&wt->stop_cond);
-    pthread_mutex_unlock(&wt->lock);
-    pthread_join(wt->thread, NULL);
+    sp_thread_stop(&wt->lock, &wt->stop_cond, &wt->stopping, &wt->thread, 1);
     SP_ASSERT(wt->n == 0); /* every connection removed its entry before the daemon stopped */
     pthread_mutex_destroy(&wt->lock);
     pthread_cond_destroy(&wt->stop_cond);

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "config/cfg_internal.h"
+#include "grammar/grammar.h"
 #include "scheduler/sched.h"
 
 /* ---- helpers ---- */
@@ -177,9 +178,14 @@ Test(cfg_settings, defaults_are_those_of_serve_and_the_scheduler) {
     cr_expect_eq(s.max_prefill_tokens, d.max_prefill_tokens);
     cr_expect_eq(s.queue_max_requests, d.queue_max_requests);
     cr_expect_eq(s.queue_max_tokens, d.queue_max_tokens);
-    cr_expect_eq(s.policy, CFG_POLICY_FCFS);
-    cr_expect_eq(d.policy, SCHED_POLICY_FCFS);
+    cr_expect_eq(s.policy, SP_POLICY_FCFS);
+    cr_expect_eq(d.policy, SP_POLICY_FCFS);
     cr_expect_eq(s.request_timeout, d.request_timeout_s);
+    gram_limits g = gram_limits_default();
+    cr_expect_eq(s.grammar_max_rules, g.max_rules);
+    cr_expect_eq(s.grammar_max_states, g.max_elements);
+    cr_expect_eq(s.grammar_max_depth, g.max_depth);
+    cr_expect_eq(s.grammar_schema_max_depth, gram_schema_options_default().max_depth);
     cr_expect_eq(s.api_keys.n, 0);
     cr_expect_null(s.api_key_file);
     cr_expect_not(s.metrics_require_key);
@@ -253,7 +259,7 @@ Test(cfg_yaml, reads_every_key) {
     cr_expect_eq(s.max_prefill_tokens, 128);
     cr_expect_eq(s.queue_max_requests, 10);
     cr_expect_eq(s.queue_max_tokens, 5000);
-    cr_expect_eq(s.policy, CFG_POLICY_PRIORITY);
+    cr_expect_eq(s.policy, SP_POLICY_PRIORITY);
     cr_expect_eq(s.request_timeout, 12.5);
     cr_assert_eq(s.api_keys.n, 2);
     cr_expect_str_eq(s.api_keys.items[0], "sk-one");
@@ -423,7 +429,7 @@ Test(cfg_args, flags_set_every_kind_of_setting) {
     cr_expect_str_eq(s.model, "x.gguf");
     cr_expect_eq(s.port, 0);
     cr_expect_eq(s.keepalive, 0.5);
-    cr_expect_eq(s.policy, CFG_POLICY_PRIORITY);
+    cr_expect_eq(s.policy, SP_POLICY_PRIORITY);
     cr_assert_eq(s.api_keys.n, 2);
     cr_expect_str_eq(s.api_keys.items[1], "k2");
     cr_expect_not(s.access_log);

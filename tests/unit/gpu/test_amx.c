@@ -28,7 +28,7 @@ static void fill(float *x, int64_t n) {
 }
 
 static void require_amx(void) {
-    if (dev_cpu_isa_check(DEV_CPU_ISA_AMX) != SP_OK) cr_skip_test("%s", sp_last_error());
+    if (dev_cpu_isa_check(SP_CPU_ISA_AMX) != SP_OK) cr_skip_test("%s", sp_last_error());
 }
 
 typedef struct shape {
@@ -40,10 +40,10 @@ typedef struct shape {
  * weights_raw is set, the weight's bytes are random (Q8_0's -128 included), not the
  * output of a quantizer. */
 static void check_matmul(quant_type t, shape s, int threads, bool with_bias, bool weights_raw) {
-    dev_options opts = {.kind = DEV_KIND_CPU, .n_threads = threads, .cpu_isa = DEV_CPU_ISA_AMX};
+    dev_options opts = {.kind = DEV_KIND_CPU, .n_threads = threads, .cpu_isa = SP_CPU_ISA_AMX};
     dev_backend *dev = NULL;
     cr_assert_eq(dev_create(&opts, &dev), SP_OK, "%s", sp_last_error());
-    cr_assert_eq(dev_cpu_kernels(dev), DEV_CPU_ISA_AMX);
+    cr_assert_eq(dev_cpu_kernels(dev), SP_CPU_ISA_AMX);
     const quant_type at = quant_vec_dot_type(t);
     const size_t w_row = quant_row_bytes(t, s.k), a_row = quant_row_bytes(at, s.k);
     uint8_t *w_data = malloc(w_row * (size_t)s.n);
@@ -61,7 +61,7 @@ static void check_matmul(quant_type t, shape s, int threads, bool with_bias, boo
         bias_data[j] = rng_uniform();
     }
     fill(in, s.rows * s.k);
-    host_quantize_fn quantize = host__quantize_for(DEV_CPU_ISA_AMX, at);
+    host_quantize_fn quantize = host__quantize_for(SP_CPU_ISA_AMX, at);
     for (int64_t r = 0; r < s.rows; r++) quantize(act + (size_t)r * a_row, in + r * s.k, s.k);
 
     dev_tensor w, bias;
@@ -158,7 +158,7 @@ static double exact_dot(quant_type t, const uint8_t *w, const uint8_t *a, int64_
  * ones have, its total distance from the exact value is smaller. host__amx_dot is
  * portable C; the avx2 kernel needs AVX2. */
 Test(amx, scalar_arithmetic_is_the_dot_product_and_nearer_exact_than_avx2) {
-    if (dev_cpu_isa_check(DEV_CPU_ISA_AVX2) != SP_OK) cr_skip_test("%s", sp_last_error());
+    if (dev_cpu_isa_check(SP_CPU_ISA_AVX2) != SP_OK) cr_skip_test("%s", sp_last_error());
     const int64_t k = 1536;
     float *x = malloc(sizeof(float) * (size_t)k);
     for (size_t ti = 0; ti < sizeof amx_types / sizeof amx_types[0]; ti++) {
@@ -170,10 +170,10 @@ Test(amx, scalar_arithmetic_is_the_dot_product_and_nearer_exact_than_avx2) {
             quant_quantize_row(t, w, x, k);
             fill(x, k);
             for (int64_t i = 0; i < k; i += 97) x[i] *= 60.0f; /* outliers */
-            host__quantize_for(DEV_CPU_ISA_AVX2, at)(a, x, k);
+            host__quantize_for(SP_CPU_ISA_AVX2, at)(a, x, k);
             double magnitude;
             const double exact = exact_dot(t, w, a, k, &magnitude);
-            const float ours = host__amx_dot(t, w, a, k), avx2 = host__vec_dot_for(DEV_CPU_ISA_AVX2, t)(w, a, k);
+            const float ours = host__amx_dot(t, w, a, k), avx2 = host__vec_dot_for(SP_CPU_ISA_AVX2, t)(w, a, k);
             /* 2 k / 32 roundings of at most half an ulp of the running sum */
             cr_assert(fabs(ours - exact) <= 1e-5 * magnitude, "%s: %g, exact %g (terms' magnitude %g)",
                       quant_type_name(t), ours, exact, magnitude);
@@ -191,11 +191,11 @@ Test(amx, scalar_arithmetic_is_the_dot_product_and_nearer_exact_than_avx2) {
 
 /* Types the set does not repack run the avx512 kernels, so their numbers are avx2's. */
 Test(amx, other_types_keep_the_avx512_kernels) {
-    cr_assert_null(host__vec_dot_rows_for(DEV_CPU_ISA_AMX, QUANT_Q4_1), "Q4_1 has the amx arithmetic");
-    cr_assert_eq((void *)host__vec_dot_rows_for(DEV_CPU_ISA_AMX, QUANT_Q5_0),
-                 (void *)host__vec_dot_rows_for(DEV_CPU_ISA_AVX512, QUANT_Q5_0));
-    cr_assert_eq((void *)host__vec_dot_for(DEV_CPU_ISA_AMX, QUANT_Q6_K),
-                 (void *)host__vec_dot_for(DEV_CPU_ISA_AVX2, QUANT_Q6_K));
+    cr_assert_null(host__vec_dot_rows_for(SP_CPU_ISA_AMX, QUANT_Q4_1), "Q4_1 has the amx arithmetic");
+    cr_assert_eq((void *)host__vec_dot_rows_for(SP_CPU_ISA_AMX, QUANT_Q5_0),
+                 (void *)host__vec_dot_rows_for(SP_CPU_ISA_AVX512, QUANT_Q5_0));
+    cr_assert_eq((void *)host__vec_dot_for(SP_CPU_ISA_AMX, QUANT_Q6_K),
+                 (void *)host__vec_dot_for(SP_CPU_ISA_AVX2, QUANT_Q6_K));
     cr_assert(!host__amx_takes(QUANT_Q4_K) && host__amx_takes(QUANT_Q8_0));
 }
 
@@ -203,7 +203,7 @@ Test(amx, other_types_keep_the_avx512_kernels) {
  * each part's outputs equal host__amx_dot too. */
 Test(amx, grouped_parts_equal_the_scalar_arithmetic) {
     require_amx();
-    dev_options opts = {.kind = DEV_KIND_CPU, .n_threads = 2, .cpu_isa = DEV_CPU_ISA_AMX};
+    dev_options opts = {.kind = DEV_KIND_CPU, .n_threads = 2, .cpu_isa = SP_CPU_ISA_AMX};
     dev_backend *dev = NULL;
     cr_assert_eq(dev_create(&opts, &dev), SP_OK, "%s", sp_last_error());
     enum { PARTS = 3, K = 576 };
@@ -228,7 +228,7 @@ Test(amx, grouped_parts_equal_the_scalar_arithmetic) {
         uint8_t *act = malloc(a_row * (size_t)rows);
         fill(in, rows * K);
         for (int64_t r = 0; r < rows; r++)
-            host__quantize_for(DEV_CPU_ISA_AMX, at)(act + (size_t)r * a_row, in + r * K, K);
+            host__quantize_for(SP_CPU_ISA_AMX, at)(act + (size_t)r * a_row, in + r * K, K);
         dev_matmul_part parts[PARTS];
         for (int p = 0; p < PARTS; p++)
             parts[p] = (dev_matmul_part){.out = malloc(sizeof(float) * (size_t)(rows * ns[p])), .w = &w[p]};

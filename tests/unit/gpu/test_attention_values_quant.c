@@ -13,7 +13,7 @@ enum { BLOCK = 16, KV_HEADS = 2, HEAD_DIM = 128, N_BLOCKS = 9, MAX_HEADS = 7 };
 
 /* A one-layer pool of the type whose V rows are random values quantized as the
  * backend writes them. */
-static host_kv make_pool(dev_kv_type type) {
+static host_kv make_pool(sp_kv_type type) {
     host_kv kv = {.common.shape = {.n_layers = 1,
                                    .n_blocks = N_BLOCKS,
                                    .block_size = BLOCK,
@@ -30,7 +30,7 @@ static host_kv make_pool(dev_kv_type type) {
     for (size_t r = 0; r < (size_t)N_BLOCKS * BLOCK * KV_HEADS; r++) {
         float scale = 0.05f + 3.0f * (uniform() + 1.0f);
         for (int i = 0; i < HEAD_DIM; i++) row[i] = scale * uniform();
-        host__kv_quantize_row(type, DEV_CPU_ISA_GENERIC, kv.data + r * kv.row_bytes, row, HEAD_DIM);
+        host__kv_quantize_row(type, SP_CPU_ISA_GENERIC, kv.data + r * kv.row_bytes, row, HEAD_DIM);
     }
     return kv;
 }
@@ -58,11 +58,11 @@ Test(attention_values_quant, simd_and_portable_paths_give_the_same_bits) {
 #if !HOST_SIMD_AVX2
     cr_skip_test("this build has no SIMD path");
 #else
-    if (dev_cpu_isa_check(DEV_CPU_ISA_AVX2) != SP_OK) cr_skip_test("this CPU has no AVX2");
+    if (dev_cpu_isa_check(SP_CPU_ISA_AVX2) != SP_OK) cr_skip_test("this CPU has no AVX2");
     static const int32_t blocks[] = {7, 2, 5, 0, 8, 1, 4, 3, 6};
     static const int n_pos_cases[] = {1, 15, 16, 17, 77, N_BLOCKS * BLOCK};
     int checked = 0;
-    for (dev_kv_type type = DEV_KV_Q8_0; type <= DEV_KV_Q4_0; type++) {
+    for (sp_kv_type type = SP_KV_Q8_0; type <= SP_KV_Q4_0; type++) {
         host_kv kv = make_pool(type);
         for (size_t c = 0; c < sizeof n_pos_cases / sizeof *n_pos_cases; c++) {
             const int n_pos = n_pos_cases[c];
@@ -74,7 +74,7 @@ Test(attention_values_quant, simd_and_portable_paths_give_the_same_bits) {
                     values(&kv, blocks, n_pos, probs, 0, nh, kv_head, false, portable);
                     cr_assert_eq(memcmp(simd, portable, sizeof(float) * (size_t)nh * HEAD_DIM), 0,
                                  "%s, %d positions, %d heads, kv head %ld: the SIMD path's bits differ",
-                                 dev_kv_type_name(type), n_pos, nh, (long)kv_head);
+                                 sp_kv_type_name(type), n_pos, nh, (long)kv_head);
                     checked++;
                 }
             free(probs);
@@ -88,11 +88,11 @@ Test(attention_values_quant, simd_and_portable_paths_give_the_same_bits) {
 Test(attention_values_quant, a_head_does_not_depend_on_the_heads_beside_it) {
     static const int32_t blocks[] = {3, 8, 0, 6, 1, 7, 2, 5, 4};
     const int n_pos = 101;
-    for (dev_kv_type type = DEV_KV_Q8_0; type <= DEV_KV_Q4_0; type++) {
+    for (sp_kv_type type = SP_KV_Q8_0; type <= SP_KV_Q4_0; type++) {
         host_kv kv = make_pool(type);
         uint16_t *probs = make_probs(n_pos);
         /* the SIMD path only where this build has it and this CPU runs it */
-        const int last = HOST_SIMD_AVX2 && dev_cpu_isa_check(DEV_CPU_ISA_AVX2) == SP_OK ? 1 : 0;
+        const int last = HOST_SIMD_AVX2 && dev_cpu_isa_check(SP_CPU_ISA_AVX2) == SP_OK ? 1 : 0;
         for (int simd = 0; simd <= last; simd++) {
             float all[MAX_HEADS * HEAD_DIM];
             values(&kv, blocks, n_pos, probs, 0, MAX_HEADS, 1, simd, all);
@@ -100,8 +100,8 @@ Test(attention_values_quant, a_head_does_not_depend_on_the_heads_beside_it) {
                 float one[HEAD_DIM];
                 values(&kv, blocks, n_pos, probs, h, 1, 1, simd, one);
                 cr_assert_eq(memcmp(one, all + (size_t)h * HEAD_DIM, sizeof one), 0,
-                             "%s, simd %d: head %d alone differs from head %d of %d", dev_kv_type_name(type), simd, h,
-                             h, MAX_HEADS);
+                             "%s, simd %d: head %d alone differs from head %d of %d", sp_kv_type_name(type), simd, h, h,
+                             MAX_HEADS);
             }
             /* and the sum is not trivially zero */
             float norm = 0;

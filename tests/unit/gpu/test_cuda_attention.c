@@ -31,7 +31,7 @@
 enum { TABLE_ROWS = 2048, FILL_TOKENS = 512, MAX_SEQS = 64 };
 
 /* The pools' element format of the cases run next (the quantized-KV tests set it). */
-static dev_kv_type case_kv_type = DEV_KV_F16;
+static sp_kv_type case_kv_type = SP_KV_F16;
 
 /* One attention step over sequences of given lengths. A sequence's tokens in the step
  * are its last positions; the positions before its first one in the step are written
@@ -202,9 +202,9 @@ static void check_case(const attn_case *c) {
     float *ref = attention_run(DEV_KIND_CPU, c, &lay, &tab);
     float *got = attention_run(DEV_KIND_CUDA, c, &lay, &tab);
     /* quantized pools: the CPU dots a Q8_0 query with K, the GPU an F16 one */
-    const bool quantized = case_kv_type != DEV_KV_F16;
+    const bool quantized = case_kv_type != SP_KV_F16;
     const double e = rel_error(got, ref, c->n_tokens * q_width);
-    cr_expect(e < (quantized ? 1e-2 : 2e-3), "%s (kv %s): relative error %.2e", c->name, dev_kv_type_name(case_kv_type),
+    cr_expect(e < (quantized ? 1e-2 : 2e-3), "%s (kv %s): relative error %.2e", c->name, sp_kv_type_name(case_kv_type),
               e);
     double worst = 0;
     int worst_token = 0, worst_head = 0;
@@ -323,7 +323,7 @@ Test(cuda_attention, a_single_position_matches_the_cpu) {
 
 Test(cuda_attention, quantized_pools_match_the_cpu_on_every_path) {
     skip_without_gpu();
-    const dev_kv_type types[] = {DEV_KV_Q8_0, DEV_KV_Q4_0};
+    const sp_kv_type types[] = {SP_KV_Q8_0, SP_KV_Q4_0};
     for (int i = 0; i < 2; i++) {
         case_kv_type = types[i];
         decode_64(64);
@@ -333,5 +333,5 @@ Test(cuda_attention, quantized_pools_match_the_cpu_on_every_path) {
         attn_case c = {"decode, 4 sequences, width 128", 32, 8, 128, 16, 1, 0, 4, seq_len, 4, seq, pos};
         check_case(&c);
     }
-    case_kv_type = DEV_KV_F16;
+    case_kv_type = SP_KV_F16;
 }

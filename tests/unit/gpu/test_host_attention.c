@@ -28,7 +28,7 @@ static int32_t block_of(int s, int b) {
     return (b * N_SEQS + s) * 7 % (MAX_BLOCKS * N_SEQS);
 }
 
-static dev_backend *backend(dev_cpu_isa isa, int threads) {
+static dev_backend *backend(sp_cpu_isa isa, int threads) {
     dev_backend *dev;
     dev_options opts = {.kind = DEV_KIND_CPU, .n_threads = threads, .cpu_isa = isa};
     cr_assert_eq(dev_create(&opts, &dev), SP_OK, "%s", sp_last_error());
@@ -102,7 +102,7 @@ static double reference_sum(const case_shape *c, const float *k, const float *v,
     return total;
 }
 
-static void check_case(dev_cpu_isa isa, int threads, case_shape c) {
+static void check_case(sp_cpu_isa isa, int threads, case_shape c) {
     const int h = c.hk * c.group, kw = c.hk * c.dh, qw = h * c.dh;
     const size_t rows = (size_t)N_SEQS * MAX_TOKENS;
     gpu_test_rng = 0x617474 + (uint64_t)(c.hk * 131 + c.group * 17 + c.dh);
@@ -117,7 +117,7 @@ static void check_case(dev_cpu_isa isa, int threads, case_shape c) {
                           .block_size = BLOCK,
                           .n_kv_heads = c.hk,
                           .head_dim = c.dh,
-                          .kv_type = DEV_KV_F16};
+                          .kv_type = SP_KV_F16};
     dev_kv *kv;
     cr_assert_eq(dev_kv_create(dev, &shape, &kv), SP_OK, "%s", sp_last_error());
 
@@ -167,16 +167,16 @@ static const case_shape shapes[] = {
     {1, 8, 128}, /* two tasks a KV head */
 };
 
-static void check_set(dev_cpu_isa isa) {
+static void check_set(sp_cpu_isa isa) {
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         for (int threads = 1; threads <= 2; threads++) check_case(isa, threads, shapes[i]);
 }
 
 Test(host_attention, a_tokens_result_does_not_depend_on_its_step_avx2) {
-    if (dev_cpu_isa_check(DEV_CPU_ISA_AVX2) != SP_OK) cr_skip_test("%s", sp_last_error());
-    check_set(DEV_CPU_ISA_AVX2);
+    if (dev_cpu_isa_check(SP_CPU_ISA_AVX2) != SP_OK) cr_skip_test("%s", sp_last_error());
+    check_set(SP_CPU_ISA_AVX2);
 }
 
 Test(host_attention, a_tokens_result_does_not_depend_on_its_step_generic) {
-    check_set(DEV_CPU_ISA_GENERIC);
+    check_set(SP_CPU_ISA_GENERIC);
 }

@@ -1,4 +1,4 @@
-/* test_kv_quant.c: KV pools in Q8_0 and Q4_0 (dev_kv_type). The bytes a pool holds per
+/* test_kv_quant.c: KV pools in Q8_0 and Q4_0 (sp_kv_type). The bytes a pool holds per
  * token and block; a row written is ggml's quantization of it; attention over the
  * quantized pool equals attention computed in double over the rows the pool holds
  * (dequantized), within the error of the query's own Q8_0 rounding; the avx2, avx512 and
@@ -15,14 +15,14 @@
 
 enum { LAYERS = 1, BLOCKS = 12, B = 4, HK = 2, DH = 64, H = 4, P = 37 /* positions of sequence 0 */ };
 
-static dev_backend *cpu_backend(dev_cpu_isa isa) {
+static dev_backend *cpu_backend(sp_cpu_isa isa) {
     dev_backend *dev;
     dev_options opts = {.kind = DEV_KIND_CPU, .n_threads = 2, .cpu_isa = isa};
     cr_assert_eq(dev_create(&opts, &dev), SP_OK, "%s", sp_last_error());
     return dev;
 }
 
-static dev_kv_shape shape_of(dev_kv_type type) {
+static dev_kv_shape shape_of(sp_kv_type type) {
     return (dev_kv_shape){
         .n_layers = LAYERS, .n_blocks = BLOCKS, .block_size = B, .n_kv_heads = HK, .head_dim = DH, .kv_type = type};
 }
@@ -49,7 +49,7 @@ static void free_inputs(inputs *in) {
 /* Writes the rows and runs attention for every token: sequence 0 alone, or (batched)
  * with the second sequence's tokens interleaved into the same step. out (tokens of
  * sequence 0, H*DH) in sequence 0's order either way. */
-static void run(dev_backend *dev, dev_kv_type type, const inputs *in, bool batched, float *out, dev_kv **kv_out) {
+static void run(dev_backend *dev, sp_kv_type type, const inputs *in, bool batched, float *out, dev_kv **kv_out) {
     dev_kv_shape shape = shape_of(type);
     dev_kv *kv;
     cr_assert_eq(dev_kv_create(dev, &shape, &kv), SP_OK, "%s", sp_last_error());
@@ -101,7 +101,7 @@ static void run(dev_backend *dev, dev_kv_type type, const inputs *in, bool batch
 }
 
 /* K and V of sequence 0 as the pool holds them, dequantized: (P, HK*DH) each. */
-static void pool_rows(dev_backend *dev, dev_kv *kv, dev_kv_type type, float *k, float *v) {
+static void pool_rows(dev_backend *dev, dev_kv *kv, sp_kv_type type, float *k, float *v) {
     dev_kv_shape shape = shape_of(type);
     size_t block_bytes = dev_kv_block_bytes(&shape), row_bytes = dev_kv_row_bytes(&shape);
     uint8_t *bytes = malloc(block_bytes);
@@ -144,23 +144,23 @@ static void reference(float *out, const float *k, const float *v, const float *q
 }
 
 Test(kv_quant, bytes_per_row_and_block) {
-    dev_kv_shape f16 = shape_of(DEV_KV_F16), q8 = shape_of(DEV_KV_Q8_0), q4 = shape_of(DEV_KV_Q4_0);
+    dev_kv_shape f16 = shape_of(SP_KV_F16), q8 = shape_of(SP_KV_Q8_0), q4 = shape_of(SP_KV_Q4_0);
     cr_assert_eq(dev_kv_row_bytes(&f16), (size_t)DH * 2);
     cr_assert_eq(dev_kv_row_bytes(&q8), (size_t)DH / 32 * 34, "Q8_0: an F16 scale and 32 int8 per 32");
     cr_assert_eq(dev_kv_row_bytes(&q4), (size_t)DH / 32 * 18, "Q4_0: an F16 scale and 16 bytes of nibbles per 32");
     cr_assert_eq(dev_kv_block_bytes(&q8), (size_t)LAYERS * 2 * B * HK * DH / 32 * 34);
     cr_assert_eq(dev_kv_bytes(&q4), (size_t)BLOCKS * dev_kv_block_bytes(&q4));
-    dev_kv_type t;
-    cr_assert_eq(dev_kv_type_parse("q8_0", &t), SP_OK);
-    cr_assert_eq(t, DEV_KV_Q8_0);
-    cr_assert_str_eq(dev_kv_type_name(DEV_KV_Q4_0), "q4_0");
-    cr_assert_eq(dev_kv_type_parse("q5_0", &t), SP_ERR_INVALID_ARG);
+    sp_kv_type t;
+    cr_assert_eq(sp_kv_type_parse("q8_0", &t), SP_OK);
+    cr_assert_eq(t, SP_KV_Q8_0);
+    cr_assert_str_eq(sp_kv_type_name(SP_KV_Q4_0), "q4_0");
+    cr_assert_eq(sp_kv_type_parse("q5_0", &t), SP_ERR_INVALID_ARG);
     cr_assert(strstr(sp_last_error(), "q5_0") && strstr(sp_last_error(), "f16, q8_0 or q4_0"), "%s", sp_last_error());
 }
 
 Test(kv_quant, head_width_the_blocks_do_not_divide_is_refused) {
-    dev_backend *dev = cpu_backend(DEV_CPU_ISA_AUTO);
-    dev_kv_shape shape = shape_of(DEV_KV_Q8_0);
+    dev_backend *dev = cpu_backend(SP_CPU_ISA_AUTO);
+    dev_kv_shape shape = shape_of(SP_KV_Q8_0);
     shape.head_dim = 48;
     dev_kv *kv = NULL;
     cr_assert_eq(dev_kv_create(dev, &shape, &kv), SP_ERR_UNSUPPORTED);
@@ -173,9 +173,9 @@ Test(kv_quant, head_width_the_blocks_do_not_divide_is_refused) {
 
 Test(kv_quant, written_rows_are_ggml_quantization) {
     inputs in = make_inputs();
-    const dev_kv_type types[] = {DEV_KV_Q8_0, DEV_KV_Q4_0};
+    const sp_kv_type types[] = {SP_KV_Q8_0, SP_KV_Q4_0};
     for (size_t ti = 0; ti < 2; ti++) {
-        dev_backend *dev = cpu_backend(DEV_CPU_ISA_AUTO);
+        dev_backend *dev = cpu_backend(SP_CPU_ISA_AUTO);
         dev_kv *kv;
         float *out = malloc(sizeof(float) * P * H * DH);
         run(dev, types[ti], &in, false, out, &kv);
@@ -187,12 +187,10 @@ Test(kv_quant, written_rows_are_ggml_quantization) {
         for (int r = 0; r < P * HK; r++) {
             quant_quantize_row(dev_kv_quant_type(types[ti]), blocks, in.k + (size_t)r * DH, DH);
             quant_dequantize_row(dev_kv_quant_type(types[ti]), want, blocks, DH);
-            cr_assert(memcmp(want, k + (size_t)r * DH, sizeof want) == 0, "%s K row %d", dev_kv_type_name(types[ti]),
-                      r);
+            cr_assert(memcmp(want, k + (size_t)r * DH, sizeof want) == 0, "%s K row %d", sp_kv_type_name(types[ti]), r);
             quant_quantize_row(dev_kv_quant_type(types[ti]), blocks, in.v + (size_t)r * DH, DH);
             quant_dequantize_row(dev_kv_quant_type(types[ti]), want, blocks, DH);
-            cr_assert(memcmp(want, v + (size_t)r * DH, sizeof want) == 0, "%s V row %d", dev_kv_type_name(types[ti]),
-                      r);
+            cr_assert(memcmp(want, v + (size_t)r * DH, sizeof want) == 0, "%s V row %d", sp_kv_type_name(types[ti]), r);
         }
         free(k);
         free(v);
@@ -207,7 +205,7 @@ Test(kv_quant, written_rows_are_ggml_quantization) {
  * table of more than one row as F16, so only such values reach both pools alike) written by the
  * backend of this kind through the device path (a weight table, dev_embed, dev_kv_write),
  * then its full blocks saved as the tiers keep them: (P / B) * dev_kv_block_bytes. */
-static uint8_t *written_blocks(dev_kind kind, dev_kv_type type, const float *k, const float *v) {
+static uint8_t *written_blocks(dev_kind kind, sp_kv_type type, const float *k, const float *v) {
     dev_backend *dev;
     dev_options opts = {.kind = kind, .n_threads = 2};
     cr_assert_eq(dev_create(&opts, &dev), SP_OK, "%s", sp_last_error());
@@ -264,7 +262,7 @@ static float *awkward_rows(void) {
 }
 
 /* Every saved row equals ggml's blocks of it (F16: the F16 rounding of each value). */
-static void check_ggml_bytes(dev_kv_type type, const uint8_t *bytes, const float *k, const float *v,
+static void check_ggml_bytes(sp_kv_type type, const uint8_t *bytes, const float *k, const float *v,
                              const char *backend) {
     dev_kv_shape shape = shape_of(type);
     const size_t row_bytes = dev_kv_row_bytes(&shape), block_bytes = dev_kv_block_bytes(&shape);
@@ -273,7 +271,7 @@ static void check_ggml_bytes(dev_kv_type type, const uint8_t *bytes, const float
         for (int h = 0; h < HK; h++)
             for (int kv_i = 0; kv_i < 2; kv_i++) {
                 const float *src = (kv_i ? v : k) + ((size_t)j * HK + (size_t)h) * DH;
-                if (type == DEV_KV_F16)
+                if (type == SP_KV_F16)
                     for (int d = 0; d < DH; d++) {
                         uint16_t h16 = quant_f32_to_f16(src[d]);
                         memcpy(want + 2 * d, &h16, 2);
@@ -283,14 +281,14 @@ static void check_ggml_bytes(dev_kv_type type, const uint8_t *bytes, const float
                 const size_t at = (size_t)(j / B) * block_bytes + (size_t)kv_i * B * HK * row_bytes +
                                   ((size_t)(j % B) * HK + (size_t)h) * row_bytes;
                 cr_assert(memcmp(bytes + at, want, row_bytes) == 0, "%s %s: %s row of position %d, head %d", backend,
-                          dev_kv_type_name(type), kv_i ? "V" : "K", j, h);
+                          sp_kv_type_name(type), kv_i ? "V" : "K", j, h);
             }
 }
 
 Test(kv_quant, cpu_pool_bytes_are_ggml_blocks) {
     gpu_test_rng = 0x6279;
     float *k = awkward_rows(), *v = awkward_rows();
-    for (dev_kv_type type = DEV_KV_F16; type <= DEV_KV_Q4_0; type++) {
+    for (sp_kv_type type = SP_KV_F16; type <= SP_KV_Q4_0; type++) {
         uint8_t *bytes = written_blocks(DEV_KIND_CPU, type, k, v);
         check_ggml_bytes(type, bytes, k, v, "cpu");
         free(bytes);
@@ -304,12 +302,12 @@ Test(kv_quant, cuda_pool_bytes_equal_the_cpu_pool_and_ggml) {
     skip_without_gpu();
     gpu_test_rng = 0x6279;
     float *k = awkward_rows(), *v = awkward_rows();
-    for (dev_kv_type type = DEV_KV_F16; type <= DEV_KV_Q4_0; type++) {
+    for (sp_kv_type type = SP_KV_F16; type <= SP_KV_Q4_0; type++) {
         dev_kv_shape shape = shape_of(type);
         uint8_t *cuda = written_blocks(DEV_KIND_CUDA, type, k, v), *cpu = written_blocks(DEV_KIND_CPU, type, k, v);
         check_ggml_bytes(type, cuda, k, v, "cuda");
         cr_assert(memcmp(cuda, cpu, (size_t)(P / B) * dev_kv_block_bytes(&shape)) == 0,
-                  "%s: cuda and cpu blocks differ", dev_kv_type_name(type));
+                  "%s: cuda and cpu blocks differ", sp_kv_type_name(type));
         free(cuda);
         free(cpu);
     }
@@ -319,13 +317,13 @@ Test(kv_quant, cuda_pool_bytes_equal_the_cpu_pool_and_ggml) {
 
 Test(kv_quant, attention_equals_the_double_reference_over_the_pool) {
     inputs in = make_inputs();
-    const dev_kv_type types[] = {DEV_KV_F16, DEV_KV_Q8_0, DEV_KV_Q4_0};
+    const sp_kv_type types[] = {SP_KV_F16, SP_KV_Q8_0, SP_KV_Q4_0};
     /* errors against the pool's own rows: the query's rounding (F16, or Q8_0) and the
      * probabilities' F16; against the unquantized rows, the pool's rounding too */
     const double own_bound[] = {1e-3, 5e-3, 5e-3};
     const double exact_bound[] = {1e-3, 1e-2, 1.2e-1};
     for (size_t ti = 0; ti < 3; ti++) {
-        dev_backend *dev = cpu_backend(DEV_CPU_ISA_AUTO);
+        dev_backend *dev = cpu_backend(SP_CPU_ISA_AUTO);
         dev_kv *kv;
         float *out = malloc(sizeof(float) * P * H * DH), *ref = malloc(sizeof(float) * P * H * DH);
         run(dev, types[ti], &in, false, out, &kv);
@@ -336,9 +334,9 @@ Test(kv_quant, attention_equals_the_double_reference_over_the_pool) {
         reference(ref, in.k, in.v, in.q);
         double exact = rel_error(out, ref, P * H * DH);
         cr_log_info("kv %s: relative error %.2e against its rows, %.2e against the unquantized rows",
-                    dev_kv_type_name(types[ti]), own, exact);
-        cr_assert_lt(own, own_bound[ti], "%s: %.3e", dev_kv_type_name(types[ti]), own);
-        cr_assert_lt(exact, exact_bound[ti], "%s: %.3e", dev_kv_type_name(types[ti]), exact);
+                    sp_kv_type_name(types[ti]), own, exact);
+        cr_assert_lt(own, own_bound[ti], "%s: %.3e", sp_kv_type_name(types[ti]), own);
+        cr_assert_lt(exact, exact_bound[ti], "%s: %.3e", sp_kv_type_name(types[ti]), exact);
         free(k);
         free(v);
         free(out);
@@ -352,8 +350,8 @@ Test(kv_quant, attention_equals_the_double_reference_over_the_pool) {
 /* The result of every kernel set this CPU runs, for one type. */
 Test(kv_quant, avx2_avx512_amx_bits_and_batch_invariance) {
     inputs in = make_inputs();
-    const dev_kv_type types[] = {DEV_KV_Q8_0, DEV_KV_Q4_0};
-    const dev_cpu_isa isas[] = {DEV_CPU_ISA_AVX2, DEV_CPU_ISA_AVX512, DEV_CPU_ISA_AMX};
+    const sp_kv_type types[] = {SP_KV_Q8_0, SP_KV_Q4_0};
+    const sp_cpu_isa isas[] = {SP_CPU_ISA_AVX2, SP_CPU_ISA_AVX512, SP_CPU_ISA_AMX};
     int ran = 0;
     for (size_t ti = 0; ti < 2; ti++) {
         float *first = NULL;
@@ -367,12 +365,12 @@ Test(kv_quant, avx2_avx512_amx_bits_and_batch_invariance) {
             run(dev, types[ti], &in, true, batched, &kv);
             dev_kv_destroy(dev, kv);
             cr_assert(memcmp(alone, batched, sizeof(float) * P * H * DH) == 0, "%s on %s: batch changed a result",
-                      dev_kv_type_name(types[ti]), dev_cpu_isa_name(isas[ii]));
+                      sp_kv_type_name(types[ti]), sp_cpu_isa_name(isas[ii]));
             if (!first)
                 first = alone;
             else {
                 cr_assert(memcmp(first, alone, sizeof(float) * P * H * DH) == 0, "%s: %s differs from avx2",
-                          dev_kv_type_name(types[ti]), dev_cpu_isa_name(isas[ii]));
+                          sp_kv_type_name(types[ti]), sp_cpu_isa_name(isas[ii]));
                 free(alone);
             }
             free(batched);
@@ -387,20 +385,20 @@ Test(kv_quant, avx2_avx512_amx_bits_and_batch_invariance) {
 
 Test(kv_quant, generic_set_within_float_tolerance) {
     inputs in = make_inputs();
-    if (dev_cpu_isa_check(DEV_CPU_ISA_AVX2) != SP_OK) cr_skip_test("no avx2 set to compare the generic one with");
-    for (dev_kv_type type = DEV_KV_Q8_0; type <= DEV_KV_Q4_0; type++) {
+    if (dev_cpu_isa_check(SP_CPU_ISA_AVX2) != SP_OK) cr_skip_test("no avx2 set to compare the generic one with");
+    for (sp_kv_type type = SP_KV_Q8_0; type <= SP_KV_Q4_0; type++) {
         float *a = malloc(sizeof(float) * P * H * DH), *g = malloc(sizeof(float) * P * H * DH);
         dev_kv *kv;
-        dev_backend *dev = cpu_backend(DEV_CPU_ISA_AVX2);
+        dev_backend *dev = cpu_backend(SP_CPU_ISA_AVX2);
         run(dev, type, &in, false, a, &kv);
         dev_kv_destroy(dev, kv);
         dev_destroy(dev);
-        dev = cpu_backend(DEV_CPU_ISA_GENERIC);
+        dev = cpu_backend(SP_CPU_ISA_GENERIC);
         run(dev, type, &in, false, g, &kv);
         dev_kv_destroy(dev, kv);
         dev_destroy(dev);
         double err = rel_error(g, a, P * H * DH);
-        cr_assert_lt(err, 1e-5, "%s generic vs avx2: %.3e", dev_kv_type_name(type), err);
+        cr_assert_lt(err, 1e-5, "%s generic vs avx2: %.3e", sp_kv_type_name(type), err);
         free(a);
         free(g);
     }

@@ -253,14 +253,14 @@ Test(quant_dot, avx2_half_quantizers_match_reference_on_special_values) {
 
 /* ---- dispatch ------------------------------------------------------------------------ */
 
-static const dev_cpu_isa all_sets[] = {DEV_CPU_ISA_GENERIC, DEV_CPU_ISA_AVX2, DEV_CPU_ISA_AVX512};
+static const sp_cpu_isa all_sets[] = {SP_CPU_ISA_GENERIC, SP_CPU_ISA_AVX2, SP_CPU_ISA_AVX512};
 
 Test(quant_dot, dispatch_has_a_kernel_for_every_weight_type) {
     for (size_t s = 0; s < sizeof all_sets / sizeof all_sets[0]; s++) {
-        const dev_cpu_isa isa = all_sets[s];
+        const sp_cpu_isa isa = all_sets[s];
         if (dev_cpu_isa_check(isa) != SP_OK) continue; /* a set this build or CPU has not */
         for (int t = 0; t < WEIGHT_TYPES; t++) {
-            cr_expect(host__vec_dot_for(isa, weight_types[t]) != NULL, "%s %s", dev_cpu_isa_name(isa),
+            cr_expect(host__vec_dot_for(isa, weight_types[t]) != NULL, "%s %s", sp_cpu_isa_name(isa),
                       quant_type_name(weight_types[t]));
         }
         cr_expect_null(host__vec_dot_for(isa, QUANT_Q8_1));
@@ -273,11 +273,11 @@ Test(quant_dot, dispatch_has_a_kernel_for_every_weight_type) {
 
 Test(quant_dot, dispatch_has_a_quantizer_for_every_activation_format) {
     for (size_t s = 0; s < sizeof all_sets / sizeof all_sets[0]; s++) {
-        const dev_cpu_isa isa = all_sets[s];
+        const sp_cpu_isa isa = all_sets[s];
         if (dev_cpu_isa_check(isa) != SP_OK) continue;
         for (int t = 0; t < WEIGHT_TYPES; t++) {
             const quant_type at = quant_vec_dot_type(weight_types[t]);
-            cr_expect(host__quantize_for(isa, at) != NULL, "%s %s", dev_cpu_isa_name(isa), quant_type_name(at));
+            cr_expect(host__quantize_for(isa, at) != NULL, "%s %s", sp_cpu_isa_name(isa), quant_type_name(at));
         }
         cr_expect_null(host__quantize_for(isa, QUANT_Q4_1));
         cr_expect_null(host__quantize_for(isa, (quant_type)1000));
@@ -286,28 +286,28 @@ Test(quant_dot, dispatch_has_a_quantizer_for_every_activation_format) {
 
 Test(quant_dot, dispatch_follows_the_kernel_set) {
     if (!cpu_has_avx2()) cr_skip_test("this CPU has no AVX2/FMA/F16C");
-    cr_expect(host__vec_dot_for(DEV_CPU_ISA_GENERIC, QUANT_Q4_1) == dot_generic[QUANT_Q4_1]);
-    cr_expect(host__vec_dot_for(DEV_CPU_ISA_AVX2, QUANT_Q4_1) == dot_avx2[QUANT_Q4_1]);
+    cr_expect(host__vec_dot_for(SP_CPU_ISA_GENERIC, QUANT_Q4_1) == dot_generic[QUANT_Q4_1]);
+    cr_expect(host__vec_dot_for(SP_CPU_ISA_AVX2, QUANT_Q4_1) == dot_avx2[QUANT_Q4_1]);
     /* avx512's one-row kernels are avx2's: the same numbers by construction */
-    cr_expect(host__vec_dot_for(DEV_CPU_ISA_AVX512, QUANT_Q4_1) == dot_avx2[QUANT_Q4_1]);
+    cr_expect(host__vec_dot_for(SP_CPU_ISA_AVX512, QUANT_Q4_1) == dot_avx2[QUANT_Q4_1]);
 }
 
 Test(quant_dot, auto_picks_the_best_set_the_cpu_runs) {
     const host_cpu_features f = host__cpu_features();
-    dev_cpu_isa isa;
-    cr_assert_eq(host__isa_resolve(DEV_CPU_ISA_AUTO, &isa), SP_OK);
-    cr_expect_eq(isa, f.amx      ? DEV_CPU_ISA_AMX
-                      : f.avx512 ? DEV_CPU_ISA_AVX512
-                      : f.avx2   ? DEV_CPU_ISA_AVX2
-                                 : DEV_CPU_ISA_GENERIC);
+    sp_cpu_isa isa;
+    cr_assert_eq(host__isa_resolve(SP_CPU_ISA_AUTO, &isa), SP_OK);
+    cr_expect_eq(isa, f.amx      ? SP_CPU_ISA_AMX
+                      : f.avx512 ? SP_CPU_ISA_AVX512
+                      : f.avx2   ? SP_CPU_ISA_AVX2
+                                 : SP_CPU_ISA_GENERIC);
     cr_expect(!f.avx512 || f.avx2, "AVX-512 without AVX2");
     cr_expect(!f.amx || f.avx512, "AMX without AVX-512");
-    cr_expect_eq(dev_cpu_isa_check(DEV_CPU_ISA_AMX) == SP_OK, f.amx);
+    cr_expect_eq(dev_cpu_isa_check(SP_CPU_ISA_AMX) == SP_OK, f.amx);
     if (!f.amx) cr_expect(strstr(sp_last_error(), "amx") != NULL, "%s", sp_last_error());
-    cr_expect_eq(dev_cpu_isa_check(DEV_CPU_ISA_AVX512) == SP_OK, f.avx512);
+    cr_expect_eq(dev_cpu_isa_check(SP_CPU_ISA_AVX512) == SP_OK, f.avx512);
     if (!f.avx512) cr_expect(strstr(sp_last_error(), "avx512") != NULL, "%s", sp_last_error());
-    cr_expect_eq(dev_cpu_isa_check(DEV_CPU_ISA_AVX2) == SP_OK, f.avx2);
-    cr_expect_eq(dev_cpu_isa_check(DEV_CPU_ISA_GENERIC), SP_OK);
+    cr_expect_eq(dev_cpu_isa_check(SP_CPU_ISA_AVX2) == SP_OK, f.avx2);
+    cr_expect_eq(dev_cpu_isa_check(SP_CPU_ISA_GENERIC), SP_OK);
 #if defined(__x86_64__) && defined(__GNUC__)
     /* the probe's CPUID and XCR0 reading against the compiler's own (which also checks
      * that the OS saves the registers) */
@@ -327,16 +327,16 @@ Test(quant_dot, auto_picks_the_best_set_the_cpu_runs) {
 }
 
 Test(quant_dot, set_names_parse_and_print) {
-    for (int i = DEV_CPU_ISA_AUTO; i <= DEV_CPU_ISA_AMX; i++) {
-        dev_cpu_isa back;
-        cr_expect_eq(dev_cpu_isa_parse(dev_cpu_isa_name((dev_cpu_isa)i), &back), SP_OK);
-        cr_expect_eq(back, (dev_cpu_isa)i);
+    for (int i = SP_CPU_ISA_AUTO; i <= SP_CPU_ISA_AMX; i++) {
+        sp_cpu_isa back;
+        cr_expect_eq(sp_cpu_isa_parse(sp_cpu_isa_name((sp_cpu_isa)i), &back), SP_OK);
+        cr_expect_eq(back, (sp_cpu_isa)i);
     }
-    dev_cpu_isa out;
-    cr_expect_eq(dev_cpu_isa_parse("avx1024", &out), SP_ERR_INVALID_ARG);
+    sp_cpu_isa out;
+    cr_expect_eq(sp_cpu_isa_parse("avx1024", &out), SP_ERR_INVALID_ARG);
     cr_expect(strstr(sp_last_error(), "avx1024") != NULL);
-    cr_expect_str_eq(dev_cpu_isa_rounding(DEV_CPU_ISA_AVX512), "avx2");
-    cr_expect_str_eq(dev_cpu_isa_rounding(DEV_CPU_ISA_AVX2), "avx2");
-    cr_expect_str_eq(dev_cpu_isa_rounding(DEV_CPU_ISA_GENERIC), "generic");
-    cr_expect_str_eq(dev_cpu_isa_rounding(DEV_CPU_ISA_AMX), "amx");
+    cr_expect_str_eq(dev_cpu_isa_rounding(SP_CPU_ISA_AVX512), "avx2");
+    cr_expect_str_eq(dev_cpu_isa_rounding(SP_CPU_ISA_AVX2), "avx2");
+    cr_expect_str_eq(dev_cpu_isa_rounding(SP_CPU_ISA_GENERIC), "generic");
+    cr_expect_str_eq(dev_cpu_isa_rounding(SP_CPU_ISA_AMX), "amx");
 }

@@ -32,20 +32,20 @@ static void fill(float *x, int64_t n) {
 }
 
 /* Skips the calling test, saying why, when this CPU (or build) cannot run set isa. */
-static void require_set(dev_cpu_isa isa) {
+static void require_set(sp_cpu_isa isa) {
     if (dev_cpu_isa_check(isa) != SP_OK) cr_skip_test("%s", sp_last_error());
 }
 
 /* One weight row of type t and n_rows activation rows (2..HOST_DOT_ROWS): set isa's
  * multi-row results, written with out_stride, equal the avx2 one-row kernel's bit for
  * bit, and the slots of rows past n_rows are left alone. */
-static void check_type(dev_cpu_isa isa, quant_type t, int64_t n, int n_rows, size_t out_stride) {
+static void check_type(sp_cpu_isa isa, quant_type t, int64_t n, int n_rows, size_t out_stride) {
     host_vec_dot_rows_fn rows = host__vec_dot_rows_for(isa, t);
-    host_vec_dot_fn one = host__vec_dot_for(DEV_CPU_ISA_AVX2, t);
+    host_vec_dot_fn one = host__vec_dot_for(SP_CPU_ISA_AVX2, t);
     cr_assert_not_null(rows, "%s: no multi-row kernel", quant_type_name(t));
     cr_assert_not_null(one);
     quant_type at = quant_vec_dot_type(t);
-    host_quantize_fn quantize = host__quantize_for(DEV_CPU_ISA_AVX2, at);
+    host_quantize_fn quantize = host__quantize_for(SP_CPU_ISA_AVX2, at);
     size_t w_bytes = quant_row_bytes(t, n), a_bytes = quant_row_bytes(at, n);
     float *x = malloc(sizeof *x * (size_t)n);
     void *w = malloc(w_bytes), *a = malloc(a_bytes * HOST_DOT_ROWS);
@@ -78,11 +78,11 @@ static void check_type(dev_cpu_isa isa, quant_type t, int64_t n, int n_rows, siz
 }
 
 Test(quant_dot_rows, every_row_matches_the_one_row_kernel_bit_for_bit) {
-    require_set(DEV_CPU_ISA_AVX2);
+    require_set(SP_CPU_ISA_AVX2);
     for (size_t i = 0; i < sizeof row_types / sizeof row_types[0]; i++)
         for (size_t j = 0; j < sizeof row_sizes / sizeof row_sizes[0]; j++)
             for (int seed = 0; seed < 24; seed++)
-                check_type(DEV_CPU_ISA_AVX2, row_types[i], row_sizes[j], 2 + seed % (HOST_DOT_ROWS - 1),
+                check_type(SP_CPU_ISA_AVX2, row_types[i], row_sizes[j], 2 + seed % (HOST_DOT_ROWS - 1),
                            seed % 2 ? 1 : 1536);
 }
 
@@ -90,13 +90,13 @@ Test(quant_dot_rows, every_row_matches_the_one_row_kernel_bit_for_bit) {
  * values, either sign) through the avx2 multi-row kernels: the float scale table must
  * carry the exact value the one-row kernel converts, for 2, 3 and 4 rows. */
 Test(quant_dot_rows, avx2_multi_row_kernels_keep_the_bits_at_f16_edge_scales) {
-    require_set(DEV_CPU_ISA_AVX2);
+    require_set(SP_CPU_ISA_AVX2);
     static const uint16_t edges[] = {0x0000, 0x8000, 0x0001, 0x8001, 0x03FF, 0x0400, 0x7BFF, 0xFBFF, 0x3C00, 0xB555};
     enum { N_EDGES = sizeof edges / sizeof edges[0], K = 576 };
     for (size_t ti = 0; ti < sizeof row_types / sizeof row_types[0]; ti++) {
         const quant_type t = row_types[ti], at = quant_vec_dot_type(t);
-        host_vec_dot_rows_fn rows = host__vec_dot_rows_for(DEV_CPU_ISA_AVX2, t);
-        host_vec_dot_fn one = host__vec_dot_for(DEV_CPU_ISA_AVX2, t);
+        host_vec_dot_rows_fn rows = host__vec_dot_rows_for(SP_CPU_ISA_AVX2, t);
+        host_vec_dot_fn one = host__vec_dot_for(SP_CPU_ISA_AVX2, t);
         const size_t w_bytes = quant_row_bytes(t, K), a_bytes = quant_row_bytes(at, K);
         float x[K], out[HOST_DOT_ROWS];
         char *w = malloc(w_bytes), *a = malloc(a_bytes * HOST_DOT_ROWS);
@@ -107,7 +107,7 @@ Test(quant_dot_rows, avx2_multi_row_kernels_keep_the_bits_at_f16_edge_scales) {
         for (int r = 0; r < HOST_DOT_ROWS; r++) {
             char *row = a + (size_t)r * a_bytes;
             fill(x, K);
-            host__quantize_for(DEV_CPU_ISA_AVX2, at)(row, x, K);
+            host__quantize_for(SP_CPU_ISA_AVX2, at)(row, x, K);
             for (int b = 0; b < K / QUANT_QK; b++) { /* every edge in every lane over the blocks */
                 uint16_t d = edges[(b + r) % N_EDGES], s = edges[(b + 3 * r + 1) % N_EDGES];
                 if (at == QUANT_Q8_1) {
@@ -140,8 +140,8 @@ Test(quant_dot_rows, avx2_multi_row_kernels_keep_the_bits_at_f16_edge_scales) {
  * written. */
 static void check_pairs(quant_type t, int64_t n, int64_t rows) {
     enum { MAX_ROWS = 2 * HOST_PAIRS_PER_CALL };
-    host_vec_dot_pairs_fn pairs = host__vec_dot_pairs_for(DEV_CPU_ISA_AVX512, t);
-    host_vec_dot_fn one = host__vec_dot_for(DEV_CPU_ISA_AVX2, t);
+    host_vec_dot_pairs_fn pairs = host__vec_dot_pairs_for(SP_CPU_ISA_AVX512, t);
+    host_vec_dot_fn one = host__vec_dot_for(SP_CPU_ISA_AVX2, t);
     cr_assert_not_null(pairs, "%s: no pair kernel", quant_type_name(t));
     const quant_type at = quant_vec_dot_type(t);
     const size_t w_bytes = quant_row_bytes(t, n), a_bytes = quant_row_bytes(at, n);
@@ -156,7 +156,7 @@ static void check_pairs(quant_type t, int64_t n, int64_t rows) {
     }
     for (int64_t r = 0; r < rows; r++) {
         fill(x, n);
-        host__quantize_for(DEV_CPU_ISA_AVX2, at)(a + (size_t)r * a_bytes, x, n);
+        host__quantize_for(SP_CPU_ISA_AVX2, at)(a + (size_t)r * a_bytes, x, n);
     }
     const host_pairs_act act = host__pairs_act_init(pack, t, n, rows);
     for (int64_t r = rows - 1; r >= 0; r--) host__pairs_act_row(&act, a + (size_t)r * a_bytes, r);
@@ -189,7 +189,7 @@ static void check_pairs(quant_type t, int64_t n, int64_t rows) {
 }
 
 Test(quant_dot_rows, avx512_pair_kernel_matches_avx2_bit_for_bit) {
-    require_set(DEV_CPU_ISA_AVX512);
+    require_set(SP_CPU_ISA_AVX512);
     for (size_t i = 0; i < sizeof row_types / sizeof row_types[0]; i++)
         for (size_t j = 0; j < sizeof row_sizes / sizeof row_sizes[0]; j++)
             for (int64_t rows = 1; rows <= 2 * HOST_PAIRS_PER_CALL + 3; rows++)
@@ -198,10 +198,10 @@ Test(quant_dot_rows, avx512_pair_kernel_matches_avx2_bit_for_bit) {
 
 /* HOST_DOT_WROWS weight rows of type t (with a gap between them, as rows of a bigger
  * matrix) and one activation row: set isa's results equal the avx2 one-row kernel's. */
-static void check_wrows(dev_cpu_isa isa, quant_type t, int64_t n) {
+static void check_wrows(sp_cpu_isa isa, quant_type t, int64_t n) {
     host_vec_dot_wrows_fn wrows = host__vec_dot_wrows_for(isa, t);
-    host_vec_dot_fn one = host__vec_dot_for(DEV_CPU_ISA_AVX2, t);
-    cr_assert_not_null(wrows, "%s %s: no decode-shaped kernel", dev_cpu_isa_name(isa), quant_type_name(t));
+    host_vec_dot_fn one = host__vec_dot_for(SP_CPU_ISA_AVX2, t);
+    cr_assert_not_null(wrows, "%s %s: no decode-shaped kernel", sp_cpu_isa_name(isa), quant_type_name(t));
     quant_type at = quant_vec_dot_type(t);
     size_t w_bytes = quant_row_bytes(t, n), a_bytes = quant_row_bytes(at, n);
     size_t w_stride = w_bytes + (size_t)(n % 3) * w_bytes; /* 1 or 2 rows apart */
@@ -214,33 +214,33 @@ static void check_wrows(dev_cpu_isa isa, quant_type t, int64_t n) {
         quant_quantize_row(t, w + (size_t)j * w_stride, x, n);
     }
     fill(x, n);
-    host__quantize_for(DEV_CPU_ISA_AVX2, at)(a, x, n);
+    host__quantize_for(SP_CPU_ISA_AVX2, at)(a, x, n);
     wrows(w, w_stride, a, n, out);
     for (int j = 0; j < HOST_DOT_WROWS; j++) {
         float alone = one(w + (size_t)j * w_stride, a, n);
         cr_expect(memcmp(&alone, &out[j], sizeof alone) == 0,
                   "%s %s n=%lld weight row %d: %.9g from the decode kernel, %.9g from avx2's one-row kernel",
-                  dev_cpu_isa_name(isa), quant_type_name(t), (long long)n, j, (double)out[j], (double)alone);
+                  sp_cpu_isa_name(isa), quant_type_name(t), (long long)n, j, (double)out[j], (double)alone);
     }
     free(x);
     free(w);
     free(a);
 }
 
-static void check_wrows_set(dev_cpu_isa isa) {
+static void check_wrows_set(sp_cpu_isa isa) {
     for (size_t i = 0; i < sizeof row_types / sizeof row_types[0]; i++)
         for (size_t j = 0; j < sizeof row_sizes / sizeof row_sizes[0]; j++)
             for (int seed = 0; seed < 20; seed++) check_wrows(isa, row_types[i], row_sizes[j]);
 }
 
 Test(quant_dot_rows, avx2_decode_kernel_matches_the_one_row_kernel_bit_for_bit) {
-    require_set(DEV_CPU_ISA_AVX2);
-    check_wrows_set(DEV_CPU_ISA_AVX2);
+    require_set(SP_CPU_ISA_AVX2);
+    check_wrows_set(SP_CPU_ISA_AVX2);
 }
 
 Test(quant_dot_rows, avx512_decode_kernel_matches_avx2_bit_for_bit) {
-    require_set(DEV_CPU_ISA_AVX512);
-    check_wrows_set(DEV_CPU_ISA_AVX512);
+    require_set(SP_CPU_ISA_AVX512);
+    check_wrows_set(SP_CPU_ISA_AVX512);
 }
 
 /* Extremes of the 8-bit products, where AVX2's maddubs would saturate if a pair of
@@ -284,7 +284,7 @@ static void fill_extreme_activation(quant_type at, void *row, int64_t n, int r) 
 }
 
 Test(quant_dot_rows, avx512_kernels_match_avx2_at_the_extremes) {
-    require_set(DEV_CPU_ISA_AVX512);
+    require_set(SP_CPU_ISA_AVX512);
     enum { N = 64 };
     for (size_t ti = 0; ti < sizeof row_types / sizeof row_types[0]; ti++) {
         const quant_type t = row_types[ti], at = quant_vec_dot_type(t);
@@ -292,9 +292,9 @@ Test(quant_dot_rows, avx512_kernels_match_avx2_at_the_extremes) {
         char a[HOST_DOT_ROWS][sizeof(quant_block_q8_1) * (N / QUANT_QK)];
         for (int j = 0; j < HOST_DOT_WROWS; j++) fill_extreme(t, w[j], N, j);
         for (int r = 0; r < HOST_DOT_ROWS; r++) fill_extreme_activation(at, a[r], N, r);
-        host_vec_dot_fn one = host__vec_dot_for(DEV_CPU_ISA_AVX2, t);
+        host_vec_dot_fn one = host__vec_dot_for(SP_CPU_ISA_AVX2, t);
         float out[HOST_DOT_WROWS];
-        host__vec_dot_wrows_for(DEV_CPU_ISA_AVX512, t)(w, sizeof w[0], a[0], N, out);
+        host__vec_dot_wrows_for(SP_CPU_ISA_AVX512, t)(w, sizeof w[0], a[0], N, out);
         for (int j = 0; j < HOST_DOT_WROWS; j++) {
             float alone = one(w[j], a[0], N);
             cr_expect(memcmp(&alone, &out[j], sizeof alone) == 0, "%s decode row %d: %.9g vs %.9g", quant_type_name(t),
@@ -305,8 +305,8 @@ Test(quant_dot_rows, avx512_kernels_match_avx2_at_the_extremes) {
         const host_pairs_act act = host__pairs_act_init(pack_mem, t, N, HOST_DOT_ROWS);
         for (int r = 0; r < HOST_DOT_ROWS; r++) host__pairs_act_row(&act, a[r], r);
         float batch[HOST_DOT_ROWS][HOST_PAIRS_WROWS];
-        host__vec_dot_pairs_for(DEV_CPU_ISA_AVX512, t)(w[1], sizeof w[0], HOST_PAIRS_WROWS, &act, 0, HOST_DOT_ROWS,
-                                                       &batch[0][0], HOST_PAIRS_WROWS);
+        host__vec_dot_pairs_for(SP_CPU_ISA_AVX512, t)(w[1], sizeof w[0], HOST_PAIRS_WROWS, &act, 0, HOST_DOT_ROWS,
+                                                      &batch[0][0], HOST_PAIRS_WROWS);
         for (int r = 0; r < HOST_DOT_ROWS; r++)
             for (int j = 0; j < HOST_PAIRS_WROWS; j++) {
                 float alone = one(w[1 + j], a[r], N);
@@ -321,7 +321,7 @@ Test(quant_dot_rows, avx512_kernels_match_avx2_at_the_extremes) {
  * leave rows outside the four-row kernel and the pair kernels' groups: every element
  * equals the avx2 one-row kernel plus the bias, bit for bit. Rows of width K whose
  * T * K reaches 4096 are quantized (and packed) by both threads of the pool. */
-static void check_matmul(dev_cpu_isa isa, quant_type t, int64_t n_out, int64_t rows, int64_t K) {
+static void check_matmul(sp_cpu_isa isa, quant_type t, int64_t n_out, int64_t rows, int64_t K) {
     dev_options opts = {.kind = DEV_KIND_CPU, .n_threads = 2, .cpu_isa = isa};
     dev_backend *dev;
     cr_assert_eq(dev_create(&opts, &dev), SP_OK, "%s", sp_last_error());
@@ -345,12 +345,12 @@ static void check_matmul(dev_cpu_isa isa, quant_type t, int64_t n_out, int64_t r
     dev_matmul_group(dev, &part, 1, x, rows);
     const quant_type at = quant_vec_dot_type(t);
     for (int64_t r = 0; r < rows; r++) {
-        host__quantize_for(DEV_CPU_ISA_AVX2, at)(act, x + r * K, K);
+        host__quantize_for(SP_CPU_ISA_AVX2, at)(act, x + r * K, K);
         for (int64_t j = 0; j < n_out; j++) {
-            float want = host__vec_dot_for(DEV_CPU_ISA_AVX2, t)(w_data + (size_t)j * w_bytes, act, K) + bias_data[j];
+            float want = host__vec_dot_for(SP_CPU_ISA_AVX2, t)(w_data + (size_t)j * w_bytes, act, K) + bias_data[j];
             float got = y[r * n_out + j];
             cr_expect(memcmp(&want, &got, sizeof got) == 0, "%s %s N=%lld T=%lld: [%lld][%lld] %.9g, want %.9g",
-                      dev_cpu_isa_name(isa), quant_type_name(t), (long long)n_out, (long long)rows, (long long)r,
+                      sp_cpu_isa_name(isa), quant_type_name(t), (long long)n_out, (long long)rows, (long long)r,
                       (long long)j, (double)got, (double)want);
         }
     }
@@ -363,7 +363,7 @@ static void check_matmul(dev_cpu_isa isa, quant_type t, int64_t n_out, int64_t r
     free(act);
 }
 
-static void check_matmul_set(dev_cpu_isa isa) {
+static void check_matmul_set(sp_cpu_isa isa) {
     const int64_t n_outs[] = {1, 7, 8, 9, 23, 40};
     const int64_t token_counts[] = {1, 2, 3, 4, 5, 6, 7, 9, 11, 12, 17}; /* every group size after full groups */
     for (size_t ti = 0; ti < sizeof row_types / sizeof row_types[0]; ti++)
@@ -376,24 +376,24 @@ static void check_matmul_set(dev_cpu_isa isa) {
 }
 
 Test(quant_dot_rows, avx2_matmul_with_bias_and_tails_matches_the_one_row_kernel) {
-    require_set(DEV_CPU_ISA_AVX2);
-    check_matmul_set(DEV_CPU_ISA_AVX2);
+    require_set(SP_CPU_ISA_AVX2);
+    check_matmul_set(SP_CPU_ISA_AVX2);
 }
 
 Test(quant_dot_rows, avx512_matmul_with_bias_and_tails_matches_avx2) {
-    require_set(DEV_CPU_ISA_AVX512);
-    check_matmul_set(DEV_CPU_ISA_AVX512);
+    require_set(SP_CPU_ISA_AVX512);
+    check_matmul_set(SP_CPU_ISA_AVX512);
 }
 
 Test(quant_dot_rows, types_without_one_use_the_one_row_kernel) {
-    cr_expect_null(host__vec_dot_rows_for(DEV_CPU_ISA_AVX2, QUANT_Q6_K));
-    cr_expect_null(host__vec_dot_rows_for(DEV_CPU_ISA_AVX2, QUANT_F32));
-    cr_expect_null(host__vec_dot_rows_for(DEV_CPU_ISA_AVX2, (quant_type)QUANT_TYPE_LIMIT));
-    cr_expect_null(host__vec_dot_rows_for(DEV_CPU_ISA_GENERIC, QUANT_Q4_1));
-    cr_expect_null(host__vec_dot_rows_for(DEV_CPU_ISA_AVX512, QUANT_Q4_1)); /* it batches through pairs */
-    cr_expect_null(host__vec_dot_pairs_for(DEV_CPU_ISA_AVX2, QUANT_Q4_1));
-    cr_expect_null(host__vec_dot_pairs_for(DEV_CPU_ISA_AVX512, QUANT_Q6_K));
-    cr_expect_null(host__vec_dot_pairs_for(DEV_CPU_ISA_AMX, QUANT_Q4_1)); /* its tiles take these types */
-    cr_expect_null(host__vec_dot_wrows_for(DEV_CPU_ISA_AVX512, QUANT_Q6_K));
-    cr_expect_null(host__vec_dot_wrows_for(DEV_CPU_ISA_GENERIC, QUANT_Q4_1));
+    cr_expect_null(host__vec_dot_rows_for(SP_CPU_ISA_AVX2, QUANT_Q6_K));
+    cr_expect_null(host__vec_dot_rows_for(SP_CPU_ISA_AVX2, QUANT_F32));
+    cr_expect_null(host__vec_dot_rows_for(SP_CPU_ISA_AVX2, (quant_type)QUANT_TYPE_LIMIT));
+    cr_expect_null(host__vec_dot_rows_for(SP_CPU_ISA_GENERIC, QUANT_Q4_1));
+    cr_expect_null(host__vec_dot_rows_for(SP_CPU_ISA_AVX512, QUANT_Q4_1)); /* it batches through pairs */
+    cr_expect_null(host__vec_dot_pairs_for(SP_CPU_ISA_AVX2, QUANT_Q4_1));
+    cr_expect_null(host__vec_dot_pairs_for(SP_CPU_ISA_AVX512, QUANT_Q6_K));
+    cr_expect_null(host__vec_dot_pairs_for(SP_CPU_ISA_AMX, QUANT_Q4_1)); /* its tiles take these types */
+    cr_expect_null(host__vec_dot_wrows_for(SP_CPU_ISA_AVX512, QUANT_Q6_K));
+    cr_expect_null(host__vec_dot_wrows_for(SP_CPU_ISA_GENERIC, QUANT_Q4_1));
 }

@@ -22,7 +22,7 @@ typedef struct fwd_env {
 } fwd_env;
 
 /* path's model on the CPU with kernel set isa; skips when this CPU lacks the set. */
-static void env_open_model(fwd_env *e, const char *path, int threads, dev_cpu_isa isa) {
+static void env_open_model(fwd_env *e, const char *path, int threads, sp_cpu_isa isa) {
     TESTDATA_REQUIRE(path);
     if (dev_cpu_isa_check(isa) != SP_OK) cr_skip_test("%s", sp_last_error());
     dev_options opts = {.kind = DEV_KIND_CPU, .n_threads = threads, .cpu_isa = isa};
@@ -36,7 +36,7 @@ static void env_open_model(fwd_env *e, const char *path, int threads, dev_cpu_is
 static void env_open(fwd_env *e, int threads) {
     char path[512];
     testdata_path(path, sizeof path, "models/stories260K.gguf");
-    env_open_model(e, path, threads, DEV_CPU_ISA_AUTO);
+    env_open_model(e, path, threads, SP_CPU_ISA_AUTO);
 }
 
 static void env_close(fwd_env *e) {
@@ -124,7 +124,7 @@ static void check_batch_invariance(fwd_env *env) {
         free(logits);
     }
     cr_assert(memcmp(alone, mixed, sizeof(float) * (size_t)e.n_vocab * 4 * FWD_SEQS) == 0,
-              "logits differ between solo and batched runs (%s set)", dev_cpu_isa_name(dev_cpu_kernels(e.dev)));
+              "logits differ between solo and batched runs (%s set)", sp_cpu_isa_name(dev_cpu_kernels(e.dev)));
     free(alone);
     free(mixed);
 }
@@ -138,21 +138,21 @@ Test(forward, sequence_logits_do_not_depend_on_the_batch) {
 
 Test(forward, quantized_logits_do_not_depend_on_the_batch_with_avx2) {
     fwd_env e;
-    env_open_model(&e, testdata_default_model(), 2, DEV_CPU_ISA_AVX2);
+    env_open_model(&e, testdata_default_model(), 2, SP_CPU_ISA_AVX2);
     check_batch_invariance(&e);
     env_close(&e);
 }
 
 Test(forward, quantized_logits_do_not_depend_on_the_batch_with_avx512) {
     fwd_env e;
-    env_open_model(&e, testdata_default_model(), 2, DEV_CPU_ISA_AVX512);
+    env_open_model(&e, testdata_default_model(), 2, SP_CPU_ISA_AVX512);
     check_batch_invariance(&e);
     env_close(&e);
 }
 
 Test(forward, quantized_logits_do_not_depend_on_the_batch_with_amx) {
     fwd_env e;
-    env_open_model(&e, testdata_default_model(), 2, DEV_CPU_ISA_AMX);
+    env_open_model(&e, testdata_default_model(), 2, SP_CPU_ISA_AMX);
     check_batch_invariance(&e);
     env_close(&e);
 }
@@ -160,9 +160,9 @@ Test(forward, quantized_logits_do_not_depend_on_the_batch_with_amx) {
 /* One sequence's decode logits under the avx2 and the avx512 set, on the default model
  * (Q4_1 layers, Q8_0 embeddings): the same bits, so results do not depend on the CPU. */
 Test(forward, avx512_set_gives_the_avx2_sets_logits) {
-    if (dev_cpu_isa_check(DEV_CPU_ISA_AVX512) != SP_OK) cr_skip_test("%s", sp_last_error());
+    if (dev_cpu_isa_check(SP_CPU_ISA_AVX512) != SP_OK) cr_skip_test("%s", sp_last_error());
     make_block_tables();
-    const dev_cpu_isa sets[2] = {DEV_CPU_ISA_AVX2, DEV_CPU_ISA_AVX512};
+    const sp_cpu_isa sets[2] = {SP_CPU_ISA_AVX2, SP_CPU_ISA_AVX512};
     float *out[2];
     size_t bytes = 0;
     for (int i = 0; i < 2; i++) {

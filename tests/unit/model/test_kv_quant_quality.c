@@ -50,7 +50,7 @@ static double log_prob(const float *row, int32_t n_vocab, int32_t token, int32_t
 }
 
 /* Every position's logits (n, V) for tokens ids with pools of type `type`. */
-static float *run_text(model *m, dev_kv_type type, const int32_t *ids, int32_t n) {
+static float *run_text(model *m, sp_kv_type type, const int32_t *ids, int32_t n) {
     const int32_t n_vocab = model_get_hparams(m)->n_vocab;
     dev_kv *kv;
     cr_assert_eq(model_kv_create_typed(m, MAX_TOKENS / BLOCK, BLOCK, type, &kv), SP_OK, "%s", sp_last_error());
@@ -101,19 +101,19 @@ Test(kv_quant_quality, q8_0_and_q4_0_against_f16_on_the_default_model, .timeout 
     cr_assert_eq(tok_encode(model_vocab(m), TEXT, strlen(TEXT), false, false, &ids, &n_ids), SP_OK);
     cr_assert(n_ids > 200 && n_ids <= MAX_TOKENS, "%zu tokens", n_ids);
     const int32_t n_vocab = model_get_hparams(m)->n_vocab;
-    float *f16 = run_text(m, DEV_KV_F16, ids, (int32_t)n_ids);
+    float *f16 = run_text(m, SP_KV_F16, ids, (int32_t)n_ids);
     /* the bounds leave room above what this model measured (docs/benchmarks.md) */
     const struct {
-        dev_kv_type type;
+        sp_kv_type type;
         double max_dlogprob, min_agreement;
-    } cases[] = {{DEV_KV_Q8_0, 0.12, 0.92}, {DEV_KV_Q4_0, 0.6, 0.65}};
+    } cases[] = {{SP_KV_Q8_0, 0.12, 0.92}, {SP_KV_Q4_0, 0.6, 0.65}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         float *got = run_text(m, cases[c].type, ids, (int32_t)n_ids);
         quality q = compare(f16, got, ids, (int32_t)n_ids, n_vocab);
         cr_log_info("kv %s against f16 on %s, %d positions: mean |dlogprob| %.4f, greedy agreement %.4f",
-                    dev_kv_type_name(cases[c].type), path, q.positions, q.mean_abs_dlogprob, q.agreement);
-        cr_expect_lt(q.mean_abs_dlogprob, cases[c].max_dlogprob, "%s", dev_kv_type_name(cases[c].type));
-        cr_expect_gt(q.agreement, cases[c].min_agreement, "%s", dev_kv_type_name(cases[c].type));
+                    sp_kv_type_name(cases[c].type), path, q.positions, q.mean_abs_dlogprob, q.agreement);
+        cr_expect_lt(q.mean_abs_dlogprob, cases[c].max_dlogprob, "%s", sp_kv_type_name(cases[c].type));
+        cr_expect_gt(q.agreement, cases[c].min_agreement, "%s", sp_kv_type_name(cases[c].type));
         free(got);
     }
     free(f16);

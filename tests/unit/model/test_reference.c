@@ -48,7 +48,7 @@ typedef struct ref_runner {
     int32_t n_vocab;
 } ref_runner;
 
-static void runner_open(ref_runner *r, const char *path, dev_cpu_isa isa) {
+static void runner_open(ref_runner *r, const char *path, sp_cpu_isa isa) {
     dev_options opts = {.kind = DEV_KIND_CPU, .n_threads = 2, .cpu_isa = isa};
     cr_assert_eq(dev_create(&opts, &r->dev), SP_OK, "%s", sp_last_error());
     model_options mo = {.max_batch_tokens = REF_MAX_BATCH};
@@ -127,7 +127,7 @@ typedef struct ref_cross_bounds {
     double max_mean;  /* mean |delta log-prob| */
 } ref_cross_bounds;
 
-static void run_reference(const char *ref_path, const char *model_path, dev_cpu_isa isa, ref_result *res) {
+static void run_reference(const char *ref_path, const char *model_path, sp_cpu_isa isa, ref_result *res) {
     json_error_t err;
     json_t *root = json_load_file(ref_path, 0, &err);
     cr_assert_not_null(root, "%s:%d: %s", ref_path, err.line, err.text);
@@ -137,12 +137,12 @@ static void run_reference(const char *ref_path, const char *model_path, dev_cpu_
     memset(res, 0, sizeof *res);
     const char *ref_kernels = json_string_value(json_object_get(root, "kernel_set"));
     cr_assert_not_null(ref_kernels, "%s: no kernel_set (tools/make_reference.py writes it)", ref_path);
-    const dev_cpu_isa ours = dev_cpu_kernels(r.dev);
+    const sp_cpu_isa ours = dev_cpu_kernels(r.dev);
     res->same_kernel_set = strcmp(ref_kernels, dev_cpu_isa_rounding(ours)) == 0;
     if (!res->same_kernel_set)
         cr_log_info("%s was made with llama.cpp's %s kernels and spindle's %s set rounds as %s: the looser "
                     "cross-kernel tolerance applies",
-                    ref_path, ref_kernels, dev_cpu_isa_name(ours), dev_cpu_isa_rounding(ours));
+                    ref_path, ref_kernels, sp_cpu_isa_name(ours), dev_cpu_isa_rounding(ours));
     json_t *cases = json_object_get(root, "cases");
     cr_assert(json_is_array(cases) && json_array_size(cases) > 0, "%s: no cases", ref_path);
     float *logits = malloc(sizeof(float) * (size_t)r.n_vocab * 1024);
@@ -252,7 +252,7 @@ static void check_against_reference(const ref_result *res, ref_bounds same_set, 
 
 /* One reference file against one model under kernel set isa (skipped when the CPU lacks
  * it): at least min_cases prompts, and the checks of check_against_reference. */
-static void check_reference_file(const char *ref_path, const char *model_path, dev_cpu_isa isa, int min_cases,
+static void check_reference_file(const char *ref_path, const char *model_path, sp_cpu_isa isa, int min_cases,
                                  ref_bounds same_set, ref_cross_bounds cross) {
     TESTDATA_REQUIRE(model_path);
     if (dev_cpu_isa_check(isa) != SP_OK) cr_skip_test("%s", sp_last_error());
@@ -262,7 +262,7 @@ static void check_reference_file(const char *ref_path, const char *model_path, d
     check_against_reference(&res, same_set, cross);
 }
 
-static void check_stories260k(dev_cpu_isa isa) {
+static void check_stories260k(sp_cpu_isa isa) {
     char path[512];
     testdata_path(path, sizeof path, "models/stories260K.gguf");
     /* measured with AVX2: mean 0.000179, max 0.0041 */
@@ -272,16 +272,16 @@ static void check_stories260k(dev_cpu_isa isa) {
 }
 
 Test(reference, stories260k_matches_llama_cpp_with_the_avx2_set, .timeout = 300) {
-    check_stories260k(DEV_CPU_ISA_AVX2);
+    check_stories260k(SP_CPU_ISA_AVX2);
 }
 
 Test(reference, stories260k_matches_llama_cpp_with_the_generic_set, .timeout = 300) {
-    check_stories260k(DEV_CPU_ISA_GENERIC);
+    check_stories260k(SP_CPU_ISA_GENERIC);
 }
 
 /* SmolLM2's Q4_1 and Q8_0 weights take the multi-row kernels each set has its own
  * instructions in; the F32 stories260K does not, so it runs under avx2 and generic only. */
-static void check_smollm2(dev_cpu_isa isa) {
+static void check_smollm2(sp_cpu_isa isa) {
     /* 21 prompts of a 135M model take minutes under ASan; the sanitizer build covers the
      * same code with the stories260K reference */
     if (getenv("SPINDLE_SANITIZED")) cr_skip_test("SmolLM2 reference runs in the optimized build only");
@@ -298,16 +298,16 @@ static void check_smollm2(dev_cpu_isa isa) {
 }
 
 Test(reference, smollm2_matches_llama_cpp_with_the_avx2_set, .timeout = 600) {
-    check_smollm2(DEV_CPU_ISA_AVX2);
+    check_smollm2(SP_CPU_ISA_AVX2);
 }
 
 Test(reference, smollm2_matches_llama_cpp_with_the_avx512_set, .timeout = 600) {
-    check_smollm2(DEV_CPU_ISA_AVX512);
+    check_smollm2(SP_CPU_ISA_AVX512);
 }
 
 /* The amx set's arithmetic is its own (one exact integer sum per block; no llama.cpp
  * build computes it, and llama.cpp's AMX build does not run where this was made), so it
  * meets the bounds of another arithmetic. */
 Test(reference, smollm2_stays_near_llama_cpp_with_the_amx_set, .timeout = 600) {
-    check_smollm2(DEV_CPU_ISA_AMX);
+    check_smollm2(SP_CPU_ISA_AMX);
 }

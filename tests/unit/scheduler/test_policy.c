@@ -14,7 +14,7 @@ static sched_request *fake(uint64_t arrival, int priority) {
 }
 
 /* Inserts reqs in the given order; checks the waiting list's arrival numbers. */
-static void check_waiting_order(sched_policy_kind kind, sched_request **reqs, int n, const uint64_t *want) {
+static void check_waiting_order(sp_policy kind, sched_request **reqs, int n, const uint64_t *want) {
     sched *s = calloc(1, sizeof *s);
     cr_assert_not_null(s);
     s->cfg.policy = kind;
@@ -40,29 +40,29 @@ Test(policy, fcfs_admits_in_arrival_order_and_preempted_go_first) {
     sched_request *r[5] = {fake(3, 0), fake(4, 9), fake(5, -9), fake(1, 0), fake(2, 0)};
     /* 3, 4, 5 arrive; then 1 and 2 come back after preemption: they are older */
     uint64_t want[5] = {1, 2, 3, 4, 5};
-    check_waiting_order(SCHED_POLICY_FCFS, r, 5, want);
+    check_waiting_order(SP_POLICY_FCFS, r, 5, want);
     for (int i = 0; i < 5; i++) free(r[i]);
 }
 
 Test(policy, priority_admits_lower_values_first_then_arrival) {
     sched_request *r[5] = {fake(1, 5), fake(2, 0), fake(3, 5), fake(4, -1), fake(5, 0)};
     uint64_t want[5] = {4, 2, 5, 1, 3};
-    check_waiting_order(SCHED_POLICY_PRIORITY, r, 5, want);
+    check_waiting_order(SP_POLICY_PRIORITY, r, 5, want);
     for (int i = 0; i < 5; i++) free(r[i]);
 }
 
 Test(policy, victim_is_the_youngest_under_fcfs) {
     sched_request *r[4] = {fake(7, 0), fake(9, -5), fake(2, 10), fake(8, 0)};
-    cr_assert_eq(sched__policy_victim(SCHED_POLICY_FCFS, r, 4, 100), 1);
-    cr_assert_eq(sched__policy_victim(SCHED_POLICY_FCFS, r, 1, 100), 0);
+    cr_assert_eq(sched__policy_victim(SP_POLICY_FCFS, r, 4, 100), 1);
+    cr_assert_eq(sched__policy_victim(SP_POLICY_FCFS, r, 1, 100), 0);
     for (int i = 0; i < 4; i++) free(r[i]);
 }
 
 Test(policy, victim_is_the_lowest_priority_then_youngest) {
     sched_request *r[4] = {fake(7, 3), fake(9, -5), fake(2, 3), fake(8, 1)};
-    cr_assert_eq(sched__policy_victim(SCHED_POLICY_PRIORITY, r, 4, 100), 0, "priority 3, arrival 7 beats arrival 2");
-    cr_assert(sched__policy_before(SCHED_POLICY_PRIORITY, r[1], r[0]));
-    cr_assert(sched__policy_before(SCHED_POLICY_FCFS, r[0], r[1]));
+    cr_assert_eq(sched__policy_victim(SP_POLICY_PRIORITY, r, 4, 100), 0, "priority 3, arrival 7 beats arrival 2");
+    cr_assert(sched__policy_before(SP_POLICY_PRIORITY, r[1], r[0]));
+    cr_assert(sched__policy_before(SP_POLICY_FCFS, r[0], r[1]));
     for (int i = 0; i < 4; i++) free(r[i]);
 }
 
@@ -79,9 +79,9 @@ Test(policy, requests_take_turns_under_fcfs) {
     sched_request *r[6] = {fake_in_unit(1, 0, 0), fake_in_unit(2, 0, 1), fake_in_unit(3, 0, 2),
                            fake_in_unit(4, 0, 3), fake_in_unit(5, 0, 0), fake_in_unit(6, 0, 0)};
     uint64_t want[6] = {1, 5, 6, 2, 3, 4};
-    check_waiting_order(SCHED_POLICY_FCFS, r, 6, want);
+    check_waiting_order(SP_POLICY_FCFS, r, 6, want);
     sched_request *running[3] = {r[0], r[3], r[4]};
-    cr_assert_eq(sched__policy_victim(SCHED_POLICY_FCFS, running, 3, 100), 1, "the big request's last sequence");
+    cr_assert_eq(sched__policy_victim(SP_POLICY_FCFS, running, 3, 100), 1, "the big request's last sequence");
     for (int i = 0; i < 6; i++) free(r[i]);
 }
 
@@ -90,7 +90,7 @@ Test(policy, requests_take_turns_within_a_priority) {
     sched_request *r[5] = {fake_in_unit(1, 5, 0), fake_in_unit(2, 5, 1), fake_in_unit(3, 0, 2), fake_in_unit(4, 5, 0),
                            fake_in_unit(5, 0, 0)};
     uint64_t want[5] = {5, 3, 1, 4, 2};
-    check_waiting_order(SCHED_POLICY_PRIORITY, r, 5, want);
+    check_waiting_order(SP_POLICY_PRIORITY, r, 5, want);
     for (int i = 0; i < 5; i++) free(r[i]);
 }
 
@@ -102,12 +102,12 @@ Test(policy, victim_comes_from_the_submission_with_most_running_sequences) {
     sched_request *r[4] = {fake_in_unit(1, 0, 3), fake_in_unit(2, 0, 4), fake_in_unit(3, 0, 5), fake_in_unit(4, 0, 5)};
     for (int i = 0; i < 3; i++) r[i]->group = 1;
     r[3]->group = 4;
-    cr_assert_eq(sched__policy_victim(SCHED_POLICY_FCFS, r, 4, 100), 2,
+    cr_assert_eq(sched__policy_victim(SP_POLICY_FCFS, r, 4, 100), 2,
                  "the big request's latest turn, not the small one");
-    cr_assert_eq(sched__policy_victim(SCHED_POLICY_PRIORITY, r, 4, 100), 2);
+    cr_assert_eq(sched__policy_victim(SP_POLICY_PRIORITY, r, 4, 100), 2);
     r[3]->params.priority = 1; /* the small one is of a class that goes last */
-    cr_assert_eq(sched__policy_victim(SCHED_POLICY_PRIORITY, r, 4, 100), 3);
-    cr_assert_eq(sched__policy_victim(SCHED_POLICY_FCFS, r, 4, 100), 2, "fcfs ignores priority");
+    cr_assert_eq(sched__policy_victim(SP_POLICY_PRIORITY, r, 4, 100), 3);
+    cr_assert_eq(sched__policy_victim(SP_POLICY_FCFS, r, 4, 100), 2, "fcfs ignores priority");
     for (int i = 0; i < 4; i++) free(r[i]);
 }
 
@@ -121,12 +121,12 @@ Test(policy, victim_has_fewest_generated_tokens_and_resumed_ones_are_immune) {
         r[i]->params.n_prompt = 10;
         r[i]->n_tokens = 10 + generated[i];
     }
-    cr_assert_eq(sched__policy_victim(SCHED_POLICY_FCFS, r, 3, 100), 0, "5 generated tokens, the fewest");
+    cr_assert_eq(sched__policy_victim(SP_POLICY_FCFS, r, 3, 100), 0, "5 generated tokens, the fewest");
     r[0]->resumed_tick = 90; /* came back 10 ticks ago */
-    cr_assert_eq(sched__policy_victim(SCHED_POLICY_FCFS, r, 3, 100), 2, "the next fewest while 0 is immune");
-    cr_assert_eq(sched__policy_victim(SCHED_POLICY_FCFS, r, 3, 90 + SCHED_RESUME_IMMUNITY_TICKS), 0, "immunity ends");
+    cr_assert_eq(sched__policy_victim(SP_POLICY_FCFS, r, 3, 100), 2, "the next fewest while 0 is immune");
+    cr_assert_eq(sched__policy_victim(SP_POLICY_FCFS, r, 3, 90 + SCHED_RESUME_IMMUNITY_TICKS), 0, "immunity ends");
     for (int i = 1; i < 3; i++) r[i]->resumed_tick = 95;
-    cr_assert_eq(sched__policy_victim(SCHED_POLICY_FCFS, r, 3, 100), 0, "all immune: the rule alone decides");
+    cr_assert_eq(sched__policy_victim(SP_POLICY_FCFS, r, 3, 100), 0, "all immune: the rule alone decides");
     for (int i = 0; i < 3; i++) free(r[i]);
 }
 
@@ -138,13 +138,13 @@ Test(policy, swapped_sequences_are_admitted_first_fewest_tokens_first) {
     r[4]->swapped = true; /* arrival 7, 40 tokens */
     r[4]->n_tokens = 40;
     uint64_t want[5] = {7, 6, 3, 4, 5};
-    check_waiting_order(SCHED_POLICY_FCFS, r, 5, want);
-    check_waiting_order(SCHED_POLICY_PRIORITY, r, 5, want);
+    check_waiting_order(SP_POLICY_FCFS, r, 5, want);
+    check_waiting_order(SP_POLICY_PRIORITY, r, 5, want);
     /* under priority, only within a class: a waiting request of a class that goes
      * earlier is still admitted first */
     r[1]->params.priority = -1;
     uint64_t want_prio[5] = {4, 7, 6, 3, 5};
-    check_waiting_order(SCHED_POLICY_PRIORITY, r, 5, want_prio);
+    check_waiting_order(SP_POLICY_PRIORITY, r, 5, want_prio);
     for (int i = 0; i < 5; i++) free(r[i]);
 }
 
@@ -153,7 +153,7 @@ Test(policy, swapped_sequences_are_admitted_first_fewest_tokens_first) {
 Test(policy, immunity_stays_within_the_priority_class) {
     sched_request *r[3] = {fake(1, 0), fake(2, 0), fake(3, 5)};
     r[2]->resumed_tick = 95; /* the low-priority one just came back */
-    cr_assert_eq(sched__policy_victim(SCHED_POLICY_PRIORITY, r, 3, 100), 2, "its class goes last, immune or not");
-    cr_assert_eq(sched__policy_victim(SCHED_POLICY_FCFS, r, 3, 100), 1, "fcfs: immunity passes it over");
+    cr_assert_eq(sched__policy_victim(SP_POLICY_PRIORITY, r, 3, 100), 2, "its class goes last, immune or not");
+    cr_assert_eq(sched__policy_victim(SP_POLICY_FCFS, r, 3, 100), 1, "fcfs: immunity passes it over");
     for (int i = 0; i < 3; i++) free(r[i]);
 }

@@ -170,12 +170,12 @@ Test(sched_queue, submit_hands_out_turns_from_the_latest_admitted) {
     later[0] = make_request(5, 4);
     cr_assert_eq(sched_submit(s, later, 1), SP_OK);
     cr_expect_eq(later[0]->turn, 0, "the turn being served");
-    cr_expect(sched__policy_before(SCHED_POLICY_FCFS, later[0], big[1]), "before the big request's second");
+    cr_expect(sched__policy_before(SP_POLICY_FCFS, later[0], big[1]), "before the big request's second");
     atomic_store(&s->turn_admitted, 3); /* as if the big request's turns up to 3 were admitted */
     later[1] = make_request(5, 4);
     cr_assert_eq(sched_submit(s, &later[1], 1), SP_OK);
     cr_expect_eq(later[1]->turn, 3);
-    cr_expect(sched__policy_before(SCHED_POLICY_FCFS, big[3], later[1]), "an older sequence of the same turn first");
+    cr_expect(sched__policy_before(SP_POLICY_FCFS, big[3], later[1]), "an older sequence of the same turn first");
     sched_destroy(s);
     for (int i = 0; i < 4; i++) sched_request_release(big[i]);
     for (int i = 0; i < 2; i++) sched_request_release(later[i]);
@@ -321,7 +321,7 @@ Test(sched_config, defaults_and_validation) {
     cr_assert_eq(c.max_prefill_tokens, 256);
     cr_assert_eq(c.queue_max_requests, 4096);
     cr_assert_eq(c.queue_max_tokens, 4000000);
-    cr_assert_eq(c.policy, SCHED_POLICY_FCFS);
+    cr_assert_eq(c.policy, SP_POLICY_FCFS);
     cr_assert_eq(c.max_seq_len, 0);
     cr_assert_eq(sched_config_validate(&c), SP_OK);
     c.max_prefill_tokens = 1024;

@@ -8,7 +8,7 @@
 
 #include "scheduler/sched_internal.h"
 
-static sched *fake_sched(sched_policy_kind policy) {
+static sched *fake_sched(sp_policy policy) {
     sched *s = calloc(1, sizeof *s);
     cr_assert_not_null(s);
     s->cfg = sched_config_default();
@@ -35,7 +35,7 @@ static sched_request *decoding(int generated, double last, double tpot_ms) {
 }
 
 Test(slo, prefill_fits_the_slack_of_the_closest_decode) {
-    sched *s = fake_sched(SCHED_POLICY_SLO);
+    sched *s = fake_sched(SP_POLICY_SLO);
     s->decode_step_s = 0.010;                 /* 10 ms per decode-only step */
     s->prefill_row_s = 0.0005;                /* 0.5 ms per prefill row */
     s->running[0] = decoding(5, 100.000, 50); /* deadline 100.050 */
@@ -55,10 +55,10 @@ Test(slo, prefill_fits_the_slack_of_the_closest_decode) {
     cr_assert_eq(sched__slo_prefill_budget(s, 256, 2, 100.010), 256);
     /* other policies never hold */
     s->prefill_row_s = 0.0005;
-    s->cfg.policy = SCHED_POLICY_FCFS;
+    s->cfg.policy = SP_POLICY_FCFS;
     cr_assert_eq(sched__slo_prefill_budget(s, 256, 2, 100.010), 256);
     /* the scheduler's target applies to requests without one */
-    s->cfg.policy = SCHED_POLICY_SLO;
+    s->cfg.policy = SP_POLICY_SLO;
     s->running[0]->params.tpot_slo_ms = 0;
     s->running[1]->params.tpot_slo_ms = 0;
     cr_assert_eq(sched__slo_prefill_budget(s, 256, 2, 100.010), 256, "no target at all");
@@ -79,7 +79,7 @@ static sched_request *waiting(int32_t n_tokens) {
 }
 
 Test(slo, the_head_is_seated_first_then_the_shortest) {
-    sched *s = fake_sched(SCHED_POLICY_SLO);
+    sched *s = fake_sched(SP_POLICY_SLO);
     sched_request *r[4] = {waiting(500), waiting(90), waiting(30), waiting(200)};
     for (int i = 0; i < 4; i++) {
         r[i]->arrival_no = (uint64_t)i;
@@ -89,14 +89,14 @@ Test(slo, the_head_is_seated_first_then_the_shortest) {
     cr_assert_eq(sched__slo_next(s, false), r[2], "then the shortest");
     sched__waiting_remove(s, r[2]);
     cr_assert_eq(sched__slo_next(s, false), r[1]);
-    s->cfg.policy = SCHED_POLICY_FCFS;
+    s->cfg.policy = SP_POLICY_FCFS;
     cr_assert_eq(sched__slo_next(s, false), r[0], "fcfs: the head always");
     for (int i = 0; i < 4; i++) free(r[i]);
     free_sched(s);
 }
 
 Test(slo, a_request_that_cannot_meet_its_ttft_target_is_refused) {
-    sched *s = fake_sched(SCHED_POLICY_SLO);
+    sched *s = fake_sched(SP_POLICY_SLO);
     s->cfg.max_prefill_tokens = 256;
     sched_request *r = waiting(0);
     r->params.ttft_slo_ms = 1000;
@@ -122,7 +122,7 @@ Test(slo, a_request_that_cannot_meet_its_ttft_target_is_refused) {
     r->params.ttft_slo_ms = 0;
     cr_assert_eq(sched__slo_admission(s, reqs, 1, 1, 300, 400), SP_OK);
     r->params.ttft_slo_ms = 1000;
-    s->cfg.policy = SCHED_POLICY_FCFS;
+    s->cfg.policy = SP_POLICY_FCFS;
     cr_assert_eq(sched__slo_admission(s, reqs, 1, 1, 300, 400), SP_OK);
     free(r);
     free_sched(s);
@@ -130,7 +130,7 @@ Test(slo, a_request_that_cannot_meet_its_ttft_target_is_refused) {
 
 /* The admission rate counts only windows in which requests waited throughout. */
 Test(slo, the_admission_rate_is_measured_while_requests_wait) {
-    sched *s = fake_sched(SCHED_POLICY_SLO);
+    sched *s = fake_sched(SP_POLICY_SLO);
     sched_request *r = waiting(10);
     sched__waiting_insert(s, r);
     sched__slo_observe_admissions(s, 2, 100.0);
@@ -146,7 +146,7 @@ Test(slo, the_admission_rate_is_measured_while_requests_wait) {
 }
 
 Test(slo, goodput_counts_requests_that_met_every_target) {
-    sched *s = fake_sched(SCHED_POLICY_FCFS);
+    sched *s = fake_sched(SP_POLICY_FCFS);
     sched_request *r = waiting(0);
     r->out.timings = (sched_timings){.arrival = 10, .first_token = 10.5, .finished = 12.5};
     r->out.n_tokens = 21;            /* 20 gaps over 2 s: 100 ms per token */

@@ -128,7 +128,7 @@ Test(sched_tick, chunked_prefill_gives_the_same_tokens) {
 
 /* A pool too small for all sequences at once (102 blocks): every request must still
  * complete with the tokens it gets alone, under both policies. */
-static void check_preemption(sched_policy_kind policy) {
+static void check_preemption(sp_policy policy) {
     tick_env e;
     env_open(&e, 1);
     enum { N = 16 };
@@ -172,11 +172,11 @@ static void check_preemption(sched_policy_kind policy) {
 }
 
 Test(sched_tick, preemption_keeps_every_request_s_tokens_fcfs) {
-    check_preemption(SCHED_POLICY_FCFS);
+    check_preemption(SP_POLICY_FCFS);
 }
 
 Test(sched_tick, preemption_keeps_every_request_s_tokens_priority) {
-    check_preemption(SCHED_POLICY_PRIORITY);
+    check_preemption(SP_POLICY_PRIORITY);
 }
 
 Test(sched_tick, cancel_while_queued_ends_it_without_running) {
@@ -481,7 +481,7 @@ Test(sched_tick, priority_policy_runs_lower_values_first) {
     int32_t prompt[64];
     int32_t n = make_prompt(&e, "One day", 0, prompt, 64);
     sched_config c = tick_config();
-    c.policy = SCHED_POLICY_PRIORITY;
+    c.policy = SP_POLICY_PRIORITY;
     c.max_batch_size = 1;
     sched *s;
     cr_assert_eq(sched_create(&c, e.m, &s), SP_OK);

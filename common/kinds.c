@@ -1,0 +1,44 @@
+/* kinds.c: see kinds.h. */
+#include "common/kinds.h"
+
+#include <string.h>
+
+const char *const sp_kv_type_names[] = {[SP_KV_F16] = "f16", [SP_KV_Q8_0] = "q8_0", [SP_KV_Q4_0] = "q4_0", NULL};
+const char *const sp_cpu_isa_names[] = {
+    [SP_CPU_ISA_AUTO] = "auto",     [SP_CPU_ISA_GENERIC] = "generic", [SP_CPU_ISA_AVX2] = "avx2",
+    [SP_CPU_ISA_AVX512] = "avx512", [SP_CPU_ISA_AMX] = "amx",         NULL};
+const char *const sp_policy_names[] = {
+    [SP_POLICY_FCFS] = "fcfs", [SP_POLICY_PRIORITY] = "priority", [SP_POLICY_SLO] = "slo", NULL};
+
+const char *sp_kv_type_name(sp_kv_type type) {
+    return (unsigned)type < SP_KV_TYPE_COUNT ? sp_kv_type_names[type] : "unknown";
+}
+
+const char *sp_cpu_isa_name(sp_cpu_isa isa) {
+    return (unsigned)isa < SP_CPU_ISA_COUNT ? sp_cpu_isa_names[isa] : "unknown";
+}
+
+const char *sp_policy_name(sp_policy policy) {
+    return (unsigned)policy < SP_POLICY_COUNT ? sp_policy_names[policy] : "unknown";
+}
+
+/* The index of name in names (NULL-terminated), or -1. */
+static int find(const char *const *names, const char *name) {
+    for (int i = 0; names[i]; i++)
+        if (strcmp(names[i], name) == 0) return i;
+    return -1;
+}
+
+sp_status sp_kv_type_parse(const char *name, sp_kv_type *out) {
+    int i = find(sp_kv_type_names, name);
+    if (i < 0) return sp_fail(SP_ERR_INVALID_ARG, "kv type \"%s\" unknown (f16, q8_0 or q4_0)", name);
+    *out = (sp_kv_type)i;
+    return SP_OK;
+}
+
+sp_status sp_cpu_isa_parse(const char *name, sp_cpu_isa *out) {
+    int i = find(sp_cpu_isa_names, name);
+    if (i < 0) return sp_fail(SP_ERR_INVALID_ARG, "'%s' is not one of auto, generic, avx2, avx512, amx", name);
+    *out = (sp_cpu_isa)i;
+    return SP_OK;
+}
