@@ -39,9 +39,10 @@ GPU_SRC       := gpu/device.c gpu/host/host_backend.c gpu/host/host_ops.c gpu/ho
                  gpu/host/host_sample.c gpu/host/threadpool.c
 KVTIER_SRC    := kvtier/kvtier.c kvtier/kvtier_disk.c
 MODEL_SRC     := model/arch.c model/model.c model/forward.c
-SCHED_SRC     := scheduler/sched.c scheduler/queue.c scheduler/request.c scheduler/kv_blocks.c scheduler/kv_tiers.c scheduler/policy.c scheduler/slo.c \
+SCHED_SRC     := scheduler/sched.c scheduler/clock.c scheduler/running.c scheduler/draw.c scheduler/submit.c scheduler/queue.c \
+                 scheduler/request.c scheduler/kv_blocks.c scheduler/kv_tiers.c scheduler/policy.c scheduler/slo.c \
                  scheduler/tick.c scheduler/masks.c scheduler/end_tick.c scheduler/embed.c scheduler/stop_match.c scheduler/sched_metrics.c \
-                 scheduler/spec_tick.c scheduler/spec_draft.c scheduler/spec/spec_ngram.c scheduler/spec/spec_suffix.c \
+                 scheduler/spec_tick.c scheduler/spec_seq.c scheduler/spec_draft.c scheduler/spec/spec_ngram.c scheduler/spec/spec_suffix.c \
                  scheduler/spec/spec_gate.c scheduler/spec/spec_cost.c scheduler/spec/spec_accept.c
 CONFIG_SRC    := config/cfg.c config/cfg_yaml.c config/cfg_args.c
 SERVER_SRC    := server/tools.c server/reasoning.c server/http.c server/http_generation.c server/http_framing.c server/http_security.c server/prep.c \

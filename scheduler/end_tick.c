@@ -91,22 +91,6 @@ void sched__request_end(sched *s, sched_request *r, sched_finish f, sp_status er
     request_retire(s, r, f);
 }
 
-void sched__sample_row(const sched *s, const sched_request *r, int32_t ahead, dev_sample_row *row) {
-    const sched_request_params *p = &r->params;
-    int32_t n_generated = r->n_tokens + ahead - p->n_prompt;
-    (void)s;
-    *row = (dev_sample_row){
-        .params = &p->sampling,
-        .prompt = p->prompt,
-        .n_prompt = p->n_prompt,
-        .generated = r->tokens + p->n_prompt,
-        .n_generated = n_generated,
-        .mask_eog = n_generated < p->min_tokens && !p->ignore_eos,
-        .top_logprobs = p->top_logprobs,
-        .rng = sample_rng_at(p->sampling.seed, (int64_t)r->n_tokens + ahead),
-    };
-}
-
 /* The thinking budget: follows <think> and </think> through the text of each token (a
  * tag may be cut across tokens: the last bytes are kept), counts the tokens inside, and
  * once the budget is spent starts forcing think_close (tick.c masks the rows). */

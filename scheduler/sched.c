@@ -12,7 +12,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "common/assert.h"
 #include "common/log.h"
@@ -88,16 +87,6 @@ sp_status sched_config_validate(const sched_config *c) {
     if (!(c->gpu_memory_fraction > 0 && c->gpu_memory_fraction <= 1))
         return sp_fail(SP_ERR_INVALID_ARG, "gpu_memory_fraction %g must be in (0, 1]", c->gpu_memory_fraction);
     return SP_OK;
-}
-
-double sched_now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-static void heartbeat(sched *s) {
-    atomic_store_explicit(&s->heartbeat_ns, (int64_t)(sched_now() * 1e9), memory_order_relaxed);
 }
 
 /* Every per-step array and scratch buffer, sized from the configuration. */
@@ -272,7 +261,7 @@ sp_status sched_create(const sched_config *config, model *m, sched **out) {
         goto fail;
     }
     if ((st = sched__tiers_init(s)) != SP_OK) goto fail;
-    heartbeat(s);
+    sched__heartbeat(s);
     *out = s;
     return SP_OK;
 fail:
@@ -284,9 +273,9 @@ static void *sched_thread_main(void *arg) {
     sched *s = arg;
     bool idle = false;
     for (;;) {
-        heartbeat(s);
+        sched__heartbeat(s);
         if (sched__queue_take(s, idle, SCHED_IDLE_WAIT_S)) break;
-        heartbeat(s);
+        sched__heartbeat(s);
         idle = !sched__tick(s);
     }
     return NULL;
@@ -298,13 +287,6 @@ sp_status sched_start(sched *s) {
     if (st != SP_OK) return sp_fail_prefix(st, "scheduler");
     s->started = true;
     return SP_OK;
-}
-
-void sched__running_remove(sched *s, int i) {
-    SP_ASSERT(i >= 0 && i < s->n_running);
-    memmove(s->running + i, s->running + i + 1, sizeof *s->running * (size_t)(s->n_running - i - 1));
-    s->n_running--;
-    atomic_store_explicit(&s->stats.running, s->n_running, memory_order_relaxed);
 }
 
 void sched_destroy(sched *s) {
@@ -395,9 +377,4 @@ bool sched_device_fault(const sched *s, char *why, size_t cap) {
     if (!atomic_load_explicit(&s->device_fault, memory_order_acquire)) return false;
     snprintf(why, cap, "%s", s->device_fault_msg);
     return true;
-}
-
-double sched_seconds_since_heartbeat(const sched *s) {
-    int64_t ns = atomic_load_explicit(&s->heartbeat_ns, memory_order_relaxed);
-    return sched_now() - (double)ns * 1e-9;
 }

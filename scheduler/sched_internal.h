@@ -415,6 +415,9 @@ struct sched {
     _Atomic bool device_fault;
 };
 
+/* Stores the time in s->heartbeat_ns (clock.c; the scheduler thread). */
+void sched__heartbeat(sched *s);
+
 /* Wakes the scheduler thread (sched_submit, sched_request_cancel). Takes s->lock. */
 void sched__wake(sched *s);
 
@@ -485,7 +488,7 @@ void sched__slo_finished(sched *s, const sched_request *r, bool completed);
 bool sched__tick(sched *s);
 
 /* The draw of the token at r->tokens[r->n_tokens + ahead] as dev_sample takes it
- * (end_tick.c): its sampling parameters, prompt and generated tokens for the penalties
+ * (draw.c): its sampling parameters, prompt and generated tokens for the penalties
  * (the `ahead` drafts before it counted as accepted), the end-of-generation mask while
  * under min_tokens, logprobs, and the generator state of that position (sample_rng_at).
  * Borrows r's arrays until the step ends. Scheduler thread. */
@@ -495,7 +498,7 @@ void sched__sample_row(const sched *s, const sched_request *r, int32_t ahead, de
  * finished. Returns whether r still runs. Scheduler thread. */
 bool sched__emit(sched *s, sched_request *r, const dev_sample_result *drawn, double now);
 
-/* Removes running[i] from the running set (keeps the order). */
+/* Removes running[i] from the running set (keeps the order; running.c). */
 void sched__running_remove(sched *s, int i);
 
 /* masks.c: jobs are added and started by the scheduler thread before the step; wait
@@ -519,7 +522,7 @@ void sched__spec_stats(const sched *s, sched_stats *out);
  * their count to n_draft[i] and their proposer to proposer[i] (-1: none). */
 void sched__spec_plan(sched *s, sched_request *const *chosen, int n, int32_t budget, int32_t *n_draft,
                       int8_t *proposer);
-/* Grows r's blocks (the model's own pool) for the n_draft positions after its last token
+/* spec_seq.c: grows r's blocks (the model's own pool) for the n_draft positions after its last token
  * while the pool keeps its watermark; returns how many of them r can hold now. */
 int32_t sched__spec_reserve(sched *s, sched_request *r, int32_t n_draft);
 /* After the step: r's decode row and n_draft draft rows were sampled into results
@@ -534,9 +537,9 @@ void sched__spec_observe(sched *s, int width, double depth, double seconds, int6
 /* A step with a prefill chunk, which the gate does not measure: the drafter models that ran
  * in its tick are charged their time (spec_gate_charge). */
 void sched__spec_charge(sched *s);
-/* r finished without error: its prompt and output join the suffix cache. */
+/* spec_seq.c: r finished without error: its prompt and output join the suffix cache. */
 void sched__spec_remember(sched *s, const sched_request *r);
-/* r ends or is preempted: its draft model blocks go back. */
+/* spec_seq.c: r ends or is preempted: its draft model blocks go back. */
 void sched__spec_release(sched *s, sched_request *r);
 
 /* ---- the draft model (spec_draft.c) ----------------------------------------------- */

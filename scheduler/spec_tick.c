@@ -144,17 +144,6 @@ static int32_t grammar_prefix(const sched *s, const sched_request *r, int32_t n_
     return ok;
 }
 
-int32_t sched__spec_reserve(sched *s, sched_request *r, int32_t n_draft) {
-    int B = s->cfg.block_size;
-    int32_t need = kv__blocks_for_tokens((int64_t)r->n_tokens + n_draft, B);
-    int32_t extra = need - r->kv.n;
-    if (extra <= 0) return n_draft;
-    if (kv__blocks_available(&s->blocks) - extra >= s->watermark_blocks && kv__blocks_grow(&s->blocks, &r->kv, need))
-        return n_draft;
-    int32_t held = r->kv.n * B - r->n_tokens; /* the positions its blocks already hold */
-    return held < n_draft ? held : n_draft;
-}
-
 /* Whether the draft model may take r in a step of width sequences. Before it drafts, the
  * drafter must catch up on every token of r it has not seen (a new sequence's whole
  * prompt): a prefill of its own that only the tokens r has still to generate can pay
@@ -389,16 +378,4 @@ void sched__spec_charge(sched *s) {
         if (s->spec_ran[p] && s->cfg.spec_gate)
             spec_gate_charge(&s->gate, s->spec_width, (spec_proposer)p, s->spec_seconds[p]);
     spec_tick_reset(s);
-}
-
-void sched__spec_release(sched *s, sched_request *r) {
-    if (!s->draft_kv) return;
-    kv__blocks_release(&s->draft_blocks, &r->draft_kv);
-    r->draft_computed = 0;
-}
-
-void sched__spec_remember(sched *s, const sched_request *r) {
-    if (!s->suffix) return;
-    spec_suffix_add(s->suffix, r->params.tenant, r->tokens, r->n_tokens);
-    atomic_store_explicit(&s->spec_stats.suffix_bytes, spec_suffix_bytes(s->suffix), memory_order_relaxed);
 }
