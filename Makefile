@@ -106,7 +106,7 @@ LOADGEN_LDLIBS := -lcurl -ljansson -lm
 TEST_SRC := $(wildcard tests/unit/*/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all test layers unit-test integration-test run debug setup fuzz bench bench-template bench-serve bench-spec bench-grammar bench-kv-tiers bench-kv-quant bench-slo bench-soak format format-check clean install
+.PHONY: all test layers calls unit-test integration-test run debug setup fuzz bench bench-template bench-serve bench-spec bench-grammar bench-kv-tiers bench-kv-quant bench-slo bench-soak format format-check clean install
 
 all: $(BUILD)/spindle $(BUILD)/mkmodel
 
@@ -146,9 +146,15 @@ test: setup layers
 	@$(MAKE) --no-print-directory unit-test integration-test
 
 # The folder-level include graph, checked against tools/layers.txt (no cycles, no include
-# against the layer order, no other folder's internal header); prints the graph.
-layers:
+# against the layer order, no other folder's internal header); prints the graph. Then
+# `make calls`.
+layers: calls
 	@$(PYTHON) tools/check_layers.py
+
+# The file-level call graph inside scheduler/ (nm of its objects), checked against
+# tools/calls.txt (leaves first: no call back up or across, no cycle); prints the graph.
+calls: $(SCHED_SRC:%.c=$(BUILD)/obj/%.o)
+	@$(PYTHON) tools/check_calls.py --objs $(BUILD)/obj $^
 
 unit-test: $(TEST_BIN)
 	@tools/run_unit_tests.sh $(TEST_BIN)
