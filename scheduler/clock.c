@@ -15,10 +15,10 @@ double sched_now(void) {
 }
 
 void sched__heartbeat(sched *s) {
-    atomic_store_explicit(&s->heartbeat_ns, (int64_t)(sched_now() * 1e9), memory_order_relaxed);
+    atomic_store_explicit(&s->meter.heartbeat_ns, (int64_t)(sched_now() * 1e9), memory_order_relaxed);
 }
 
 double sched_seconds_since_heartbeat(const sched *s) {
-    int64_t ns = atomic_load_explicit(&s->heartbeat_ns, memory_order_relaxed);
+    int64_t ns = atomic_load_explicit(&s->meter.heartbeat_ns, memory_order_relaxed);
     return sched_now() - (double)ns * 1e-9;
 }

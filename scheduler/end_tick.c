@@ -51,15 +51,15 @@ static void request_count_locked(sched *s, const sched_request *r, sched_finish 
     switch (f) {
     case SCHED_FINISH_STOP:
     case SCHED_FINISH_LENGTH:
-        stat_add(&s->stats.finished, 1);
-        sched__metrics_observe_finished(&s->metrics, &r->out.timings); /* done: only this thread wrote it */
+        stat_add(&s->meter.stats.finished, 1);
+        sched__metrics_observe_finished(&s->meter.hist, &r->out.timings); /* done: only this thread wrote it */
         if (generation) sched__slo_finished(s, r, true);
         break;
-    case SCHED_FINISH_CANCELLED: stat_add(&s->stats.cancelled, 1); break;
+    case SCHED_FINISH_CANCELLED: stat_add(&s->meter.stats.cancelled, 1); break;
     case SCHED_FINISH_ERROR:
-        stat_add(&s->stats.errors, 1);
+        stat_add(&s->meter.stats.errors, 1);
         if (generation) sched__slo_finished(s, r, false);
-        if (err == SP_ERR_TIMEOUT) stat_add(&s->stats.timeouts, 1);
+        if (err == SP_ERR_TIMEOUT) stat_add(&s->meter.stats.timeouts, 1);
         break;
     case SCHED_FINISH_NONE: SP_ASSERT(!"a request ends with a finish reason"); break;
     }
@@ -68,7 +68,7 @@ static void request_count_locked(sched *s, const sched_request *r, sched_finish 
 /* After the output says done: blocks back to the pool, a finished answer to the suffix
  * cache, the scheduler's reference dropped. r must not be running any more. */
 static void request_retire(sched *s, sched_request *r, sched_finish f) {
-    kv__blocks_release(&s->blocks, &r->kv);
+    kv__blocks_release(&s->cache.blocks, &r->kv);
     sched__spec_release(s, r);
     sched__queue_uncount(s, r);
     r->state = SCHED_SEQ_DONE;
@@ -81,7 +81,7 @@ static void request_retire(sched *s, sched_request *r, sched_finish f) {
 void sched__request_end(sched *s, sched_request *r, sched_finish f, sp_status err, const char *msg) {
     if (r->swapped) { /* ended while waiting to come back */
         r->swapped = false;
-        atomic_fetch_sub_explicit(&s->stats.swapped, 1, memory_order_relaxed);
+        atomic_fetch_sub_explicit(&s->meter.stats.swapped, 1, memory_order_relaxed);
     }
     pthread_mutex_lock(&r->lock);
     output_finish_locked(r, f, err, msg, sched_now());
@@ -131,7 +131,7 @@ bool sched__emit(sched *s, sched_request *r, const dev_sample_result *drawn, dou
     bool eog = !p->ignore_eos && tok_is_eog(s->vocab, tok);
     /* the grammar: every token advances it (the mask allowed only such tokens, so a
      * refusal means the state hit a bound); complete, the answer is over */
-    bool grammar_refused = r->gram && !gram_state_advance_token(r->gram, s->gram_vocab, tok);
+    bool grammar_refused = r->gram && !gram_state_advance_token(r->gram, s->grammar.vocab, tok);
     bool complete = r->gram && !grammar_refused && !eog && gram_state_finished(r->gram);
     bool length = !eog && !complete && (n_generated >= p->max_tokens || r->n_tokens >= s->cfg.max_seq_len);
     size_t n_piece = 0;
@@ -185,7 +185,7 @@ bool sched__emit(sched *s, sched_request *r, const dev_sample_result *drawn, dou
     o->completion_tokens = n_generated;
     if (stopped) o->stop_matched = r->stop.matched + 1; /* which one: Anthropic's stop_sequence */
     if (o->timings.first_token == 0) o->timings.first_token = now;
-    stat_add(&s->stats.generated_tokens, 1); /* counted before the client can see it */
+    stat_add(&s->meter.stats.generated_tokens, 1); /* counted before the client can see it */
     if (finish != SCHED_FINISH_NONE) {
         output_finish_locked(r, finish, err, sp_last_error(), now);
         request_count_locked(s, r, finish, err);
@@ -193,7 +193,7 @@ bool sched__emit(sched *s, sched_request *r, const dev_sample_result *drawn, dou
     if (r->notify) r->notify(r->notify_arg);
     pthread_mutex_unlock(&r->lock);
 
-    if (r->last_token_at > 0) sched__metrics_observe(&s->metrics, SCHED_HIST_INTER_TOKEN, now - r->last_token_at);
+    if (r->last_token_at > 0) sched__metrics_observe(&s->meter.hist, SCHED_HIST_INTER_TOKEN, now - r->last_token_at);
     r->last_token_at = now;
     if (finish == SCHED_FINISH_NONE) return true;
     for (int i = 0; i < s->n_running; i++)

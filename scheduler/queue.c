@@ -12,7 +12,7 @@
  * scheduler thread takes them, keeps its waiting list in policy order and lowers the
  * bounds, and any thread may wake it.
  *
- * DESIGN (threads). Any thread calls sched__wake; it and sched_submit hold s->lock while
+ * DESIGN (threads). Any thread calls sched__wake; it and sched_submit hold s->queue.lock while
  * they touch the queue. The scheduler thread takes the queue under the same lock; the
  * waiting list is its own.
  */
@@ -23,23 +23,23 @@
 #include "scheduler/sched_internal.h"
 
 void sched__wake(sched *s) {
-    pthread_mutex_lock(&s->lock);
-    s->wake_pending = true;
-    pthread_cond_signal(&s->wake);
-    pthread_mutex_unlock(&s->lock);
+    pthread_mutex_lock(&s->queue.lock);
+    s->queue.wake_pending = true;
+    pthread_cond_signal(&s->queue.wake);
+    pthread_mutex_unlock(&s->queue.lock);
 }
 
 bool sched__queue_take(sched *s, bool idle, double timeout_s) {
-    pthread_mutex_lock(&s->lock);
-    if (idle && !s->queue_head && !s->stopping && !s->wake_pending) {
-        int rc = sp_cond_wait_for(&s->wake, &s->lock, timeout_s);
+    pthread_mutex_lock(&s->queue.lock);
+    if (idle && !s->queue.head && !s->queue.stopping && !s->queue.wake_pending) {
+        int rc = sp_cond_wait_for(&s->queue.wake, &s->queue.lock, timeout_s);
         SP_ASSERT(rc == 0 || rc == ETIMEDOUT);
     }
-    s->wake_pending = false;
-    sched_request *taken = s->queue_head;
-    s->queue_head = s->queue_tail = NULL;
-    bool stopping = s->stopping;
-    pthread_mutex_unlock(&s->lock);
+    s->queue.wake_pending = false;
+    sched_request *taken = s->queue.head;
+    s->queue.head = s->queue.tail = NULL;
+    bool stopping = s->queue.stopping;
+    pthread_mutex_unlock(&s->queue.lock);
 
     while (taken) {
         sched_request *next = taken->next;
@@ -52,35 +52,35 @@ bool sched__queue_take(sched *s, bool idle, double timeout_s) {
 
 void sched__waiting_insert(sched *s, sched_request *r) {
     /* from the tail: new arrivals usually belong there */
-    sched_request *after = s->wait_tail;
+    sched_request *after = s->queue.wait_tail;
     while (after && sched__policy_before(s->cfg.policy, r, after)) after = after->prev;
     r->prev = after;
-    r->next = after ? after->next : s->wait_head;
+    r->next = after ? after->next : s->queue.wait_head;
     if (r->next)
         r->next->prev = r;
     else
-        s->wait_tail = r;
+        s->queue.wait_tail = r;
     if (after)
         after->next = r;
     else
-        s->wait_head = r;
+        s->queue.wait_head = r;
 }
 
 void sched__waiting_remove(sched *s, sched_request *r) {
     if (r->prev)
         r->prev->next = r->next;
     else
-        s->wait_head = r->next;
+        s->queue.wait_head = r->next;
     if (r->next)
         r->next->prev = r->prev;
     else
-        s->wait_tail = r->prev;
+        s->queue.wait_tail = r->prev;
     r->next = r->prev = NULL;
 }
 
 void sched__queue_uncount(sched *s, sched_request *r) {
     if (!r->in_queue_count) return;
     r->in_queue_count = false;
-    atomic_fetch_sub_explicit(&s->queued, 1, memory_order_relaxed);
-    atomic_fetch_sub_explicit(&s->queued_tokens, r->params.n_prompt, memory_order_relaxed);
+    atomic_fetch_sub_explicit(&s->queue.queued, 1, memory_order_relaxed);
+    atomic_fetch_sub_explicit(&s->queue.queued_tokens, r->params.n_prompt, memory_order_relaxed);
 }

@@ -12,5 +12,5 @@ void sched__running_remove(sched *s, int i) {
     SP_ASSERT(i >= 0 && i < s->n_running);
     memmove(s->running + i, s->running + i + 1, sizeof *s->running * (size_t)(s->n_running - i - 1));
     s->n_running--;
-    atomic_store_explicit(&s->stats.running, s->n_running, memory_order_relaxed);
+    atomic_store_explicit(&s->meter.stats.running, s->n_running, memory_order_relaxed);
 }

@@ -13,20 +13,21 @@ int32_t sched__spec_reserve(sched *s, sched_request *r, int32_t n_draft) {
     int32_t need = kv__blocks_for_tokens((int64_t)r->n_tokens + n_draft, B);
     int32_t extra = need - r->kv.n;
     if (extra <= 0) return n_draft;
-    if (kv__blocks_available(&s->blocks) - extra >= s->watermark_blocks && kv__blocks_grow(&s->blocks, &r->kv, need))
+    if (kv__blocks_available(&s->cache.blocks) - extra >= s->cache.watermark_blocks &&
+        kv__blocks_grow(&s->cache.blocks, &r->kv, need))
         return n_draft;
     int32_t held = r->kv.n * B - r->n_tokens; /* the positions its blocks already hold */
     return held < n_draft ? held : n_draft;
 }
 
 void sched__spec_release(sched *s, sched_request *r) {
-    if (!s->draft_kv) return;
-    kv__blocks_release(&s->draft_blocks, &r->draft_kv);
+    if (!s->spec.draft_kv) return;
+    kv__blocks_release(&s->spec.draft_blocks, &r->draft_kv);
     r->draft_computed = 0;
 }
 
 void sched__spec_remember(sched *s, const sched_request *r) {
-    if (!s->suffix) return;
-    spec_suffix_add(s->suffix, r->params.tenant, r->tokens, r->n_tokens);
-    atomic_store_explicit(&s->spec_stats.suffix_bytes, spec_suffix_bytes(s->suffix), memory_order_relaxed);
+    if (!s->spec.suffix) return;
+    spec_suffix_add(s->spec.suffix, r->params.tenant, r->tokens, r->n_tokens);
+    atomic_store_explicit(&s->spec.stats.suffix_bytes, spec_suffix_bytes(s->spec.suffix), memory_order_relaxed);
 }

@@ -4,7 +4,7 @@
  * sched_begin_shutdown, after which it refuses. queue.c has the bounds' design.
  *
  * DESIGN (threads). Any thread calls sched_submit and sched_begin_shutdown; they hold
- * s->lock while they check the bounds and link the requests.
+ * s->queue.lock while they check the bounds and link the requests.
  */
 #include "scheduler/sched_internal.h"
 
@@ -32,15 +32,15 @@ static sp_status submit_check(const sched *s, const sched_request *r) {
 }
 
 static sp_status shutdown_refusal(sched *s, int n) {
-    stat_add(&s->stats.rejected_shutdown, n);
+    stat_add(&s->meter.stats.rejected_shutdown, n);
     return sp_fail(SP_ERR_UNAVAILABLE, "the server is shutting down");
 }
 
 sp_status sched_submit(sched *s, sched_request *const *reqs, int n) {
     if (n <= 0) return sp_fail(SP_ERR_INVALID_ARG, "sched_submit: %d requests", n);
-    pthread_mutex_lock(&s->lock);
-    bool shutting_down = s->shutting_down;
-    pthread_mutex_unlock(&s->lock);
+    pthread_mutex_lock(&s->queue.lock);
+    bool shutting_down = s->queue.shutting_down;
+    pthread_mutex_unlock(&s->queue.lock);
     if (shutting_down) return shutdown_refusal(s, n);
 
     int64_t tokens = 0;
@@ -49,7 +49,7 @@ sp_status sched_submit(sched *s, sched_request *const *reqs, int n) {
         for (int j = 0; j < i && st == SP_OK; j++)
             if (reqs[j] == reqs[i]) st = sp_fail(SP_ERR_INVALID_ARG, "the same request is submitted twice");
         if (st != SP_OK) {
-            stat_add(&s->stats.rejected_invalid, n);
+            stat_add(&s->meter.stats.rejected_invalid, n);
             return st;
         }
         tokens += reqs[i]->params.n_prompt;
@@ -57,7 +57,7 @@ sp_status sched_submit(sched *s, sched_request *const *reqs, int n) {
     /* a unit larger than the queue's bounds could never be accepted: that is the
      * request's fault (400), not a busy server's (429, retried forever) */
     if (n > s->cfg.queue_max_requests || tokens > s->cfg.queue_max_tokens) {
-        stat_add(&s->stats.rejected_invalid, n);
+        stat_add(&s->meter.stats.rejected_invalid, n);
         if (n > s->cfg.queue_max_requests)
             return sp_fail(SP_ERR_INVALID_ARG, "this request needs %d sequences (n times prompts); the queue holds %d",
                            n, s->cfg.queue_max_requests);
@@ -71,22 +71,22 @@ sp_status sched_submit(sched *s, sched_request *const *reqs, int n) {
         if (st != SP_OK) return st;
     }
 
-    pthread_mutex_lock(&s->lock);
-    if (s->shutting_down) {
-        pthread_mutex_unlock(&s->lock);
+    pthread_mutex_lock(&s->queue.lock);
+    if (s->queue.shutting_down) {
+        pthread_mutex_unlock(&s->queue.lock);
         return shutdown_refusal(s, n);
     }
-    int32_t queued = atomic_load_explicit(&s->queued, memory_order_relaxed);
-    int64_t queued_tokens = atomic_load_explicit(&s->queued_tokens, memory_order_relaxed);
+    int32_t queued = atomic_load_explicit(&s->queue.queued, memory_order_relaxed);
+    int64_t queued_tokens = atomic_load_explicit(&s->queue.queued_tokens, memory_order_relaxed);
     if (queued + n > s->cfg.queue_max_requests) {
-        pthread_mutex_unlock(&s->lock);
-        stat_add(&s->stats.rejected_queue_requests, n);
+        pthread_mutex_unlock(&s->queue.lock);
+        stat_add(&s->meter.stats.rejected_queue_requests, n);
         return sp_fail(SP_ERR_FULL, "the queue is full: %d requests are waiting (queue_max_requests is %d)", queued,
                        s->cfg.queue_max_requests);
     }
     if (queued_tokens + tokens > s->cfg.queue_max_tokens) {
-        pthread_mutex_unlock(&s->lock);
-        stat_add(&s->stats.rejected_queue_tokens, n);
+        pthread_mutex_unlock(&s->queue.lock);
+        stat_add(&s->meter.stats.rejected_queue_tokens, n);
         return sp_fail(SP_ERR_FULL,
                        "the queue is full: %lld prompt tokens are waiting and this request adds %lld "
                        "(queue_max_tokens is %lld)",
@@ -94,7 +94,7 @@ sp_status sched_submit(sched *s, sched_request *const *reqs, int n) {
     }
     sp_status slo = sched__slo_admission(s, reqs, n, queued, queued_tokens, tokens);
     if (slo != SP_OK) {
-        pthread_mutex_unlock(&s->lock);
+        pthread_mutex_unlock(&s->queue.lock);
         return slo;
     }
     for (int i = 0; i < n; i++) {
@@ -102,31 +102,31 @@ sp_status sched_submit(sched *s, sched_request *const *reqs, int n) {
         sched_request_retain(r); /* the scheduler's reference */
         double timeout = r->params.timeout_s > 0 ? r->params.timeout_s : s->cfg.request_timeout_s;
         r->deadline = timeout > 0 ? r->out.timings.arrival + timeout : 0;
-        r->arrival_no = s->next_arrival_no++;
+        r->arrival_no = s->queue.next_arrival_no++;
         r->group = reqs[0]->arrival_no; /* reqs[0] is numbered first */
-        r->turn = atomic_load_explicit(&s->turn_admitted, memory_order_relaxed) + i;
+        r->turn = atomic_load_explicit(&s->queue.turn_admitted, memory_order_relaxed) + i;
         r->in_queue_count = true;
         r->state = SCHED_SEQ_QUEUED;
         r->next = NULL;
-        r->prev = s->queue_tail;
-        if (s->queue_tail)
-            s->queue_tail->next = r;
+        r->prev = s->queue.tail;
+        if (s->queue.tail)
+            s->queue.tail->next = r;
         else
-            s->queue_head = r;
-        s->queue_tail = r;
+            s->queue.head = r;
+        s->queue.tail = r;
         atomic_store_explicit(&r->owner, s, memory_order_release);
     }
-    atomic_fetch_add_explicit(&s->queued, n, memory_order_relaxed);
-    atomic_fetch_add_explicit(&s->queued_tokens, tokens, memory_order_relaxed);
-    s->wake_pending = true;
-    pthread_cond_signal(&s->wake);
-    pthread_mutex_unlock(&s->lock);
-    stat_add(&s->stats.submitted, n);
+    atomic_fetch_add_explicit(&s->queue.queued, n, memory_order_relaxed);
+    atomic_fetch_add_explicit(&s->queue.queued_tokens, tokens, memory_order_relaxed);
+    s->queue.wake_pending = true;
+    pthread_cond_signal(&s->queue.wake);
+    pthread_mutex_unlock(&s->queue.lock);
+    stat_add(&s->meter.stats.submitted, n);
     return SP_OK;
 }
 
 void sched_begin_shutdown(sched *s) {
-    pthread_mutex_lock(&s->lock);
-    s->shutting_down = true;
-    pthread_mutex_unlock(&s->lock);
+    pthread_mutex_lock(&s->queue.lock);
+    s->queue.shutting_down = true;
+    pthread_mutex_unlock(&s->queue.lock);
 }
