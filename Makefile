@@ -37,7 +37,7 @@ GPU_SRC       := gpu/device.c gpu/host/host_backend.c gpu/host/host_ops.c gpu/ho
                  gpu/host/host_attention.c gpu/host/host_attention_quant.c gpu/host/host_cpu.c gpu/host/host_quant_dot.c gpu/host/host_quant_dot_rows.c gpu/host/host_quant_dot_pairs.c \
                  gpu/host/host_quant_dot_wrows.c \
                  gpu/host/host_sample.c gpu/host/threadpool.c
-KVTIER_SRC    := kvtier/kvtier.c kvtier/kvtier_disk.c
+KVCACHE_SRC   := kvcache/kvtier.c kvcache/kvtier_disk.c
 MODEL_SRC     := model/arch.c model/model.c model/forward.c
 SCHED_SRC     := scheduler/sched.c scheduler/clock.c scheduler/running.c scheduler/draw.c scheduler/submit.c scheduler/queue.c \
                  scheduler/request.c scheduler/kv_blocks.c scheduler/kv_tiers.c scheduler/policy.c scheduler/slo.c \
@@ -58,7 +58,7 @@ CLI_SRC       := cli/cli_session.c cli/cmd_generate.c cli/cmd_inspect.c cli/cmd_
                  cli/cmd_template.c cli/cmd_serve.c
 
 LIB_SRC := $(COMMON_SRC) $(QUANT_SRC) $(SAMPLE_SRC) $(GGUF_SRC) $(TOKENIZER_SRC) $(TEMPLATE_SRC) \
-           $(GRAMMAR_SRC) $(GPU_SRC) $(KVTIER_SRC) $(MODEL_SRC) $(SCHED_SRC) $(CONFIG_SRC) $(SERVER_SRC) $(CLI_SRC)
+           $(GRAMMAR_SRC) $(GPU_SRC) $(KVCACHE_SRC) $(MODEL_SRC) $(SCHED_SRC) $(CONFIG_SRC) $(SERVER_SRC) $(CLI_SRC)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 
 # ---- the CUDA backend (gpu/cuda/), built when nvcc is found ---------------------

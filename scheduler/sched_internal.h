@@ -24,7 +24,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
-#include "kvtier/kvtier.h"
+#include "kvcache/kvcache.h"
 #include "model/model.h"
 #include "scheduler/sched.h"
 #include "scheduler/spec/spec.h"

@@ -42,14 +42,14 @@ harness_sources() {
     case "$1" in
     # the API layers (OpenAI, Responses, Anthropic): the server's files reach the HTTP
     # transport and the scheduler's clock, so the whole library but the CUDA backend
-    request) echo $LOWER gpu/device.c gpu/host/*.c model/*.c scheduler/*.c scheduler/spec/*.c config/*.c server/*.c \
+    request) echo $LOWER gpu/device.c gpu/host/*.c model/*.c kvcache/*.c scheduler/*.c scheduler/spec/*.c config/*.c server/*.c \
         cli/cli_session.c cli/cmd_*.c ;;
     # the config file reader: its own module and common/
     config) echo common/*.c config/*.c ;;
     # the request framing check: its own file and common/
     framing) echo common/*.c server/http_framing.c ;;
     # the KV cache's disk tier: its own module and common/
-    kvtier) echo common/*.c kvtier/*.c ;;
+    kvtier) echo common/*.c kvcache/*.c ;;
     # the GGUF reader, and the model's hyperparameters read from it
     gguf) echo $LOWER model/arch.c ;;
     *) echo $LOWER ;;

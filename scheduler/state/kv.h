@@ -17,7 +17,7 @@
 #include <stdint.h>
 
 #include "common/status.h"
-#include "kvtier/kvtier.h"
+#include "kvcache/kvcache.h"
 #include "model/model.h"
 
 /* ---- KV block manager (kv_blocks.c): bookkeeping of block ids only ------------- */

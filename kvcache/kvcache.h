@@ -1,4 +1,4 @@
-/* kvtier.h: the lower tiers of the prefix cache. Full KV blocks the device pool evicts
+/* kvcache.h: the lower tiers of the prefix cache. Full KV blocks the device pool evicts
  * are kept here, in host memory and then on disk, each tier least recently used first
  * out, so that a prefix computed minutes ago is reloaded instead of recomputed.
  *
@@ -23,8 +23,8 @@
  * DESIGN (threads). The store belongs to one thread (the scheduler's); kvt_stats_get
  * alone may be called from any thread (the counters are atomics).
  */
-#ifndef SP_KVTIER_H
-#define SP_KVTIER_H
+#ifndef SP_KVCACHE_H
+#define SP_KVCACHE_H
 
 #include <stdbool.h>
 #include <stddef.h>
