@@ -68,7 +68,7 @@ static void request_count_locked(sched *s, const sched_request *r, sched_finish 
 /* After the output says done: blocks back to the pool, a finished answer to the suffix
  * cache, the scheduler's reference dropped. r must not be running any more. */
 static void request_retire(sched *s, sched_request *r, sched_finish f) {
-    kv__blocks_release(&s->cache.blocks, &r->kv);
+    kv_blocks_release(&s->cache.blocks, &r->kv);
     sched__spec_release(s, r);
     sched__queue_uncount(s, r);
     r->state = SCHED_SEQ_DONE;

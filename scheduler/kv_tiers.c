@@ -144,11 +144,11 @@ int32_t sched__tiers_match(sched *s, const int32_t *tokens, int32_t from_block, 
     if (!kvt_enabled(s->cache.tiers) || from_block >= max_blocks) return 0;
     int B = s->cfg.block_size;
     uint64_t parent = KV_CHAIN_ROOT;
-    for (int32_t b = 0; b < from_block; b++) parent = kv__chain_hash(parent, tokens + (size_t)b * (size_t)B, B);
+    for (int32_t b = 0; b < from_block; b++) parent = kv_chain_hash(parent, tokens + (size_t)b * (size_t)B, B);
     int32_t n = 0;
     for (int32_t b = from_block; b < max_blocks; b++, n++) {
         const int32_t *bt = tokens + (size_t)b * (size_t)B;
-        uint64_t h = kv__chain_hash(parent, bt, B);
+        uint64_t h = kv_chain_hash(parent, bt, B);
         kvt_tier tier = kvt_find(s->cache.tiers, h, parent, bt);
         if (tier == KVT_NONE) break;
         if (!reload_pays(s, tier)) break; /* computed instead */
@@ -160,12 +160,12 @@ int32_t sched__tiers_match(sched *s, const int32_t *tokens, int32_t from_block, 
 int32_t sched__tiers_reload(sched *s, sched_request *r, int32_t from_block, int32_t n) {
     int B = s->cfg.block_size;
     uint64_t parent = KV_CHAIN_ROOT;
-    for (int32_t b = 0; b < from_block; b++) parent = kv__chain_hash(parent, r->tokens + (size_t)b * (size_t)B, B);
+    for (int32_t b = 0; b < from_block; b++) parent = kv_chain_hash(parent, r->tokens + (size_t)b * (size_t)B, B);
     int32_t done = 0;
     for (; done < n; done++) {
         int32_t b = from_block + done;
         const int32_t *bt = r->tokens + (size_t)b * (size_t)B;
-        uint64_t h = kv__chain_hash(parent, bt, B);
+        uint64_t h = kv_chain_hash(parent, bt, B);
         double t0 = sched_now();
         /* a block may have left the tiers since the match (admission's own evictions
          * push older ones out): the rest is computed */
@@ -179,7 +179,7 @@ int32_t sched__tiers_reload(sched *s, sched_request *r, int32_t from_block, int3
         parent = h;
     }
     if (done > 0) {
-        kv__prefix_register(&s->cache.blocks, &r->kv, r->tokens, (from_block + done) * B);
+        kv_prefix_register(&s->cache.blocks, &r->kv, r->tokens, (from_block + done) * B);
         atomic_fetch_add_explicit(&s->meter.stats.tier_reloaded_tokens, (int64_t)done * B, memory_order_relaxed);
     }
     return done;

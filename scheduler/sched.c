@@ -242,7 +242,7 @@ sp_status sched_create(const sched_config *config, model *m, sched **out) {
     /* the draft model's pool first: on a GPU the target's takes its share of what is left */
     if ((st = sched__draft_init(s)) != SP_OK) goto fail;
     if ((st = sched_pool_blocks(s, &n_blocks)) != SP_OK) goto fail;
-    if ((st = kv__blocks_init(&s->cache.blocks, n_blocks, s->cfg.block_size, s->cfg.prefix_cache)) != SP_OK) goto fail;
+    if ((st = kv_blocks_init(&s->cache.blocks, n_blocks, s->cfg.block_size, s->cfg.prefix_cache)) != SP_OK) goto fail;
     /* one sequence can never be longer than the whole pool: say so once, and make the
      * context (what clients see as max_model_len) what the pool can hold */
     if ((int64_t)n_blocks * s->cfg.block_size < s->cfg.max_seq_len) {
@@ -252,7 +252,7 @@ sp_status sched_create(const sched_config *config, model *m, sched **out) {
                     (long long)s->cfg.kv_cache_mb, fits, s->cfg.max_seq_len, fits);
         s->cfg.max_seq_len = fits;
     }
-    s->max_blocks_per_seq = kv__blocks_for_tokens(s->cfg.max_seq_len, s->cfg.block_size);
+    s->max_blocks_per_seq = kv_blocks_for_tokens(s->cfg.max_seq_len, s->cfg.block_size);
     s->cache.watermark_blocks = (int32_t)(s->cfg.kv_watermark * n_blocks);
     if ((st = sched_alloc_arrays(s)) != SP_OK) goto fail;
     if ((st = sched__spec_init(s)) != SP_OK) goto fail;
@@ -315,7 +315,7 @@ void sched_destroy(sched *s) {
 
     sched__tiers_free(s);
     if (s->cache.pool) dev_kv_destroy(model_device(s->m), s->cache.pool);
-    kv__blocks_free(&s->cache.blocks);
+    kv_blocks_free(&s->cache.blocks);
     sched__spec_free(s);
     sched__draft_free(s);
     sched_free_arrays(s);
@@ -355,9 +355,9 @@ void sched_get_stats(const sched *s, sched_stats *out) {
 #undef LOAD
     out->queued = atomic_load_explicit(&s->queue.queued, memory_order_relaxed);
     out->queued_tokens = atomic_load_explicit(&s->queue.queued_tokens, memory_order_relaxed);
-    out->kv_blocks_used = kv__blocks_used(&s->cache.blocks);
+    out->kv_blocks_used = kv_blocks_used(&s->cache.blocks);
     out->kv_blocks_total = s->cache.blocks.n_total;
-    out->kv_blocks_cached = kv__blocks_cached(&s->cache.blocks);
+    out->kv_blocks_cached = kv_blocks_cached(&s->cache.blocks);
     dev_kv_shape one_token = model_kv_shape(s->m, 1, 1, sched__kv_type(&s->cfg));
     out->kv_bytes_per_token = (int64_t)dev_kv_bytes(&one_token);
     dev_kv_shape one_block = model_kv_shape(s->m, 1, s->cfg.block_size, sched__kv_type(&s->cfg));

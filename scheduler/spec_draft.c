@@ -75,7 +75,7 @@ sp_status sched__draft_init(sched *s) {
         return sp_fail(SP_ERR_INVALID_ARG, "--draft-kv-cache-mb %lld holds no KV block of the draft model",
                        (long long)s->cfg.draft_kv_cache_mb);
     if (n > INT32_MAX / 2) n = INT32_MAX / 2;
-    if ((st = kv__blocks_init(&s->spec.draft_blocks, (int32_t)n, s->cfg.block_size, false)) != SP_OK) return st;
+    if ((st = kv_blocks_init(&s->spec.draft_blocks, (int32_t)n, s->cfg.block_size, false)) != SP_OK) return st;
     if ((st = model_kv_create(d, (int)n, s->cfg.block_size, &s->spec.draft_kv)) != SP_OK)
         return sp_fail_prefix(st, "the draft model's KV cache of %lld blocks", (long long)n);
     sp_log_info("draft model: %d layers, KV cache of %lld blocks (%lld MiB)", one.n_layers, (long long)n,
@@ -86,7 +86,7 @@ sp_status sched__draft_init(sched *s) {
 void sched__draft_free(sched *s) {
     if (s->spec.draft_kv) dev_kv_destroy(model_device(s->cfg.draft_model), s->spec.draft_kv);
     s->spec.draft_kv = NULL;
-    if (s->spec.draft_blocks.n_total > 0) kv__blocks_free(&s->spec.draft_blocks);
+    if (s->spec.draft_blocks.n_total > 0) kv_blocks_free(&s->spec.draft_blocks);
     free(s->spec.draft_slots);
     s->spec.draft_slots = NULL;
 }
@@ -94,13 +94,12 @@ void sched__draft_free(sched *s) {
 void sched__draft_rollback(sched *s, sched_request *r, int32_t n_valid) {
     if (!s->spec.draft_kv) return;
     if (r->draft_computed > n_valid) r->draft_computed = n_valid;
-    kv__blocks_truncate(&s->spec.draft_blocks, &r->draft_kv,
-                        kv__blocks_for_tokens(r->draft_computed, s->cfg.block_size));
+    kv_blocks_truncate(&s->spec.draft_blocks, &r->draft_kv, kv_blocks_for_tokens(r->draft_computed, s->cfg.block_size));
 }
 
 /* Forgets what the drafter holds of r (a failed draft step left it unknown). */
 static void draft_forget(sched *s, sched_request *r) {
-    kv__blocks_release(&s->spec.draft_blocks, &r->draft_kv);
+    kv_blocks_release(&s->spec.draft_blocks, &r->draft_kv);
     r->draft_computed = 0;
 }
 
@@ -165,8 +164,8 @@ static bool draft_run(sched *s, const drafter *dr, dev_step *st, sched_request *
  * model's pool has no watermark (it holds nothing else); the model's own keeps its own. */
 static int32_t draft_room_blocks(sched *s, const drafter *dr, sched_request *r, int32_t want) {
     if (dr->self) return sched__spec_reserve(s, r, want - 1) + 1;
-    int32_t need = kv__blocks_for_tokens((int64_t)r->n_tokens + want - 1, s->cfg.block_size);
-    return kv__blocks_grow(&s->spec.draft_blocks, &r->draft_kv, need) ? want : 0;
+    int32_t need = kv_blocks_for_tokens((int64_t)r->n_tokens + want - 1, s->cfg.block_size);
+    return kv_blocks_grow(&s->spec.draft_blocks, &r->draft_kv, need) ? want : 0;
 }
 
 /* Adds the sampling row of slot's next draft token (after its got drafts). */

@@ -10,11 +10,11 @@
 
 int32_t sched__spec_reserve(sched *s, sched_request *r, int32_t n_draft) {
     int B = s->cfg.block_size;
-    int32_t need = kv__blocks_for_tokens((int64_t)r->n_tokens + n_draft, B);
+    int32_t need = kv_blocks_for_tokens((int64_t)r->n_tokens + n_draft, B);
     int32_t extra = need - r->kv.n;
     if (extra <= 0) return n_draft;
-    if (kv__blocks_available(&s->cache.blocks) - extra >= s->cache.watermark_blocks &&
-        kv__blocks_grow(&s->cache.blocks, &r->kv, need))
+    if (kv_blocks_available(&s->cache.blocks) - extra >= s->cache.watermark_blocks &&
+        kv_blocks_grow(&s->cache.blocks, &r->kv, need))
         return n_draft;
     int32_t held = r->kv.n * B - r->n_tokens; /* the positions its blocks already hold */
     return held < n_draft ? held : n_draft;
@@ -22,7 +22,7 @@ int32_t sched__spec_reserve(sched *s, sched_request *r, int32_t n_draft) {
 
 void sched__spec_release(sched *s, sched_request *r) {
     if (!s->spec.draft_kv) return;
-    kv__blocks_release(&s->spec.draft_blocks, &r->draft_kv);
+    kv_blocks_release(&s->spec.draft_blocks, &r->draft_kv);
     r->draft_computed = 0;
 }
 

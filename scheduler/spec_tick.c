@@ -350,10 +350,10 @@ int32_t sched__spec_verify(sched *s, sched_request *r, int32_t n_draft, int prop
      * past the next decode row's position go back. All of it before the emits: an emit
      * that ends r releases it. */
     r->n_computed = n_before + accepted;
-    kv__prefix_register(&s->cache.blocks, &r->kv, r->tokens, r->n_computed);
+    kv_prefix_register(&s->cache.blocks, &r->kv, r->tokens, r->n_computed);
     sched__draft_rollback(s, r, r->n_computed);
-    kv__blocks_truncate(&s->cache.blocks, &r->kv,
-                        kv__blocks_for_tokens((int64_t)n_before + accepted + 1, s->cfg.block_size));
+    kv_blocks_truncate(&s->cache.blocks, &r->kv,
+                       kv_blocks_for_tokens((int64_t)n_before + accepted + 1, s->cfg.block_size));
     for (int32_t j = 0; j <= accepted; j++)
         if (!sched__emit(s, r, &results[j], now)) return j + 1;
     return accepted + 1;

@@ -97,7 +97,7 @@ static void plan_drop_ended(sched *s, double now) {
 static void tick_preempt(sched *s, int i) {
     sched_request *r = s->running[i];
     sched__running_remove(s, i);
-    kv__blocks_release(&s->cache.blocks, &r->kv);
+    kv_blocks_release(&s->cache.blocks, &r->kv);
     sched__spec_release(s, r);
     r->n_computed = 0;
     r->state = SCHED_SEQ_WAITING;
@@ -117,8 +117,8 @@ static void decode_reserve_blocks(sched *s) {
     for (int i = 0; i < s->n_running; i++) {
         sched_request *r = s->running[i];
         if (!seq_is_decode(r)) continue;
-        int32_t need = kv__blocks_for_tokens(r->n_tokens, s->cfg.block_size);
-        while (!kv__blocks_grow(&s->cache.blocks, &r->kv, need)) {
+        int32_t need = kv_blocks_for_tokens(r->n_tokens, s->cfg.block_size);
+        while (!kv_blocks_grow(&s->cache.blocks, &r->kv, need)) {
             int v = sched__policy_victim(s->cfg.policy, s->running, s->n_running, s->tick_no);
             tick_preempt(s, v);
             if (v == i) { /* r itself went back to waiting */
@@ -180,7 +180,7 @@ static int32_t admit_match(sched *s, const sched_request *r, int32_t *unheld) {
         return 0;
     }
     int32_t max_blocks = (r->n_tokens - 1) / s->cfg.block_size;
-    return kv__prefix_match(&s->cache.blocks, r->tokens, max_blocks, s->cache.match_ids, unheld);
+    return kv_prefix_match(&s->cache.blocks, r->tokens, max_blocks, s->cache.match_ids, unheld);
 }
 
 /* Whether the waiting list's head fits now: its whole feed, less the cached blocks it
@@ -193,8 +193,8 @@ static bool admit_fits(sched *s, const sched_request *r) {
         r->params.pooling != SCHED_POOLING_NONE
             ? 0
             : sched__tiers_match(s, r->tokens, s->cache.n_match, (r->n_tokens - 1) / s->cfg.block_size);
-    int32_t need = kv__blocks_for_tokens(r->n_tokens, s->cfg.block_size) - s->cache.n_match;
-    int32_t available = kv__blocks_available(&s->cache.blocks) - unheld; /* shared unheld blocks leave the pool */
+    int32_t need = kv_blocks_for_tokens(r->n_tokens, s->cfg.block_size) - s->cache.n_match;
+    int32_t available = kv_blocks_available(&s->cache.blocks) - unheld; /* shared unheld blocks leave the pool */
     if (available < need) return false;
     return s->n_running == 0 || available - need >= s->cache.watermark_blocks;
 }
@@ -203,8 +203,8 @@ static bool admit_fits(sched *s, const sched_request *r) {
  * already, the rest are allocated now. */
 static void admit(sched *s, sched_request *r, double now) {
     sched__waiting_remove(s, r);
-    kv__prefix_take(&s->cache.blocks, &r->kv, s->cache.match_ids, s->cache.n_match, r->tokens);
-    bool ok = kv__blocks_grow(&s->cache.blocks, &r->kv, kv__blocks_for_tokens(r->n_tokens, s->cfg.block_size));
+    kv_prefix_take(&s->cache.blocks, &r->kv, s->cache.match_ids, s->cache.n_match, r->tokens);
+    bool ok = kv_blocks_grow(&s->cache.blocks, &r->kv, kv_blocks_for_tokens(r->n_tokens, s->cfg.block_size));
     SP_ASSERT(ok);
     /* the chain goes on in the host and disk tiers: those blocks are reloaded, not computed */
     int32_t reloaded =
@@ -431,7 +431,7 @@ bool sched__tick(sched *s) {
         const bool embedding = r->params.pooling != SCHED_POOLING_NONE;
         if (s->step_prefill[q]) {
             r->n_computed += s->step_chunk[q];
-            if (!embedding) kv__prefix_register(&s->cache.blocks, &r->kv, r->tokens, r->n_computed);
+            if (!embedding) kv_prefix_register(&s->cache.blocks, &r->kv, r->tokens, r->n_computed);
             prefilled += s->step_chunk[q];
             decode_only = false;
         }
