@@ -215,8 +215,28 @@ struct sched {
     char *text_work;       /* (SCHED_MAX_STOP_BYTES + 2 * piece_cap) held text + piece, for stop matching */
 };
 
-/* Stores the time in s->meter.heartbeat_ns (clock.c; the scheduler thread). */
+/* The functions each file shares, leaves first (tools/calls.txt has the order). */
+
+/* ---- the clock (clock.c); sched_now is in sched.h -------------------------------- */
+
+/* Stores the time in s->meter.heartbeat_ns (the scheduler thread). */
 void sched__heartbeat(sched *s);
+
+/* ---- the running list (running.c) ------------------------------------------------ */
+
+/* Removes running[i] from the running set (keeps the order). */
+void sched__running_remove(sched *s, int i);
+
+/* ---- the row sampler (draw.c) ---------------------------------------------------- */
+
+/* The draw of the token at r->tokens[r->n_tokens + ahead] as dev_sample takes it:
+ * its sampling parameters, prompt and generated tokens for the penalties
+ * (the `ahead` drafts before it counted as accepted), the end-of-generation mask while
+ * under min_tokens, logprobs, and the generator state of that position (sample_rng_at).
+ * Borrows r's arrays until the step ends. Scheduler thread. */
+void sched__sample_row(const sched *s, const sched_request *r, int32_t ahead, dev_sample_row *row);
+
+/* ---- the queue and the waiting list (queue.c) ------------------------------------ */
 
 /* Wakes the scheduler thread (sched_submit, sched_request_cancel). Takes s->queue.lock. */
 void sched__wake(sched *s);
@@ -232,11 +252,6 @@ void sched__waiting_remove(sched *s, sched_request *r);
 
 /* Lowers the queue bounds for r once (admission, or an end while waiting). */
 void sched__queue_uncount(sched *s, sched_request *r);
-
-/* Ends r (not running, or already removed from running: blocks are released here)
- * with finish f; for SCHED_FINISH_ERROR, err and msg say why. Notifies, counts, and
- * drops the scheduler's reference. Scheduler thread (or sched_destroy). */
-void sched__request_end(sched *s, sched_request *r, sched_finish f, sp_status err, const char *msg);
 
 /* ---- the prefix cache's tiers (kv_tiers.c) ------------------------------------------ */
 
@@ -283,25 +298,9 @@ sp_status sched__slo_admission(sched *s, sched_request *const *reqs, int n, int3
  * (the client left) are not counted. */
 void sched__slo_finished(sched *s, const sched_request *r, bool completed);
 
-/* One tick: drop what ended, admit, build and run one step, sample. Returns false
- * when there was nothing to run (idle). Scheduler thread. */
-bool sched__tick(sched *s);
+/* ---- grammar masks off the critical path (masks.c) ------------------------------- */
 
-/* The draw of the token at r->tokens[r->n_tokens + ahead] as dev_sample takes it
- * (draw.c): its sampling parameters, prompt and generated tokens for the penalties
- * (the `ahead` drafts before it counted as accepted), the end-of-generation mask while
- * under min_tokens, logprobs, and the generator state of that position (sample_rng_at).
- * Borrows r's arrays until the step ends. Scheduler thread. */
-void sched__sample_row(const sched *s, const sched_request *r, int32_t ahead, dev_sample_row *row);
-
-/* Appends the token dev_sample chose for r to the output (end_tick.c); ends r when it
- * finished. Returns whether r still runs. Scheduler thread. */
-bool sched__emit(sched *s, sched_request *r, const dev_sample_result *drawn, double now);
-
-/* Removes running[i] from the running set (keeps the order; running.c). */
-void sched__running_remove(sched *s, int i);
-
-/* masks.c: jobs are added and started by the scheduler thread before the step; wait
+/* Jobs are added and started by the scheduler thread before the step; wait
  * (a model_sample_hook, hence the void *: the sched) returns once every job's masks are
  * written; it is cheap and harmless when nothing was started. */
 sp_status sched__masks_init(sched *s, int max_jobs);
@@ -310,37 +309,26 @@ void sched__masks_add(sched *s, sched_request *r, int32_t n_draft, dev_sample_ro
 void sched__masks_start(sched *s);
 void sched__masks_wait(void *s);
 
-/* ---- speculative decoding (spec_tick.c) ---------------------------------------------- */
+/* ---- speculation's per-sequence bookkeeping (spec_seq.c) ------------------------- */
 
-/* The suffix cache and the gate from s->cfg (sched_create); freed by sched__spec_free. */
-sp_status sched__spec_init(sched *s);
-void sched__spec_free(sched *s);
-/* Its counters into out (any thread). */
-void sched__spec_stats(const sched *s, sched_stats *out);
-/* Drafts for the n decode sequences chosen for a step, within `budget` extra rows: each
- * one's draft tokens go to r->tokens[n_tokens ..) (its KV blocks grown to hold them),
- * their count to n_draft[i] and their proposer to proposer[i] (-1: none). */
-void sched__spec_plan(sched *s, sched_request *const *chosen, int n, int32_t budget, int32_t *n_draft,
-                      int8_t *proposer);
-/* spec_seq.c: grows r's blocks (the model's own pool) for the n_draft positions after its last token
+/* Grows r's blocks (the model's own pool) for the n_draft positions after its last token
  * while the pool keeps its watermark; returns how many of them r can hold now. */
 int32_t sched__spec_reserve(sched *s, sched_request *r, int32_t n_draft);
-/* After the step: r's decode row and n_draft draft rows were sampled into results
- * (1 + n_draft, in order). Emits the accepted drafts and the target's token after them,
- * each through sched__emit (which may end r), records acceptance, and gives back the KV
- * blocks past what was accepted. Returns the tokens emitted. */
-int32_t sched__spec_verify(sched *s, sched_request *r, int32_t n_draft, int proposer, const dev_sample_result *results,
-                           double now);
-/* A decode-only step of width sequences at mean depth took seconds and delivered tokens. */
-void sched__spec_observe(sched *s, int width, double depth, double seconds, int64_t tokens,
-                         const int64_t drafts[SPEC_N_PROPOSERS]);
-/* A step with a prefill chunk, which the gate does not measure: the drafter models that ran
- * in its tick are charged their time (spec_gate_charge). */
-void sched__spec_charge(sched *s);
-/* spec_seq.c: r finished without error: its prompt and output join the suffix cache. */
-void sched__spec_remember(sched *s, const sched_request *r);
-/* spec_seq.c: r ends or is preempted: its draft model blocks go back. */
+/* r ends or is preempted: its draft model blocks go back. */
 void sched__spec_release(sched *s, sched_request *r);
+/* r finished without error: its prompt and output join the suffix cache. */
+void sched__spec_remember(sched *s, const sched_request *r);
+
+/* ---- the end of a token and of a request (end_tick.c) ---------------------------- */
+
+/* Appends the token dev_sample chose for r to the output; ends r when it
+ * finished. Returns whether r still runs. Scheduler thread. */
+bool sched__emit(sched *s, sched_request *r, const dev_sample_result *drawn, double now);
+
+/* Ends r (not running, or already removed from running: blocks are released here)
+ * with finish f; for SCHED_FINISH_ERROR, err and msg say why. Notifies, counts, and
+ * drops the scheduler's reference. Scheduler thread (or sched_destroy). */
+void sched__request_end(sched *s, sched_request *r, sched_finish f, sp_status err, const char *msg);
 
 /* ---- the draft model (spec_draft.c) ----------------------------------------------- */
 
@@ -367,5 +355,37 @@ typedef struct draft_slot {
 void sched__draft_propose(sched *s, draft_slot *slots, int n, bool self);
 /* After verification: the draft model's K/V is valid up to n_valid tokens of r. */
 void sched__draft_rollback(sched *s, sched_request *r, int32_t n_valid);
+
+/* ---- speculative decoding (spec_tick.c) ---------------------------------------------- */
+
+/* The suffix cache and the gate from s->cfg (sched_create); freed by sched__spec_free. */
+sp_status sched__spec_init(sched *s);
+void sched__spec_free(sched *s);
+/* Its counters into out (any thread). */
+void sched__spec_stats(const sched *s, sched_stats *out);
+/* Drafts for the n decode sequences chosen for a step, within `budget` extra rows: each
+ * one's draft tokens go to r->tokens[n_tokens ..) (its KV blocks grown to hold them),
+ * their count to n_draft[i] and their proposer to proposer[i] (-1: none). */
+void sched__spec_plan(sched *s, sched_request *const *chosen, int n, int32_t budget, int32_t *n_draft,
+                      int8_t *proposer);
+
+/* After the step: r's decode row and n_draft draft rows were sampled into results
+ * (1 + n_draft, in order). Emits the accepted drafts and the target's token after them,
+ * each through sched__emit (which may end r), records acceptance, and gives back the KV
+ * blocks past what was accepted. Returns the tokens emitted. */
+int32_t sched__spec_verify(sched *s, sched_request *r, int32_t n_draft, int proposer, const dev_sample_result *results,
+                           double now);
+/* A decode-only step of width sequences at mean depth took seconds and delivered tokens. */
+void sched__spec_observe(sched *s, int width, double depth, double seconds, int64_t tokens,
+                         const int64_t drafts[SPEC_N_PROPOSERS]);
+/* A step with a prefill chunk, which the gate does not measure: the drafter models that ran
+ * in its tick are charged their time (spec_gate_charge). */
+void sched__spec_charge(sched *s);
+
+/* ---- the tick (tick.c) ----------------------------------------------------------- */
+
+/* One tick: drop what ended, admit, build and run one step, sample. Returns false
+ * when there was nothing to run (idle). Scheduler thread. */
+bool sched__tick(sched *s);
 
 #endif
