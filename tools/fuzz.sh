@@ -61,7 +61,7 @@ compile_object() {
     local src=$1 obj=$OUT/obj/${1%.c}.o
     mkdir -p "$(dirname "$obj")"
     # any project header may have changed what src compiles to
-    if [[ ! -f $obj || $src -nt $obj ]] || find common quant sample gguf tokenizer template grammar gpu kvtier model scheduler \
+    if [[ ! -f $obj || $src -nt $obj ]] || find common quant sample gguf tokenizer template grammar gpu kvcache model scheduler \
         config server -name '*.h' -newer "$obj" | grep -q .; then
         "$CLANG" "${CFLAGS[@]}" -fsanitize=fuzzer-no-link -c "$src" -o "$obj"
     fi
