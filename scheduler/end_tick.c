@@ -1,9 +1,10 @@
-/* end_tick.c: what happens to a sequence once the step gave it logits: describe its
- * draw for dev_sample (which runs where the logits are), append the token it chose, detokenize incrementally, match
- * stop strings, decide whether it finished, and publish all of it to the request's output in one locked section; and
- * the common end of every request (finished, cancelled, timed out, shut down).
+/* end_tick.c: what happens to a sequence once the step gave it logits and dev_sample
+ * (which runs where the logits are) drew its token from the row draw.c described: append
+ * the token it chose, detokenize incrementally, match stop strings, decide whether it
+ * finished, and publish all of it to the request's output in one locked section; and the
+ * common end of every request (finished, cancelled, timed out, shut down).
  *
- * Per sampled token, in this order (1-3 inside dev_sample, from the row built here):
+ * Per sampled token, in this order (1-3 inside dev_sample, from draw.c's row):
  *   1. logprobs from the raw logits when asked (top_logprobs >= 0): log-sum-exp, the
  *      alternatives, and later the chosen token's log-probability;
  *   2. end-of-generation ids masked while fewer than min_tokens were generated (unless

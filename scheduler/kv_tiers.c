@@ -1,4 +1,4 @@
-/* kv_tiers.c: the prefix cache below the device pool (kvtier/ holds the blocks; this
+/* kv_tiers.c: the prefix cache below the device pool (kvcache/ holds the blocks; this
  * file moves them between it and the pool).
  *
  *   evict   when the pool reuses a registered block nobody holds (kv_blocks.c's LRU),

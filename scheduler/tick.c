@@ -14,7 +14,7 @@
  *   Start    admit from the waiting list in policy order while max_batch_size allows
  *            and the pool holds the whole feed's blocks plus the watermark (all of
  *            them are allocated at admission), each admitted sequence getting a chunk.
- *            A feed whose leading full blocks are in the prefix cache (kv_blocks.c)
+ *            A feed whose leading full blocks are in the prefix cache (kvcache/kv_blocks.c)
  *            shares them and starts computing after them.
  *            Prefill chunks share max_prefill_tokens; the step holds at most
  *            max_batch_tokens tokens, decode rows first.
