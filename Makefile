@@ -37,11 +37,12 @@ GPU_SRC       := gpu/device.c gpu/host/host_backend.c gpu/host/host_ops.c gpu/ho
                  gpu/host/host_attention.c gpu/host/host_attention_quant.c gpu/host/host_cpu.c gpu/host/host_quant_dot.c gpu/host/host_quant_dot_rows.c gpu/host/host_quant_dot_pairs.c \
                  gpu/host/host_quant_dot_wrows.c \
                  gpu/host/host_sample.c gpu/host/threadpool.c
-KVTIER_SRC    := kvtier/kvtier.c kvtier/kvtier_disk.c
+KVCACHE_SRC   := kvcache/kv_blocks.c kvcache/kvtier.c kvcache/kvtier_disk.c
 MODEL_SRC     := model/arch.c model/model.c model/forward.c
-SCHED_SRC     := scheduler/sched.c scheduler/queue.c scheduler/request.c scheduler/kv_blocks.c scheduler/kv_tiers.c scheduler/policy.c scheduler/slo.c \
+SCHED_SRC     := scheduler/sched.c scheduler/clock.c scheduler/running.c scheduler/draw.c scheduler/submit.c scheduler/queue.c \
+                 scheduler/request.c scheduler/kv_tiers.c scheduler/policy.c scheduler/slo.c \
                  scheduler/tick.c scheduler/masks.c scheduler/end_tick.c scheduler/embed.c scheduler/stop_match.c scheduler/sched_metrics.c \
-                 scheduler/spec_tick.c scheduler/spec_draft.c scheduler/spec/spec_ngram.c scheduler/spec/spec_suffix.c \
+                 scheduler/spec_tick.c scheduler/spec_seq.c scheduler/spec_draft.c scheduler/spec/spec_ngram.c scheduler/spec/spec_suffix.c \
                  scheduler/spec/spec_gate.c scheduler/spec/spec_cost.c scheduler/spec/spec_accept.c
 CONFIG_SRC    := config/cfg.c config/cfg_yaml.c config/cfg_args.c
 # server/api: the OpenAI, Responses and Anthropic layer (bodies in, scheduler requests and
@@ -61,7 +62,7 @@ CLI_SRC       := cli/cli_session.c cli/cmd_generate.c cli/cmd_inspect.c cli/cmd_
                  cli/cmd_template.c cli/cmd_serve.c
 
 LIB_SRC := $(COMMON_SRC) $(QUANT_SRC) $(SAMPLE_SRC) $(GGUF_SRC) $(TOKENIZER_SRC) $(TEMPLATE_SRC) \
-           $(GRAMMAR_SRC) $(GPU_SRC) $(KVTIER_SRC) $(MODEL_SRC) $(SCHED_SRC) $(CONFIG_SRC) $(SERVER_SRC) $(CLI_SRC)
+           $(GRAMMAR_SRC) $(GPU_SRC) $(KVCACHE_SRC) $(MODEL_SRC) $(SCHED_SRC) $(CONFIG_SRC) $(SERVER_SRC) $(CLI_SRC)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 
 # ---- the CUDA backend (gpu/cuda/), built when nvcc is found ---------------------
@@ -117,7 +118,7 @@ SERVER_API_TEST_SRC := tests/unit/server/test_openai.c tests/unit/server/test_op
                        tests/unit/server/test_request_regressions.c
 SERVER_API_TEST_BIN := $(SERVER_API_TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all test layers api-check unit-test integration-test run debug setup fuzz bench bench-template bench-serve bench-spec bench-grammar bench-kv-tiers bench-kv-quant bench-slo bench-soak format format-check clean install
+.PHONY: all test layers calls api-check unit-test integration-test run debug setup fuzz bench bench-template bench-serve bench-spec bench-grammar bench-kv-tiers bench-kv-quant bench-slo bench-soak format format-check clean install
 
 all: $(BUILD)/spindle $(BUILD)/mkmodel
 
@@ -160,8 +161,9 @@ test: setup layers
 	@$(MAKE) --no-print-directory api-check unit-test integration-test
 
 # The folder-level include graph, checked against tools/layers.txt (no cycles, no include
-# against the layer order, no other folder's internal header); prints the graph.
-layers:
+# against the layer order, no other folder's internal header); prints the graph. Then
+# `make calls`.
+layers: calls
 	@$(PYTHON) tools/check_layers.py
 
 # The generated blocks of the docs (the layer graph in docs/architecture.md, the test
@@ -186,6 +188,11 @@ api-check: $(LIB_OBJ) $(SERVER_API_TEST_BIN)
 	@$(PYTHON) tools/check_layers.py --objects $(BUILD)/obj --only server >/dev/null
 	@echo "api-check: server/api builds without <microhttpd.h>, its tests link without -lmicrohttpd," \
 	    "no call runs back up"
+
+# The file-level call graph inside scheduler/ (nm of its objects), checked against
+# tools/calls.txt (leaves first: no call back up or across, no cycle); prints the graph.
+calls: $(SCHED_SRC:%.c=$(BUILD)/obj/%.o)
+	@$(PYTHON) tools/check_calls.py --objs $(BUILD)/obj $^
 
 unit-test: $(TEST_BIN)
 	@tools/run_unit_tests.sh $(TEST_BIN)

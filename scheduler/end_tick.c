@@ -1,9 +1,10 @@
-/* end_tick.c: what happens to a sequence once the step gave it logits: describe its
- * draw for dev_sample (which runs where the logits are), append the token it chose, detokenize incrementally, match
- * stop strings, decide whether it finished, and publish all of it to the request's output in one locked section; and
- * the common end of every request (finished, cancelled, timed out, shut down).
+/* end_tick.c: what happens to a sequence once the step gave it logits and dev_sample
+ * (which runs where the logits are) drew its token from the row draw.c described: append
+ * the token it chose, detokenize incrementally, match stop strings, decide whether it
+ * finished, and publish all of it to the request's output in one locked section; and the
+ * common end of every request (finished, cancelled, timed out, shut down).
  *
- * Per sampled token, in this order (1-3 inside dev_sample, from the row built here):
+ * Per sampled token, in this order (1-3 inside dev_sample, from draw.c's row):
  *   1. logprobs from the raw logits when asked (top_logprobs >= 0): log-sum-exp, the
  *      alternatives, and later the chosen token's log-probability;
  *   2. end-of-generation ids masked while fewer than min_tokens were generated (unless
@@ -51,15 +52,15 @@ static void request_count_locked(sched *s, const sched_request *r, sched_finish 
     switch (f) {
     case SCHED_FINISH_STOP:
     case SCHED_FINISH_LENGTH:
-        stat_add(&s->stats.finished, 1);
-        sched__metrics_observe_finished(&s->metrics, &r->out.timings); /* done: only this thread wrote it */
+        stat_add(&s->meter.stats.finished, 1);
+        sched__metrics_observe_finished(&s->meter.hist, &r->out.timings); /* done: only this thread wrote it */
         if (generation) sched__slo_finished(s, r, true);
         break;
-    case SCHED_FINISH_CANCELLED: stat_add(&s->stats.cancelled, 1); break;
+    case SCHED_FINISH_CANCELLED: stat_add(&s->meter.stats.cancelled, 1); break;
     case SCHED_FINISH_ERROR:
-        stat_add(&s->stats.errors, 1);
+        stat_add(&s->meter.stats.errors, 1);
         if (generation) sched__slo_finished(s, r, false);
-        if (err == SP_ERR_TIMEOUT) stat_add(&s->stats.timeouts, 1);
+        if (err == SP_ERR_TIMEOUT) stat_add(&s->meter.stats.timeouts, 1);
         break;
     case SCHED_FINISH_NONE: SP_ASSERT(!"a request ends with a finish reason"); break;
     }
@@ -68,7 +69,7 @@ static void request_count_locked(sched *s, const sched_request *r, sched_finish 
 /* After the output says done: blocks back to the pool, a finished answer to the suffix
  * cache, the scheduler's reference dropped. r must not be running any more. */
 static void request_retire(sched *s, sched_request *r, sched_finish f) {
-    kv__blocks_release(&s->blocks, &r->kv);
+    kv_blocks_release(&s->cache.blocks, &r->kv);
     sched__spec_release(s, r);
     sched__queue_uncount(s, r);
     r->state = SCHED_SEQ_DONE;
@@ -81,7 +82,7 @@ static void request_retire(sched *s, sched_request *r, sched_finish f) {
 void sched__request_end(sched *s, sched_request *r, sched_finish f, sp_status err, const char *msg) {
     if (r->swapped) { /* ended while waiting to come back */
         r->swapped = false;
-        atomic_fetch_sub_explicit(&s->stats.swapped, 1, memory_order_relaxed);
+        atomic_fetch_sub_explicit(&s->meter.stats.swapped, 1, memory_order_relaxed);
     }
     pthread_mutex_lock(&r->lock);
     output_finish_locked(r, f, err, msg, sched_now());
@@ -89,22 +90,6 @@ void sched__request_end(sched *s, sched_request *r, sched_finish f, sp_status er
     if (r->notify) r->notify(r->notify_arg);
     pthread_mutex_unlock(&r->lock);
     request_retire(s, r, f);
-}
-
-void sched__sample_row(const sched *s, const sched_request *r, int32_t ahead, dev_sample_row *row) {
-    const sched_request_params *p = &r->params;
-    int32_t n_generated = r->n_tokens + ahead - p->n_prompt;
-    (void)s;
-    *row = (dev_sample_row){
-        .params = &p->sampling,
-        .prompt = p->prompt,
-        .n_prompt = p->n_prompt,
-        .generated = r->tokens + p->n_prompt,
-        .n_generated = n_generated,
-        .mask_eog = n_generated < p->min_tokens && !p->ignore_eos,
-        .top_logprobs = p->top_logprobs,
-        .rng = sample_rng_at(p->sampling.seed, (int64_t)r->n_tokens + ahead),
-    };
 }
 
 /* The thinking budget: follows <think> and </think> through the text of each token (a
@@ -147,7 +132,7 @@ bool sched__emit(sched *s, sched_request *r, const dev_sample_result *drawn, dou
     bool eog = !p->ignore_eos && tok_is_eog(s->vocab, tok);
     /* the grammar: every token advances it (the mask allowed only such tokens, so a
      * refusal means the state hit a bound); complete, the answer is over */
-    bool grammar_refused = r->gram && !gram_state_advance_token(r->gram, s->gram_vocab, tok);
+    bool grammar_refused = r->gram && !gram_state_advance_token(r->gram, s->grammar.vocab, tok);
     bool complete = r->gram && !grammar_refused && !eog && gram_state_finished(r->gram);
     bool length = !eog && !complete && (n_generated >= p->max_tokens || r->n_tokens >= s->cfg.max_seq_len);
     size_t n_piece = 0;
@@ -201,7 +186,7 @@ bool sched__emit(sched *s, sched_request *r, const dev_sample_result *drawn, dou
     o->completion_tokens = n_generated;
     if (stopped) o->stop_matched = r->stop.matched + 1; /* which one: Anthropic's stop_sequence */
     if (o->timings.first_token == 0) o->timings.first_token = now;
-    stat_add(&s->stats.generated_tokens, 1); /* counted before the client can see it */
+    stat_add(&s->meter.stats.generated_tokens, 1); /* counted before the client can see it */
     if (finish != SCHED_FINISH_NONE) {
         output_finish_locked(r, finish, err, sp_last_error(), now);
         request_count_locked(s, r, finish, err);
@@ -209,7 +194,7 @@ bool sched__emit(sched *s, sched_request *r, const dev_sample_result *drawn, dou
     if (r->notify) r->notify(r->notify_arg);
     pthread_mutex_unlock(&r->lock);
 
-    if (r->last_token_at > 0) sched__metrics_observe(&s->metrics, SCHED_HIST_INTER_TOKEN, now - r->last_token_at);
+    if (r->last_token_at > 0) sched__metrics_observe(&s->meter.hist, SCHED_HIST_INTER_TOKEN, now - r->last_token_at);
     r->last_token_at = now;
     if (finish == SCHED_FINISH_NONE) return true;
     for (int i = 0; i < s->n_running; i++)

@@ -29,20 +29,20 @@ static void masks_compute(sched *s, const sched_mask_job *job) {
     sched_request *r = job->r;
     gram_state *ahead = NULL;
     for (int32_t j = 0; j <= job->n_draft; j++) {
-        uint32_t *mask = job->masks + (size_t)j * s->mask_words;
+        uint32_t *mask = job->masks + (size_t)j * s->grammar.mask_words;
         const gram_state *at = r->gram;
         if (j > 0) {
             bool ok = (ahead || gram_state_clone(r->gram, &ahead) == SP_OK) &&
-                      gram_state_advance_token(ahead, s->gram_vocab, r->tokens[r->n_tokens + j - 1]);
+                      gram_state_advance_token(ahead, s->grammar.vocab, r->tokens[r->n_tokens + j - 1]);
             /* out of memory: no token allowed, so the row cannot match its draft and the run stops there */
             if (!ok) {
-                memset(mask, 0, s->mask_words * sizeof *mask);
+                memset(mask, 0, s->grammar.mask_words * sizeof *mask);
                 job->rows[j].allowed = mask;
                 continue;
             }
             at = ahead;
         }
-        gram_mask(r->params.grammar, s->gram_vocab, at, mask);
+        gram_mask(r->params.grammar, s->grammar.vocab, at, mask);
         job->rows[j].allowed = mask;
     }
     gram_state_destroy(ahead);
@@ -50,7 +50,7 @@ static void masks_compute(sched *s, const sched_mask_job *job) {
 
 static void *masks_main(void *arg) {
     sched *s = arg;
-    sched_masks *m = &s->masks;
+    sched_masks *m = &s->grammar.masks;
     pthread_mutex_lock(&m->lock);
     for (;;) {
         while (!m->posted && !m->stop) pthread_cond_wait(&m->wake, &m->lock);
@@ -67,7 +67,7 @@ static void *masks_main(void *arg) {
 }
 
 sp_status sched__masks_init(sched *s, int max_jobs) {
-    sched_masks *m = &s->masks;
+    sched_masks *m = &s->grammar.masks;
     *m = (sched_masks){0};
     m->jobs = malloc(sizeof(sched_mask_job) * (size_t)max_jobs);
     if (!m->jobs) return sp_fail(SP_ERR_NOMEM, "scheduler: out of memory for the mask jobs");
@@ -79,7 +79,7 @@ sp_status sched__masks_init(sched *s, int max_jobs) {
 }
 
 void sched__masks_destroy(sched *s) {
-    sched_masks *m = &s->masks;
+    sched_masks *m = &s->grammar.masks;
     if (!m->initialized) return;
     if (m->started) sp_thread_stop(&m->lock, &m->wake, &m->stop, &m->thread, 1);
     pthread_cond_destroy(&m->done);
@@ -90,15 +90,15 @@ void sched__masks_destroy(sched *s) {
 }
 
 void sched__masks_add(sched *s, sched_request *r, int32_t n_draft, dev_sample_row *rows, size_t *n_masks) {
-    sched_masks *m = &s->masks;
-    SP_ASSERT(*n_masks + (size_t)n_draft + 1 <= s->max_mask_rows);
-    m->jobs[m->n_jobs++] =
-        (sched_mask_job){.r = r, .n_draft = n_draft, .rows = rows, .masks = s->step_masks + *n_masks * s->mask_words};
+    sched_masks *m = &s->grammar.masks;
+    SP_ASSERT(*n_masks + (size_t)n_draft + 1 <= s->grammar.max_mask_rows);
+    m->jobs[m->n_jobs++] = (sched_mask_job){
+        .r = r, .n_draft = n_draft, .rows = rows, .masks = s->grammar.step_masks + *n_masks * s->grammar.mask_words};
     *n_masks += (size_t)n_draft + 1;
 }
 
 void sched__masks_start(sched *s) {
-    sched_masks *m = &s->masks;
+    sched_masks *m = &s->grammar.masks;
     if (m->n_jobs == 0) return;
     if (!m->started && !m->failed) {
         m->started = sp_thread_start(&m->thread, "spindle-masks", masks_main, s) == SP_OK;
@@ -117,7 +117,7 @@ void sched__masks_start(sched *s) {
 
 void sched__masks_wait(void *ctx) {
     sched *s = ctx;
-    sched_masks *m = &s->masks;
+    sched_masks *m = &s->grammar.masks;
     if (m->n_jobs == 0) return;
     pthread_mutex_lock(&m->lock);
     while (m->posted) pthread_cond_wait(&m->done, &m->lock);

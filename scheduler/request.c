@@ -124,8 +124,8 @@ static void request_unprepare(sched_request *r) {
     if (!r->tokens) return;
     free(r->tokens);
     r->tokens = NULL;
-    kv__seq_free(&r->kv);
-    kv__seq_free(&r->draft_kv);
+    kv_seq_free(&r->kv);
+    kv_seq_free(&r->draft_kv);
     pthread_mutex_lock(&r->lock);
     free(r->out.tokens);
     free(r->out.top);
@@ -152,12 +152,12 @@ sp_status sched__request_prepare(sched_request *r, int block_size) {
         r->out.top_logprobs > 0 ? malloc(sizeof *top * (size_t)p->max_tokens * (size_t)r->out.top_logprobs) : NULL;
     char *text = malloc(text_cap);
     kv_seq kv = {0}, draft_kv = {0};
-    int32_t cap = kv__blocks_for_tokens(total, block_size);
-    bool kv_ok = kv__seq_init(&kv, cap) == SP_OK;
-    bool draft_ok = kv__seq_init(&draft_kv, cap) == SP_OK; /* the draft model's blocks (spec_draft.c) */
+    int32_t cap = kv_blocks_for_tokens(total, block_size);
+    bool kv_ok = kv_seq_init(&kv, cap) == SP_OK;
+    bool draft_ok = kv_seq_init(&draft_kv, cap) == SP_OK; /* the draft model's blocks (spec_draft.c) */
     if (!tokens || !out_tokens || (r->out.top_logprobs > 0 && !top) || !text || !kv_ok || !draft_ok) {
-        if (kv_ok) kv__seq_free(&kv);
-        if (draft_ok) kv__seq_free(&draft_kv);
+        if (kv_ok) kv_seq_free(&kv);
+        if (draft_ok) kv_seq_free(&draft_kv);
         free(tokens);
         free(out_tokens);
         free(top);
@@ -209,8 +209,8 @@ void sched_request_release(sched_request *r) {
     int before = atomic_fetch_sub_explicit(&r->refs, 1, memory_order_acq_rel);
     SP_ASSERT(before > 0);
     if (before != 1) return;
-    if (r->kv.ids) kv__seq_free(&r->kv);
-    if (r->draft_kv.ids) kv__seq_free(&r->draft_kv);
+    if (r->kv.ids) kv_seq_free(&r->kv);
+    if (r->draft_kv.ids) kv_seq_free(&r->draft_kv);
     free(r->tokens);
     free((void *)r->params.prompt);
     free(r->stop_data);

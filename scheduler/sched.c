@@ -12,7 +12,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "common/assert.h"
 #include "common/log.h"
@@ -89,16 +88,6 @@ sp_status sched_config_validate(const sched_config *c) {
     return SP_OK;
 }
 
-double sched_now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-static void heartbeat(sched *s) {
-    atomic_store_explicit(&s->heartbeat_ns, (int64_t)(sched_now() * 1e9), memory_order_relaxed);
-}
-
 /* Every per-step array and scratch buffer, sized from the configuration. */
 static sp_status sched_alloc_arrays(sched *s) {
     size_t t = (size_t)s->cfg.max_batch_tokens, b = (size_t)s->cfg.max_batch_size;
@@ -107,7 +96,7 @@ static sp_status sched_alloc_arrays(sched *s) {
     s->step_seq = malloc(sizeof(int32_t) * t);
     s->step_seq_len = malloc(sizeof(int32_t) * b);
     s->step_block_table = calloc(b * (size_t)s->max_blocks_per_seq, sizeof(int32_t));
-    s->match_ids = malloc(sizeof(int32_t) * (size_t)s->max_blocks_per_seq);
+    s->cache.match_ids = malloc(sizeof(int32_t) * (size_t)s->max_blocks_per_seq);
     s->step_logit_rows = malloc(sizeof(int32_t) * t); /* every row of a draft wants logits */
     s->step_reqs = malloc(sizeof(sched_request *) * b);
     s->decode_candidates = malloc(sizeof(sched_request *) * b);
@@ -125,24 +114,24 @@ static sp_status sched_alloc_arrays(sched *s) {
     s->sample_results = malloc(sizeof(dev_sample_result) * t);
     s->step_n_draft = malloc(sizeof(int32_t) * b);
     s->step_proposer = malloc(sizeof(int8_t) * b);
-    s->mask_words = ((size_t)s->n_vocab + 31) / 32;
+    s->grammar.mask_words = ((size_t)s->n_vocab + 31) / 32;
     /* grammar rows: a decode row and its drafts per sequence */
-    s->max_mask_rows = b * (size_t)(1 + s->cfg.spec_k);
-    if (s->max_mask_rows > t) s->max_mask_rows = t;
-    s->step_masks = malloc(sizeof(uint32_t) * s->mask_words * s->max_mask_rows);
+    s->grammar.max_mask_rows = b * (size_t)(1 + s->cfg.spec_k);
+    if (s->grammar.max_mask_rows > t) s->grammar.max_mask_rows = t;
+    s->grammar.step_masks = malloc(sizeof(uint32_t) * s->grammar.mask_words * s->grammar.max_mask_rows);
     s->piece_cap = tok_max_token_bytes(s->vocab) + 64;
     s->piece = malloc(2 * s->piece_cap);
     s->text_work = malloc(SCHED_MAX_STOP_BYTES + 2 * s->piece_cap);
     int n_eog = 0;
     for (int32_t id = 0; id < s->n_vocab; id++) n_eog += tok_is_eog(s->vocab, id);
     s->eog_ids = malloc(sizeof(int32_t) * (size_t)(n_eog > 0 ? n_eog : 1));
-    if (!s->step_tokens || !s->step_pos || !s->step_seq || !s->step_seq_len || !s->step_block_table || !s->match_ids ||
-        !s->step_logit_rows || !s->step_reqs || !s->decode_candidates || !s->step_chunk || !s->step_prefill ||
-        !s->step_logit_of || !s->running || !s->sample_rows || !s->sample_results || !s->piece || !s->text_work ||
-        !s->eog_ids || !s->step_n_draft || !s->step_proposer || !s->step_masks || !s->step_hidden_rows ||
-        !s->step_hidden_of || !s->step_hidden_n || !s->step_hidden)
+    if (!s->step_tokens || !s->step_pos || !s->step_seq || !s->step_seq_len || !s->step_block_table ||
+        !s->cache.match_ids || !s->step_logit_rows || !s->step_reqs || !s->decode_candidates || !s->step_chunk ||
+        !s->step_prefill || !s->step_logit_of || !s->running || !s->sample_rows || !s->sample_results || !s->piece ||
+        !s->text_work || !s->eog_ids || !s->step_n_draft || !s->step_proposer || !s->grammar.step_masks ||
+        !s->step_hidden_rows || !s->step_hidden_of || !s->step_hidden_n || !s->step_hidden)
         return sp_fail(SP_ERR_NOMEM, "scheduler: out of memory for its step arrays");
-    sp_status st = gram_vocab_create(s->vocab, &s->gram_vocab);
+    sp_status st = gram_vocab_create(s->vocab, &s->grammar.vocab);
     if (st != SP_OK) return st;
     if ((st = sched__masks_init(s, (int)b)) != SP_OK) return st;
     for (int32_t id = 0; id < s->n_vocab; id++)
@@ -156,7 +145,7 @@ static void sched_free_arrays(sched *s) {
     free(s->step_seq);
     free(s->step_seq_len);
     free(s->step_block_table);
-    free(s->match_ids);
+    free(s->cache.match_ids);
     free(s->step_logit_rows);
     free(s->step_reqs);
     free(s->decode_candidates);
@@ -176,8 +165,8 @@ static void sched_free_arrays(sched *s) {
     free(s->step_n_draft);
     free(s->step_proposer);
     sched__masks_destroy(s);
-    free(s->step_masks);
-    gram_vocab_destroy(s->gram_vocab);
+    free(s->grammar.step_masks);
+    gram_vocab_destroy(s->grammar.vocab);
 }
 
 /* What a GPU backend still allocates after the pool: decode padding's scratch KV block
@@ -231,15 +220,15 @@ sp_status sched_create(const sched_config *config, model *m, sched **out) {
     s->n_vocab = tok_vocab_size(s->vocab);
     s->n_embd = model_get_hparams(m)->n_embd;
     if (s->cfg.max_seq_len == 0) s->cfg.max_seq_len = model_get_hparams(m)->n_ctx_train;
-    atomic_init(&s->queued, 0);
-    atomic_init(&s->queued_tokens, 0);
+    atomic_init(&s->queue.queued, 0);
+    atomic_init(&s->queue.queued_tokens, 0);
 
-    if (sp_cond_init_monotonic(&s->wake) != 0) {
+    if (sp_cond_init_monotonic(&s->queue.wake) != 0) {
         free(s);
         return sp_fail(SP_ERR_NOMEM, "scheduler: cannot create its condition variable");
     }
-    if (pthread_mutex_init(&s->lock, NULL) != 0) {
-        pthread_cond_destroy(&s->wake);
+    if (pthread_mutex_init(&s->queue.lock, NULL) != 0) {
+        pthread_cond_destroy(&s->queue.wake);
         free(s);
         return sp_fail(SP_ERR_NOMEM, "scheduler: cannot create its lock");
     }
@@ -248,7 +237,7 @@ sp_status sched_create(const sched_config *config, model *m, sched **out) {
     /* the draft model's pool first: on a GPU the target's takes its share of what is left */
     if ((st = sched__draft_init(s)) != SP_OK) goto fail;
     if ((st = sched_pool_blocks(s, &n_blocks)) != SP_OK) goto fail;
-    if ((st = kv__blocks_init(&s->blocks, n_blocks, s->cfg.block_size, s->cfg.prefix_cache)) != SP_OK) goto fail;
+    if ((st = kv_blocks_init(&s->cache.blocks, n_blocks, s->cfg.block_size, s->cfg.prefix_cache)) != SP_OK) goto fail;
     /* one sequence can never be longer than the whole pool: say so once, and make the
      * context (what clients see as max_model_len) what the pool can hold */
     if ((int64_t)n_blocks * s->cfg.block_size < s->cfg.max_seq_len) {
@@ -258,16 +247,17 @@ sp_status sched_create(const sched_config *config, model *m, sched **out) {
                     (long long)s->cfg.kv_cache_mb, fits, s->cfg.max_seq_len, fits);
         s->cfg.max_seq_len = fits;
     }
-    s->max_blocks_per_seq = kv__blocks_for_tokens(s->cfg.max_seq_len, s->cfg.block_size);
-    s->watermark_blocks = (int32_t)(s->cfg.kv_watermark * n_blocks);
+    s->max_blocks_per_seq = kv_blocks_for_tokens(s->cfg.max_seq_len, s->cfg.block_size);
+    s->cache.watermark_blocks = (int32_t)(s->cfg.kv_watermark * n_blocks);
     if ((st = sched_alloc_arrays(s)) != SP_OK) goto fail;
     if ((st = sched__spec_init(s)) != SP_OK) goto fail;
-    if ((st = model_kv_create_typed(m, n_blocks, s->cfg.block_size, sched__kv_type(&s->cfg), &s->kv)) != SP_OK) {
+    if ((st = model_kv_create_typed(m, n_blocks, s->cfg.block_size, sched__kv_type(&s->cfg), &s->cache.pool)) !=
+        SP_OK) {
         sp_fail_prefix(st, "KV cache of %d blocks", n_blocks);
         goto fail;
     }
     if ((st = sched__tiers_init(s)) != SP_OK) goto fail;
-    heartbeat(s);
+    sched__heartbeat(s);
     *out = s;
     return SP_OK;
 fail:
@@ -279,9 +269,9 @@ static void *sched_thread_main(void *arg) {
     sched *s = arg;
     bool idle = false;
     for (;;) {
-        heartbeat(s);
+        sched__heartbeat(s);
         if (sched__queue_take(s, idle, SCHED_IDLE_WAIT_S)) break;
-        heartbeat(s);
+        sched__heartbeat(s);
         idle = !sched__tick(s);
     }
     return NULL;
@@ -295,20 +285,13 @@ sp_status sched_start(sched *s) {
     return SP_OK;
 }
 
-void sched__running_remove(sched *s, int i) {
-    SP_ASSERT(i >= 0 && i < s->n_running);
-    memmove(s->running + i, s->running + i + 1, sizeof *s->running * (size_t)(s->n_running - i - 1));
-    s->n_running--;
-    atomic_store_explicit(&s->stats.running, s->n_running, memory_order_relaxed);
-}
-
 void sched_destroy(sched *s) {
     if (!s) return;
-    pthread_mutex_lock(&s->lock);
-    s->shutting_down = true;
-    s->stopping = true;
-    pthread_cond_signal(&s->wake);
-    pthread_mutex_unlock(&s->lock);
+    pthread_mutex_lock(&s->queue.lock);
+    s->queue.shutting_down = true;
+    s->queue.stopping = true;
+    pthread_cond_signal(&s->queue.wake);
+    pthread_mutex_unlock(&s->queue.lock);
     if (s->started) pthread_join(s->thread, NULL);
     s->started = false;
 
@@ -319,25 +302,25 @@ void sched_destroy(sched *s) {
         sched__running_remove(s, s->n_running - 1);
         sched__request_end(s, r, SCHED_FINISH_ERROR, SP_ERR_UNAVAILABLE, "the server is shutting down");
     }
-    while (s->wait_head) {
-        sched_request *r = s->wait_head;
+    while (s->queue.wait_head) {
+        sched_request *r = s->queue.wait_head;
         sched__waiting_remove(s, r);
         sched__request_end(s, r, SCHED_FINISH_ERROR, SP_ERR_UNAVAILABLE, "the server is shutting down");
     }
 
     sched__tiers_free(s);
-    if (s->kv) dev_kv_destroy(model_device(s->m), s->kv);
-    kv__blocks_free(&s->blocks);
+    if (s->cache.pool) dev_kv_destroy(model_device(s->m), s->cache.pool);
+    kv_blocks_free(&s->cache.blocks);
     sched__spec_free(s);
     sched__draft_free(s);
     sched_free_arrays(s);
-    pthread_mutex_destroy(&s->lock);
-    pthread_cond_destroy(&s->wake);
+    pthread_mutex_destroy(&s->queue.lock);
+    pthread_cond_destroy(&s->queue.wake);
     free(s);
 }
 
 void sched_get_stats(const sched *s, sched_stats *out) {
-    const sched_counters *c = &s->stats;
+    const sched_counters *c = &s->meter.stats;
 #define LOAD(x) atomic_load_explicit(&c->x, memory_order_relaxed)
     *out = (sched_stats){
         .submitted = LOAD(submitted),
@@ -365,16 +348,16 @@ void sched_get_stats(const sched *s, sched_stats *out) {
         .swapped = LOAD(swapped),
     };
 #undef LOAD
-    out->queued = atomic_load_explicit(&s->queued, memory_order_relaxed);
-    out->queued_tokens = atomic_load_explicit(&s->queued_tokens, memory_order_relaxed);
-    out->kv_blocks_used = kv__blocks_used(&s->blocks);
-    out->kv_blocks_total = s->blocks.n_total;
-    out->kv_blocks_cached = kv__blocks_cached(&s->blocks);
+    out->queued = atomic_load_explicit(&s->queue.queued, memory_order_relaxed);
+    out->queued_tokens = atomic_load_explicit(&s->queue.queued_tokens, memory_order_relaxed);
+    out->kv_blocks_used = kv_blocks_used(&s->cache.blocks);
+    out->kv_blocks_total = s->cache.blocks.n_total;
+    out->kv_blocks_cached = kv_blocks_cached(&s->cache.blocks);
     dev_kv_shape one_token = model_kv_shape(s->m, 1, 1, sched__kv_type(&s->cfg));
     out->kv_bytes_per_token = (int64_t)dev_kv_bytes(&one_token);
     dev_kv_shape one_block = model_kv_shape(s->m, 1, s->cfg.block_size, sched__kv_type(&s->cfg));
     out->kv_bytes_per_sequence = (int64_t)s->max_blocks_per_seq * (int64_t)dev_kv_bytes(&one_block);
-    kvt_stats_get(s->tiers, &out->tiers);
+    kvt_stats_get(s->cache.tiers, &out->tiers);
     sched__spec_stats(s, out);
 }
 
@@ -383,16 +366,11 @@ const sched_config *sched_get_config(const sched *s) {
 }
 
 const gram_vocab *sched_grammar_vocab(const sched *s) {
-    return s->gram_vocab;
+    return s->grammar.vocab;
 }
 
 bool sched_device_fault(const sched *s, char *why, size_t cap) {
-    if (!atomic_load_explicit(&s->device_fault, memory_order_acquire)) return false;
-    snprintf(why, cap, "%s", s->device_fault_msg);
+    if (!atomic_load_explicit(&s->meter.device_fault, memory_order_acquire)) return false;
+    snprintf(why, cap, "%s", s->meter.device_fault_msg);
     return true;
-}
-
-double sched_seconds_since_heartbeat(const sched *s) {
-    int64_t ns = atomic_load_explicit(&s->heartbeat_ns, memory_order_relaxed);
-    return sched_now() - (double)ns * 1e-9;
 }

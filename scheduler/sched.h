@@ -28,7 +28,7 @@
 #include "common/kinds.h"
 #include "common/status.h"
 #include "grammar/grammar.h"
-#include "kvtier/kvtier.h"
+#include "kvcache/kvcache.h"
 #include "sample/sample.h"
 
 /* The model the scheduler thread owns (model/model.h); only a pointer crosses here,

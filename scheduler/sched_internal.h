@@ -1,11 +1,16 @@
 /* sched_internal.h: what the scheduler's files share and nothing outside scheduler/
- * (and its unit tests) may use: the request and scheduler structs, the KV block
- * manager, the admission/preemption policies, stop-string matching and the tick.
+ * (and its unit tests) may use: the request and scheduler structs, the admission/
+ * preemption policies, stop-string matching and the functions of each file, which
+ * tools/calls.txt orders (leaves first). struct sched is its immutable core, the thread's
+ * running list and step arrays, and five parts, each in its own header under state/
+ * with its owner threads: queue and admission (queue.h), the KV cache with its block
+ * manager and tiers (kv.h), speculation (speculation.h), grammar masks (grammar.h) and
+ * the meters (meter.h). Headers under state/ are scheduler/'s own (make layers).
  *
  * DESIGN (threads). A struct field belongs to one of three owners, named at the field:
  *   - immutable: written once before the object is shared, then read by anyone;
  *   - under a lock: the request's `lock` (its output and notify callback) or the
- *     scheduler's `lock` (the queue and the shutdown flags);
+ *     scheduler's `queue.lock` (the queue and the shutdown flags);
  *   - the scheduler thread: everything about running sequences (block lists, token
  *     arrays, sampler and decoder state, the waiting list, the step arrays). Before
  *     sched_start and after the thread is joined, the thread calling sched_create or
@@ -19,98 +24,20 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
-#include "kvtier/kvtier.h"
+#include "kvcache/kvcache.h"
 #include "model/model.h"
 #include "scheduler/sched.h"
 #include "scheduler/spec/spec.h"
+/* struct sched's parts, one header each, naming their owner threads */
+#include "scheduler/state/grammar.h"
+#include "scheduler/state/kv.h"
+#include "scheduler/state/meter.h"
+#include "scheduler/state/queue.h"
+#include "scheduler/state/speculation.h"
 
 /* tick.c's fair share of decode rows: while several submissions decode, one adds at most
  * this many rows per step, or as many as the largest other one. */
 enum { SCHED_FAIR_DECODE_ROWS = 2 };
-
-/* ---- KV block manager (kv_blocks.c): bookkeeping of block ids only ------------- */
-
-/* The block ids one sequence owns, in position order (block b holds positions
- * b*B .. b*B+B-1). Scheduler thread. */
-typedef struct kv_seq {
-    int32_t *ids; /* (cap) */
-    int32_t n;
-    int32_t cap;        /* the most blocks this sequence can ever need */
-    int32_t n_hashed;   /* prefix cache: leading blocks whose chain hash is known */
-    uint64_t last_hash; /* the chain hash of block n_hashed - 1 */
-} kv_seq;
-
-/* Called when a registered block is evicted, before its id is reused: the tiered prefix
- * cache (kv_tiers.c) keeps a copy of its K/V under its chain hash, its parent's chain
- * hash and its tokens. */
-typedef void (*kv_evict_fn)(void *arg, int32_t id, uint64_t hash, uint64_t parent_hash, const int32_t *tokens);
-
-/* The pool of block ids, with the prefix cache (kv_blocks.c has the design). Scheduler
- * thread; the atomics are for stats read on other threads. */
-typedef struct kv_blocks {
-    int32_t n_total;
-    int block_size;
-    bool caching;      /* prefix cache on */
-    int32_t *free_ids; /* (n_total) blocks holding nothing cached: a stack of n_free */
-    int32_t n_free;
-    /* per block (n_total each) */
-    int32_t *ref;                 /* sequences holding it */
-    bool *registered;             /* in the cache: its hash, parent and tokens are valid */
-    uint64_t *hash;               /* chain hash of its tokens and every token before them */
-    uint64_t *parent_hash;        /* the chain hash of the block before it (KV_CHAIN_ROOT: the first) */
-    int32_t *parent;              /* the registered block before it in its chain; -1: the first */
-    int32_t *tokens;              /* (n_total, B) its tokens */
-    int32_t *lru_prev, *lru_next; /* cached blocks no sequence holds, oldest first */
-    int32_t lru_head, lru_tail, n_evictable;
-    /* hash -> block id, open addressing with linear probing; -1: empty */
-    int32_t *map;
-    uint32_t map_mask;
-    _Atomic int32_t n_used;   /* held by a sequence */
-    _Atomic int32_t n_cached; /* registered (held or evictable) */
-    kv_evict_fn on_evict;     /* NULL: none */
-    void *evict_arg;
-} kv_blocks;
-
-/* The chain hash of a first block's parent. */
-#define KV_CHAIN_ROOT 0x9e3779b97f4a7c15ULL
-/* The chain hash of a block of tokens (block_size of them) after a block of chain hash
- * parent. */
-uint64_t kv__chain_hash(uint64_t parent, const int32_t *tokens, int block_size);
-
-/* Caller owns the pool's arrays; free with kv__blocks_free. prefix_cache: keep full
- * blocks' contents findable after their sequences end. */
-sp_status kv__blocks_init(kv_blocks *kb, int32_t n_blocks, int block_size, bool prefix_cache);
-void kv__blocks_free(kv_blocks *kb);
-/* Blocks a sequence could take now: free ones plus cached ones nobody holds. */
-int32_t kv__blocks_available(const kv_blocks *kb);
-/* Gives seq new blocks until it owns n_blocks (<= seq->cap), evicting the least
- * recently used cached blocks when no free one is left; all or none: false, and
- * nothing taken, when too few are available. */
-bool kv__blocks_grow(kv_blocks *kb, kv_seq *seq, int32_t n_blocks);
-/* Returns every block of seq to the pool (cached ones stay findable until evicted). */
-void kv__blocks_release(kv_blocks *kb, kv_seq *seq);
-int32_t kv__blocks_used(const kv_blocks *kb);
-int32_t kv__blocks_cached(const kv_blocks *kb);
-/* Blocks that hold n_tokens positions. */
-int32_t kv__blocks_for_tokens(int64_t n_tokens, int block_size);
-
-/* Prefix cache: the longest run of cached blocks holding tokens[0 .. n*B), at most
- * max_blocks of them, into ids (cap max_blocks); *unheld: how many of them no sequence
- * holds now (taking those lowers kv__blocks_available). Takes nothing. */
-int32_t kv__prefix_match(const kv_blocks *kb, const int32_t *tokens, int32_t max_blocks, int32_t *ids, int32_t *unheld);
-/* Makes seq (owning no blocks yet) share the n matched blocks of kv__prefix_match. */
-void kv__prefix_take(kv_blocks *kb, kv_seq *seq, const int32_t *ids, int32_t n, const int32_t *tokens);
-/* Registers seq's full blocks among its first n_computed positions (tokens[]) in the
- * cache, so later sequences with the same prefix find them. */
-void kv__prefix_register(kv_blocks *kb, kv_seq *seq, const int32_t *tokens, int32_t n_computed);
-
-/* Gives back seq's blocks beyond its first n_blocks (speculation's rejected drafts):
- * each goes to the prefix cache's LRU when registered, else to the free list. */
-void kv__blocks_truncate(kv_blocks *kb, kv_seq *seq, int32_t n_blocks);
-
-/* Caller owns seq->ids; free with kv__seq_free (after kv__blocks_release). */
-sp_status kv__seq_init(kv_seq *seq, int32_t cap);
-void kv__seq_free(kv_seq *seq);
 
 /* ---- stop strings (stop_match.c) ------------------------------------------------ */
 
@@ -242,71 +169,7 @@ int sched__policy_victim(sp_policy kind, sched_request *const *running, int n, u
  * another can be. */
 enum { SCHED_RESUME_IMMUNITY_TICKS = 32 };
 
-/* ---- histograms (sched_metrics.c) ------------------------------------------------- */
-
-/* One histogram's buckets, not cumulative: buckets[i] counts observations in
- * (bounds[i-1], bounds[i]], buckets[n_bounds] those above every bound. Zeroed memory
- * is an empty histogram. Any thread observes (atomics only), any thread reads. */
-typedef struct sched_histogram {
-    _Atomic uint64_t buckets[SCHED_HIST_MAX_BOUNDS + 1];
-    _Atomic double sum;
-} sched_histogram;
-
-typedef struct sched_metrics {
-    sched_histogram hist[SCHED_HIST_COUNT];
-} sched_metrics;
-
-/* Adds v to histogram id (NaN ignored, negatives as 0). Lock-free; any thread. */
-void sched__metrics_observe(sched_metrics *m, sched_hist_id id, double v);
-/* TTFT, end-to-end, prefill and decode time of a request that finished. */
-void sched__metrics_observe_finished(sched_metrics *m, const sched_timings *t);
-/* Cumulative buckets, count and sum of histogram id. Any thread. */
-void sched__metrics_snapshot(const sched_metrics *m, sched_hist_id id, sched_hist_snapshot *out);
-
-/* ---- grammar masks off the critical path (masks.c) --------------------------------- */
-
-/* One constrained sequence's rows of a step: n_draft + 1 rows and as many masks. */
-typedef struct sched_mask_job {
-    sched_request *r;
-    int32_t n_draft;
-    dev_sample_row *rows; /* its rows in sample_rows: their `allowed` is set */
-    uint32_t *masks;      /* (n_draft + 1, mask_words) in step_masks */
-} sched_mask_job;
-
-/* The mask worker and the jobs of the step at hand (see masks.c for the hand-over). */
-typedef struct sched_masks {
-    pthread_t thread;
-    pthread_mutex_t lock;
-    pthread_cond_t wake, done;
-    sched_mask_job *jobs; /* (max_batch_size) */
-    int n_jobs;
-    bool posted;      /* under lock: jobs handed to the worker, not finished yet */
-    bool stop;        /* under lock: the worker returns */
-    bool started;     /* the worker runs */
-    bool failed;      /* it could not start: masks are computed inline */
-    bool initialized; /* lock, conditions and jobs exist */
-} sched_masks;
-
 /* ---- the scheduler ---------------------------------------------------------------- */
-
-/* Operational counters (sched_stats); relaxed atomics, each value on its own. */
-/* Speculative decoding's counters (sched_stats), per proposer where indexed. */
-typedef struct sched_spec_counters {
-    _Atomic int64_t proposed[SCHED_SPEC_PROPOSERS], accepted[SCHED_SPEC_PROPOSERS], drafts[SCHED_SPEC_PROPOSERS],
-        switches[SCHED_SPEC_PROPOSERS];
-    _Atomic int64_t accepted_at[SCHED_SPEC_MAX_K];
-    _Atomic bool enabled[SCHED_SPEC_PROPOSERS];
-    _Atomic int64_t suffix_bytes;
-} sched_spec_counters;
-
-typedef struct sched_counters {
-    _Atomic int64_t submitted, rejected_queue_requests, rejected_queue_tokens, rejected_shutdown, rejected_invalid,
-        finished, cancelled, errors, timeouts, preemptions, ticks, prompt_tokens, generated_tokens, prefix_query_tokens,
-        prefix_hit_tokens, tier_reloaded_tokens, swap_resumes, slo_requests, slo_goodput, slo_rejected,
-        slo_prefill_holds;
-    _Atomic int32_t running;
-    _Atomic int32_t swapped;
-} sched_counters;
 
 struct sched {
     /* immutable after sched_create */
@@ -314,111 +177,71 @@ struct sched {
     model *m;
     const tok_vocab *vocab;
     int32_t n_vocab;
+    int32_t n_embd;             /* D */
     int32_t max_blocks_per_seq; /* block table row width: ceil(max_seq_len / B) */
-    int32_t watermark_blocks;
-    int32_t *eog_ids; /* (n_eog) end-of-generation ids of the vocabulary */
+    int32_t *eog_ids;           /* (n_eog) end-of-generation ids of the vocabulary */
     int n_eog;
     size_t piece_cap; /* bytes one decoder push or flush may write */
 
-    /* the queue: under lock */
-    pthread_mutex_t lock;
-    pthread_cond_t wake;
-    sched_request *queue_head, *queue_tail;
-    uint64_t next_arrival_no;
-    /* the latest turn admitted: written by the scheduler thread at admission, read by
-     * sched_submit for the turns of new sequences */
-    _Atomic int64_t turn_admitted;
-    bool shutting_down; /* sched_submit refuses */
-    bool stopping;      /* the thread should return */
-    bool wake_pending;
-    /* the bounds: changed under lock by sched_submit, lowered by the scheduler thread
-     * (atomically, without the lock) when a request is admitted or ends while waiting */
-    _Atomic int32_t queued;
-    _Atomic int64_t queued_tokens;
+    sched_queue_state queue;     /* queue and admission (state/queue.h) */
+    sched_kv_state cache;        /* KV pool, blocks, prefix cache and tiers (state/kv.h) */
+    sched_spec_state spec;       /* speculative decoding (state/speculation.h) */
+    sched_grammar_state grammar; /* constrained output's masks (state/grammar.h) */
+    sched_meter meter;           /* counters, histograms, step costs, heartbeat (state/meter.h) */
 
     /* the scheduler thread (see the file comment) */
     pthread_t thread;
     bool started;
-    dev_kv *kv;
-    kv_blocks blocks;
-    int32_t *match_ids; /* (max_blocks_per_seq) the prefix cache's match for the head being admitted */
-    int32_t n_match;
-    int32_t n_tier_match;    /* blocks after those that the tiers hold (kv_tiers.c) */
-    kvt_store *tiers;        /* the prefix cache's host and disk tiers; NULL: none */
-    uint8_t *tier_buf;       /* (tier_block_bytes) one block on its way between the pool and a tier */
-    size_t tier_block_bytes; /* dev_kv_block_bytes of the pool */
-    double tier_reload_s[3]; /* per kvt_tier: seconds one block's reload took (EWMA; 0: not measured) */
-    double prefill_row_s;    /* seconds one row of a prefill step took (EWMA; 0: not measured) */
-    double decode_step_s;    /* seconds a decode-only step took (EWMA; 0: not measured) */
-    uint32_t tier_skips[3];  /* per kvt_tier: matches not reloaded for the cost (kv_tiers.c) */
-    bool tier_save_failed;   /* a block could not be copied out of the pool (logged once) */
-    /* admissions per second while requests waited (slo.c: a window of about a second
-     * counts only when the waiting list never ran empty in it) */
-    double admit_window_start;
-    int32_t admit_window_count;
-    bool admit_window_saturated;
-    double admit_rate;
-    /* the rates above for sched_submit's TTFT estimate (policy slo), on other threads */
-    _Atomic double shared_prefill_row_s, shared_decode_step_s, shared_admit_rate;
-    sched_request *wait_head, *wait_tail; /* ordered by sched__policy_before */
-    sched_request **running;              /* (max_batch_size) in admission order */
+    sched_request **running; /* (max_batch_size) in admission order (running.c) */
     int n_running;
+    uint64_t tick_no; /* ticks that planned a step */
 
-    /* per-step arrays, sized once (no allocation in the tick) */
+    /* per-step arrays, sized once (no allocation in the tick): the scheduler thread */
     int32_t *step_tokens, *step_pos, *step_seq;                 /* (max_batch_tokens) */
     int32_t *step_seq_len, *step_block_table, *step_logit_rows; /* (S), (S, max_blocks), (S) */
     sched_request **step_reqs;                                  /* (S) */
     sched_request **decode_candidates;                          /* (max_batch_size) tick.c's fair share */
-    uint64_t tick_no;                                           /* ticks that planned a step */
     int32_t *step_chunk;                                        /* (S) tokens fed per sequence */
     bool *step_prefill;                                         /* (S) chunk is prompt/recompute */
     int32_t *step_logit_of;                                     /* (S) logits row, or -1 */
     int32_t *step_hidden_rows;                                  /* (max_prefill_tokens) embeddings' rows */
     int32_t *step_hidden_of, *step_hidden_n;                    /* (S) sequence q's first hidden row, count */
     float *step_hidden;                                         /* (max_prefill_tokens, D) their vectors */
-    int32_t n_embd;                                             /* D */
     dev_sample_row *sample_rows;                                /* (S) each logit row's draw, for dev_sample */
-    dev_sample_result *sample_results;
-    gram_vocab *gram_vocab;           /* the vocabulary's trie for grammar masks */
-    uint32_t *step_masks;             /* (max_mask_rows, mask_words) the allowed tokens of grammar rows of a step */
-    sched_masks masks;                /* who computes them (masks.c) */
-    size_t mask_words, max_mask_rows; /* (S) the tokens it chose */
-    int32_t *step_n_draft;            /* (S) draft tokens after sequence q's decode row (its rows: 1 + n_draft) */
-    int8_t *step_proposer;            /* (S) the spec_proposer of those drafts; -1: none */
-    char *piece;                      /* (2 * piece_cap) decoded text of one token (push, then flush) */
-    char *text_work;                  /* (SCHED_MAX_STOP_BYTES + 2 * piece_cap) held text + piece, for stop matching */
-
-    /* speculative decoding (spec_tick.c): the scheduler thread */
-    spec_gate gate;
-    bool spec_ran[SPEC_N_PROPOSERS];       /* this tick ran that proposer's model (its time is its own) */
-    double spec_seconds[SPEC_N_PROPOSERS]; /* how long that model ran this tick */
-    int spec_width;                        /* the decode sequences this tick's drafts were planned for */
-    double spec_token_s[SPEC_N_PROPOSERS][SPEC_GATE_BUCKETS]; /* spec_draft.c: a drafter model's seconds per draft
-                                                                 token and sequence, per step width (EWMA; 0: not
-                                                                 measured yet) */
-    double draft_catchup_s;            /* spec_draft.c: the draft model's seconds per catch-up token (EWMA;
-                                          0: not measured yet) */
-    spec_cost cost[SPEC_GATE_BUCKETS]; /* per width bucket: a decode step's time against its rows */
-    spec_accept accept;                /* acceptance by proposer and match length, across sequences */
-    spec_suffix *suffix;               /* NULL: the suffix proposer is not used */
-    dev_kv *draft_kv;                  /* the draft model's KV pool (NULL: no draft model) */
-    kv_blocks draft_blocks;            /* its block ids (no prefix cache) */
-    struct draft_slot *draft_slots;    /* (S) the sequences of one tick's draft model run */
-    sched_spec_counters spec_stats;
-
-    sched_counters stats;
-    sched_metrics metrics; /* histograms, observed lock-free (sched_metrics.c) */
-    _Atomic int64_t heartbeat_ns;
-    /* a step failed with SP_ERR_DEVICE: the message is written once, before the flag
-     * (release), by the scheduler thread; readers check the flag (acquire) first */
-    char device_fault_msg[256];
-    _Atomic bool device_fault;
+    dev_sample_result *sample_results;                          /* (S) the tokens it chose */
+    int32_t *step_n_draft; /* (S) draft tokens after sequence q's decode row (its rows: 1 + n_draft) */
+    int8_t *step_proposer; /* (S) the spec_proposer of those drafts; -1: none */
+    char *piece;           /* (2 * piece_cap) decoded text of one token (push, then flush) */
+    char *text_work;       /* (SCHED_MAX_STOP_BYTES + 2 * piece_cap) held text + piece, for stop matching */
 };
 
-/* Wakes the scheduler thread (sched_submit, sched_request_cancel). Takes s->lock. */
+/* The functions each file shares, leaves first (tools/calls.txt has the order). */
+
+/* ---- the clock (clock.c); sched_now is in sched.h -------------------------------- */
+
+/* Stores the time in s->meter.heartbeat_ns (the scheduler thread). */
+void sched__heartbeat(sched *s);
+
+/* ---- the running list (running.c) ------------------------------------------------ */
+
+/* Removes running[i] from the running set (keeps the order). */
+void sched__running_remove(sched *s, int i);
+
+/* ---- the row sampler (draw.c) ---------------------------------------------------- */
+
+/* The draw of the token at r->tokens[r->n_tokens + ahead] as dev_sample takes it:
+ * its sampling parameters, prompt and generated tokens for the penalties
+ * (the `ahead` drafts before it counted as accepted), the end-of-generation mask while
+ * under min_tokens, logprobs, and the generator state of that position (sample_rng_at).
+ * Borrows r's arrays until the step ends. Scheduler thread. */
+void sched__sample_row(const sched *s, const sched_request *r, int32_t ahead, dev_sample_row *row);
+
+/* ---- the queue and the waiting list (queue.c) ------------------------------------ */
+
+/* Wakes the scheduler thread (sched_submit, sched_request_cancel). Takes s->queue.lock. */
 void sched__wake(sched *s);
 
-/* Moves everything queued onto the waiting list (scheduler thread, takes s->lock
+/* Moves everything queued onto the waiting list (scheduler thread, takes s->queue.lock
  * briefly). Returns whether the thread should stop. When idle is set and nothing
  * was queued, first sleeps on the condition variable for at most timeout_s. */
 bool sched__queue_take(sched *s, bool idle, double timeout_s);
@@ -430,15 +253,10 @@ void sched__waiting_remove(sched *s, sched_request *r);
 /* Lowers the queue bounds for r once (admission, or an end while waiting). */
 void sched__queue_uncount(sched *s, sched_request *r);
 
-/* Ends r (not running, or already removed from running: blocks are released here)
- * with finish f; for SCHED_FINISH_ERROR, err and msg say why. Notifies, counts, and
- * drops the scheduler's reference. Scheduler thread (or sched_destroy). */
-void sched__request_end(sched *s, sched_request *r, sched_finish f, sp_status err, const char *msg);
-
 /* ---- the prefix cache's tiers (kv_tiers.c) ------------------------------------------ */
 
 /* Creates the tiers from s->cfg (none when kv_host_mb is 0 and kv_disk_dir unset) and
- * hooks them to the pool's evictions. Needs s->blocks and s->kv. */
+ * hooks them to the pool's evictions. Needs s->cache.blocks and s->cache.pool. */
 sp_status sched__tiers_init(sched *s);
 
 /* The pool's element format as the device API names it. */
@@ -469,7 +287,7 @@ int32_t sched__slo_prefill_budget(sched *s, int32_t budget, int32_t decode_rows,
 /* The next waiting request to try to admit: the head first, then (policy slo) the
  * shortest feed waiting. NULL: none. */
 sched_request *sched__slo_next(const sched *s, bool first);
-/* Policy slo, in sched_submit under s->lock: SP_ERR_FULL (naming the target) when the
+/* Policy slo, in sched_submit under s->queue.lock: SP_ERR_FULL (naming the target) when the
  * prompts queued ahead and these reqs' own cannot be prefilled within a TTFT target. */
 sp_status sched__slo_admission(sched *s, sched_request *const *reqs, int n, int32_t queued, int64_t queued_tokens,
                                int64_t tokens);
@@ -478,25 +296,9 @@ sp_status sched__slo_admission(sched *s, sched_request *const *reqs, int n, int3
  * (the client left) are not counted. */
 void sched__slo_finished(sched *s, const sched_request *r, bool completed);
 
-/* One tick: drop what ended, admit, build and run one step, sample. Returns false
- * when there was nothing to run (idle). Scheduler thread. */
-bool sched__tick(sched *s);
+/* ---- grammar masks off the critical path (masks.c) ------------------------------- */
 
-/* The draw of the token at r->tokens[r->n_tokens + ahead] as dev_sample takes it
- * (end_tick.c): its sampling parameters, prompt and generated tokens for the penalties
- * (the `ahead` drafts before it counted as accepted), the end-of-generation mask while
- * under min_tokens, logprobs, and the generator state of that position (sample_rng_at).
- * Borrows r's arrays until the step ends. Scheduler thread. */
-void sched__sample_row(const sched *s, const sched_request *r, int32_t ahead, dev_sample_row *row);
-
-/* Appends the token dev_sample chose for r to the output (end_tick.c); ends r when it
- * finished. Returns whether r still runs. Scheduler thread. */
-bool sched__emit(sched *s, sched_request *r, const dev_sample_result *drawn, double now);
-
-/* Removes running[i] from the running set (keeps the order). */
-void sched__running_remove(sched *s, int i);
-
-/* masks.c: jobs are added and started by the scheduler thread before the step; wait
+/* Jobs are added and started by the scheduler thread before the step; wait
  * (a model_sample_hook, hence the void *: the sched) returns once every job's masks are
  * written; it is cheap and harmless when nothing was started. */
 sp_status sched__masks_init(sched *s, int max_jobs);
@@ -505,37 +307,26 @@ void sched__masks_add(sched *s, sched_request *r, int32_t n_draft, dev_sample_ro
 void sched__masks_start(sched *s);
 void sched__masks_wait(void *s);
 
-/* ---- speculative decoding (spec_tick.c) ---------------------------------------------- */
+/* ---- speculation's per-sequence bookkeeping (spec_seq.c) ------------------------- */
 
-/* The suffix cache and the gate from s->cfg (sched_create); freed by sched__spec_free. */
-sp_status sched__spec_init(sched *s);
-void sched__spec_free(sched *s);
-/* Its counters into out (any thread). */
-void sched__spec_stats(const sched *s, sched_stats *out);
-/* Drafts for the n decode sequences chosen for a step, within `budget` extra rows: each
- * one's draft tokens go to r->tokens[n_tokens ..) (its KV blocks grown to hold them),
- * their count to n_draft[i] and their proposer to proposer[i] (-1: none). */
-void sched__spec_plan(sched *s, sched_request *const *chosen, int n, int32_t budget, int32_t *n_draft,
-                      int8_t *proposer);
 /* Grows r's blocks (the model's own pool) for the n_draft positions after its last token
  * while the pool keeps its watermark; returns how many of them r can hold now. */
 int32_t sched__spec_reserve(sched *s, sched_request *r, int32_t n_draft);
-/* After the step: r's decode row and n_draft draft rows were sampled into results
- * (1 + n_draft, in order). Emits the accepted drafts and the target's token after them,
- * each through sched__emit (which may end r), records acceptance, and gives back the KV
- * blocks past what was accepted. Returns the tokens emitted. */
-int32_t sched__spec_verify(sched *s, sched_request *r, int32_t n_draft, int proposer, const dev_sample_result *results,
-                           double now);
-/* A decode-only step of width sequences at mean depth took seconds and delivered tokens. */
-void sched__spec_observe(sched *s, int width, double depth, double seconds, int64_t tokens,
-                         const int64_t drafts[SPEC_N_PROPOSERS]);
-/* A step with a prefill chunk, which the gate does not measure: the drafter models that ran
- * in its tick are charged their time (spec_gate_charge). */
-void sched__spec_charge(sched *s);
-/* r finished without error: its prompt and output join the suffix cache. */
-void sched__spec_remember(sched *s, const sched_request *r);
 /* r ends or is preempted: its draft model blocks go back. */
 void sched__spec_release(sched *s, sched_request *r);
+/* r finished without error: its prompt and output join the suffix cache. */
+void sched__spec_remember(sched *s, const sched_request *r);
+
+/* ---- the end of a token and of a request (end_tick.c) ---------------------------- */
+
+/* Appends the token dev_sample chose for r to the output; ends r when it
+ * finished. Returns whether r still runs. Scheduler thread. */
+bool sched__emit(sched *s, sched_request *r, const dev_sample_result *drawn, double now);
+
+/* Ends r (not running, or already removed from running: blocks are released here)
+ * with finish f; for SCHED_FINISH_ERROR, err and msg say why. Notifies, counts, and
+ * drops the scheduler's reference. Scheduler thread (or sched_destroy). */
+void sched__request_end(sched *s, sched_request *r, sched_finish f, sp_status err, const char *msg);
 
 /* ---- the draft model (spec_draft.c) ----------------------------------------------- */
 
@@ -562,5 +353,37 @@ typedef struct draft_slot {
 void sched__draft_propose(sched *s, draft_slot *slots, int n, bool self);
 /* After verification: the draft model's K/V is valid up to n_valid tokens of r. */
 void sched__draft_rollback(sched *s, sched_request *r, int32_t n_valid);
+
+/* ---- speculative decoding (spec_tick.c) ---------------------------------------------- */
+
+/* The suffix cache and the gate from s->cfg (sched_create); freed by sched__spec_free. */
+sp_status sched__spec_init(sched *s);
+void sched__spec_free(sched *s);
+/* Its counters into out (any thread). */
+void sched__spec_stats(const sched *s, sched_stats *out);
+/* Drafts for the n decode sequences chosen for a step, within `budget` extra rows: each
+ * one's draft tokens go to r->tokens[n_tokens ..) (its KV blocks grown to hold them),
+ * their count to n_draft[i] and their proposer to proposer[i] (-1: none). */
+void sched__spec_plan(sched *s, sched_request *const *chosen, int n, int32_t budget, int32_t *n_draft,
+                      int8_t *proposer);
+
+/* After the step: r's decode row and n_draft draft rows were sampled into results
+ * (1 + n_draft, in order). Emits the accepted drafts and the target's token after them,
+ * each through sched__emit (which may end r), records acceptance, and gives back the KV
+ * blocks past what was accepted. Returns the tokens emitted. */
+int32_t sched__spec_verify(sched *s, sched_request *r, int32_t n_draft, int proposer, const dev_sample_result *results,
+                           double now);
+/* A decode-only step of width sequences at mean depth took seconds and delivered tokens. */
+void sched__spec_observe(sched *s, int width, double depth, double seconds, int64_t tokens,
+                         const int64_t drafts[SPEC_N_PROPOSERS]);
+/* A step with a prefill chunk, which the gate does not measure: the drafter models that ran
+ * in its tick are charged their time (spec_gate_charge). */
+void sched__spec_charge(sched *s);
+
+/* ---- the tick (tick.c) ----------------------------------------------------------- */
+
+/* One tick: drop what ended, admit, build and run one step, sample. Returns false
+ * when there was nothing to run (idle). Scheduler thread. */
+bool sched__tick(sched *s);
 
 #endif

@@ -94,5 +94,5 @@ void sched__metrics_snapshot(const sched_metrics *m, sched_hist_id id, sched_his
 }
 
 void sched_get_histogram(const sched *s, sched_hist_id id, sched_hist_snapshot *out) {
-    sched__metrics_snapshot(&s->metrics, id, out);
+    sched__metrics_snapshot(&s->meter.hist, id, out);
 }

@@ -25,7 +25,7 @@
  * never stopped waiting. Nothing is held or refused before the first two are measured.
  *
  * DESIGN (threads). The scheduler thread, but for sched__slo_admission (sched_submit's
- * thread, under s->lock), which reads only the atomic copies of the rates.
+ * thread, under s->queue.lock), which reads only the atomic copies of the rates.
  */
 #include <math.h>
 
@@ -53,35 +53,35 @@ double sched__slo_tpot(const sched *s, const sched_request *r) {
 
 void sched__slo_observe_step(sched *s, double seconds, int64_t prefill_rows, int64_t rows) {
     if (prefill_rows == 0) {
-        ewma(&s->decode_step_s, seconds);
-        atomic_store_explicit(&s->shared_decode_step_s, s->decode_step_s, memory_order_relaxed);
+        ewma(&s->meter.decode_step_s, seconds);
+        atomic_store_explicit(&s->meter.shared_decode_step_s, s->meter.decode_step_s, memory_order_relaxed);
     } else if (prefill_rows >= s->cfg.block_size) { /* mostly prefill: what a prompt row costs */
-        ewma(&s->prefill_row_s, seconds / (double)rows);
-        atomic_store_explicit(&s->shared_prefill_row_s, s->prefill_row_s, memory_order_relaxed);
+        ewma(&s->meter.prefill_row_s, seconds / (double)rows);
+        atomic_store_explicit(&s->meter.shared_prefill_row_s, s->meter.prefill_row_s, memory_order_relaxed);
     }
 }
 
 void sched__slo_observe_admissions(sched *s, int admitted, double now) {
-    if (s->admit_window_start == 0) {
-        s->admit_window_start = now;
-        s->admit_window_saturated = true;
+    if (s->queue.admit_window_start == 0) {
+        s->queue.admit_window_start = now;
+        s->queue.admit_window_saturated = true;
     }
-    s->admit_window_count += admitted;
-    if (!s->wait_head) s->admit_window_saturated = false; /* admissions were limited by arrivals */
-    double span = now - s->admit_window_start;
+    s->queue.admit_window_count += admitted;
+    if (!s->queue.wait_head) s->queue.admit_window_saturated = false; /* admissions were limited by arrivals */
+    double span = now - s->queue.admit_window_start;
     if (span < 1.0) return;
-    if (s->admit_window_saturated && s->admit_window_count > 0) {
-        ewma(&s->admit_rate, s->admit_window_count / span);
-        atomic_store_explicit(&s->shared_admit_rate, s->admit_rate, memory_order_relaxed);
+    if (s->queue.admit_window_saturated && s->queue.admit_window_count > 0) {
+        ewma(&s->queue.admit_rate, s->queue.admit_window_count / span);
+        atomic_store_explicit(&s->queue.shared_admit_rate, s->queue.admit_rate, memory_order_relaxed);
     }
-    s->admit_window_start = now;
-    s->admit_window_count = 0;
-    s->admit_window_saturated = s->wait_head != NULL;
+    s->queue.admit_window_start = now;
+    s->queue.admit_window_count = 0;
+    s->queue.admit_window_saturated = s->queue.wait_head != NULL;
 }
 
 int32_t sched__slo_prefill_budget(sched *s, int32_t budget, int32_t decode_rows, double now) {
     if (s->cfg.policy != SP_POLICY_SLO || budget <= 0 || decode_rows == 0) return budget;
-    if (s->prefill_row_s == 0 || s->decode_step_s == 0) return budget;
+    if (s->meter.prefill_row_s == 0 || s->meter.decode_step_s == 0) return budget;
     double slack = INFINITY;
     for (int i = 0; i < s->n_running; i++) {
         const sched_request *r = s->running[i];
@@ -92,11 +92,11 @@ int32_t sched__slo_prefill_budget(sched *s, int32_t budget, int32_t decode_rows,
         if (left < slack) slack = left;
     }
     if (slack == INFINITY) return budget;
-    double room = slack - s->decode_step_s;
+    double room = slack - s->meter.decode_step_s;
     if (room <= 0) return budget; /* late even without prefill: holding it back gains nothing */
-    double fits = room / s->prefill_row_s;
+    double fits = room / s->meter.prefill_row_s;
     if (fits >= budget) return budget;
-    count(&s->stats.slo_prefill_holds);
+    count(&s->meter.stats.slo_prefill_holds);
     /* at least a block a tick: however tight a request's target, prefill never stops */
     int32_t rows = (int32_t)(fits + 1e-6); /* not one row fewer for a rounding error */
     int32_t floor_rows = s->cfg.block_size < budget ? s->cfg.block_size : budget;
@@ -104,9 +104,9 @@ int32_t sched__slo_prefill_budget(sched *s, int32_t budget, int32_t decode_rows,
 }
 
 sched_request *sched__slo_next(const sched *s, bool first) {
-    if (first || s->cfg.policy != SP_POLICY_SLO) return s->wait_head;
+    if (first || s->cfg.policy != SP_POLICY_SLO) return s->queue.wait_head;
     sched_request *best = NULL;
-    for (sched_request *r = s->wait_head; r; r = r->next)
+    for (sched_request *r = s->queue.wait_head; r; r = r->next)
         if (!best || r->n_tokens < best->n_tokens) best = r;
     return best;
 }
@@ -114,9 +114,9 @@ sched_request *sched__slo_next(const sched *s, bool first) {
 sp_status sched__slo_admission(sched *s, sched_request *const *reqs, int n, int32_t queued, int64_t queued_tokens,
                                int64_t tokens) {
     if (s->cfg.policy != SP_POLICY_SLO) return SP_OK;
-    double row = atomic_load_explicit(&s->shared_prefill_row_s, memory_order_relaxed);
-    double step = atomic_load_explicit(&s->shared_decode_step_s, memory_order_relaxed);
-    double admit_rate = atomic_load_explicit(&s->shared_admit_rate, memory_order_relaxed);
+    double row = atomic_load_explicit(&s->meter.shared_prefill_row_s, memory_order_relaxed);
+    double step = atomic_load_explicit(&s->meter.shared_decode_step_s, memory_order_relaxed);
+    double admit_rate = atomic_load_explicit(&s->queue.shared_admit_rate, memory_order_relaxed);
     if (row == 0) return SP_OK; /* not measured yet */
     double target = 0;
     for (int i = 0; i < n; i++) {
@@ -133,7 +133,7 @@ sp_status sched__slo_admission(sched *s, sched_request *const *reqs, int n, int3
     double slots = admit_rate > 0 ? (queued + n) / admit_rate + own : 0;
     double estimate = (compute > slots ? compute : slots) + step; /* + the step of its first token */
     if (estimate <= target) return SP_OK;
-    count(&s->stats.slo_rejected);
+    count(&s->meter.stats.slo_rejected);
     return sp_fail(SP_ERR_FULL,
                    "the time-to-first-token target of %.0f ms cannot be met: %d requests and %lld prompt tokens "
                    "(these and those queued ahead) would take about %.0f ms to start now (policy slo)",
@@ -148,6 +148,6 @@ void sched__slo_finished(sched *s, const sched_request *r, bool completed) {
     if (met && ttft > 0) met = t->first_token > 0 && t->first_token - t->arrival <= ttft;
     int32_t n = r->out.n_tokens;
     if (met && tpot > 0 && n > 1) met = (t->finished - t->first_token) / (n - 1) <= tpot;
-    count(&s->stats.slo_requests);
-    if (met) count(&s->stats.slo_goodput);
+    count(&s->meter.stats.slo_requests);
+    if (met) count(&s->meter.stats.slo_goodput);
 }

@@ -3,7 +3,7 @@
  * the sequences the cheap proposers had nothing for; the target verifies them in its step
  * as it does every draft (spec_tick.c).
  *
- * The drafter keeps its own KV pool (--draft-kv-cache-mb, block ids in s->draft_blocks,
+ * The drafter keeps its own KV pool (--draft-kv-cache-mb, block ids in s->spec.draft_blocks,
  * no prefix cache) and, per sequence, how many leading tokens it has computed
  * (r->draft_computed). Each tick, for the sequences handed to it:
  *   round 0  one batched draft step feeds each sequence what the drafter has not seen,
@@ -57,9 +57,9 @@ sp_status sched__draft_init(sched *s) {
         return sp_fail(SP_ERR_INVALID_ARG, "--self-spec-layers %d: must be below the model's %d layers", L, n_layers);
     model *d = s->cfg.draft_model;
     bool use_draft = d && s->cfg.spec_draft;
-    if ((use_draft || L > 0) && !s->draft_slots) {
-        s->draft_slots = calloc((size_t)s->cfg.max_batch_size, sizeof *s->draft_slots);
-        if (!s->draft_slots) return sp_fail(SP_ERR_NOMEM, "draft model: out of memory");
+    if ((use_draft || L > 0) && !s->spec.draft_slots) {
+        s->spec.draft_slots = calloc((size_t)s->cfg.max_batch_size, sizeof *s->spec.draft_slots);
+        if (!s->spec.draft_slots) return sp_fail(SP_ERR_NOMEM, "draft model: out of memory");
     }
     if (!use_draft) return SP_OK;
     sp_status st = draft_check_vocab(s, d);
@@ -75,8 +75,8 @@ sp_status sched__draft_init(sched *s) {
         return sp_fail(SP_ERR_INVALID_ARG, "--draft-kv-cache-mb %lld holds no KV block of the draft model",
                        (long long)s->cfg.draft_kv_cache_mb);
     if (n > INT32_MAX / 2) n = INT32_MAX / 2;
-    if ((st = kv__blocks_init(&s->draft_blocks, (int32_t)n, s->cfg.block_size, false)) != SP_OK) return st;
-    if ((st = model_kv_create(d, (int)n, s->cfg.block_size, &s->draft_kv)) != SP_OK)
+    if ((st = kv_blocks_init(&s->spec.draft_blocks, (int32_t)n, s->cfg.block_size, false)) != SP_OK) return st;
+    if ((st = model_kv_create(d, (int)n, s->cfg.block_size, &s->spec.draft_kv)) != SP_OK)
         return sp_fail_prefix(st, "the draft model's KV cache of %lld blocks", (long long)n);
     sp_log_info("draft model: %d layers, KV cache of %lld blocks (%lld MiB)", one.n_layers, (long long)n,
                 (long long)s->cfg.draft_kv_cache_mb);
@@ -84,22 +84,22 @@ sp_status sched__draft_init(sched *s) {
 }
 
 void sched__draft_free(sched *s) {
-    if (s->draft_kv) dev_kv_destroy(model_device(s->cfg.draft_model), s->draft_kv);
-    s->draft_kv = NULL;
-    if (s->draft_blocks.n_total > 0) kv__blocks_free(&s->draft_blocks);
-    free(s->draft_slots);
-    s->draft_slots = NULL;
+    if (s->spec.draft_kv) dev_kv_destroy(model_device(s->cfg.draft_model), s->spec.draft_kv);
+    s->spec.draft_kv = NULL;
+    if (s->spec.draft_blocks.n_total > 0) kv_blocks_free(&s->spec.draft_blocks);
+    free(s->spec.draft_slots);
+    s->spec.draft_slots = NULL;
 }
 
 void sched__draft_rollback(sched *s, sched_request *r, int32_t n_valid) {
-    if (!s->draft_kv) return;
+    if (!s->spec.draft_kv) return;
     if (r->draft_computed > n_valid) r->draft_computed = n_valid;
-    kv__blocks_truncate(&s->draft_blocks, &r->draft_kv, kv__blocks_for_tokens(r->draft_computed, s->cfg.block_size));
+    kv_blocks_truncate(&s->spec.draft_blocks, &r->draft_kv, kv_blocks_for_tokens(r->draft_computed, s->cfg.block_size));
 }
 
 /* Forgets what the drafter holds of r (a failed draft step left it unknown). */
 static void draft_forget(sched *s, sched_request *r) {
-    kv__blocks_release(&s->draft_blocks, &r->draft_kv);
+    kv_blocks_release(&s->spec.draft_blocks, &r->draft_kv);
     r->draft_computed = 0;
 }
 
@@ -146,7 +146,7 @@ static bool draft_run(sched *s, const drafter *dr, dev_step *st, sched_request *
          * under the step's decode width, where spec_tick.c looks it up (batched rounds share
          * the weights' reads, so it falls with the width) */
         if (st->n_tokens == st->n_seqs && st->n_logits == st->n_seqs) {
-            double *t = &s->spec_token_s[dr->self ? SPEC_SELF : SPEC_DRAFT][spec_gate_bucket_of(s->spec_width)];
+            double *t = &s->spec.token_s[dr->self ? SPEC_SELF : SPEC_DRAFT][spec_gate_bucket_of(s->spec.width)];
             double per_token = (sched_now() - t0) / st->n_seqs;
             *t = *t > 0 ? 0.7 * *t + 0.3 * per_token : per_token;
         }
@@ -164,8 +164,8 @@ static bool draft_run(sched *s, const drafter *dr, dev_step *st, sched_request *
  * model's pool has no watermark (it holds nothing else); the model's own keeps its own. */
 static int32_t draft_room_blocks(sched *s, const drafter *dr, sched_request *r, int32_t want) {
     if (dr->self) return sched__spec_reserve(s, r, want - 1) + 1;
-    int32_t need = kv__blocks_for_tokens((int64_t)r->n_tokens + want - 1, s->cfg.block_size);
-    return kv__blocks_grow(&s->draft_blocks, &r->draft_kv, need) ? want : 0;
+    int32_t need = kv_blocks_for_tokens((int64_t)r->n_tokens + want - 1, s->cfg.block_size);
+    return kv_blocks_grow(&s->spec.draft_blocks, &r->draft_kv, need) ? want : 0;
 }
 
 /* Adds the sampling row of slot's next draft token (after its got drafts). */
@@ -176,8 +176,8 @@ static void draft_row(sched *s, const draft_slot *slot, int row) {
 
 void sched__draft_propose(sched *s, draft_slot *slots, int n, bool self) {
     const drafter dr =
-        self ? (drafter){s->m, s->kv, s->cfg.self_spec_layers, true}
-             : (drafter){s->cfg.draft_model, s->draft_kv, model_get_hparams(s->cfg.draft_model)->n_layers, false};
+        self ? (drafter){s->m, s->cache.pool, s->cfg.self_spec_layers, true}
+             : (drafter){s->cfg.draft_model, s->spec.draft_kv, model_get_hparams(s->cfg.draft_model)->n_layers, false};
     sched_request **in_step = s->step_reqs; /* which sequence each draft step row belongs to */
     dev_step st = {.tokens = s->step_tokens,
                    .pos = s->step_pos,
@@ -221,7 +221,8 @@ void sched__draft_propose(sched *s, draft_slot *slots, int n, bool self) {
         /* a real catch-up (not a decode's few tokens) measures what one costs a token */
         if (fed >= DRAFT_CATCHUP_MEASURED) {
             double per_token = (sched_now() - t0) / fed;
-            s->draft_catchup_s = s->draft_catchup_s > 0 ? 0.7 * s->draft_catchup_s + 0.3 * per_token : per_token;
+            s->spec.draft_catchup_s =
+                s->spec.draft_catchup_s > 0 ? 0.7 * s->spec.draft_catchup_s + 0.3 * per_token : per_token;
         }
     }
     /* then one token a round: take each drawn token, feed it to draw the next */

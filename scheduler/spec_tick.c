@@ -45,23 +45,23 @@ const char *sched_spec_proposer_name(int proposer) {
 sp_status sched__spec_init(sched *s) {
     bool available[SPEC_N_PROPOSERS] = {[SPEC_NGRAM] = s->cfg.spec_ngram,
                                         [SPEC_SUFFIX] = s->cfg.spec_suffix,
-                                        [SPEC_DRAFT] = s->draft_kv != NULL,
+                                        [SPEC_DRAFT] = s->spec.draft_kv != NULL,
                                         [SPEC_SELF] = s->cfg.self_spec_layers > 0};
-    spec_gate_init(&s->gate, available);
+    spec_gate_init(&s->spec.gate, available);
     for (int p = 0; p < SPEC_N_PROPOSERS; p++)
-        atomic_store_explicit(&s->spec_stats.enabled[p], available[p], memory_order_relaxed);
+        atomic_store_explicit(&s->spec.stats.enabled[p], available[p], memory_order_relaxed);
     if (!s->cfg.spec_suffix) return SP_OK;
-    sp_status st = spec_suffix_create(s->cfg.spec_suffix_bytes, &s->suffix);
+    sp_status st = spec_suffix_create(s->cfg.spec_suffix_bytes, &s->spec.suffix);
     return st == SP_OK ? SP_OK : sp_fail_prefix(st, "the speculative suffix cache");
 }
 
 void sched__spec_free(sched *s) {
-    spec_suffix_destroy(s->suffix);
-    s->suffix = NULL;
+    spec_suffix_destroy(s->spec.suffix);
+    s->spec.suffix = NULL;
 }
 
 void sched__spec_stats(const sched *s, sched_stats *out) {
-    const sched_spec_counters *c = &s->spec_stats;
+    const sched_spec_counters *c = &s->spec.stats;
     for (int p = 0; p < SCHED_SPEC_PROPOSERS; p++) {
         out->spec_proposed[p] = atomic_load_explicit(&c->proposed[p], memory_order_relaxed);
         out->spec_accepted[p] = atomic_load_explicit(&c->accepted[p], memory_order_relaxed);
@@ -77,9 +77,9 @@ void sched__spec_stats(const sched *s, sched_stats *out) {
 /* The gate's verdicts and switch counts, for the metrics. */
 static void publish_gate(sched *s) {
     for (int p = 0; p < SPEC_N_PROPOSERS; p++) {
-        bool on = s->cfg.spec_gate ? spec_gate_enabled(&s->gate, (spec_proposer)p) : s->gate.available[p];
-        atomic_store_explicit(&s->spec_stats.enabled[p], on, memory_order_relaxed);
-        atomic_store_explicit(&s->spec_stats.switches[p], s->gate.switches[p], memory_order_relaxed);
+        bool on = s->cfg.spec_gate ? spec_gate_enabled(&s->spec.gate, (spec_proposer)p) : s->spec.gate.available[p];
+        atomic_store_explicit(&s->spec.stats.enabled[p], on, memory_order_relaxed);
+        atomic_store_explicit(&s->spec.stats.switches[p], s->spec.gate.switches[p], memory_order_relaxed);
     }
 }
 
@@ -119,10 +119,11 @@ static int32_t draft_propose(sched *s, const sched_request *r, const bool allowe
             spec_ngram_propose(r->tokens, r->n_tokens, s->cfg.spec_ngram_min, s->cfg.spec_ngram_max, draft, k, match);
         if (best > 0) *who = SPEC_NGRAM;
     }
-    if (allowed[SPEC_SUFFIX] && s->suffix) {
+    if (allowed[SPEC_SUFFIX] && s->spec.suffix) {
         int32_t other[SPEC_MAX_K];
         int other_match = 0;
-        int32_t n = spec_suffix_propose(s->suffix, r->params.tenant, r->tokens, r->n_tokens, other, k, &other_match);
+        int32_t n =
+            spec_suffix_propose(s->spec.suffix, r->params.tenant, r->tokens, r->n_tokens, other, k, &other_match);
         if (n > best) {
             memcpy(draft, other, sizeof *draft * (size_t)n);
             best = n;
@@ -139,20 +140,9 @@ static int32_t grammar_prefix(const sched *s, const sched_request *r, int32_t n_
     gram_state *c = NULL;
     if (gram_state_clone(r->gram, &c) != SP_OK) return 0;
     int32_t ok = 0;
-    while (ok < n_draft && gram_state_advance_token(c, s->gram_vocab, r->tokens[r->n_tokens + ok])) ok++;
+    while (ok < n_draft && gram_state_advance_token(c, s->grammar.vocab, r->tokens[r->n_tokens + ok])) ok++;
     gram_state_destroy(c);
     return ok;
-}
-
-int32_t sched__spec_reserve(sched *s, sched_request *r, int32_t n_draft) {
-    int B = s->cfg.block_size;
-    int32_t need = kv__blocks_for_tokens((int64_t)r->n_tokens + n_draft, B);
-    int32_t extra = need - r->kv.n;
-    if (extra <= 0) return n_draft;
-    if (kv__blocks_available(&s->blocks) - extra >= s->watermark_blocks && kv__blocks_grow(&s->blocks, &r->kv, need))
-        return n_draft;
-    int32_t held = r->kv.n * B - r->n_tokens; /* the positions its blocks already hold */
-    return held < n_draft ? held : n_draft;
 }
 
 /* Whether the draft model may take r in a step of width sequences. Before it drafts, the
@@ -171,16 +161,17 @@ static bool draft_catch_up_pays(const sched *s, const sched_request *r, int widt
     int32_t to_context = s->cfg.max_seq_len - r->n_tokens;
     if (to_generate > to_context) to_generate = to_context;
     double per_row, fixed, off, on;
-    spec_cost_fit(&s->cost[spec_gate_bucket_of(width)], &per_row, &fixed);
-    spec_gate_rates(&s->gate, width, SPEC_DRAFT, &off, &on);
-    const double catch_up = lag * (s->draft_catchup_s > 0 ? s->draft_catchup_s : per_row);
+    spec_cost_fit(&s->spec.cost[spec_gate_bucket_of(width)], &per_row, &fixed);
+    spec_gate_rates(&s->spec.gate, width, SPEC_DRAFT, &off, &on);
+    const double catch_up = lag * (s->spec.draft_catchup_s > 0 ? s->spec.draft_catchup_s : per_row);
     const double token_s = off > 0 ? 1 / off : (fixed + per_row * width) / width;
     /* a probe must be able to draft: it judges by the prediction, not by the loss it re-checks */
-    const bool measured = off > 0 && on > 0 && s->gate.probing != SPEC_DRAFT;
+    const bool measured = off > 0 && on > 0 && s->spec.gate.probing != SPEC_DRAFT;
     const double gain =
-        measured ? (on > off ? 1 - off / on : 0)
-                 : spec_cost_model_gain(&s->cost[spec_gate_bucket_of(width)], width,
-                                        spec_accept_rate(&s->accept, SPEC_DRAFT, 0, r->spec_bias, false), k, draft_s);
+        measured
+            ? (on > off ? 1 - off / on : 0)
+            : spec_cost_model_gain(&s->spec.cost[spec_gate_bucket_of(width)], width,
+                                   spec_accept_rate(&s->spec.accept, SPEC_DRAFT, 0, r->spec_bias, false), k, draft_s);
     return catch_up < to_generate * token_s * gain;
 }
 
@@ -190,8 +181,8 @@ static bool draft_catch_up_pays(const sched *s, const sched_request *r, int widt
 static double model_token_s(const sched *s, int who, int width) {
     const int b = spec_gate_bucket_of(width);
     for (int d = 0; d < SPEC_GATE_BUCKETS; d++) {
-        if (b - d >= 0 && s->spec_token_s[who][b - d] > 0) return s->spec_token_s[who][b - d];
-        if (b + d < SPEC_GATE_BUCKETS && s->spec_token_s[who][b + d] > 0) return s->spec_token_s[who][b + d];
+        if (b - d >= 0 && s->spec.token_s[who][b - d] > 0) return s->spec.token_s[who][b - d];
+        if (b + d < SPEC_GATE_BUCKETS && s->spec.token_s[who][b + d] > 0) return s->spec.token_s[who][b + d];
     }
     return 0;
 }
@@ -200,13 +191,13 @@ static double model_token_s(const sched *s, int who, int width) {
  * each plan (a tick without decodes plans nothing, and must not charge a runs twice). */
 static void spec_tick_reset(sched *s) {
     for (int p = 0; p < SPEC_N_PROPOSERS; p++) {
-        s->spec_ran[p] = false;
-        s->spec_seconds[p] = 0;
+        s->spec.ran[p] = false;
+        s->spec.seconds[p] = 0;
     }
 }
 
 static bool spec_any(const sched *s) {
-    return s->cfg.spec_ngram || s->cfg.spec_suffix || s->draft_kv || s->cfg.self_spec_layers > 0;
+    return s->cfg.spec_ngram || s->cfg.spec_suffix || s->spec.draft_kv || s->cfg.self_spec_layers > 0;
 }
 
 /* How many of the m tokens r may draft from proposer p (a match of match_len; 0 for a
@@ -218,12 +209,12 @@ static bool spec_any(const sched *s) {
  * drafts counted says a token pays, one token, to learn the class's rate. */
 static int32_t draft_worth(const sched *s, const sched_request *r, int width, spec_proposer p, int match_len, int32_t m,
                            bool model, double model_s) {
-    const spec_cost *cost = &s->cost[spec_gate_bucket_of(width)];
-    const double est = spec_accept_rate(&s->accept, p, match_len, r->spec_bias, false);
+    const spec_cost *cost = &s->spec.cost[spec_gate_bucket_of(width)];
+    const double est = spec_accept_rate(&s->spec.accept, p, match_len, r->spec_bias, false);
     int32_t len = model ? spec_cost_model_draft_len(cost, width, est, m, model_s)
                         : spec_cost_sequence_draft_len(cost, width, est, m, r->spec_tried);
     if (len > 0 || m <= 0) return len;
-    const double opt = spec_accept_rate(&s->accept, p, match_len, r->spec_bias, true);
+    const double opt = spec_accept_rate(&s->spec.accept, p, match_len, r->spec_bias, true);
     return model ? spec_cost_model_draft_len(cost, width, opt, 1, model_s) : spec_cost_draft_len(cost, width, opt, 1);
 }
 
@@ -252,7 +243,7 @@ static int32_t plan_one(sched *s, sched_request *r, const bool allowed[SPEC_N_PR
     /* a drafter model's tokens cost its run too: as many as that leaves worth it */
     int32_t by_draft = 0, by_self = 0;
     const double draft_s = model_token_s(s, SPEC_DRAFT, width), self_s = model_token_s(s, SPEC_SELF, width);
-    if (allowed[SPEC_DRAFT] && s->draft_kv)
+    if (allowed[SPEC_DRAFT] && s->spec.draft_kv)
         by_draft = gated ? draft_worth(s, r, width, SPEC_DRAFT, 0, k, true, draft_s) : k;
     if (allowed[SPEC_SELF] && s->cfg.self_spec_layers > 0)
         by_self = gated ? draft_worth(s, r, width, SPEC_SELF, 0, k, true, self_s) : k;
@@ -274,20 +265,20 @@ void sched__spec_plan(sched *s, sched_request *const *chosen, int n, int32_t bud
         proposer[i] = -1;
     }
     spec_tick_reset(s);
-    s->spec_width = n;
+    s->spec.width = n;
     if (n == 0 || budget <= 0 || !spec_any(s)) return;
     double depth = 0;
     for (int i = 0; i < n; i++) depth += chosen[i]->n_tokens;
     bool allowed[SPEC_N_PROPOSERS];
     if (s->cfg.spec_gate)
-        spec_gate_plan(&s->gate, n, depth / n, allowed);
+        spec_gate_plan(&s->spec.gate, n, depth / n, allowed);
     else
-        for (int p = 0; p < SPEC_N_PROPOSERS; p++) allowed[p] = s->gate.available[p];
+        for (int p = 0; p < SPEC_N_PROPOSERS; p++) allowed[p] = s->spec.gate.available[p];
     publish_gate(s);
     /* the free proposers first; the draft model takes the sequences they had nothing for
      * (its drafts cost a model run), n_draft[i] meanwhile holding what each may take */
     int n_model = 0;
-    const bool rows_pay = spec_cost_draft_len(&s->cost[spec_gate_bucket_of(n)], n, SPEC_RATE_MAX, 1) > 0;
+    const bool rows_pay = spec_cost_draft_len(&s->spec.cost[spec_gate_bucket_of(n)], n, SPEC_RATE_MAX, 1) > 0;
     for (int i = 0; i < n && budget > 0; i++) {
         sched_request *r = chosen[i];
         if (r->params.no_speculation || r->force_at < r->params.n_think_close) continue; /* forced: no drafts */
@@ -305,15 +296,15 @@ void sched__spec_plan(sched *s, sched_request *const *chosen, int n, int32_t bud
         budget -= m;
     }
     for (int who = SPEC_DRAFT; n_model > 0 && who <= SPEC_SELF; who++) { /* batched across their sequences */
-        draft_slot *slots = s->draft_slots;
+        draft_slot *slots = s->spec.draft_slots;
         int j = 0;
         for (int i = 0; i < n; i++)
             if (proposer[i] == who) slots[j++] = (draft_slot){.r = chosen[i], .want = n_draft[i]};
         if (j == 0) continue;
-        s->spec_ran[who] = true;
+        s->spec.ran[who] = true;
         double t0 = sched_now();
         sched__draft_propose(s, slots, j, who == SPEC_SELF);
-        s->spec_seconds[who] = sched_now() - t0;
+        s->spec.seconds[who] = sched_now() - t0;
         j = 0;
         for (int i = 0; i < n; i++)
             if (proposer[i] == who) n_draft[i] = slots[j++].got;
@@ -332,7 +323,7 @@ void sched__spec_plan(sched *s, sched_request *const *chosen, int n, int32_t bud
             proposer[i] = -1;
             continue;
         }
-        stat_add(&s->spec_stats.proposed[proposer[i]], m);
+        stat_add(&s->spec.stats.proposed[proposer[i]], m);
     }
 }
 
@@ -343,25 +334,26 @@ int32_t sched__spec_verify(sched *s, sched_request *r, int32_t n_draft, int prop
     while (accepted < n_draft && results[accepted].token == r->tokens[n_before + accepted]) accepted++;
     if (n_draft > 0) {
         r->spec_tried = true;
-        stat_add(&s->spec_stats.drafts[proposer], 1);
-        stat_add(&s->spec_stats.accepted[proposer], accepted);
-        for (int32_t i = 0; i < accepted; i++) stat_add(&s->spec_stats.accepted_at[i], 1);
+        stat_add(&s->spec.stats.drafts[proposer], 1);
+        stat_add(&s->spec.stats.accepted[proposer], accepted);
+        for (int32_t i = 0; i < accepted; i++) stat_add(&s->spec.stats.accepted_at[i], 1);
         /* each accepted token a success, the first rejected one a failure, the token the
          * grammar cut included (it could not have been accepted); the bias is moved against
          * the class's rate before this draft counts in it */
         const int32_t judged = n_draft + (r->spec_cut ? 1 : 0);
-        r->spec_bias = (float)spec_accept_bias_after(&s->accept, (spec_proposer)proposer, r->spec_match, r->spec_bias,
-                                                     judged, accepted);
-        spec_accept_observe(&s->accept, (spec_proposer)proposer, r->spec_match, judged, accepted);
+        r->spec_bias = (float)spec_accept_bias_after(&s->spec.accept, (spec_proposer)proposer, r->spec_match,
+                                                     r->spec_bias, judged, accepted);
+        spec_accept_observe(&s->spec.accept, (spec_proposer)proposer, r->spec_match, judged, accepted);
     }
     /* the decode row and the accepted drafts are computed; the row after them is the
      * next step's decode row. Only accepted tokens reach the prefix cache, and the blocks
      * past the next decode row's position go back. All of it before the emits: an emit
      * that ends r releases it. */
     r->n_computed = n_before + accepted;
-    kv__prefix_register(&s->blocks, &r->kv, r->tokens, r->n_computed);
+    kv_prefix_register(&s->cache.blocks, &r->kv, r->tokens, r->n_computed);
     sched__draft_rollback(s, r, r->n_computed);
-    kv__blocks_truncate(&s->blocks, &r->kv, kv__blocks_for_tokens((int64_t)n_before + accepted + 1, s->cfg.block_size));
+    kv_blocks_truncate(&s->cache.blocks, &r->kv,
+                       kv_blocks_for_tokens((int64_t)n_before + accepted + 1, s->cfg.block_size));
     for (int32_t j = 0; j <= accepted; j++)
         if (!sched__emit(s, r, &results[j], now)) return j + 1;
     return accepted + 1;
@@ -375,30 +367,18 @@ void sched__spec_observe(sched *s, int width, double depth, double seconds, int6
         rows += drafts[p];
         /* a drafter model that ran spent most of the step's time, whether it drew
          * drafts or only caught up on a prompt: the step is charged to it */
-        charged[p] = s->spec_ran[p] ? drafts[p] + 1 + (int64_t)width * SPEC_MAX_K : drafts[p];
+        charged[p] = s->spec.ran[p] ? drafts[p] + 1 + (int64_t)width * SPEC_MAX_K : drafts[p];
     }
-    spec_cost_observe(&s->cost[spec_gate_bucket_of(width)], (int)rows, seconds);
-    spec_cost_share_across(s->cost, SPEC_GATE_BUCKETS);
-    if (s->cfg.spec_gate) spec_gate_observe(&s->gate, width, depth, seconds, tokens, charged);
+    spec_cost_observe(&s->spec.cost[spec_gate_bucket_of(width)], (int)rows, seconds);
+    spec_cost_share_across(s->spec.cost, SPEC_GATE_BUCKETS);
+    if (s->cfg.spec_gate) spec_gate_observe(&s->spec.gate, width, depth, seconds, tokens, charged);
     spec_tick_reset(s);
     publish_gate(s);
 }
 
 void sched__spec_charge(sched *s) {
     for (int p = 0; p < SPEC_N_PROPOSERS; p++)
-        if (s->spec_ran[p] && s->cfg.spec_gate)
-            spec_gate_charge(&s->gate, s->spec_width, (spec_proposer)p, s->spec_seconds[p]);
+        if (s->spec.ran[p] && s->cfg.spec_gate)
+            spec_gate_charge(&s->spec.gate, s->spec.width, (spec_proposer)p, s->spec.seconds[p]);
     spec_tick_reset(s);
-}
-
-void sched__spec_release(sched *s, sched_request *r) {
-    if (!s->draft_kv) return;
-    kv__blocks_release(&s->draft_blocks, &r->draft_kv);
-    r->draft_computed = 0;
-}
-
-void sched__spec_remember(sched *s, const sched_request *r) {
-    if (!s->suffix) return;
-    spec_suffix_add(s->suffix, r->params.tenant, r->tokens, r->n_tokens);
-    atomic_store_explicit(&s->spec_stats.suffix_bytes, spec_suffix_bytes(s->suffix), memory_order_relaxed);
 }

@@ -14,7 +14,7 @@
  *   Start    admit from the waiting list in policy order while max_batch_size allows
  *            and the pool holds the whole feed's blocks plus the watermark (all of
  *            them are allocated at admission), each admitted sequence getting a chunk.
- *            A feed whose leading full blocks are in the prefix cache (kv_blocks.c)
+ *            A feed whose leading full blocks are in the prefix cache (kvcache/kv_blocks.c)
  *            shares them and starts computing after them.
  *            Prefill chunks share max_prefill_tokens; the step holds at most
  *            max_batch_tokens tokens, decode rows first.
@@ -78,7 +78,7 @@ static void plan_drop_ended(sched *s, double now) {
             sched__request_end(s, r, SCHED_FINISH_ERROR, SP_ERR_TIMEOUT, msg);
         }
     }
-    for (sched_request *r = s->wait_head, *next; r; r = next) {
+    for (sched_request *r = s->queue.wait_head, *next; r; r = next) {
         next = r->next;
         bool cancelled = atomic_load_explicit(&r->cancel, memory_order_acquire);
         bool late = !cancelled && r->deadline > 0 && now >= r->deadline;
@@ -97,17 +97,17 @@ static void plan_drop_ended(sched *s, double now) {
 static void tick_preempt(sched *s, int i) {
     sched_request *r = s->running[i];
     sched__running_remove(s, i);
-    kv__blocks_release(&s->blocks, &r->kv);
+    kv_blocks_release(&s->cache.blocks, &r->kv);
     sched__spec_release(s, r);
     r->n_computed = 0;
     r->state = SCHED_SEQ_WAITING;
     r->swapped = true;
-    atomic_fetch_add_explicit(&s->stats.swapped, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&s->meter.stats.swapped, 1, memory_order_relaxed);
     sched__waiting_insert(s, r);
     pthread_mutex_lock(&r->lock);
     r->out.preemptions++;
     pthread_mutex_unlock(&r->lock);
-    stat_add(&s->stats.preemptions, 1);
+    stat_add(&s->meter.stats.preemptions, 1);
     sp_log_debug("sched: preempted a sequence of %d tokens (%d running)", r->n_tokens, s->n_running);
 }
 
@@ -117,8 +117,8 @@ static void decode_reserve_blocks(sched *s) {
     for (int i = 0; i < s->n_running; i++) {
         sched_request *r = s->running[i];
         if (!seq_is_decode(r)) continue;
-        int32_t need = kv__blocks_for_tokens(r->n_tokens, s->cfg.block_size);
-        while (!kv__blocks_grow(&s->blocks, &r->kv, need)) {
+        int32_t need = kv_blocks_for_tokens(r->n_tokens, s->cfg.block_size);
+        while (!kv_blocks_grow(&s->cache.blocks, &r->kv, need)) {
             int v = sched__policy_victim(s->cfg.policy, s->running, s->n_running, s->tick_no);
             tick_preempt(s, v);
             if (v == i) { /* r itself went back to waiting */
@@ -171,7 +171,7 @@ static void step_add(sched *s, step_build *b, sched_request *r, int32_t chunk, b
     }
 }
 
-/* Prefix cache: the cached blocks r's feed can start from, into s->match_ids. At
+/* Prefix cache: the cached blocks r's feed can start from, into s->cache.match_ids. At
  * least its last token is computed (its logits are needed), so at most
  * (n_tokens - 1) / B blocks. */
 static int32_t admit_match(sched *s, const sched_request *r, int32_t *unheld) {
@@ -180,58 +180,60 @@ static int32_t admit_match(sched *s, const sched_request *r, int32_t *unheld) {
         return 0;
     }
     int32_t max_blocks = (r->n_tokens - 1) / s->cfg.block_size;
-    return kv__prefix_match(&s->blocks, r->tokens, max_blocks, s->match_ids, unheld);
+    return kv_prefix_match(&s->cache.blocks, r->tokens, max_blocks, s->cache.match_ids, unheld);
 }
 
 /* Whether the waiting list's head fits now: its whole feed, less the cached blocks it
  * shares, plus the watermark (waived when nothing runs, so a request that fits the
- * pool always runs). Leaves the match in s->match_ids / s->n_match for admit. */
+ * pool always runs). Leaves the match in s->cache.match_ids / s->cache.n_match for admit. */
 static bool admit_fits(sched *s, const sched_request *r) {
     int32_t unheld = 0;
-    s->n_match = admit_match(s, r, &unheld);
-    s->n_tier_match = r->params.pooling != SCHED_POOLING_NONE
-                          ? 0
-                          : sched__tiers_match(s, r->tokens, s->n_match, (r->n_tokens - 1) / s->cfg.block_size);
-    int32_t need = kv__blocks_for_tokens(r->n_tokens, s->cfg.block_size) - s->n_match;
-    int32_t available = kv__blocks_available(&s->blocks) - unheld; /* shared unheld blocks leave the pool */
+    s->cache.n_match = admit_match(s, r, &unheld);
+    s->cache.n_tier_match =
+        r->params.pooling != SCHED_POOLING_NONE
+            ? 0
+            : sched__tiers_match(s, r->tokens, s->cache.n_match, (r->n_tokens - 1) / s->cfg.block_size);
+    int32_t need = kv_blocks_for_tokens(r->n_tokens, s->cfg.block_size) - s->cache.n_match;
+    int32_t available = kv_blocks_available(&s->cache.blocks) - unheld; /* shared unheld blocks leave the pool */
     if (available < need) return false;
-    return s->n_running == 0 || available - need >= s->watermark_blocks;
+    return s->n_running == 0 || available - need >= s->cache.watermark_blocks;
 }
 
 /* Admits r with the match admit_fits just made: the shared blocks are computed
  * already, the rest are allocated now. */
 static void admit(sched *s, sched_request *r, double now) {
     sched__waiting_remove(s, r);
-    kv__prefix_take(&s->blocks, &r->kv, s->match_ids, s->n_match, r->tokens);
-    bool ok = kv__blocks_grow(&s->blocks, &r->kv, kv__blocks_for_tokens(r->n_tokens, s->cfg.block_size));
+    kv_prefix_take(&s->cache.blocks, &r->kv, s->cache.match_ids, s->cache.n_match, r->tokens);
+    bool ok = kv_blocks_grow(&s->cache.blocks, &r->kv, kv_blocks_for_tokens(r->n_tokens, s->cfg.block_size));
     SP_ASSERT(ok);
     /* the chain goes on in the host and disk tiers: those blocks are reloaded, not computed */
-    int32_t reloaded = s->n_tier_match > 0 ? sched__tiers_reload(s, r, s->n_match, s->n_tier_match) : 0;
-    int32_t cached = (s->n_match + reloaded) * s->cfg.block_size;
+    int32_t reloaded =
+        s->cache.n_tier_match > 0 ? sched__tiers_reload(s, r, s->cache.n_match, s->cache.n_tier_match) : 0;
+    int32_t cached = (s->cache.n_match + reloaded) * s->cfg.block_size;
     if (r->swapped) {
         r->swapped = false;
         r->resumed_tick = s->tick_no > 0 ? s->tick_no : 1;
-        atomic_fetch_sub_explicit(&s->stats.swapped, 1, memory_order_relaxed);
-        if (cached > 0) stat_add(&s->stats.swap_resumes, 1);
+        atomic_fetch_sub_explicit(&s->meter.stats.swapped, 1, memory_order_relaxed);
+        if (cached > 0) stat_add(&s->meter.stats.swap_resumes, 1);
     }
     r->n_computed = cached;
     if (r->pool) memset(r->pool, 0, sizeof *r->pool * (size_t)s->n_embd); /* an embedding pools afresh */
-    if (s->blocks.caching) {
-        stat_add(&s->stats.prefix_query_tokens, r->n_tokens);
-        stat_add(&s->stats.prefix_hit_tokens, cached);
-        stat_add(&s->stats.prompt_tokens, cached); /* processed without computing */
+    if (s->cache.blocks.caching) {
+        stat_add(&s->meter.stats.prefix_query_tokens, r->n_tokens);
+        stat_add(&s->meter.stats.prefix_hit_tokens, cached);
+        stat_add(&s->meter.stats.prompt_tokens, cached); /* processed without computing */
     }
     r->state = SCHED_SEQ_RUNNING;
-    if (r->turn > atomic_load_explicit(&s->turn_admitted, memory_order_relaxed))
-        atomic_store_explicit(&s->turn_admitted, r->turn, memory_order_relaxed);
+    if (r->turn > atomic_load_explicit(&s->queue.turn_admitted, memory_order_relaxed))
+        atomic_store_explicit(&s->queue.turn_admitted, r->turn, memory_order_relaxed);
     s->running[s->n_running++] = r;
-    atomic_store_explicit(&s->stats.running, s->n_running, memory_order_relaxed);
+    atomic_store_explicit(&s->meter.stats.running, s->n_running, memory_order_relaxed);
     sched__queue_uncount(s, r);
     pthread_mutex_lock(&r->lock);
     if (r->out.timings.admitted == 0) { /* first admission (not a preempted one's return) */
         r->out.timings.admitted = now;
         r->out.cached_tokens = cached < r->params.n_prompt ? cached : r->params.n_prompt; /* of the prompt */
-        sched__metrics_observe(&s->metrics, SCHED_HIST_QUEUE, now - r->out.timings.arrival);
+        sched__metrics_observe(&s->meter.hist, SCHED_HIST_QUEUE, now - r->out.timings.arrival);
     }
     int32_t cached_prompt = cached < r->params.n_prompt ? cached : r->params.n_prompt;
     if (cached_prompt > r->out.prefilled) r->out.prefilled = cached_prompt;
@@ -259,7 +261,7 @@ static int32_t prefill_demand(const sched *s) {
     int64_t demand = 0;
     for (int i = 0; i < s->n_running; i++)
         if (!seq_is_decode(s->running[i])) demand += s->running[i]->n_tokens - s->running[i]->n_computed;
-    if (s->wait_head && s->n_running < s->cfg.max_batch_size) demand += s->wait_head->n_tokens;
+    if (s->queue.wait_head && s->n_running < s->cfg.max_batch_size) demand += s->queue.wait_head->n_tokens;
     return demand < s->cfg.max_prefill_tokens ? (int32_t)demand : s->cfg.max_prefill_tokens;
 }
 
@@ -343,10 +345,10 @@ static void step_fail(sched *s, const step_build *b, sp_status st) {
     char msg[256];
     snprintf(msg, sizeof msg, "the forward pass failed: %s", sp_last_error());
     sp_log_error("sched: %s", msg);
-    if (st == SP_ERR_DEVICE && !atomic_load_explicit(&s->device_fault, memory_order_relaxed)) {
+    if (st == SP_ERR_DEVICE && !atomic_load_explicit(&s->meter.device_fault, memory_order_relaxed)) {
         /* a device fault does not heal: /health and the watchdog report it from now on */
-        snprintf(s->device_fault_msg, sizeof s->device_fault_msg, "%s", sp_last_error());
-        atomic_store_explicit(&s->device_fault, true, memory_order_release);
+        snprintf(s->meter.device_fault_msg, sizeof s->meter.device_fault_msg, "%s", sp_last_error());
+        atomic_store_explicit(&s->meter.device_fault, true, memory_order_release);
     }
     for (int32_t q = 0; q < b->n_seqs; q++) {
         sched_request *r = s->step_reqs[q];
@@ -362,14 +364,14 @@ static void step_fail(sched *s, const step_build *b, sp_status st) {
 /* Metrics of a tick that ran a step (counted in stats.ticks): its duration from
  * `start` and its tokens. */
 static void tick_observe(sched *s, double start, const step_build *b) {
-    sched__metrics_observe(&s->metrics, SCHED_HIST_TICK, sched_now() - start);
-    sched__metrics_observe(&s->metrics, SCHED_HIST_TOKENS_PER_TICK, b->n_tokens);
+    sched__metrics_observe(&s->meter.hist, SCHED_HIST_TICK, sched_now() - start);
+    sched__metrics_observe(&s->meter.hist, SCHED_HIST_TOKENS_PER_TICK, b->n_tokens);
 }
 
 bool sched__tick(sched *s) {
     double now = sched_now();
     plan_drop_ended(s, now);
-    if (s->n_running == 0 && !s->wait_head) return false;
+    if (s->n_running == 0 && !s->queue.wait_head) return false;
 
     step_build b = {0};
     plan_step(s, &b, now);
@@ -396,10 +398,10 @@ bool sched__tick(sched *s) {
         for (int32_t j = 0; j <= s->step_n_draft[q]; j++)
             sched__sample_row(s, r, j, &s->sample_rows[s->step_logit_of[q] + j]);
         if (r->force_at < r->params.n_think_close) { /* the thinking budget is spent: </think>, token by token */
-            SP_ASSERT(s->step_n_draft[q] == 0 && n_masks < s->max_mask_rows);
-            uint32_t *mask = s->step_masks + n_masks++ * s->mask_words;
+            SP_ASSERT(s->step_n_draft[q] == 0 && n_masks < s->grammar.max_mask_rows);
+            uint32_t *mask = s->grammar.step_masks + n_masks++ * s->grammar.mask_words;
             int32_t id = r->params.think_close[r->force_at];
-            memset(mask, 0, s->mask_words * sizeof *mask);
+            memset(mask, 0, s->grammar.mask_words * sizeof *mask);
             mask[id >> 5] = 1u << (id & 31);
             s->sample_rows[s->step_logit_of[q]].allowed = mask;
         } else if (r->gram) { /* computed while the step runs (masks.c) */
@@ -410,11 +412,11 @@ bool sched__tick(sched *s) {
     const model_sample_hook masks_ready = {sched__masks_wait, s};
     double t0 = sched_now();
     sched__masks_start(s);
-    sp_status st = model_forward_sample_hidden(s->m, s->kv, &step, &vocab, s->sample_rows, s->sample_results,
+    sp_status st = model_forward_sample_hidden(s->m, s->cache.pool, &step, &vocab, s->sample_rows, s->sample_results,
                                                s->step_hidden, &masks_ready);
     sched__masks_wait(s); /* also when the step failed before drawing */
     double t1 = sched_now();
-    stat_add(&s->stats.ticks, 1);
+    stat_add(&s->meter.stats.ticks, 1);
     if (st != SP_OK) {
         step_fail(s, &b, st);
         tick_observe(s, now, &b);
@@ -429,7 +431,7 @@ bool sched__tick(sched *s) {
         const bool embedding = r->params.pooling != SCHED_POOLING_NONE;
         if (s->step_prefill[q]) {
             r->n_computed += s->step_chunk[q];
-            if (!embedding) kv__prefix_register(&s->blocks, &r->kv, r->tokens, r->n_computed);
+            if (!embedding) kv_prefix_register(&s->cache.blocks, &r->kv, r->tokens, r->n_computed);
             prefilled += s->step_chunk[q];
             decode_only = false;
         }
@@ -456,7 +458,7 @@ bool sched__tick(sched *s) {
         if (s->step_proposer[q] >= 0) drafts[s->step_proposer[q]] += s->step_n_draft[q];
         delivered += sched__spec_verify(s, r, s->step_n_draft[q], s->step_proposer[q], results, t1);
     }
-    stat_add(&s->stats.prompt_tokens, prefilled);
+    stat_add(&s->meter.stats.prompt_tokens, prefilled);
     sched__slo_observe_step(s, t1 - t0, prefilled, b.n_tokens);
     if (decode_only)
         sched__spec_observe(s, b.n_seqs, depth / b.n_seqs, sched_now() - now, delivered, drafts);

@@ -41,14 +41,14 @@ harness_sources() {
     case "$1" in
     # the API layer (OpenAI, Responses, Anthropic: server/api, no transport) reaches the
     # scheduler's clock, so the library below it but the CUDA backend
-    request) echo $LOWER gpu/device.c gpu/host/*.c model/*.c kvtier/*.c scheduler/*.c scheduler/spec/*.c config/*.c \
+    request) echo $LOWER gpu/device.c gpu/host/*.c model/*.c kvcache/*.c scheduler/*.c scheduler/spec/*.c config/*.c \
         server/api/*.c ;;
     # the config file reader: its own module and common/
     config) echo common/*.c config/*.c ;;
     # the request framing check: its own file and common/
     framing) echo common/*.c server/http/http_framing.c ;;
     # the KV cache's disk tier: its own module and common/
-    kvtier) echo common/*.c kvtier/*.c ;;
+    kvtier) echo common/*.c kvcache/*.c ;;
     # the GGUF reader, and the model's hyperparameters read from it
     gguf) echo $LOWER model/arch.c ;;
     *) echo $LOWER ;;
@@ -60,7 +60,7 @@ compile_object() {
     local src=$1 obj=$OUT/obj/${1%.c}.o
     mkdir -p "$(dirname "$obj")"
     # any project header may have changed what src compiles to
-    if [[ ! -f $obj || $src -nt $obj ]] || find common quant sample gguf tokenizer template grammar gpu kvtier model scheduler \
+    if [[ ! -f $obj || $src -nt $obj ]] || find common quant sample gguf tokenizer template grammar gpu kvcache model scheduler \
         config server -name '*.h' -newer "$obj" | grep -q .; then
         "$CLANG" "${CFLAGS[@]}" -fsanitize=fuzzer-no-link -c "$src" -o "$obj"
     fi

@@ -1,4 +1,4 @@
-/* fuzz_kvtier.c: libFuzzer harness for the disk tier's block files (kvtier/), the one
+/* fuzz_kvtier.c: libFuzzer harness for the disk tier's block files (kvcache/), the one
  * input of the KV cache that comes from outside the process: files a persistent disk
  * tier finds at start. Each input is one file's bytes. When its first byte is odd the
  * harness writes a valid header's identity fields (magic, version, sizes, layout, the
@@ -19,7 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "kvtier/kvtier.h"
+#include "kvcache/kvcache.h"
 
 #define FUZZ_CHECK(cond)               \
     do {                               \

@@ -20,19 +20,19 @@ static void check_waiting_order(sp_policy kind, sched_request **reqs, int n, con
     s->cfg.policy = kind;
     for (int i = 0; i < n; i++) sched__waiting_insert(s, reqs[i]);
     int i = 0;
-    for (sched_request *r = s->wait_head; r; r = r->next, i++) {
+    for (sched_request *r = s->queue.wait_head; r; r = r->next, i++) {
         cr_assert_lt(i, n);
         cr_assert_eq(r->arrival_no, want[i], "position %d: arrival %llu, want %llu", i,
                      (unsigned long long)r->arrival_no, (unsigned long long)want[i]);
         if (r->next) cr_assert_eq(r->next->prev, r);
     }
     cr_assert_eq(i, n);
-    cr_assert_eq(s->wait_tail->arrival_no, want[n - 1]);
+    cr_assert_eq(s->queue.wait_tail->arrival_no, want[n - 1]);
     /* remove the middle one and the head */
-    sched__waiting_remove(s, s->wait_head->next);
-    sched__waiting_remove(s, s->wait_head);
-    cr_assert_eq(s->wait_head->arrival_no, want[2]);
-    cr_assert_null(s->wait_head->prev);
+    sched__waiting_remove(s, s->queue.wait_head->next);
+    sched__waiting_remove(s, s->queue.wait_head);
+    cr_assert_eq(s->queue.wait_head->arrival_no, want[2]);
+    cr_assert_null(s->queue.wait_head->prev);
     free(s);
 }
 

@@ -171,7 +171,7 @@ Test(sched_queue, submit_hands_out_turns_from_the_latest_admitted) {
     cr_assert_eq(sched_submit(s, later, 1), SP_OK);
     cr_expect_eq(later[0]->turn, 0, "the turn being served");
     cr_expect(sched__policy_before(SP_POLICY_FCFS, later[0], big[1]), "before the big request's second");
-    atomic_store(&s->turn_admitted, 3); /* as if the big request's turns up to 3 were admitted */
+    atomic_store(&s->queue.turn_admitted, 3); /* as if the big request's turns up to 3 were admitted */
     later[1] = make_request(5, 4);
     cr_assert_eq(sched_submit(s, &later[1], 1), SP_OK);
     cr_expect_eq(later[1]->turn, 3);

@@ -36,25 +36,25 @@ static sched_request *decoding(int generated, double last, double tpot_ms) {
 
 Test(slo, prefill_fits_the_slack_of_the_closest_decode) {
     sched *s = fake_sched(SP_POLICY_SLO);
-    s->decode_step_s = 0.010;                 /* 10 ms per decode-only step */
-    s->prefill_row_s = 0.0005;                /* 0.5 ms per prefill row */
+    s->meter.decode_step_s = 0.010;           /* 10 ms per decode-only step */
+    s->meter.prefill_row_s = 0.0005;          /* 0.5 ms per prefill row */
     s->running[0] = decoding(5, 100.000, 50); /* deadline 100.050 */
     s->running[1] = decoding(9, 100.020, 40); /* deadline 100.060 */
     s->n_running = 2;
     /* now 100.010: the closest deadline is 40 ms away; a decode step takes 10, 30 ms are
      * left for 60 prefill rows */
     cr_assert_eq(sched__slo_prefill_budget(s, 256, 2, 100.010), 60);
-    cr_assert_eq(atomic_load(&s->stats.slo_prefill_holds), 1);
+    cr_assert_eq(atomic_load(&s->meter.stats.slo_prefill_holds), 1);
     /* plenty of slack: the whole budget */
     cr_assert_eq(sched__slo_prefill_budget(s, 256, 2, 99.0), 256);
     /* late even with a decode-only step: holding back gains nothing */
     cr_assert_eq(sched__slo_prefill_budget(s, 256, 2, 100.045), 256);
     /* no decode in this step, or not measured yet: the budget */
     cr_assert_eq(sched__slo_prefill_budget(s, 256, 0, 100.010), 256);
-    s->prefill_row_s = 0;
+    s->meter.prefill_row_s = 0;
     cr_assert_eq(sched__slo_prefill_budget(s, 256, 2, 100.010), 256);
     /* other policies never hold */
-    s->prefill_row_s = 0.0005;
+    s->meter.prefill_row_s = 0.0005;
     s->cfg.policy = SP_POLICY_FCFS;
     cr_assert_eq(sched__slo_prefill_budget(s, 256, 2, 100.010), 256);
     /* the scheduler's target applies to requests without one */
@@ -103,21 +103,21 @@ Test(slo, a_request_that_cannot_meet_its_ttft_target_is_refused) {
     sched_request *reqs[1] = {r};
     /* not measured yet: accepted */
     cr_assert_eq(sched__slo_admission(s, reqs, 1, 100, 100000, 500), SP_OK);
-    atomic_store(&s->shared_prefill_row_s, 0.002); /* 500 prompt tokens/s */
-    atomic_store(&s->shared_decode_step_s, 0.010);
+    atomic_store(&s->meter.shared_prefill_row_s, 0.002); /* 500 prompt tokens/s */
+    atomic_store(&s->meter.shared_decode_step_s, 0.010);
     /* 400 tokens: 0.8 s + 2 ticks x 10 ms + the first token's 10 ms = 0.83 s <= 1 s */
     cr_assert_eq(sched__slo_admission(s, reqs, 1, 0, 0, 400), SP_OK);
     /* 300 queued ahead + 400: 1.4 s */
     cr_assert_eq(sched__slo_admission(s, reqs, 1, 1, 300, 400), SP_ERR_FULL);
     cr_assert(strstr(sp_last_error(), "target of 1000 ms"), "%s", sp_last_error());
-    cr_assert_eq(atomic_load(&s->stats.slo_rejected), 1);
+    cr_assert_eq(atomic_load(&s->meter.stats.slo_rejected), 1);
     /* few tokens, but 19 requests queued ahead at 10 admissions/s: 2 s before a slot */
     cr_assert_eq(sched__slo_admission(s, reqs, 1, 19, 100, 50), SP_OK, "admission rate not measured yet");
-    atomic_store(&s->shared_admit_rate, 10.0);
+    atomic_store(&s->queue.shared_admit_rate, 10.0);
     cr_assert_eq(sched__slo_admission(s, reqs, 1, 19, 100, 50), SP_ERR_FULL);
     cr_assert(strstr(sp_last_error(), "20 requests"), "%s", sp_last_error());
     cr_assert_eq(sched__slo_admission(s, reqs, 1, 5, 100, 50), SP_OK, "0.6 s + 0.1 s of its prompt + 20 ms");
-    atomic_store(&s->shared_admit_rate, 0.0);
+    atomic_store(&s->queue.shared_admit_rate, 0.0);
     /* no target: accepted; other policies: accepted */
     r->params.ttft_slo_ms = 0;
     cr_assert_eq(sched__slo_admission(s, reqs, 1, 1, 300, 400), SP_OK);
@@ -136,11 +136,11 @@ Test(slo, the_admission_rate_is_measured_while_requests_wait) {
     sched__slo_observe_admissions(s, 2, 100.0);
     sched__slo_observe_admissions(s, 3, 100.5);
     sched__slo_observe_admissions(s, 3, 101.0); /* 8 in 1 s */
-    cr_assert_float_eq(atomic_load(&s->shared_admit_rate), 8.0, 1e-9);
+    cr_assert_float_eq(atomic_load(&s->queue.shared_admit_rate), 8.0, 1e-9);
     sched__waiting_remove(s, r); /* the queue ran empty: arrivals limited the next window */
     sched__slo_observe_admissions(s, 1, 101.5);
     sched__slo_observe_admissions(s, 0, 102.1);
-    cr_assert_float_eq(atomic_load(&s->shared_admit_rate), 8.0, 1e-9, "that window does not count");
+    cr_assert_float_eq(atomic_load(&s->queue.shared_admit_rate), 8.0, 1e-9, "that window does not count");
     free(r);
     free_sched(s);
 }
@@ -151,22 +151,22 @@ Test(slo, goodput_counts_requests_that_met_every_target) {
     r->out.timings = (sched_timings){.arrival = 10, .first_token = 10.5, .finished = 12.5};
     r->out.n_tokens = 21;            /* 20 gaps over 2 s: 100 ms per token */
     sched__slo_finished(s, r, true); /* no target: not counted */
-    cr_assert_eq(atomic_load(&s->stats.slo_requests), 0);
+    cr_assert_eq(atomic_load(&s->meter.stats.slo_requests), 0);
     r->params.ttft_slo_ms = 600;
     r->params.tpot_slo_ms = 120;
     sched__slo_finished(s, r, true);
-    cr_assert_eq(atomic_load(&s->stats.slo_goodput), 1);
+    cr_assert_eq(atomic_load(&s->meter.stats.slo_goodput), 1);
     r->params.tpot_slo_ms = 90; /* 100 ms per token misses it */
     sched__slo_finished(s, r, true);
     r->params.tpot_slo_ms = 0;
     r->params.ttft_slo_ms = 400; /* 500 ms to the first token misses it */
     sched__slo_finished(s, r, true);
-    cr_assert_eq(atomic_load(&s->stats.slo_requests), 3);
-    cr_assert_eq(atomic_load(&s->stats.slo_goodput), 1);
+    cr_assert_eq(atomic_load(&s->meter.stats.slo_requests), 3);
+    cr_assert_eq(atomic_load(&s->meter.stats.slo_goodput), 1);
     r->params.ttft_slo_ms = 600; /* met, but a timeout or error ended it: never good */
     sched__slo_finished(s, r, false);
-    cr_assert_eq(atomic_load(&s->stats.slo_requests), 4);
-    cr_assert_eq(atomic_load(&s->stats.slo_goodput), 1);
+    cr_assert_eq(atomic_load(&s->meter.stats.slo_requests), 4);
+    cr_assert_eq(atomic_load(&s->meter.stats.slo_goodput), 1);
     free(r);
     free_sched(s);
 }

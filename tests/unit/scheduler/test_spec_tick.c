@@ -249,7 +249,7 @@ Test(spec_tick, both_proposers_output_identical_among_31_others, .timeout = 120)
 /* Every cached block's chain of tokens, from the root, is a prefix of some request's
  * prompt and output: no rejected draft token was ever registered. */
 static void check_cache_holds_only_accepted(sched *s, sched_request **reqs, int n) {
-    const kv_blocks *kb = &s->blocks;
+    const kv_blocks *kb = &s->cache.blocks;
     int B = kb->block_size;
     int32_t chain[256];
     int checked = 0;
@@ -324,8 +324,8 @@ Test(spec_tick, kv_churn_with_drafts_cancellations_and_preemptions_frees_every_b
     /* shrink the pool's usable part: hold most blocks in a dummy sequence */
     kv_seq hog;
     int32_t keep = 30; /* blocks left for the 32 requests: preemption is certain */
-    cr_assert_eq(kv__seq_init(&hog, s->blocks.n_total), SP_OK);
-    cr_assert(kv__blocks_grow(&s->blocks, &hog, s->blocks.n_total - keep));
+    cr_assert_eq(kv_seq_init(&hog, s->cache.blocks.n_total), SP_OK);
+    cr_assert(kv_blocks_grow(&s->cache.blocks, &hog, s->cache.blocks.n_total - keep));
     sched_request *reqs[SPEC_N];
     for (int i = 0; i < SPEC_N; i++) reqs[i] = make_request(&p[i]);
     for (int i = 0; i < SPEC_N; i += 2) cr_assert_eq(sched_submit(s, reqs + i, 2), SP_OK);
@@ -354,11 +354,11 @@ Test(spec_tick, kv_churn_with_drafts_cancellations_and_preemptions_frees_every_b
     }
     cr_assert_gt(st.preemptions, 0, "the pool was small enough to preempt");
     cr_assert_gt(sum(st.spec_accepted, SCHED_SPEC_PROPOSERS), 0);
-    kv__blocks_release(&s->blocks, &hog);
-    kv__seq_free(&hog);
-    cr_assert_eq(kv__blocks_used(&s->blocks), 0, "every block is free");
-    cr_assert_eq(kv__blocks_available(&s->blocks), s->blocks.n_total);
-    cr_assert_eq(kv__blocks_used(&s->draft_blocks), 0, "every draft model block is free");
+    kv_blocks_release(&s->cache.blocks, &hog);
+    kv_seq_free(&hog);
+    cr_assert_eq(kv_blocks_used(&s->cache.blocks), 0, "every block is free");
+    cr_assert_eq(kv_blocks_available(&s->cache.blocks), s->cache.blocks.n_total);
+    cr_assert_eq(kv_blocks_used(&s->spec.draft_blocks), 0, "every draft model block is free");
     cr_assert_gt(st.spec_accepted[SCHED_SPEC_DRAFT], 0);
     sched_destroy(s);
     model_destroy(c.draft_model);

@@ -6,7 +6,7 @@
 
 #include "common/assert.h"
 #include "common/log.h"
-#include "kvtier/kvtier_internal.h"
+#include "kvcache/kvcache_internal.h"
 
 static void count(_Atomic int64_t *c, int64_t n) {
     atomic_fetch_add_explicit(c, n, memory_order_relaxed);

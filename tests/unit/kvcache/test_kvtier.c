@@ -11,7 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "kvtier/kvtier.h"
+#include "kvcache/kvcache.h"
 
 enum { B = 4, BYTES = 256 };
 

@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
-#include "kvtier/kvtier_internal.h"
+#include "kvcache/kvcache_internal.h"
 
 #define KVT_MAGIC "SPKVBLK"
 enum { KVT_FILE_VERSION = 1 };

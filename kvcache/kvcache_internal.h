@@ -1,12 +1,13 @@
-/* kvtier_internal.h: the store's struct, shared by kvtier.c (the index and the host
- * tier) and kvtier_disk.c (the files). Nothing outside kvtier/ (and its tests) uses it. */
-#ifndef SP_KVTIER_INTERNAL_H
-#define SP_KVTIER_INTERNAL_H
+/* kvcache_internal.h: the tiers' store struct, shared by kvtier.c (the index and the
+ * host tier) and kvtier_disk.c (the files). Nothing outside kvcache/ (and its tests)
+ * uses it. */
+#ifndef SP_KVCACHE_INTERNAL_H
+#define SP_KVCACHE_INTERNAL_H
 
 #include <limits.h>
 #include <stdatomic.h>
 
-#include "kvtier/kvtier.h"
+#include "kvcache/kvcache.h"
 
 /* One block the store holds (tier != KVT_NONE) or a free entry. */
 typedef struct kvt_entry {

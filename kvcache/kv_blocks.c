@@ -21,21 +21,23 @@
  * list; new blocks come from the free stack first, then from the LRU list's oldest
  * end (evicted: unregistered). A sequence releases its last block first, so a chain's
  * tail is evicted before its head. An eviction first calls on_evict (when set), with
- * which the prefix cache's tiers (kv_tiers.c) keep a copy of the block's K/V.
+ * which the prefix cache's tiers (scheduler/kv_tiers.c, into kvtier.c's store) keep a
+ * copy of the block's K/V.
  *
  * DESIGN (threads). The scheduler thread owns the pool and every kv_seq; only n_used
  * and n_cached are atomic, for sched_get_stats on other threads.
  */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/assert.h"
-#include "scheduler/sched_internal.h"
+#include "kvcache/kvcache.h"
 
 /* ---- the hash ---- */
 
 /* FNV-1a over the parent's hash and the block's tokens, then a 64-bit finalizer. */
-uint64_t kv__chain_hash(uint64_t parent, const int32_t *tokens, int block_size) {
+uint64_t kv_chain_hash(uint64_t parent, const int32_t *tokens, int block_size) {
     uint64_t h = 0xcbf29ce484222325ULL ^ parent;
     for (int i = 0; i < block_size; i++) {
         uint32_t t = (uint32_t)tokens[i];
@@ -125,7 +127,7 @@ static void update_stats(kv_blocks *kb) {
     atomic_store_explicit(&kb->n_used, kb->n_total - kb->n_free - kb->n_evictable, memory_order_relaxed);
 }
 
-sp_status kv__blocks_init(kv_blocks *kb, int32_t n_blocks, int block_size, bool prefix_cache) {
+sp_status kv_blocks_init(kv_blocks *kb, int32_t n_blocks, int block_size, bool prefix_cache) {
     SP_ASSERT(n_blocks > 0 && block_size > 0);
     memset(kb, 0, sizeof *kb);
     uint32_t map_cap = 16;
@@ -143,7 +145,7 @@ sp_status kv__blocks_init(kv_blocks *kb, int32_t n_blocks, int block_size, bool 
     kb->map = malloc(sizeof(int32_t) * map_cap);
     if (!kb->free_ids || !kb->ref || !kb->registered || !kb->hash || !kb->parent_hash || !kb->parent ||
         (prefix_cache && !kb->tokens) || !kb->lru_prev || !kb->lru_next || !kb->map) {
-        kv__blocks_free(kb);
+        kv_blocks_free(kb);
         return sp_fail(SP_ERR_NOMEM, "KV block manager: out of memory for %d blocks", n_blocks);
     }
     /* pop order 0, 1, 2, ...: block 0 is on top of the stack */
@@ -160,7 +162,7 @@ sp_status kv__blocks_init(kv_blocks *kb, int32_t n_blocks, int block_size, bool 
     return SP_OK;
 }
 
-void kv__blocks_free(kv_blocks *kb) {
+void kv_blocks_free(kv_blocks *kb) {
     free(kb->free_ids);
     free(kb->ref);
     free(kb->registered);
@@ -174,7 +176,7 @@ void kv__blocks_free(kv_blocks *kb) {
     memset(kb, 0, sizeof *kb);
 }
 
-int32_t kv__blocks_available(const kv_blocks *kb) {
+int32_t kv_blocks_available(const kv_blocks *kb) {
     return kb->n_free + kb->n_evictable;
 }
 
@@ -198,11 +200,11 @@ static int32_t take_block(kv_blocks *kb) {
     return id;
 }
 
-bool kv__blocks_grow(kv_blocks *kb, kv_seq *seq, int32_t n_blocks) {
+bool kv_blocks_grow(kv_blocks *kb, kv_seq *seq, int32_t n_blocks) {
     SP_ASSERT(n_blocks <= seq->cap);
     int32_t need = n_blocks - seq->n;
     if (need <= 0) return true;
-    if (need > kv__blocks_available(kb)) return false;
+    if (need > kv_blocks_available(kb)) return false;
     for (int32_t i = 0; i < need; i++) seq->ids[seq->n++] = take_block(kb);
     update_stats(kb);
     return true;
@@ -221,7 +223,7 @@ static void drop_last_block(kv_blocks *kb, kv_seq *seq) {
     }
 }
 
-void kv__blocks_release(kv_blocks *kb, kv_seq *seq) {
+void kv_blocks_release(kv_blocks *kb, kv_seq *seq) {
     /* last block first: a cached chain's tail is evicted before its head, and free
      * blocks go back so the sequence's first block is popped first next time */
     while (seq->n > 0) drop_last_block(kb, seq);
@@ -229,36 +231,35 @@ void kv__blocks_release(kv_blocks *kb, kv_seq *seq) {
     update_stats(kb);
 }
 
-void kv__blocks_truncate(kv_blocks *kb, kv_seq *seq, int32_t n_blocks) {
+void kv_blocks_truncate(kv_blocks *kb, kv_seq *seq, int32_t n_blocks) {
     if (n_blocks < 0) n_blocks = 0;
     while (seq->n > n_blocks) drop_last_block(kb, seq);
     if (seq->n_hashed > seq->n) seq->n_hashed = 0; /* hashed again from the first block when registered */
     update_stats(kb);
 }
 
-int32_t kv__blocks_used(const kv_blocks *kb) {
+int32_t kv_blocks_used(const kv_blocks *kb) {
     return atomic_load_explicit(&kb->n_used, memory_order_relaxed);
 }
 
-int32_t kv__blocks_cached(const kv_blocks *kb) {
+int32_t kv_blocks_cached(const kv_blocks *kb) {
     return atomic_load_explicit(&kb->n_cached, memory_order_relaxed);
 }
 
-int32_t kv__blocks_for_tokens(int64_t n_tokens, int block_size) {
+int32_t kv_blocks_for_tokens(int64_t n_tokens, int block_size) {
     return (int32_t)((n_tokens + block_size - 1) / block_size);
 }
 
 /* ---- the prefix cache ---- */
 
-int32_t kv__prefix_match(const kv_blocks *kb, const int32_t *tokens, int32_t max_blocks, int32_t *ids,
-                         int32_t *unheld) {
+int32_t kv_prefix_match(const kv_blocks *kb, const int32_t *tokens, int32_t max_blocks, int32_t *ids, int32_t *unheld) {
     *unheld = 0;
     if (!kb->caching) return 0;
     uint64_t h = KV_CHAIN_ROOT;
     int32_t parent = -1, n = 0;
     for (; n < max_blocks; n++) {
         const int32_t *block_tokens = tokens + (size_t)n * (size_t)kb->block_size;
-        h = kv__chain_hash(h, block_tokens, kb->block_size);
+        h = kv_chain_hash(h, block_tokens, kb->block_size);
         int32_t id = map_find(kb, h, block_tokens, parent);
         if (id < 0) break;
         ids[n] = id;
@@ -268,7 +269,7 @@ int32_t kv__prefix_match(const kv_blocks *kb, const int32_t *tokens, int32_t max
     return n;
 }
 
-void kv__prefix_take(kv_blocks *kb, kv_seq *seq, const int32_t *ids, int32_t n, const int32_t *tokens) {
+void kv_prefix_take(kv_blocks *kb, kv_seq *seq, const int32_t *ids, int32_t n, const int32_t *tokens) {
     SP_ASSERT(seq->n == 0 && n <= seq->cap);
     uint64_t h = KV_CHAIN_ROOT;
     for (int32_t i = 0; i < n; i++) {
@@ -276,20 +277,20 @@ void kv__prefix_take(kv_blocks *kb, kv_seq *seq, const int32_t *ids, int32_t n, 
         SP_ASSERT(kb->registered[id]);
         if (kb->ref[id]++ == 0) lru_unlink(kb, id);
         seq->ids[seq->n++] = id;
-        h = kv__chain_hash(h, tokens + (size_t)i * (size_t)kb->block_size, kb->block_size);
+        h = kv_chain_hash(h, tokens + (size_t)i * (size_t)kb->block_size, kb->block_size);
     }
     seq->n_hashed = n;
     seq->last_hash = h;
     update_stats(kb);
 }
 
-void kv__prefix_register(kv_blocks *kb, kv_seq *seq, const int32_t *tokens, int32_t n_computed) {
+void kv_prefix_register(kv_blocks *kb, kv_seq *seq, const int32_t *tokens, int32_t n_computed) {
     if (!kb->caching) return;
     int32_t full = n_computed / kb->block_size;
     if (full > seq->n) full = seq->n;
     for (int32_t b = seq->n_hashed; b < full; b++) {
         const int32_t *block_tokens = tokens + (size_t)b * (size_t)kb->block_size;
-        uint64_t h = kv__chain_hash(b == 0 ? KV_CHAIN_ROOT : seq->last_hash, block_tokens, kb->block_size);
+        uint64_t h = kv_chain_hash(b == 0 ? KV_CHAIN_ROOT : seq->last_hash, block_tokens, kb->block_size);
         int32_t id = seq->ids[b], parent = b == 0 ? -1 : seq->ids[b - 1];
         if (!kb->registered[id]) {
             int32_t found = map_find(kb, h, block_tokens, parent);
@@ -319,7 +320,7 @@ void kv__prefix_register(kv_blocks *kb, kv_seq *seq, const int32_t *tokens, int3
     update_stats(kb);
 }
 
-sp_status kv__seq_init(kv_seq *seq, int32_t cap) {
+sp_status kv_seq_init(kv_seq *seq, int32_t cap) {
     SP_ASSERT(cap > 0);
     seq->ids = malloc(sizeof *seq->ids * (size_t)cap);
     if (!seq->ids) return sp_fail(SP_ERR_NOMEM, "KV block list: out of memory for %d blocks", cap);
@@ -330,8 +331,8 @@ sp_status kv__seq_init(kv_seq *seq, int32_t cap) {
     return SP_OK;
 }
 
-void kv__seq_free(kv_seq *seq) {
-    SP_ASSERT(seq->n == 0); /* kv__blocks_release first */
+void kv_seq_free(kv_seq *seq) {
+    SP_ASSERT(seq->n == 0); /* kv_blocks_release first */
     free(seq->ids);
     seq->ids = NULL;
     seq->cap = 0;
