@@ -1,7 +1,8 @@
 """The docs stay true to the tree: docs/architecture.md's layer graph is what `make layers`
 prints and the page is at most 200 lines, tests/README.md's catalogue lists every test
-file with its opening comment, and every relative link in the docs resolves (file and
-#anchor). `make docs` (tools/update_docs.py) rewrites the generated blocks."""
+file with its opening comment, every relative link in the docs resolves (file and
+#anchor), and every path of the tree the docs name in backticks exists. `make docs`
+(tools/update_docs.py) rewrites the generated blocks."""
 import pathlib
 import re
 import subprocess
@@ -116,3 +117,41 @@ def link_problems():
 
 def test_relative_links_resolve():
     assert link_problems() == []
+
+
+# A path of the tree in backticks (`server/http/http.c`, `kvcache/`): the docs that
+# describe today's code must name files that exist. Dated notes (docs/notes/) are history
+# and may name files since moved; the test catalogue is generated.
+TREE_FOLDERS = ("common", "quant", "sample", "gguf", "tokenizer", "template", "grammar", "gpu", "model",
+                "kvcache", "scheduler", "config", "server", "cli", "tools", "bench", "tests", "systemd")
+TREE_PATH = re.compile(r"`((?:" + "|".join(TREE_FOLDERS) + r")/[A-Za-z0-9_./*-]*)`")
+CURRENT_DOCS = ("README.md", "bench/README.md", "docs/*.md")
+
+
+def stale_paths():
+    problems = []
+    for pattern in CURRENT_DOCS:
+        for doc in sorted(ROOT.glob(pattern)):
+            for number, line in enumerate(doc.read_text(encoding="utf-8").splitlines(), 1):
+                for m in TREE_PATH.finditer(line):
+                    path = m.group(1).rstrip("/.")
+                    found = list(ROOT.glob(path)) if "*" in path else (ROOT / path).exists()
+                    if not found:
+                        problems.append(f"{doc.relative_to(ROOT)}:{number}: `{m.group(1)}` does not exist")
+    return problems
+
+
+def test_paths_named_in_the_docs_exist():
+    problems = stale_paths()
+    assert not problems, "\n".join(problems)
+
+
+def test_a_moved_file_is_caught(tmp_path, monkeypatch):
+    fake = tmp_path / "docs"
+    fake.mkdir()
+    (fake / "x.md").write_text("see `server/server.h` and `server/api/api.h`\n", encoding="utf-8")
+    (tmp_path / "server" / "api").mkdir(parents=True)
+    (tmp_path / "server" / "api" / "api.h").write_text("", encoding="utf-8")
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    problems = stale_paths()
+    assert problems == ["docs/x.md:1: `server/server.h` does not exist"]
