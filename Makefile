@@ -47,7 +47,7 @@ SCHED_SRC     := scheduler/sched.c scheduler/clock.c scheduler/running.c schedul
 CONFIG_SRC    := config/cfg.c config/cfg_yaml.c config/cfg_args.c
 # server/api: the OpenAI, Responses and Anthropic layer (bodies in, scheduler requests and
 # answer bytes out); no libmicrohttpd. server/http: the transport over it.
-SERVER_API_SRC  := server/api/errors.c server/api/openai_fields.c server/api/openai_request.c \
+SERVER_API_SRC  := server/api/errors.c server/api/json_text.c server/api/random.c server/api/openai_fields.c server/api/openai_request.c \
                    server/api/openai_refused.c server/api/openai_constraint.c server/api/openai_response.c \
                    server/api/chat.c server/api/tools.c server/api/reasoning.c server/api/tokenize.c \
                    server/api/embeddings.c server/api/api_bridge.c server/api/responses.c \
