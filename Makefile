@@ -52,7 +52,7 @@ SERVER_API_SRC  := server/api/errors.c server/api/json_text.c server/api/random.
                    server/api/chat.c server/api/tools.c server/api/reasoning.c server/api/tokenize.c \
                    server/api/embeddings.c server/api/api_bridge.c server/api/responses.c \
                    server/api/response_store.c server/api/anthropic.c server/api/anthropic_answer.c
-SERVER_HTTP_SRC := server/http/http.c server/http/http_generation.c server/http/http_framing.c \
+SERVER_HTTP_SRC := server/http/http.c server/http/http_send.c server/http/http_generation.c server/http/http_framing.c \
                    server/http/http_security.c server/http/prep.c server/http/deadlines.c server/http/idle_drain.c server/http/watch.c \
                    server/http/metrics.c server/http/auth.c server/http/notify.c server/http/access_log.c \
                    server/http/retry_after.c server/http/ui.c
