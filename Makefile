@@ -37,7 +37,7 @@ GPU_SRC       := gpu/device.c gpu/host/host_backend.c gpu/host/host_ops.c gpu/ho
                  gpu/host/host_attention.c gpu/host/host_attention_quant.c gpu/host/host_cpu.c gpu/host/host_quant_dot.c gpu/host/host_quant_dot_rows.c gpu/host/host_quant_dot_pairs.c \
                  gpu/host/host_quant_dot_wrows.c \
                  gpu/host/host_sample.c gpu/host/threadpool.c
-KVCACHE_SRC   := kvcache/kv_blocks.c kvcache/kvtier.c kvcache/kvtier_disk.c
+KVCACHE_SRC   := kvcache/kv_blocks.c kvcache/kvtier_entries.c kvcache/kvtier.c kvcache/kvtier_disk.c
 MODEL_SRC     := model/arch.c model/model.c model/forward.c
 SCHED_SRC     := scheduler/sched.c scheduler/clock.c scheduler/running.c scheduler/draw.c scheduler/submit.c scheduler/queue.c \
                  scheduler/request.c scheduler/kv_tiers.c scheduler/policy.c scheduler/slo.c \
