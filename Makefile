@@ -189,9 +189,11 @@ api-check: $(LIB_OBJ) $(SERVER_API_TEST_BIN)
 	@echo "api-check: server/api builds without <microhttpd.h>, its tests link without -lmicrohttpd," \
 	    "no call runs back up"
 
-# The file-level call graph inside scheduler/ (nm of its objects), checked against
-# tools/calls.txt (leaves first: no call back up or across, no cycle); prints the graph.
-calls: $(SCHED_SRC:%.c=$(BUILD)/obj/%.o)
+# The file-level call graph inside scheduler/, server/api, server/http and kvcache/ (nm
+# of their objects), checked against tools/calls.txt (leaves first: no call back up or
+# across, no cycle); prints the graphs.
+calls: $(SCHED_SRC:%.c=$(BUILD)/obj/%.o) $(SERVER_API_SRC:%.c=$(BUILD)/obj/%.o) \
+       $(SERVER_HTTP_SRC:%.c=$(BUILD)/obj/%.o) $(KVCACHE_SRC:%.c=$(BUILD)/obj/%.o)
 	@$(PYTHON) tools/check_calls.py --objs $(BUILD)/obj $^
 
 unit-test: $(TEST_BIN)
