@@ -37,7 +37,7 @@ GPU_SRC       := gpu/device.c gpu/host/host_backend.c gpu/host/host_ops.c gpu/ho
                  gpu/host/host_attention.c gpu/host/host_attention_quant.c gpu/host/host_cpu.c gpu/host/host_quant_dot.c gpu/host/host_quant_dot_rows.c gpu/host/host_quant_dot_pairs.c \
                  gpu/host/host_quant_dot_wrows.c \
                  gpu/host/host_sample.c gpu/host/threadpool.c
-KVCACHE_SRC   := kvcache/kv_blocks.c kvcache/kvtier.c kvcache/kvtier_disk.c
+KVCACHE_SRC   := kvcache/kv_blocks.c kvcache/kvtier_entries.c kvcache/kvtier.c kvcache/kvtier_disk.c
 MODEL_SRC     := model/arch.c model/model.c model/forward.c
 SCHED_SRC     := scheduler/sched.c scheduler/clock.c scheduler/running.c scheduler/draw.c scheduler/submit.c scheduler/queue.c \
                  scheduler/request.c scheduler/kv_tiers.c scheduler/policy.c scheduler/slo.c \
@@ -47,12 +47,12 @@ SCHED_SRC     := scheduler/sched.c scheduler/clock.c scheduler/running.c schedul
 CONFIG_SRC    := config/cfg.c config/cfg_yaml.c config/cfg_args.c
 # server/api: the OpenAI, Responses and Anthropic layer (bodies in, scheduler requests and
 # answer bytes out); no libmicrohttpd. server/http: the transport over it.
-SERVER_API_SRC  := server/api/errors.c server/api/openai_fields.c server/api/openai_request.c \
+SERVER_API_SRC  := server/api/errors.c server/api/json_text.c server/api/random.c server/api/openai_fields.c server/api/openai_request.c \
                    server/api/openai_refused.c server/api/openai_constraint.c server/api/openai_response.c \
                    server/api/chat.c server/api/tools.c server/api/reasoning.c server/api/tokenize.c \
                    server/api/embeddings.c server/api/api_bridge.c server/api/responses.c \
                    server/api/response_store.c server/api/anthropic.c server/api/anthropic_answer.c
-SERVER_HTTP_SRC := server/http/http.c server/http/http_generation.c server/http/http_framing.c \
+SERVER_HTTP_SRC := server/http/http.c server/http/http_send.c server/http/http_generation.c server/http/http_framing.c \
                    server/http/http_security.c server/http/prep.c server/http/deadlines.c server/http/idle_drain.c server/http/watch.c \
                    server/http/metrics.c server/http/auth.c server/http/notify.c server/http/access_log.c \
                    server/http/retry_after.c server/http/ui.c
@@ -189,9 +189,11 @@ api-check: $(LIB_OBJ) $(SERVER_API_TEST_BIN)
 	@echo "api-check: server/api builds without <microhttpd.h>, its tests link without -lmicrohttpd," \
 	    "no call runs back up"
 
-# The file-level call graph inside scheduler/ (nm of its objects), checked against
-# tools/calls.txt (leaves first: no call back up or across, no cycle); prints the graph.
-calls: $(SCHED_SRC:%.c=$(BUILD)/obj/%.o)
+# The file-level call graph inside scheduler/, server/api, server/http and kvcache/ (nm
+# of their objects), checked against tools/calls.txt (leaves first: no call back up or
+# across, no cycle); prints the graphs.
+calls: $(SCHED_SRC:%.c=$(BUILD)/obj/%.o) $(SERVER_API_SRC:%.c=$(BUILD)/obj/%.o) \
+       $(SERVER_HTTP_SRC:%.c=$(BUILD)/obj/%.o) $(KVCACHE_SRC:%.c=$(BUILD)/obj/%.o)
 	@$(PYTHON) tools/check_calls.py --objs $(BUILD)/obj $^
 
 unit-test: $(TEST_BIN)

@@ -1,7 +1,7 @@
 /* kvcache.h: the KV cache's bookkeeping, below the scheduler and blind to the device:
  * the block manager (kv_blocks.c: which block ids each sequence holds, and the prefix
  * cache that finds a computed prefix's blocks by chain hash), and the lower tiers of the
- * prefix cache (kvtier.c, kvtier_disk.c). The device pool itself (the K/V bytes) is
+ * prefix cache (kvtier.c, kvtier_entries.c, kvtier_disk.c). The device pool itself (the K/V bytes) is
  * gpu/'s dev_kv; the scheduler (scheduler/kv_tiers.c) moves blocks between the pool and
  * the tiers. docs/notes/2026-12-07-kv-cache-placement.md says why it is a folder.
  *

@@ -1,6 +1,6 @@
-/* kvcache_internal.h: the tiers' store struct, shared by kvtier.c (the index and the
- * host tier) and kvtier_disk.c (the files). Nothing outside kvcache/ (and its tests)
- * uses it. */
+/* kvcache_internal.h: the tiers' store struct, shared by kvtier_entries.c (the index,
+ * LRU lists and entries), kvtier.c (the tiers) and kvtier_disk.c (the files). Nothing
+ * outside kvcache/ (and its tests) uses it. */
 #ifndef SP_KVCACHE_INTERNAL_H
 #define SP_KVCACHE_INTERNAL_H
 
@@ -52,13 +52,25 @@ struct kvt_store {
         disk_write_errors, disk_rejected, disk_restored;
 };
 
-/* ---- kvtier.c: entries and LRU lists, for kvtier_disk.c ---- */
+/* ---- kvtier_entries.c: the index, LRU lists and entries, for kvtier.c and kvtier_disk.c ---- */
 
+/* The entry holding block (hash, parent, tokens); -1 when none does. */
+int32_t kvt__map_find(const kvt_store *t, uint64_t hash, uint64_t parent, const int32_t *tokens);
+/* The LRU list of tier (KVT_HOST or KVT_DISK). */
+kvt_lru *kvt__tier_lru(kvt_store *t, kvt_tier tier);
+/* Appends entry i to l (most recently used) / takes it out of l. */
+void kvt__lru_push(kvt_store *t, kvt_lru *l, int32_t i);
+void kvt__lru_unlink(kvt_store *t, kvt_lru *l, int32_t i);
 /* A free entry for block (hash, parent, tokens), not yet in a tier or the index; -1
  * when every entry is in use. */
 int32_t kvt__entry_new(kvt_store *t, uint64_t hash, uint64_t parent, const int32_t *tokens);
 /* Puts entry i (just made) in tier and the index, most recently used. */
 void kvt__entry_place(kvt_store *t, int32_t i, kvt_tier tier);
+/* Takes entry i out of its tier's list and the index, leaving it allocated (a host
+ * entry's slot is free again). */
+void kvt__entry_unplace(kvt_store *t, int32_t i);
+/* Returns entry i (in no tier) to the free list. */
+void kvt__entry_free(kvt_store *t, int32_t i);
 /* Takes entry i out of its tier and the index and frees it (its disk file stays). */
 void kvt__entry_drop(kvt_store *t, int32_t i);
 /* Entry i's tokens (block_size). */

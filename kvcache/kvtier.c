@@ -1,5 +1,6 @@
-/* kvtier.c: the store's index of blocks, its LRU lists and the host tier (kvtier.h has
- * the design; the files are kvtier_disk.c's). */
+/* kvtier.c: the store and its tiers: put, find, get, persist, the host tier's slots and
+ * the moves from host to disk to gone (kvcache.h has the design; the index, LRU lists and
+ * entries are kvtier_entries.c's, the files kvtier_disk.c's). */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -14,122 +15,6 @@ static void count(_Atomic int64_t *c, int64_t n) {
 
 static int64_t load(const _Atomic int64_t *c) {
     return atomic_load_explicit(c, memory_order_relaxed);
-}
-
-/* ---- the index: hash -> entry ---- */
-
-static uint32_t map_slot(const kvt_store *t, uint64_t h) {
-    return (uint32_t)(h ^ (h >> 32)) & t->map_mask;
-}
-
-static int32_t map_find(const kvt_store *t, uint64_t hash, uint64_t parent, const int32_t *tokens) {
-    for (uint32_t i = map_slot(t, hash);; i = (i + 1) & t->map_mask) {
-        int32_t id = t->map[i];
-        if (id < 0) return -1;
-        if (t->e[id].hash == hash && t->e[id].parent == parent &&
-            memcmp(kvt__entry_tokens(t, id), tokens, sizeof(int32_t) * (size_t)t->block_size) == 0)
-            return id;
-    }
-}
-
-static void map_insert(kvt_store *t, int32_t id) {
-    uint32_t i = map_slot(t, t->e[id].hash);
-    while (t->map[i] >= 0) i = (i + 1) & t->map_mask;
-    t->map[i] = id;
-}
-
-/* Removes id, moving later entries of its probe run back into the hole. */
-static void map_remove(kvt_store *t, int32_t id) {
-    uint32_t i = map_slot(t, t->e[id].hash);
-    while (t->map[i] != id) {
-        SP_ASSERT(t->map[i] >= 0);
-        i = (i + 1) & t->map_mask;
-    }
-    for (uint32_t j = (i + 1) & t->map_mask; t->map[j] >= 0; j = (j + 1) & t->map_mask) {
-        uint32_t home = map_slot(t, t->e[t->map[j]].hash);
-        bool home_in_between = i <= j ? (home > i && home <= j) : (home > i || home <= j);
-        if (!home_in_between) {
-            t->map[i] = t->map[j];
-            i = j;
-        }
-    }
-    t->map[i] = -1;
-}
-
-/* ---- LRU lists ---- */
-
-static kvt_lru *tier_lru(kvt_store *t, kvt_tier tier) {
-    return tier == KVT_HOST ? &t->host_lru : &t->disk_lru;
-}
-
-static void lru_push(kvt_store *t, kvt_lru *l, int32_t i) {
-    t->e[i].prev = l->tail;
-    t->e[i].next = -1;
-    if (l->tail >= 0)
-        t->e[l->tail].next = i;
-    else
-        l->head = i;
-    l->tail = i;
-    l->n++;
-}
-
-static void lru_unlink(kvt_store *t, kvt_lru *l, int32_t i) {
-    int32_t p = t->e[i].prev, n = t->e[i].next;
-    if (p >= 0)
-        t->e[p].next = n;
-    else
-        l->head = n;
-    if (n >= 0)
-        t->e[n].prev = p;
-    else
-        l->tail = p;
-    l->n--;
-}
-
-/* ---- entries ---- */
-
-int32_t *kvt__entry_tokens(const kvt_store *t, int32_t i) {
-    return t->tokens + (size_t)i * (size_t)t->block_size;
-}
-
-int32_t kvt__entry_new(kvt_store *t, uint64_t hash, uint64_t parent, const int32_t *tokens) {
-    int32_t i = t->free_head;
-    if (i < 0) return -1;
-    t->free_head = t->e[i].next;
-    t->e[i] = (kvt_entry){.hash = hash, .parent = parent, .tier = KVT_NONE, .slot = -1, .prev = -1, .next = -1};
-    memcpy(kvt__entry_tokens(t, i), tokens, sizeof(int32_t) * (size_t)t->block_size);
-    return i;
-}
-
-void kvt__entry_place(kvt_store *t, int32_t i, kvt_tier tier) {
-    SP_ASSERT(t->e[i].tier == KVT_NONE && tier != KVT_NONE);
-    t->e[i].tier = tier;
-    lru_push(t, tier_lru(t, tier), i);
-    map_insert(t, i);
-    count(tier == KVT_HOST ? &t->n_host : &t->n_disk, 1);
-}
-
-/* Takes entry i out of its tier's list and the index, leaving it allocated. */
-static void entry_unplace(kvt_store *t, int32_t i) {
-    kvt_tier tier = t->e[i].tier;
-    SP_ASSERT(tier != KVT_NONE);
-    lru_unlink(t, tier_lru(t, tier), i);
-    map_remove(t, i);
-    count(tier == KVT_HOST ? &t->n_host : &t->n_disk, -1);
-    if (tier == KVT_HOST) t->free_slots[t->n_free_slots++] = t->e[i].slot;
-    t->e[i].tier = KVT_NONE;
-    t->e[i].slot = -1;
-}
-
-static void entry_free(kvt_store *t, int32_t i) {
-    t->e[i].tier = KVT_NONE;
-    t->e[i].next = t->free_head;
-    t->free_head = i;
-}
-
-void kvt__entry_drop(kvt_store *t, int32_t i) {
-    if (t->e[i].tier != KVT_NONE) entry_unplace(t, i);
-    entry_free(t, i);
 }
 
 static uint8_t *slot_data(const kvt_store *t, int32_t slot) {
@@ -151,13 +36,13 @@ static void disk_make_room(kvt_store *t) {
 /* Entry i (made, in no tier) with payload data goes to disk; dropped when it cannot. */
 static void to_disk(kvt_store *t, int32_t i, const void *data) {
     if (t->disk_slots <= 0) {
-        entry_free(t, i);
+        kvt__entry_free(t, i);
         return;
     }
     disk_make_room(t);
     if (!kvt__disk_write(t, i, data)) {
         count(&t->disk_write_errors, 1);
-        entry_free(t, i);
+        kvt__entry_free(t, i);
         return;
     }
     count(&t->disk_writes, 1);
@@ -171,7 +56,7 @@ static int32_t host_slot(kvt_store *t) {
         int32_t victim = t->host_lru.head;
         SP_ASSERT(victim >= 0);
         int32_t slot = t->e[victim].slot;
-        entry_unplace(t, victim); /* its slot is free again, its bytes still there */
+        kvt__entry_unplace(t, victim); /* its slot is free again, its bytes still there */
         count(&t->host_evictions, 1);
         t->n_free_slots--; /* take that slot back; it is reused once the victim is written */
         to_disk(t, victim, slot_data(t, slot));
@@ -182,11 +67,11 @@ static int32_t host_slot(kvt_store *t) {
 
 void kvt_put(kvt_store *t, uint64_t hash, uint64_t parent, const int32_t *tokens, const void *data) {
     if (!kvt_enabled(t)) return;
-    int32_t i = map_find(t, hash, parent, tokens);
+    int32_t i = kvt__map_find(t, hash, parent, tokens);
     if (i >= 0) { /* held already: only its place in the LRU changes */
-        kvt_lru *l = tier_lru(t, t->e[i].tier);
-        lru_unlink(t, l, i);
-        lru_push(t, l, i);
+        kvt_lru *l = kvt__tier_lru(t, t->e[i].tier);
+        kvt__lru_unlink(t, l, i);
+        kvt__lru_push(t, l, i);
         return;
     }
     if (t->free_head < 0) { /* every entry in use: the disk tier's oldest goes (else the host's) */
@@ -220,7 +105,7 @@ static bool disk_has_room(const kvt_store *t) {
 }
 
 void kvt_persist_block(kvt_store *t, uint64_t hash, uint64_t parent, const int32_t *tokens, const void *data) {
-    if (!t || !disk_has_room(t) || t->free_head < 0 || map_find(t, hash, parent, tokens) >= 0) return;
+    if (!t || !disk_has_room(t) || t->free_head < 0 || kvt__map_find(t, hash, parent, tokens) >= 0) return;
     int32_t i = kvt__entry_new(t, hash, parent, tokens);
     count(&t->stored, 1);
     to_disk(t, i, data);
@@ -232,24 +117,24 @@ void kvt_persist_host(kvt_store *t, double budget_s) {
     while (t->host_lru.tail >= 0 && disk_has_room(t) && now_s() < until) {
         int32_t i = t->host_lru.tail;
         int32_t slot = t->e[i].slot;
-        entry_unplace(t, i);
+        kvt__entry_unplace(t, i);
         to_disk(t, i, slot_data(t, slot));
     }
 }
 
 kvt_tier kvt_find(kvt_store *t, uint64_t hash, uint64_t parent, const int32_t *tokens) {
     if (!kvt_enabled(t)) return KVT_NONE;
-    int32_t i = map_find(t, hash, parent, tokens);
+    int32_t i = kvt__map_find(t, hash, parent, tokens);
     if (i < 0) return KVT_NONE;
-    kvt_lru *l = tier_lru(t, t->e[i].tier);
-    lru_unlink(t, l, i);
-    lru_push(t, l, i);
+    kvt_lru *l = kvt__tier_lru(t, t->e[i].tier);
+    kvt__lru_unlink(t, l, i);
+    kvt__lru_push(t, l, i);
     return t->e[i].tier;
 }
 
 kvt_tier kvt_get(kvt_store *t, uint64_t hash, uint64_t parent, const int32_t *tokens, void *data) {
     if (!kvt_enabled(t)) return KVT_NONE;
-    int32_t i = map_find(t, hash, parent, tokens);
+    int32_t i = kvt__map_find(t, hash, parent, tokens);
     if (i < 0) return KVT_NONE;
     kvt_tier tier = t->e[i].tier;
     if (tier == KVT_HOST) {
@@ -263,9 +148,9 @@ kvt_tier kvt_get(kvt_store *t, uint64_t hash, uint64_t parent, const int32_t *to
         kvt__entry_drop(t, i);
         return KVT_NONE;
     }
-    kvt_lru *l = tier_lru(t, tier);
-    lru_unlink(t, l, i);
-    lru_push(t, l, i);
+    kvt_lru *l = kvt__tier_lru(t, tier);
+    kvt__lru_unlink(t, l, i);
+    kvt__lru_push(t, l, i);
     return tier;
 }
 

@@ -1,4 +1,4 @@
-/* kvtier_disk.c: the disk tier's directory and files (kvtier.h has the design).
+/* kvtier_disk.c: the disk tier's directory and files (kvcache.h has the design).
  *
  * A file is <hash>-<parent>.kv (16 hex digits each): a header (below), the block's
  * tokens, then its payload. The header carries what makes the bytes meaningful (the

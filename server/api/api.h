@@ -5,7 +5,8 @@
  * transport over it is server/http/ (server/http/http.h); nothing here calls up into it.
  *
  * One unit per dialect on a shared core (nginx's modules: one job a file):
- *   core         errors.c (statuses), openai_fields.c (typed field readers),
+ *   core         errors.c (statuses), json_text.c (JSON strings from any bytes),
+ *                random.c (seeds and ids), openai_fields.c (typed field readers),
  *                openai_request.c (request fields and sampling), openai_refused.c,
  *                openai_constraint.c, chat.c (messages to prompt), tools.c, reasoning.c,
  *                openai_response.c (answers and SSE chunks)
@@ -318,7 +319,7 @@ json_t *srv_detokenize(const char *body, size_t len, const srv_model_info *mi, s
  * holds a choice's text back with them). Same thread rules as above. */
 
 /* 64 random bits for seeds and ids (getrandom; a clock-and-counter mix when the kernel
- * has no entropy yet; openai_request.c). Any thread. */
+ * has no entropy yet; random.c). Any thread. */
 uint64_t srv_random_u64(void);
 
 /* ---- APIs over chat (api_bridge.c, responses.c, anthropic.c) ----

@@ -14,7 +14,7 @@
 #include "server/api/api.h"
 
 /* ==== The OpenAI layer ====
- * What the files of the OpenAI layer (errors.c, openai_fields.c,
+ * What the files of the OpenAI layer (errors.c, json_text.c, openai_fields.c,
  * openai_request.c, openai_response.c, chat.c, tokenize.c) share with each other and
  * nobody else: typed readers of request fields that fill an srv_error naming the
  * field, JSON text helpers, and the chat rendering that /v1/chat/completions and
@@ -29,7 +29,7 @@
 sp_status srv__fail(srv_error *err, srv_error_kind kind, const char *param, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
-/* ---- openai_fields.c: JSON values and typed field readers ---- */
+/* ---- json_text.c: JSON strings from any bytes ---- */
 
 /* true when len bytes of s are valid UTF-8 as JSON needs it (no overlong forms, no
  * surrogates, nothing above U+10FFFF). */
@@ -37,6 +37,9 @@ bool srv__utf8_valid(const char *s, size_t len);
 /* A JSON string of len bytes (NULs kept); bytes that are not valid UTF-8 become
  * U+FFFD. New reference; NULL on out of memory. */
 json_t *srv__json_text(const char *s, size_t len);
+
+/* ---- openai_fields.c: JSON values and typed field readers ---- */
+
 /* "a string", "an integer", "a number", "a boolean", "an object", "an array", "null". */
 const char *srv__json_kind(const json_t *v);
 

@@ -4,12 +4,9 @@
  * the completions prompt in its four forms) tokenized, and max_tokens checked against
  * the context. Nothing reaches the scheduler unless all of it passed.
  */
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
-#include <time.h>
 
 #include "common/assert.h"
 #include "server/api/api_internal.h"
@@ -507,20 +504,6 @@ void srv_request_free(srv_request *r) {
 }
 
 /* ---- choices ---- */
-
-uint64_t srv_random_u64(void) {
-    uint64_t x;
-    if (getrandom(&x, sizeof x, GRND_NONBLOCK) == (ssize_t)sizeof x) return x;
-    /* no entropy yet (early boot): distinct is all a seed or an id needs */
-    static atomic_uint_fast64_t counter;
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    x = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec +
-        atomic_fetch_add(&counter, 1) * 0x9E3779B97F4A7C15ull;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-    return x ^ (x >> 31);
-}
 
 sched_request_params srv_request_choice_params(const srv_request *r, int prompt, int choice) {
     SP_ASSERT(prompt >= 0 && prompt < r->n_prompts && choice >= 0 && choice < r->n);

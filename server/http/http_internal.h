@@ -17,10 +17,10 @@
 #include "server/http/http.h"
 
 /* ==== The HTTP transport ====
- * What the transport's two files share with each other and nobody
- * else: the per-request connection state (srv_conn) and the few functions that cross
- * between them. http.c owns the daemon, routing, the responses every answer goes
- * through, and a request's start and end; http_generation.c owns a generation's
+ * What the transport's files share with each other and nobody else: the per-request
+ * connection state (srv_conn) and the few functions that cross between them. http.c
+ * owns the daemon, routing, and a request's start and end; http_send.c the responses
+ * every answer goes through; http_generation.c owns a generation's
  * connection from submit to the last byte (the suspend/resume handshake, SSE, the
  * non-streaming answer).
  *
@@ -97,16 +97,33 @@ struct srv_conn {
     char path[256]; /* the URL's path, truncated */
 };
 
-/* ---- http.c: responses (HTTP threads) ---- */
+/* ---- http.c: a request's credentials (HTTP threads) ---- */
 
 /* The request's credentials as an Authorization header value: the header itself, else
  * Anthropic's x-api-key as "Bearer KEY" (written into buf); NULL when neither. */
 enum { SRV_AUTHORIZATION_MAX = 1024 };
 const char *srv__authorization(srv_conn *conn, char *buf, size_t cap);
 
+/* ---- http_send.c: responses (HTTP threads) ---- */
+
+/* The Access-Control-Allow-Origin value for conn: its Origin when allowed, "*" when "*"
+ * is configured; NULL when CORS is off, there is no Origin or it is not allowed. */
+const char *srv__cors_allow_origin(const srv_conn *conn);
+
 /* Queues resp (takes ownership of it) with what every answer carries (CORS) and
  * records the status for metrics and the access log. */
 enum MHD_Result srv__queue_response(srv_conn *conn, int status, struct MHD_Response *resp);
+/* A body of content_type (takes ownership of body, malloc'd; NULL: out of memory,
+ * MHD_NO) with one more header when header is not NULL. */
+enum MHD_Result srv__send_body(srv_conn *conn, int status, char *body, const char *content_type, const char *header,
+                               const char *header_value);
+/* A JSON body (takes ownership of body; NULL: out of memory, MHD_NO). */
+enum MHD_Result srv__send_json(srv_conn *conn, int status, json_t *body);
+/* An OpenAI error object with its status and the headers that go with it. */
+enum MHD_Result srv__send_error(srv_conn *conn, const srv_error *err);
+enum MHD_Result srv__send_status_error(srv_conn *conn, sp_status st, const char *message);
+/* Why the server does not take new work in this phase (static text, or app's). */
+const char *srv__phase_refusal(srv_phase phase, const srv_app *app);
 
 /* prep.c: the preparation workers (see its DESIGN). fn runs on a worker and fills conn's
  * prep_* fields. */
@@ -201,13 +218,6 @@ typedef struct srv_framing {
 } srv_framing;
 void srv__framing_add(srv_framing *scan, const char *name, const char *value);
 bool srv__framing_verdict(srv_framing *scan, char *why, size_t cap);
-/* A JSON body (takes ownership of body; NULL: out of memory, MHD_NO). */
-enum MHD_Result srv__send_json(srv_conn *conn, int status, json_t *body);
-/* An OpenAI error object with its status and the headers that go with it. */
-enum MHD_Result srv__send_error(srv_conn *conn, const srv_error *err);
-enum MHD_Result srv__send_status_error(srv_conn *conn, sp_status st, const char *message);
-/* Why the server does not take new work in this phase (static text, or app's). */
-const char *srv__phase_refusal(srv_phase phase, const srv_app *app);
 
 /* ---- http_generation.c: a generation's connection (HTTP threads) ---- */
 
