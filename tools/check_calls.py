@@ -29,6 +29,8 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from check_layers import find_cycle  # noqa: E402  (one cycle finder for both checks)
 
 
 def read_rules(path):
@@ -56,33 +58,6 @@ def read_rules(path):
                 if callee not in rules:
                     sys.exit(f"{path}: [{folder}] {name} calls {callee}, which is not listed")
     return sections
-
-
-def find_cycle(graph):
-    """One cycle of the directed graph {node: iterable of nodes} as a list, or None."""
-    state = {}
-    path = []
-
-    def visit(node):
-        state[node] = 1
-        path.append(node)
-        for nxt in sorted(graph.get(node, ())):
-            if state.get(nxt) == 1:
-                return path[path.index(nxt):] + [nxt]
-            if nxt not in state:
-                found = visit(nxt)
-                if found:
-                    return found
-        path.pop()
-        state[node] = 2
-        return None
-
-    for node in sorted(graph):
-        if node not in state:
-            found = visit(node)
-            if found:
-                return found
-    return None
 
 
 def closure(rules):
