@@ -144,14 +144,14 @@ sp_status sched__embed_prepare(sched_request *r, int32_t n_embd);
 /* Adds the final hidden states of n_rows prompt positions (rows (n_rows, D), the ones
  * sched__pool_rows asked for) to an embedding's pool (D), which starts zeroed: mean sums
  * them, last and cls keep their one row. Pure. */
-void sched__pool_add(sched_pooling pooling, double *pool, const float *rows, int32_t n_rows, int32_t dim);
+void sched__pool_add(sp_pooling pooling, double *pool, const float *rows, int32_t n_rows, int32_t dim);
 /* The pool of a prompt of n_prompt tokens as the finished vector into out (D): mean
  * divides, then L2 normalization (a zero vector stays zero). Pure. */
-void sched__pool_finish(sched_pooling pooling, const double *pool, int32_t n_prompt, int32_t dim, float *out);
+void sched__pool_finish(sp_pooling pooling, const double *pool, int32_t n_prompt, int32_t dim, float *out);
 /* The hidden rows an embedding's chunk (prompt positions first..first+chunk-1 of
  * n_prompt) wants: how many, and in *first_row the position of the first (they are
  * consecutive). Pure. */
-int32_t sched__pool_rows(sched_pooling pooling, int32_t first, int32_t chunk, int32_t n_prompt, int32_t *first_row);
+int32_t sched__pool_rows(sp_pooling pooling, int32_t first, int32_t chunk, int32_t n_prompt, int32_t *first_row);
 /* After a step computed r's chunk (its n_rows hidden rows in hidden, n_computed already
  * advanced): pools them; once the whole prompt is in, publishes the vector and ends r
  * (STOP, removed from running, its blocks back to the pool). Returns whether r still
