@@ -78,10 +78,17 @@ typedef struct sched_config {
                                   proposer drafts whenever it has a draft (tests, measuring a proposer alone) */
 } sched_config;
 
-/* The most draft tokens a sequence proposes in one step. */
+/* The most draft tokens a sequence proposes in one step (--spec-k's upper bound). */
 enum { SCHED_SPEC_MAX_K = 16 };
-/* The proposers, as sched_stats indexes them (names: sched_spec_proposer_name). */
-enum { SCHED_SPEC_NGRAM, SCHED_SPEC_SUFFIX, SCHED_SPEC_DRAFT, SCHED_SPEC_SELF, SCHED_SPEC_PROPOSERS };
+/* The speculative proposers, as sched_stats indexes them (names: sched_spec_proposer_name)
+ * and scheduler/spec/ numbers its estimates. */
+typedef enum sched_spec_proposer {
+    SCHED_SPEC_NGRAM,  /* prompt lookup over a sequence's own tokens */
+    SCHED_SPEC_SUFFIX, /* the suffix cache shared across requests */
+    SCHED_SPEC_DRAFT,  /* the draft model */
+    SCHED_SPEC_SELF,   /* the model's first layers (self-speculative) */
+    SCHED_SPEC_PROPOSERS
+} sched_spec_proposer;
 const char *sched_spec_proposer_name(int proposer);
 
 sched_config sched_config_default(void);

@@ -210,7 +210,7 @@ struct sched {
     dev_sample_row *sample_rows;                                /* (S) each logit row's draw, for dev_sample */
     dev_sample_result *sample_results;                          /* (S) the tokens it chose */
     int32_t *step_n_draft; /* (S) draft tokens after sequence q's decode row (its rows: 1 + n_draft) */
-    int8_t *step_proposer; /* (S) the spec_proposer of those drafts; -1: none */
+    int8_t *step_proposer; /* (S) the sched_spec_proposer of those drafts; -1: none */
     char *piece;           /* (2 * piece_cap) decoded text of one token (push, then flush) */
     char *text_work;       /* (SCHED_MAX_STOP_BYTES + 2 * piece_cap) held text + piece, for stop matching */
 };
@@ -375,7 +375,7 @@ int32_t sched__spec_verify(sched *s, sched_request *r, int32_t n_draft, int prop
                            double now);
 /* A decode-only step of width sequences at mean depth took seconds and delivered tokens. */
 void sched__spec_observe(sched *s, int width, double depth, double seconds, int64_t tokens,
-                         const int64_t drafts[SPEC_N_PROPOSERS]);
+                         const int64_t drafts[SCHED_SPEC_PROPOSERS]);
 /* A step with a prefill chunk, which the gate does not measure: the drafter models that ran
  * in its tick are charged their time (spec_gate_charge). */
 void sched__spec_charge(sched *s);

@@ -423,7 +423,7 @@ bool sched__tick(sched *s) {
         return true;
     }
 
-    int64_t prefilled = 0, delivered = 0, drafts[SPEC_N_PROPOSERS] = {0};
+    int64_t prefilled = 0, delivered = 0, drafts[SCHED_SPEC_PROPOSERS] = {0};
     double depth = 0;
     bool decode_only = true;
     for (int32_t q = 0; q < b.n_seqs; q++) {
