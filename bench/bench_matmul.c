@@ -93,7 +93,7 @@ int main(int argc, char **argv) {
     if (first_size == argc) return usage("no row counts");
     if (k <= 0 || k % QUANT_QK || n <= 0 || threads <= 0 || reps <= 0)
         return usage("--k (a multiple of 32), --n, --threads and --reps must be positive");
-    dev_options opts = {.kind = DEV_KIND_CPU, .n_threads = threads, .cpu_isa = isa};
+    dev_options opts = {.kind = SP_DEVICE_CPU, .n_threads = threads, .cpu_isa = isa};
     dev_backend *dev;
     if (dev_create(&opts, &dev) != SP_OK) return usage(sp_last_error());
     const size_t row_bytes = quant_row_bytes(type, k);

@@ -60,9 +60,9 @@ typedef struct cli_session {
 
 /* Loads model_path on a CPU backend with n_threads (<= 0: all cores), for forward
  * steps of up to 512 tokens. */
-sp_status cli_session_open(cli_session *s, const char *model_path, dev_kind kind, int n_threads, sp_cpu_isa cpu_isa);
+sp_status cli_session_open(cli_session *s, const char *model_path, sp_device kind, int n_threads, sp_cpu_isa cpu_isa);
 /* The same, for forward steps of up to max_batch tokens (<= 512: 512). */
-sp_status cli_session_open_sized(cli_session *s, const char *model_path, dev_kind kind, int n_threads,
+sp_status cli_session_open_sized(cli_session *s, const char *model_path, sp_device kind, int n_threads,
                                  sp_cpu_isa cpu_isa, int max_batch);
 /* Creates the KV cache for n_ctx tokens (<= 0: the model's training context), in the
  * format s->kv_type. */

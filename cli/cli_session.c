@@ -66,11 +66,11 @@ bool cli_parse_float(const char *name, const char *text, double min, double max,
     return true;
 }
 
-sp_status cli_session_open(cli_session *s, const char *model_path, dev_kind kind, int n_threads, sp_cpu_isa cpu_isa) {
+sp_status cli_session_open(cli_session *s, const char *model_path, sp_device kind, int n_threads, sp_cpu_isa cpu_isa) {
     return cli_session_open_sized(s, model_path, kind, n_threads, cpu_isa, CLI_MAX_BATCH);
 }
 
-sp_status cli_session_open_sized(cli_session *s, const char *model_path, dev_kind kind, int n_threads,
+sp_status cli_session_open_sized(cli_session *s, const char *model_path, sp_device kind, int n_threads,
                                  sp_cpu_isa cpu_isa, int max_batch) {
     *s = (cli_session){0};
     s->block_size = CLI_BLOCK_SIZE;

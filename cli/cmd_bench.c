@@ -282,7 +282,7 @@ int cmd_bench(int argc, char **argv) {
     };
     const char *model_path = CMD_DEFAULT_MODEL;
     long pp = 512, tg = 128, batch = 1, depth = 0, reps = 5, threads = 0;
-    dev_kind kind = DEV_KIND_CPU;
+    sp_device kind = SP_DEVICE_CPU;
     sp_cpu_isa cpu_isa = SP_CPU_ISA_AUTO;
     sp_kv_type kv_type = SP_KV_F16;
     int c;
@@ -315,14 +315,8 @@ int cmd_bench(int argc, char **argv) {
             if (!cli_parse_kv_type(optarg, &kv_type)) return 2;
             break;
         case OPT_DEVICE:
-            if (strcmp(optarg, "cpu") == 0)
-                kind = DEV_KIND_CPU;
-            else if (strcmp(optarg, "cuda") == 0)
-                kind = DEV_KIND_CUDA;
-            else if (strcmp(optarg, "auto") == 0)
-                kind = DEV_KIND_AUTO;
-            else {
-                fprintf(stderr, "spindle: error: --device: '%s' is not one of cpu, cuda, auto\n", optarg);
+            if (sp_device_parse(optarg, &kind) != SP_OK) {
+                fprintf(stderr, "spindle: error: --device: %s\n", sp_last_error());
                 return 2;
             }
             break;

@@ -154,7 +154,7 @@ int cmd_generate(int argc, char **argv) {
     size_t n_prompt = 0;
     sample_state sampler = {0};
     char *text = NULL; /* one decoded piece: the longest token plus held-back bytes */
-    sp_status st = cli_session_open(&s, a.model, DEV_KIND_CPU, (int)a.threads, a.cpu_isa);
+    sp_status st = cli_session_open(&s, a.model, SP_DEVICE_CPU, (int)a.threads, a.cpu_isa);
     if (st != SP_OK) {
         fprintf(stderr, "spindle: error: %s\n", sp_last_error());
         return cmd_exit_status(st);

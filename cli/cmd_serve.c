@@ -85,7 +85,7 @@ static void serve_args_fill(serve_args *a) {
         .n_cors_origins = c->cors_origins.n,
         .tls_cert_file = c->tls_cert,
         .tls_key_file = c->tls_key,
-        .log_format = c->log_format == CFG_LOG_JSON ? SRV_LOG_JSON : SRV_LOG_TEXT,
+        .log_format = c->log_format,
         .access_log = c->access_log,
         .log_prompts = c->log_prompts,
         .drain_timeout_s = c->drain_timeout,
@@ -192,15 +192,14 @@ static void model_names(const char *path, const char *override, char *file, size
 
 /* /v1/embeddings' pooling: --pooling, or for auto the GGUF's <arch>.pooling_type in
  * llama.cpp's numbering (1 mean, 2 cls, 3 last) when it names one of those, else mean. */
-static sched_pooling serve_pooling(cfg_pooling p, const gguf_file *f, const char *arch) {
-    if (p == CFG_POOLING_LAST) return SCHED_POOLING_LAST;
-    if (p == CFG_POOLING_CLS) return SCHED_POOLING_CLS;
+static sp_pooling serve_pooling(sp_pooling p, const gguf_file *f, const char *arch) {
+    if (p != SP_POOLING_NONE) return p;
     char key[64];
     uint32_t type = 0;
     snprintf(key, sizeof key, "%s.pooling_type", arch);
-    if (p == CFG_POOLING_AUTO && gguf_get_u32(f, key, &type) == SP_OK && (type == 2 || type == 3))
-        return type == 2 ? SCHED_POOLING_CLS : SCHED_POOLING_LAST;
-    return SCHED_POOLING_MEAN;
+    if (gguf_get_u32(f, key, &type) == SP_OK && (type == 2 || type == 3))
+        return type == 2 ? SP_POOLING_CLS : SP_POOLING_LAST;
+    return SP_POOLING_MEAN;
 }
 
 /* The sampling a request gets for the fields it leaves out: a flag or config key when
@@ -257,17 +256,12 @@ typedef struct serve_state {
 
 /* Loads the model and starts the scheduler; the app becomes READY. */
 static sp_status serve_load(const serve_args *a, srv_app *app, serve_state *s) {
-    dev_kind kind = a->cfg.device == CFG_DEVICE_CUDA  ? DEV_KIND_CUDA
-                    : a->cfg.device == CFG_DEVICE_CPU ? DEV_KIND_CPU
-                                                      : DEV_KIND_AUTO;
     dev_options dopts = {
-        .kind = kind,
+        .kind = a->cfg.device,
         .n_threads = (int)a->threads,
         .cpu_isa = a->cfg.cpu_isa,
         .no_graphs = !a->cfg.cuda_graphs,
-        .quant_gemv = a->cfg.cuda_gemv == CFG_GEMV_ALWAYS  ? DEV_GEMV_ALWAYS
-                      : a->cfg.cuda_gemv == CFG_GEMV_NEVER ? DEV_GEMV_NEVER
-                                                           : DEV_GEMV_AUTO,
+        .quant_gemv = a->cfg.cuda_gemv,
     };
     sp_status st = dev_create(&dopts, &s->dev);
     if (st != SP_OK) return st;
@@ -401,7 +395,7 @@ int cmd_serve(int argc, char **argv) {
     }
     /* on the CPU a kernel set the machine lacks is refused before anything starts (with
      * --device auto the backend refuses it, should the CPU be chosen) */
-    if (a.cfg.device == CFG_DEVICE_CPU && dev_cpu_isa_check(a.cfg.cpu_isa) != SP_OK) {
+    if (a.cfg.device == SP_DEVICE_CPU && dev_cpu_isa_check(a.cfg.cpu_isa) != SP_OK) {
         fprintf(stderr, "spindle: error: --cpu-isa (cpu_isa): %s\n", sp_last_error());
         serve_args_free(&a);
         return 2;

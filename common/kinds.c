@@ -9,6 +9,13 @@ const char *const sp_cpu_isa_names[] = {
     [SP_CPU_ISA_AVX512] = "avx512", [SP_CPU_ISA_AMX] = "amx",         NULL};
 const char *const sp_policy_names[] = {
     [SP_POLICY_FCFS] = "fcfs", [SP_POLICY_PRIORITY] = "priority", [SP_POLICY_SLO] = "slo", NULL};
+const char *const sp_device_names[] = {
+    [SP_DEVICE_AUTO] = "auto", [SP_DEVICE_CPU] = "cpu", [SP_DEVICE_CUDA] = "cuda", NULL};
+const char *const sp_cuda_gemv_names[] = {
+    [SP_CUDA_GEMV_AUTO] = "auto", [SP_CUDA_GEMV_ALWAYS] = "always", [SP_CUDA_GEMV_NEVER] = "never", NULL};
+const char *const sp_pooling_names[] = {
+    [SP_POOLING_NONE] = "auto", [SP_POOLING_MEAN] = "mean", [SP_POOLING_LAST] = "last", [SP_POOLING_CLS] = "cls", NULL};
+const char *const sp_log_format_names[] = {[SP_LOG_FORMAT_TEXT] = "text", [SP_LOG_FORMAT_JSON] = "json", NULL};
 
 const char *sp_kv_type_name(sp_kv_type type) {
     return (unsigned)type < SP_KV_TYPE_COUNT ? sp_kv_type_names[type] : "unknown";
@@ -20,6 +27,22 @@ const char *sp_cpu_isa_name(sp_cpu_isa isa) {
 
 const char *sp_policy_name(sp_policy policy) {
     return (unsigned)policy < SP_POLICY_COUNT ? sp_policy_names[policy] : "unknown";
+}
+
+const char *sp_device_name(sp_device device) {
+    return (unsigned)device < SP_DEVICE_COUNT ? sp_device_names[device] : "unknown";
+}
+
+const char *sp_cuda_gemv_name(sp_cuda_gemv gemv) {
+    return (unsigned)gemv < SP_CUDA_GEMV_COUNT ? sp_cuda_gemv_names[gemv] : "unknown";
+}
+
+const char *sp_pooling_name(sp_pooling pooling) {
+    return (unsigned)pooling < SP_POOLING_COUNT ? sp_pooling_names[pooling] : "unknown";
+}
+
+const char *sp_log_format_name(sp_log_format format) {
+    return (unsigned)format < SP_LOG_FORMAT_COUNT ? sp_log_format_names[format] : "unknown";
 }
 
 /* The index of name in names (NULL-terminated), or -1. */
@@ -40,5 +63,12 @@ sp_status sp_cpu_isa_parse(const char *name, sp_cpu_isa *out) {
     int i = find(sp_cpu_isa_names, name);
     if (i < 0) return sp_fail(SP_ERR_INVALID_ARG, "'%s' is not one of auto, generic, avx2, avx512, amx", name);
     *out = (sp_cpu_isa)i;
+    return SP_OK;
+}
+
+sp_status sp_device_parse(const char *name, sp_device *out) {
+    int i = find(sp_device_names, name);
+    if (i < 0) return sp_fail(SP_ERR_INVALID_ARG, "'%s' is not one of auto, cpu, cuda", name);
+    *out = (sp_device)i;
     return SP_OK;
 }

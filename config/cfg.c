@@ -15,12 +15,8 @@
 
 #define OFF(field) offsetof(cfg_settings, field)
 
-static const char *const DEVICES[] = {"auto", "cpu", "cuda", NULL};
-static const char *const GEMV_MODES[] = {"auto", "always", "never", NULL};
-static const char *const LOG_FORMATS[] = {"text", "json", NULL};
 static const char *const JSON_WHITESPACE[] = {"compact", "flexible", NULL};
 static const char *const METRICS_NAMES[] = {"spindle", "vllm", NULL};
-static const char *const POOLINGS[] = {"auto", "mean", "last", "cls", NULL};
 
 /* clang-format off */
 #define STR(n, f, field, opt, a, h, u)     {n, f, CFG_T_STRING, OFF(field), 0, 0, opt, NULL, a, h, u}
@@ -38,12 +34,12 @@ const cfg_key cfg__keys[] = {
          "(default: the file name without .gguf)"),
     STR("chat_template", "chat-template", chat_template, true, "FILE", "Jinja chat template instead of the model's own",
         "(default: the model's)"),
-    ENUM("device", "device", device, DEVICES, "where the model runs (auto: the GPU when a usable one is present, else the CPU)"),
+    ENUM("device", "device", device, sp_device_names, "where the model runs (auto: the GPU when a usable one is present, else the CPU)"),
     INT("threads", "threads", threads, 1, 256, true, "CPU threads for the model", "(default: all cores)"),
     ENUM("cpu_isa", "cpu-isa", cpu_isa, sp_cpu_isa_names,
          "CPU kernel set (auto: the best this CPU runs; avx512 gives avx2's numbers, faster; amx: tiles)"),
     BOOL("cuda_graphs", "cuda-graphs", cuda_graphs, "on a GPU: replay decode steps as captured CUDA graphs"),
-    ENUM("cuda_gemv", "cuda-gemv", cuda_gemv, GEMV_MODES,
+    ENUM("cuda_gemv", "cuda-gemv", cuda_gemv, sp_cuda_gemv_names,
          "on a GPU: small matmuls run spindle's GEMV, not cuBLAS (auto: where measured faster at load)"),
     INT("ctx_size", "ctx-size", ctx_size, 16, 1 << 24, true, "context limit per sequence",
         "(default: the model's training context)"),
@@ -149,7 +145,7 @@ const cfg_key cfg__keys[] = {
         "most stored responses", NULL),
     INT("responses_store_ttl", "responses-store-ttl", responses_store_ttl, 1, 1 << 30, false,
         "seconds a stored response is kept", NULL),
-    ENUM("pooling", "pooling", pooling, POOLINGS,
+    ENUM("pooling", "pooling", pooling, sp_pooling_names,
          "/v1/embeddings: how token vectors become one (auto: the model file's pooling_type, else mean)"),
     BOOL("ui", "ui", ui, "serve the built-in chat page at /"),
     ENUM("metrics_names", "metrics-names", metrics_names, METRICS_NAMES,
@@ -176,7 +172,7 @@ const cfg_key cfg__keys[] = {
         "(default: none)"),
     STR("tls_key", "tls-key", tls_key, true, "PATH", "TLS private key (PEM)", "(default: none)"),
     /* logging */
-    ENUM("log_format", "log-format", log_format, LOG_FORMATS, "access log lines as text or JSON"),
+    ENUM("log_format", "log-format", log_format, sp_log_format_names, "access log lines as text or JSON"),
     BOOL("access_log", "access-log", access_log, "one log line per request"),
     BOOL("log_prompts", "log-prompts", log_prompts, "include the prompt text in the access log"),
     /* readiness and drain */
@@ -189,17 +185,17 @@ const cfg_key cfg__keys[] = {
 
 /* cfg.h's CFG_KEY_COUNT must match the rows (a mismatch is a conflicting declaration);
  * enum fields are written as int. */
-_Static_assert(sizeof(cfg_device) == sizeof(int) && sizeof(cfg_cuda_gemv) == sizeof(int) &&
+_Static_assert(sizeof(sp_device) == sizeof(int) && sizeof(sp_cuda_gemv) == sizeof(int) &&
                    sizeof(sp_cpu_isa) == sizeof(int) && sizeof(sp_policy) == sizeof(int) &&
-                   sizeof(sp_kv_type) == sizeof(int) && sizeof(cfg_log_format) == sizeof(int) &&
-                   sizeof(cfg_metrics_names) == sizeof(int) && sizeof(cfg_pooling) == sizeof(int),
+                   sizeof(sp_kv_type) == sizeof(int) && sizeof(sp_log_format) == sizeof(int) &&
+                   sizeof(cfg_metrics_names) == sizeof(int) && sizeof(sp_pooling) == sizeof(int),
                "enum settings are set through an int");
 
 void cfg_settings_init(cfg_settings *s) {
     *s = (cfg_settings){
-        .device = CFG_DEVICE_AUTO,
+        .device = SP_DEVICE_AUTO,
         .cuda_graphs = true,
-        .cuda_gemv = CFG_GEMV_AUTO,
+        .cuda_gemv = SP_CUDA_GEMV_AUTO,
         .port = 8080,
         .http_threads = 2,
         .prep_threads = 1,
@@ -237,7 +233,7 @@ void cfg_settings_init(cfg_settings *s) {
         .responses_store_max = 10000,
         .responses_store_ttl = 3600,
         .ui = true,
-        .log_format = CFG_LOG_TEXT,
+        .log_format = SP_LOG_FORMAT_TEXT,
         .access_log = true,
         .log_prompts = false,
         .drain_timeout = 30,

@@ -30,22 +30,13 @@
 /* How many settings there are (the rows of cfg.c's key table). */
 #define CFG_KEY_COUNT 80
 
-typedef enum cfg_device {
-    CFG_DEVICE_AUTO, /* CUDA when built and present, else the CPU */
-    CFG_DEVICE_CPU,
-    CFG_DEVICE_CUDA
-} cfg_device;
+/* The device, the CUDA GEMV mode, the CPU kernel set, the KV cache's element format,
+ * the policy, the pooling and the log format: sp_device, sp_cuda_gemv, sp_cpu_isa,
+ * sp_kv_type, sp_policy, sp_pooling and sp_log_format (common/kinds.h), the types the
+ * device, the scheduler and the server take. */
 
-typedef enum cfg_cuda_gemv { CFG_GEMV_AUTO, CFG_GEMV_ALWAYS, CFG_GEMV_NEVER } cfg_cuda_gemv;
-
-/* The CPU kernel set, the KV cache's element format and the policy: sp_cpu_isa,
- * sp_kv_type and sp_policy (common/kinds.h), the types the device and the scheduler
- * take. */
-
-typedef enum cfg_log_format { CFG_LOG_TEXT, CFG_LOG_JSON } cfg_log_format;
 typedef enum cfg_json_whitespace { CFG_JSON_COMPACT, CFG_JSON_FLEXIBLE } cfg_json_whitespace;
 typedef enum cfg_metrics_names { CFG_METRICS_SPINDLE, CFG_METRICS_VLLM } cfg_metrics_names;
-typedef enum cfg_pooling { CFG_POOLING_AUTO, CFG_POOLING_MEAN, CFG_POOLING_LAST, CFG_POOLING_CLS } cfg_pooling;
 
 /* A list setting (api_keys, cors_origins): n strings, each owned by the list. */
 typedef struct cfg_list {
@@ -65,12 +56,12 @@ typedef struct cfg_settings {
     char *model;                 /* --model, model */
     cfg_list served_model_names; /* --served-model-name (repeatable); none: the file name without .gguf */
     char *chat_template;         /* Jinja file; NULL: the model's own template */
-    cfg_device device;
-    bool cuda_graphs;        /* on a GPU: decode steps replayed as captured graphs */
-    cfg_cuda_gemv cuda_gemv; /* on a GPU: when small matmuls read quantized blocks directly */
-    sp_cpu_isa cpu_isa;      /* on the CPU: the kernel set (auto: the best this CPU runs) */
-    int64_t threads;         /* CPU threads; CFG_INT_UNSET: all cores */
-    int64_t ctx_size;        /* context limit per sequence; CFG_INT_UNSET: the model's training context */
+    sp_device device;
+    bool cuda_graphs;       /* on a GPU: decode steps replayed as captured graphs */
+    sp_cuda_gemv cuda_gemv; /* on a GPU: when small matmuls read quantized blocks directly */
+    sp_cpu_isa cpu_isa;     /* on the CPU: the kernel set (auto: the best this CPU runs) */
+    int64_t threads;        /* CPU threads; CFG_INT_UNSET: all cores */
+    int64_t ctx_size;       /* context limit per sequence; CFG_INT_UNSET: the model's training context */
     /* HTTP */
     char *host;
     int64_t port; /* 0: any free port */
@@ -130,7 +121,7 @@ typedef struct cfg_settings {
     int64_t responses_store_mb;  /* stored /v1/responses; 0: none stored */
     int64_t responses_store_max; /* and their count */
     int64_t responses_store_ttl; /* seconds each is kept */
-    cfg_pooling pooling;         /* /v1/embeddings */
+    sp_pooling pooling;          /* /v1/embeddings; NONE: auto */
     bool ui;                     /* the chat page at / */
     cfg_metrics_names metrics_names;
     /* constrained output: bounds on what one constraint compiles to (grammar.h's gram_limits) */
@@ -147,7 +138,7 @@ typedef struct cfg_settings {
     char *tls_cert;        /* PEM files; both set: HTTPS */
     char *tls_key;
     /* logging */
-    cfg_log_format log_format;
+    sp_log_format log_format;
     bool access_log;
     bool log_prompts;
     /* readiness and drain */

@@ -26,15 +26,15 @@ bool dev_cuda_available(char *why, size_t cap) {
 sp_status dev_create(const dev_options *opts, dev_backend **out) {
     char why[256];
     switch (opts->kind) {
-    case DEV_KIND_CPU: return host_backend_create(opts, out);
-    case DEV_KIND_CUDA:
+    case SP_DEVICE_CPU: return host_backend_create(opts, out);
+    case SP_DEVICE_CUDA:
 #ifdef SP_HAVE_CUDA
         return cuda_backend_create(opts, out);
 #else
         dev_cuda_available(why, sizeof why);
         return sp_fail(SP_ERR_UNSUPPORTED, "device cuda: %s", why);
 #endif
-    case DEV_KIND_AUTO:
+    case SP_DEVICE_AUTO:
         if (dev_cuda_available(why, sizeof why)) {
 #ifdef SP_HAVE_CUDA
             if (cuda_backend_create(opts, out) == SP_OK) return SP_OK;

@@ -36,19 +36,7 @@
 
 typedef struct dev_backend dev_backend;
 
-/* DEV_KIND_AUTO: CUDA when a usable GPU is present, else the CPU (with a log line). */
-typedef enum dev_kind { DEV_KIND_CPU, DEV_KIND_CUDA, DEV_KIND_AUTO } dev_kind;
-
-/* When a GPU matmul of few rows runs the backend's own GEMV instead of cuBLAS: on
- * Q8_0/Q4_0/Q4_1 weights it reads the blocks directly (a fused dequantize-GEMV) instead
- * of the F16 copy; on F16/BF16 weights it reads them with F32 inputs. */
-typedef enum dev_quant_gemv {
-    DEV_GEMV_AUTO,   /* for the row counts where it measured faster at load (dev_reserve) */
-    DEV_GEMV_ALWAYS, /* for every row count it takes (tests) */
-    DEV_GEMV_NEVER   /* never; the blocks are then not uploaded at all */
-} dev_quant_gemv;
-
-/* (sp_cpu_isa, its names and sp_cpu_isa_parse: common/kinds.h) */
+/* (sp_device, sp_cuda_gemv and sp_cpu_isa, their names and parsers: common/kinds.h) */
 /* SP_ERR_UNSUPPORTED naming what is missing when this CPU (and OS) cannot run the set. */
 sp_status dev_cpu_isa_check(sp_cpu_isa isa);
 /* The llama.cpp kernel set whose rounding this set reproduces ("avx2" or "generic"), or
@@ -59,11 +47,11 @@ const char *dev_cpu_isa_rounding(sp_cpu_isa isa);
 bool dev_cpu_has_amx(void);
 
 typedef struct dev_options {
-    dev_kind kind;
-    int n_threads;             /* CPU worker threads including the caller; <= 0: one per core */
-    sp_cpu_isa cpu_isa;        /* CPU kernels; AUTO (0) picks the best; a set the CPU lacks fails */
-    bool no_graphs;            /* GPU: run decode steps op by op instead of replaying captured graphs */
-    dev_quant_gemv quant_gemv; /* GPU only */
+    sp_device kind;
+    int n_threads;           /* CPU worker threads including the caller; <= 0: one per core */
+    sp_cpu_isa cpu_isa;      /* CPU kernels; AUTO (0) picks the best; a set the CPU lacks fails */
+    bool no_graphs;          /* GPU: run decode steps op by op instead of replaying captured graphs */
+    sp_cuda_gemv quant_gemv; /* GPU only */
 } dev_options;
 
 /* A weight tensor on the device: rows of ne[0] elements in `type`, ne[1] rows. */
@@ -142,7 +130,7 @@ bool dev_cuda_available(char *why, size_t cap);
  * CPU, whose memory the budget flags size instead. */
 sp_status dev_memory_info(dev_backend *dev, size_t *free_bytes, size_t *total_bytes);
 
-/* Creates a backend. DEV_KIND_CUDA without a usable GPU: SP_ERR_UNSUPPORTED with the
+/* Creates a backend. SP_DEVICE_CUDA without a usable GPU: SP_ERR_UNSUPPORTED with the
  * reason. Caller owns *out; free with dev_destroy. */
 sp_status dev_create(const dev_options *opts, dev_backend **out);
 void dev_destroy(dev_backend *dev);

@@ -23,7 +23,7 @@
 #include "scheduler/sched_internal.h"
 
 sp_status sched__embed_prepare(sched_request *r, int32_t n_embd) {
-    if (r->params.pooling == SCHED_POOLING_NONE) return SP_OK;
+    if (r->params.pooling == SP_POOLING_NONE) return SP_OK;
     free(r->pool); /* a retried submission allocates again */
     r->pool = calloc((size_t)n_embd, sizeof *r->pool);
     float *vec = calloc((size_t)n_embd, sizeof *vec);
@@ -35,21 +35,21 @@ sp_status sched__embed_prepare(sched_request *r, int32_t n_embd) {
     return SP_OK;
 }
 
-int32_t sched__pool_rows(sched_pooling pooling, int32_t first, int32_t chunk, int32_t n_prompt, int32_t *first_row) {
+int32_t sched__pool_rows(sp_pooling pooling, int32_t first, int32_t chunk, int32_t n_prompt, int32_t *first_row) {
     *first_row = first;
     switch (pooling) {
-    case SCHED_POOLING_MEAN: return chunk;
-    case SCHED_POOLING_LAST:
+    case SP_POOLING_MEAN: return chunk;
+    case SP_POOLING_LAST:
         *first_row = n_prompt - 1;
         return first <= n_prompt - 1 && n_prompt - 1 < first + chunk ? 1 : 0;
-    case SCHED_POOLING_CLS: *first_row = 0; return first == 0 && chunk > 0 ? 1 : 0;
-    case SCHED_POOLING_NONE: break;
+    case SP_POOLING_CLS: *first_row = 0; return first == 0 && chunk > 0 ? 1 : 0;
+    case SP_POOLING_NONE: break;
     }
     return 0;
 }
 
-void sched__pool_add(sched_pooling pooling, double *pool, const float *rows, int32_t n_rows, int32_t dim) {
-    if (pooling != SCHED_POOLING_MEAN) { /* last, cls: the one row asked for */
+void sched__pool_add(sp_pooling pooling, double *pool, const float *rows, int32_t n_rows, int32_t dim) {
+    if (pooling != SP_POOLING_MEAN) { /* last, cls: the one row asked for */
         SP_ASSERT(n_rows <= 1);
         for (int32_t i = 0; i < dim && n_rows == 1; i++) pool[i] = rows[i];
         return;
@@ -60,8 +60,8 @@ void sched__pool_add(sched_pooling pooling, double *pool, const float *rows, int
     }
 }
 
-void sched__pool_finish(sched_pooling pooling, const double *pool, int32_t n_prompt, int32_t dim, float *out) {
-    const double scale = pooling == SCHED_POOLING_MEAN && n_prompt > 0 ? 1.0 / n_prompt : 1.0;
+void sched__pool_finish(sp_pooling pooling, const double *pool, int32_t n_prompt, int32_t dim, float *out) {
+    const double scale = pooling == SP_POOLING_MEAN && n_prompt > 0 ? 1.0 / n_prompt : 1.0;
     double sum = 0;
     for (int32_t i = 0; i < dim; i++) sum += pool[i] * scale * (pool[i] * scale);
     const double norm = sqrt(sum);

@@ -48,7 +48,7 @@ static void output_finish_locked(sched_request *r, sched_finish f, sp_status err
  * histograms). Called with r's lock held, before the notify: a client that has read its
  * whole answer then finds it counted in /metrics. */
 static void request_count_locked(sched *s, const sched_request *r, sched_finish f, sp_status err) {
-    const bool generation = r->params.pooling == SCHED_POOLING_NONE;
+    const bool generation = r->params.pooling == SP_POOLING_NONE;
     switch (f) {
     case SCHED_FINISH_STOP:
     case SCHED_FINISH_LENGTH:
@@ -74,7 +74,7 @@ static void request_retire(sched *s, sched_request *r, sched_finish f) {
     sched__queue_uncount(s, r);
     r->state = SCHED_SEQ_DONE;
     /* an embedding's prompt is no output the suffix cache should offer */
-    if ((f == SCHED_FINISH_STOP || f == SCHED_FINISH_LENGTH) && r->params.pooling == SCHED_POOLING_NONE)
+    if ((f == SCHED_FINISH_STOP || f == SCHED_FINISH_LENGTH) && r->params.pooling == SP_POOLING_NONE)
         sched__spec_remember(s, r);
     sched_request_release(r);
 }

@@ -21,11 +21,11 @@
 static sp_status request_check(const sched_request_params *p) {
     if (p->n_prompt < 0 || (p->n_prompt > 0 && !p->prompt))
         return sp_fail(SP_ERR_INVALID_ARG, "prompt: %d tokens without a token array", p->n_prompt);
-    if (p->pooling < SCHED_POOLING_NONE || p->pooling > SCHED_POOLING_CLS)
+    if (p->pooling < SP_POOLING_NONE || p->pooling > SP_POOLING_CLS)
         return sp_fail(SP_ERR_INVALID_ARG, "pooling %d unknown", (int)p->pooling);
-    if (p->pooling != SCHED_POOLING_NONE && p->max_tokens != 0)
+    if (p->pooling != SP_POOLING_NONE && p->max_tokens != 0)
         return sp_fail(SP_ERR_INVALID_ARG, "an embedding generates nothing: max_tokens %d must be 0", p->max_tokens);
-    if (p->pooling == SCHED_POOLING_NONE && p->max_tokens < 1)
+    if (p->pooling == SP_POOLING_NONE && p->max_tokens < 1)
         return sp_fail(SP_ERR_INVALID_ARG, "max_tokens %d must be at least 1", p->max_tokens);
     if (p->min_tokens < 0 || p->min_tokens > p->max_tokens)
         return sp_fail(SP_ERR_INVALID_ARG, "min_tokens %d must be between 0 and max_tokens (%d)", p->min_tokens,

@@ -78,33 +78,33 @@ typedef struct sched_config {
                                   proposer drafts whenever it has a draft (tests, measuring a proposer alone) */
 } sched_config;
 
-/* The most draft tokens a sequence proposes in one step. */
+/* The most draft tokens a sequence proposes in one step (--spec-k's upper bound). */
 enum { SCHED_SPEC_MAX_K = 16 };
-/* The proposers, as sched_stats indexes them (names: sched_spec_proposer_name). */
-enum { SCHED_SPEC_NGRAM, SCHED_SPEC_SUFFIX, SCHED_SPEC_DRAFT, SCHED_SPEC_SELF, SCHED_SPEC_PROPOSERS };
+/* The speculative proposers, as sched_stats indexes them (names: sched_spec_proposer_name)
+ * and scheduler/spec/ numbers its estimates. */
+typedef enum sched_spec_proposer {
+    SCHED_SPEC_NGRAM,  /* prompt lookup over a sequence's own tokens */
+    SCHED_SPEC_SUFFIX, /* the suffix cache shared across requests */
+    SCHED_SPEC_DRAFT,  /* the draft model */
+    SCHED_SPEC_SELF,   /* the model's first layers (self-speculative) */
+    SCHED_SPEC_PROPOSERS
+} sched_spec_proposer;
 const char *sched_spec_proposer_name(int proposer);
 
 sched_config sched_config_default(void);
 /* Checks ranges and consistency; SP_ERR_INVALID_ARG naming the field. */
 sp_status sched_config_validate(const sched_config *c);
 
-/* How an embedding request turns its prompt's final hidden states (after the output
- * norm) into one vector, before it is L2-normalized. */
-typedef enum sched_pooling {
-    SCHED_POOLING_NONE, /* not an embedding: a generation */
-    SCHED_POOLING_MEAN, /* the mean over every prompt token */
-    SCHED_POOLING_LAST, /* the last prompt token's */
-    SCHED_POOLING_CLS   /* the first prompt token's */
-} sched_pooling;
-
 /* What one request asks for. Filled by the HTTP side before sched_request_create. */
 typedef struct sched_request_params {
     const int32_t *prompt; /* (n_prompt) token ids; copied by sched_request_create */
     int32_t n_prompt;
-    /* an embedding (not NONE): the prompt is only prefilled, every position computed (no
-     * prefix cache either way), its vector goes to output.embedding and its KV blocks back
-     * to the pool at once; max_tokens must be 0 and the sampling fields are not used */
-    sched_pooling pooling;
+    /* an embedding (not NONE, common/kinds.h's sp_pooling: how its prompt's final hidden
+     * states, after the output norm, become one vector before it is L2-normalized): the
+     * prompt is only prefilled, every position computed (no prefix cache either way), its
+     * vector goes to output.embedding and its KV blocks back to the pool at once;
+     * max_tokens must be 0 and the sampling fields are not used */
+    sp_pooling pooling;
     int32_t max_tokens;      /* tokens to generate at most (>= 1; 0 for an embedding) */
     int32_t min_tokens;      /* end-of-generation tokens and stop strings are ignored before this */
     bool ignore_eos;         /* keep generating past end-of-generation tokens */

@@ -144,14 +144,14 @@ sp_status sched__embed_prepare(sched_request *r, int32_t n_embd);
 /* Adds the final hidden states of n_rows prompt positions (rows (n_rows, D), the ones
  * sched__pool_rows asked for) to an embedding's pool (D), which starts zeroed: mean sums
  * them, last and cls keep their one row. Pure. */
-void sched__pool_add(sched_pooling pooling, double *pool, const float *rows, int32_t n_rows, int32_t dim);
+void sched__pool_add(sp_pooling pooling, double *pool, const float *rows, int32_t n_rows, int32_t dim);
 /* The pool of a prompt of n_prompt tokens as the finished vector into out (D): mean
  * divides, then L2 normalization (a zero vector stays zero). Pure. */
-void sched__pool_finish(sched_pooling pooling, const double *pool, int32_t n_prompt, int32_t dim, float *out);
+void sched__pool_finish(sp_pooling pooling, const double *pool, int32_t n_prompt, int32_t dim, float *out);
 /* The hidden rows an embedding's chunk (prompt positions first..first+chunk-1 of
  * n_prompt) wants: how many, and in *first_row the position of the first (they are
  * consecutive). Pure. */
-int32_t sched__pool_rows(sched_pooling pooling, int32_t first, int32_t chunk, int32_t n_prompt, int32_t *first_row);
+int32_t sched__pool_rows(sp_pooling pooling, int32_t first, int32_t chunk, int32_t n_prompt, int32_t *first_row);
 /* After a step computed r's chunk (its n_rows hidden rows in hidden, n_computed already
  * advanced): pools them; once the whole prompt is in, publishes the vector and ends r
  * (STOP, removed from running, its blocks back to the pool). Returns whether r still
@@ -210,7 +210,7 @@ struct sched {
     dev_sample_row *sample_rows;                                /* (S) each logit row's draw, for dev_sample */
     dev_sample_result *sample_results;                          /* (S) the tokens it chose */
     int32_t *step_n_draft; /* (S) draft tokens after sequence q's decode row (its rows: 1 + n_draft) */
-    int8_t *step_proposer; /* (S) the spec_proposer of those drafts; -1: none */
+    int8_t *step_proposer; /* (S) the sched_spec_proposer of those drafts; -1: none */
     char *piece;           /* (2 * piece_cap) decoded text of one token (push, then flush) */
     char *text_work;       /* (SCHED_MAX_STOP_BYTES + 2 * piece_cap) held text + piece, for stop matching */
 };
@@ -375,7 +375,7 @@ int32_t sched__spec_verify(sched *s, sched_request *r, int32_t n_draft, int prop
                            double now);
 /* A decode-only step of width sequences at mean depth took seconds and delivered tokens. */
 void sched__spec_observe(sched *s, int width, double depth, double seconds, int64_t tokens,
-                         const int64_t drafts[SPEC_N_PROPOSERS]);
+                         const int64_t drafts[SCHED_SPEC_PROPOSERS]);
 /* A step with a prefill chunk, which the gate does not measure: the drafter models that ran
  * in its tick are charged their time (spec_gate_charge). */
 void sched__spec_charge(sched *s);

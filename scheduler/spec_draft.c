@@ -146,7 +146,8 @@ static bool draft_run(sched *s, const drafter *dr, dev_step *st, sched_request *
          * under the step's decode width, where spec_tick.c looks it up (batched rounds share
          * the weights' reads, so it falls with the width) */
         if (st->n_tokens == st->n_seqs && st->n_logits == st->n_seqs) {
-            double *t = &s->spec.token_s[dr->self ? SPEC_SELF : SPEC_DRAFT][spec_gate_bucket_of(s->spec.width)];
+            double *t =
+                &s->spec.token_s[dr->self ? SCHED_SPEC_SELF : SCHED_SPEC_DRAFT][spec_gate_bucket_of(s->spec.width)];
             double per_token = (sched_now() - t0) / st->n_seqs;
             *t = *t > 0 ? 0.7 * *t + 0.3 * per_token : per_token;
         }

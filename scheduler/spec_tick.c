@@ -28,27 +28,21 @@
 #include "common/assert.h"
 #include "scheduler/sched_internal.h"
 
-_Static_assert((int)SCHED_SPEC_NGRAM == (int)SPEC_NGRAM && (int)SCHED_SPEC_SUFFIX == (int)SPEC_SUFFIX &&
-                   (int)SCHED_SPEC_DRAFT == (int)SPEC_DRAFT && (int)SCHED_SPEC_SELF == (int)SPEC_SELF &&
-                   (int)SCHED_SPEC_PROPOSERS == (int)SPEC_N_PROPOSERS,
-               "sched_stats indexes proposers as spec.h numbers them");
-_Static_assert((int)SCHED_SPEC_MAX_K == (int)SPEC_MAX_K, "one bound on the draft length");
-
 static void stat_add(_Atomic int64_t *c, int64_t n) {
     atomic_fetch_add_explicit(c, n, memory_order_relaxed);
 }
 
 const char *sched_spec_proposer_name(int proposer) {
-    return proposer >= 0 && proposer < SPEC_N_PROPOSERS ? spec_proposer_name((spec_proposer)proposer) : "?";
+    return proposer >= 0 && proposer < SCHED_SPEC_PROPOSERS ? spec_proposer_name((sched_spec_proposer)proposer) : "?";
 }
 
 sp_status sched__spec_init(sched *s) {
-    bool available[SPEC_N_PROPOSERS] = {[SPEC_NGRAM] = s->cfg.spec_ngram,
-                                        [SPEC_SUFFIX] = s->cfg.spec_suffix,
-                                        [SPEC_DRAFT] = s->spec.draft_kv != NULL,
-                                        [SPEC_SELF] = s->cfg.self_spec_layers > 0};
+    bool available[SCHED_SPEC_PROPOSERS] = {[SCHED_SPEC_NGRAM] = s->cfg.spec_ngram,
+                                            [SCHED_SPEC_SUFFIX] = s->cfg.spec_suffix,
+                                            [SCHED_SPEC_DRAFT] = s->spec.draft_kv != NULL,
+                                            [SCHED_SPEC_SELF] = s->cfg.self_spec_layers > 0};
     spec_gate_init(&s->spec.gate, available);
-    for (int p = 0; p < SPEC_N_PROPOSERS; p++)
+    for (int p = 0; p < SCHED_SPEC_PROPOSERS; p++)
         atomic_store_explicit(&s->spec.stats.enabled[p], available[p], memory_order_relaxed);
     if (!s->cfg.spec_suffix) return SP_OK;
     sp_status st = spec_suffix_create(s->cfg.spec_suffix_bytes, &s->spec.suffix);
@@ -76,8 +70,9 @@ void sched__spec_stats(const sched *s, sched_stats *out) {
 
 /* The gate's verdicts and switch counts, for the metrics. */
 static void publish_gate(sched *s) {
-    for (int p = 0; p < SPEC_N_PROPOSERS; p++) {
-        bool on = s->cfg.spec_gate ? spec_gate_enabled(&s->spec.gate, (spec_proposer)p) : s->spec.gate.available[p];
+    for (int p = 0; p < SCHED_SPEC_PROPOSERS; p++) {
+        bool on =
+            s->cfg.spec_gate ? spec_gate_enabled(&s->spec.gate, (sched_spec_proposer)p) : s->spec.gate.available[p];
         atomic_store_explicit(&s->spec.stats.enabled[p], on, memory_order_relaxed);
         atomic_store_explicit(&s->spec.stats.switches[p], s->spec.gate.switches[p], memory_order_relaxed);
     }
@@ -109,25 +104,25 @@ static int32_t draft_room(const sched *s, const sched_request *r, int32_t budget
 /* r's best draft of at most k tokens from the allowed free proposers (n-gram, suffix),
  * into draft; returns its length and sets *who and *match (the length of the match it
  * came from). The longer draft wins; the n-gram of r's own tokens on a tie. */
-static int32_t draft_propose(sched *s, const sched_request *r, const bool allowed[SPEC_N_PROPOSERS], int32_t k,
+static int32_t draft_propose(sched *s, const sched_request *r, const bool allowed[SCHED_SPEC_PROPOSERS], int32_t k,
                              int32_t *draft, int *who, int *match) {
     int32_t best = 0;
     *who = -1;
     *match = 0;
-    if (allowed[SPEC_NGRAM]) {
+    if (allowed[SCHED_SPEC_NGRAM]) {
         best =
             spec_ngram_propose(r->tokens, r->n_tokens, s->cfg.spec_ngram_min, s->cfg.spec_ngram_max, draft, k, match);
-        if (best > 0) *who = SPEC_NGRAM;
+        if (best > 0) *who = SCHED_SPEC_NGRAM;
     }
-    if (allowed[SPEC_SUFFIX] && s->spec.suffix) {
-        int32_t other[SPEC_MAX_K];
+    if (allowed[SCHED_SPEC_SUFFIX] && s->spec.suffix) {
+        int32_t other[SCHED_SPEC_MAX_K];
         int other_match = 0;
         int32_t n =
             spec_suffix_propose(s->spec.suffix, r->params.tenant, r->tokens, r->n_tokens, other, k, &other_match);
         if (n > best) {
             memcpy(draft, other, sizeof *draft * (size_t)n);
             best = n;
-            *who = SPEC_SUFFIX;
+            *who = SCHED_SPEC_SUFFIX;
             *match = other_match;
         }
     }
@@ -156,22 +151,22 @@ static int32_t grammar_prefix(const sched *s, const sched_request *r, int32_t n_
  * not worth it; a drafter that loses is worth nothing. */
 static bool draft_catch_up_pays(const sched *s, const sched_request *r, int width, int32_t k, double draft_s) {
     const int32_t lag = r->n_tokens - r->draft_computed;
-    if (lag <= 1 + SPEC_MAX_K) return true; /* caught up but for a step's tokens */
+    if (lag <= 1 + SCHED_SPEC_MAX_K) return true; /* caught up but for a step's tokens */
     int32_t to_generate = r->params.n_prompt + r->params.max_tokens - r->n_tokens;
     int32_t to_context = s->cfg.max_seq_len - r->n_tokens;
     if (to_generate > to_context) to_generate = to_context;
     double per_row, fixed, off, on;
     spec_cost_fit(&s->spec.cost[spec_gate_bucket_of(width)], &per_row, &fixed);
-    spec_gate_rates(&s->spec.gate, width, SPEC_DRAFT, &off, &on);
+    spec_gate_rates(&s->spec.gate, width, SCHED_SPEC_DRAFT, &off, &on);
     const double catch_up = lag * (s->spec.draft_catchup_s > 0 ? s->spec.draft_catchup_s : per_row);
     const double token_s = off > 0 ? 1 / off : (fixed + per_row * width) / width;
     /* a probe must be able to draft: it judges by the prediction, not by the loss it re-checks */
-    const bool measured = off > 0 && on > 0 && s->spec.gate.probing != SPEC_DRAFT;
+    const bool measured = off > 0 && on > 0 && s->spec.gate.probing != SCHED_SPEC_DRAFT;
     const double gain =
-        measured
-            ? (on > off ? 1 - off / on : 0)
-            : spec_cost_model_gain(&s->spec.cost[spec_gate_bucket_of(width)], width,
-                                   spec_accept_rate(&s->spec.accept, SPEC_DRAFT, 0, r->spec_bias, false), k, draft_s);
+        measured ? (on > off ? 1 - off / on : 0)
+                 : spec_cost_model_gain(&s->spec.cost[spec_gate_bucket_of(width)], width,
+                                        spec_accept_rate(&s->spec.accept, SCHED_SPEC_DRAFT, 0, r->spec_bias, false), k,
+                                        draft_s);
     return catch_up < to_generate * token_s * gain;
 }
 
@@ -190,7 +185,7 @@ static double model_token_s(const sched *s, int who, int width) {
 /* Forgets which drafter models ran: once their time is observed or charged, and before
  * each plan (a tick without decodes plans nothing, and must not charge a runs twice). */
 static void spec_tick_reset(sched *s) {
-    for (int p = 0; p < SPEC_N_PROPOSERS; p++) {
+    for (int p = 0; p < SCHED_SPEC_PROPOSERS; p++) {
         s->spec.ran[p] = false;
         s->spec.seconds[p] = 0;
     }
@@ -207,8 +202,8 @@ static bool spec_any(const sched *s) {
  * (spec_accept.c: the draft's class and r's bias), and a free proposer's first draft for
  * r at least one (spec.h). Where that is none but the optimistic rate of a class with few
  * drafts counted says a token pays, one token, to learn the class's rate. */
-static int32_t draft_worth(const sched *s, const sched_request *r, int width, spec_proposer p, int match_len, int32_t m,
-                           bool model, double model_s) {
+static int32_t draft_worth(const sched *s, const sched_request *r, int width, sched_spec_proposer p, int match_len,
+                           int32_t m, bool model, double model_s) {
     const spec_cost *cost = &s->spec.cost[spec_gate_bucket_of(width)];
     const double est = spec_accept_rate(&s->spec.accept, p, match_len, r->spec_bias, false);
     int32_t len = model ? spec_cost_model_draft_len(cost, width, est, m, model_s)
@@ -225,16 +220,16 @@ static int32_t draft_worth(const sched *s, const sched_request *r, int width, sp
  * step), only a sequence's first draft is proposed: the scans would be wasted, and a
  * suffix hit reorders its LRU. Returns the length (0: none), sets *who to its proposer
  * and r->spec_match to the match it came from. */
-static int32_t plan_one(sched *s, sched_request *r, const bool allowed[SPEC_N_PROPOSERS], int width, int32_t k,
+static int32_t plan_one(sched *s, sched_request *r, const bool allowed[SCHED_SPEC_PROPOSERS], int width, int32_t k,
                         bool rows_pay, int *who) {
     const bool gated = s->cfg.spec_gate;
     r->spec_match = 0;
     if (gated && r->spec_tried && !rows_pay) return 0;
-    int32_t draft[SPEC_MAX_K];
+    int32_t draft[SCHED_SPEC_MAX_K];
     int match;
     int32_t m = draft_propose(s, r, allowed, k, draft, who, &match);
     if (m > 0) {
-        if (gated) m = draft_worth(s, r, width, (spec_proposer)*who, match, m, false, 0);
+        if (gated) m = draft_worth(s, r, width, (sched_spec_proposer)*who, match, m, false, 0);
         if (m <= 0) return 0;
         memcpy(r->tokens + r->n_tokens, draft, sizeof *draft * (size_t)m);
         r->spec_match = (int8_t)(match < INT8_MAX ? match : INT8_MAX);
@@ -242,17 +237,17 @@ static int32_t plan_one(sched *s, sched_request *r, const bool allowed[SPEC_N_PR
     }
     /* a drafter model's tokens cost its run too: as many as that leaves worth it */
     int32_t by_draft = 0, by_self = 0;
-    const double draft_s = model_token_s(s, SPEC_DRAFT, width), self_s = model_token_s(s, SPEC_SELF, width);
-    if (allowed[SPEC_DRAFT] && s->spec.draft_kv)
-        by_draft = gated ? draft_worth(s, r, width, SPEC_DRAFT, 0, k, true, draft_s) : k;
-    if (allowed[SPEC_SELF] && s->cfg.self_spec_layers > 0)
-        by_self = gated ? draft_worth(s, r, width, SPEC_SELF, 0, k, true, self_s) : k;
+    const double draft_s = model_token_s(s, SCHED_SPEC_DRAFT, width), self_s = model_token_s(s, SCHED_SPEC_SELF, width);
+    if (allowed[SCHED_SPEC_DRAFT] && s->spec.draft_kv)
+        by_draft = gated ? draft_worth(s, r, width, SCHED_SPEC_DRAFT, 0, k, true, draft_s) : k;
+    if (allowed[SCHED_SPEC_SELF] && s->cfg.self_spec_layers > 0)
+        by_self = gated ? draft_worth(s, r, width, SCHED_SPEC_SELF, 0, k, true, self_s) : k;
     if (by_draft > 0 && (!gated || draft_catch_up_pays(s, r, width, by_draft, draft_s))) {
-        *who = SPEC_DRAFT;
+        *who = SCHED_SPEC_DRAFT;
         return by_draft;
     }
     if (by_self > 0) {
-        *who = SPEC_SELF;
+        *who = SCHED_SPEC_SELF;
         return by_self;
     }
     return 0;
@@ -269,11 +264,11 @@ void sched__spec_plan(sched *s, sched_request *const *chosen, int n, int32_t bud
     if (n == 0 || budget <= 0 || !spec_any(s)) return;
     double depth = 0;
     for (int i = 0; i < n; i++) depth += chosen[i]->n_tokens;
-    bool allowed[SPEC_N_PROPOSERS];
+    bool allowed[SCHED_SPEC_PROPOSERS];
     if (s->cfg.spec_gate)
         spec_gate_plan(&s->spec.gate, n, depth / n, allowed);
     else
-        for (int p = 0; p < SPEC_N_PROPOSERS; p++) allowed[p] = s->spec.gate.available[p];
+        for (int p = 0; p < SCHED_SPEC_PROPOSERS; p++) allowed[p] = s->spec.gate.available[p];
     publish_gate(s);
     /* the free proposers first; the draft model takes the sequences they had nothing for
      * (its drafts cost a model run), n_draft[i] meanwhile holding what each may take */
@@ -290,12 +285,13 @@ void sched__spec_plan(sched *s, sched_request *const *chosen, int n, int32_t bud
             r->spec_bias *= 1 - SPEC_BIAS_RECOVER;
             continue;
         }
-        if (who >= SPEC_DRAFT) n_model++;
+        if (who >= SCHED_SPEC_DRAFT) n_model++;
         n_draft[i] = m;
         proposer[i] = (int8_t)who;
         budget -= m;
     }
-    for (int who = SPEC_DRAFT; n_model > 0 && who <= SPEC_SELF; who++) { /* batched across their sequences */
+    for (int who = SCHED_SPEC_DRAFT; n_model > 0 && who <= SCHED_SPEC_SELF;
+         who++) { /* batched across their sequences */
         draft_slot *slots = s->spec.draft_slots;
         int j = 0;
         for (int i = 0; i < n; i++)
@@ -303,7 +299,7 @@ void sched__spec_plan(sched *s, sched_request *const *chosen, int n, int32_t bud
         if (j == 0) continue;
         s->spec.ran[who] = true;
         double t0 = sched_now();
-        sched__draft_propose(s, slots, j, who == SPEC_SELF);
+        sched__draft_propose(s, slots, j, who == SCHED_SPEC_SELF);
         s->spec.seconds[who] = sched_now() - t0;
         j = 0;
         for (int i = 0; i < n; i++)
@@ -341,9 +337,9 @@ int32_t sched__spec_verify(sched *s, sched_request *r, int32_t n_draft, int prop
          * grammar cut included (it could not have been accepted); the bias is moved against
          * the class's rate before this draft counts in it */
         const int32_t judged = n_draft + (r->spec_cut ? 1 : 0);
-        r->spec_bias = (float)spec_accept_bias_after(&s->spec.accept, (spec_proposer)proposer, r->spec_match,
+        r->spec_bias = (float)spec_accept_bias_after(&s->spec.accept, (sched_spec_proposer)proposer, r->spec_match,
                                                      r->spec_bias, judged, accepted);
-        spec_accept_observe(&s->spec.accept, (spec_proposer)proposer, r->spec_match, judged, accepted);
+        spec_accept_observe(&s->spec.accept, (sched_spec_proposer)proposer, r->spec_match, judged, accepted);
     }
     /* the decode row and the accepted drafts are computed; the row after them is the
      * next step's decode row. Only accepted tokens reach the prefix cache, and the blocks
@@ -360,14 +356,14 @@ int32_t sched__spec_verify(sched *s, sched_request *r, int32_t n_draft, int prop
 }
 
 void sched__spec_observe(sched *s, int width, double depth, double seconds, int64_t tokens,
-                         const int64_t drafts[SPEC_N_PROPOSERS]) {
+                         const int64_t drafts[SCHED_SPEC_PROPOSERS]) {
     if (!spec_any(s)) return;
-    int64_t rows = width, charged[SPEC_N_PROPOSERS];
-    for (int p = 0; p < SPEC_N_PROPOSERS; p++) {
+    int64_t rows = width, charged[SCHED_SPEC_PROPOSERS];
+    for (int p = 0; p < SCHED_SPEC_PROPOSERS; p++) {
         rows += drafts[p];
         /* a drafter model that ran spent most of the step's time, whether it drew
          * drafts or only caught up on a prompt: the step is charged to it */
-        charged[p] = s->spec.ran[p] ? drafts[p] + 1 + (int64_t)width * SPEC_MAX_K : drafts[p];
+        charged[p] = s->spec.ran[p] ? drafts[p] + 1 + (int64_t)width * SCHED_SPEC_MAX_K : drafts[p];
     }
     spec_cost_observe(&s->spec.cost[spec_gate_bucket_of(width)], (int)rows, seconds);
     spec_cost_share_across(s->spec.cost, SPEC_GATE_BUCKETS);
@@ -377,8 +373,8 @@ void sched__spec_observe(sched *s, int width, double depth, double seconds, int6
 }
 
 void sched__spec_charge(sched *s) {
-    for (int p = 0; p < SPEC_N_PROPOSERS; p++)
+    for (int p = 0; p < SCHED_SPEC_PROPOSERS; p++)
         if (s->spec.ran[p] && s->cfg.spec_gate)
-            spec_gate_charge(&s->spec.gate, s->spec.width, (spec_proposer)p, s->spec.seconds[p]);
+            spec_gate_charge(&s->spec.gate, s->spec.width, (sched_spec_proposer)p, s->spec.seconds[p]);
     spec_tick_reset(s);
 }

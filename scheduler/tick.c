@@ -154,7 +154,7 @@ static void step_add(sched *s, step_build *b, sched_request *r, int32_t chunk, b
     memcpy(s->step_block_table + (size_t)q * (size_t)s->max_blocks_per_seq, r->kv.ids,
            sizeof(int32_t) * (size_t)r->kv.n);
     s->step_hidden_n[q] = 0;
-    if (r->params.pooling != SCHED_POOLING_NONE) { /* an embedding: hidden rows, never logits */
+    if (r->params.pooling != SP_POOLING_NONE) { /* an embedding: hidden rows, never logits */
         int32_t first_pos, chunk_start = b->n_tokens - chunk;
         int32_t n = sched__pool_rows(r->params.pooling, r->n_computed, chunk, r->params.n_prompt, &first_pos);
         SP_ASSERT(b->n_hidden + n <= s->cfg.max_prefill_tokens);
@@ -175,7 +175,7 @@ static void step_add(sched *s, step_build *b, sched_request *r, int32_t chunk, b
  * least its last token is computed (its logits are needed), so at most
  * (n_tokens - 1) / B blocks. */
 static int32_t admit_match(sched *s, const sched_request *r, int32_t *unheld) {
-    if (r->params.pooling != SCHED_POOLING_NONE) { /* an embedding computes every position */
+    if (r->params.pooling != SP_POOLING_NONE) { /* an embedding computes every position */
         *unheld = 0;
         return 0;
     }
@@ -190,7 +190,7 @@ static bool admit_fits(sched *s, const sched_request *r) {
     int32_t unheld = 0;
     s->cache.n_match = admit_match(s, r, &unheld);
     s->cache.n_tier_match =
-        r->params.pooling != SCHED_POOLING_NONE
+        r->params.pooling != SP_POOLING_NONE
             ? 0
             : sched__tiers_match(s, r->tokens, s->cache.n_match, (r->n_tokens - 1) / s->cfg.block_size);
     int32_t need = kv_blocks_for_tokens(r->n_tokens, s->cfg.block_size) - s->cache.n_match;
@@ -423,12 +423,12 @@ bool sched__tick(sched *s) {
         return true;
     }
 
-    int64_t prefilled = 0, delivered = 0, drafts[SPEC_N_PROPOSERS] = {0};
+    int64_t prefilled = 0, delivered = 0, drafts[SCHED_SPEC_PROPOSERS] = {0};
     double depth = 0;
     bool decode_only = true;
     for (int32_t q = 0; q < b.n_seqs; q++) {
         sched_request *r = s->step_reqs[q];
-        const bool embedding = r->params.pooling != SCHED_POOLING_NONE;
+        const bool embedding = r->params.pooling != SP_POOLING_NONE;
         if (s->step_prefill[q]) {
             r->n_computed += s->step_chunk[q];
             if (!embedding) kv_prefix_register(&s->cache.blocks, &r->kv, r->tokens, r->n_computed);

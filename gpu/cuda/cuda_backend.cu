@@ -158,7 +158,7 @@ static sp_status cuda_weight_init(dev_backend *dev, dev_tensor *out, const void 
     }
     /* the blocks as they are, for the fused GEMV of small batches */
     const bool gemv_type = source == QUANT_Q8_0 || source == QUANT_Q4_0 || source == QUANT_Q4_1;
-    if (gemv_type && rows > 1 && cb->quant_gemv != DEV_GEMV_NEVER) {
+    if (gemv_type && rows > 1 && cb->quant_gemv != SP_CUDA_GEMV_NEVER) {
         void *packed = NULL;
         if ((st = cuda_alloc(cb, nbytes, "weight blocks", &packed)) != SP_OK) return st;
         if (!cuda__ok(cb, cudaMemcpyAsync(packed, host_data, nbytes, cudaMemcpyHostToDevice, cb->stream),

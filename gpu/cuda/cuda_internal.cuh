@@ -75,7 +75,7 @@ typedef struct cuda_graph_entry {
 } cuda_graph_entry;
 
 /* A weight shape whose matmuls may take the fused GEMV, and up to how many rows it does
- * (measured at dev_reserve, or CUDA_GEMV_MAX_ROWS with DEV_GEMV_ALWAYS). */
+ * (measured at dev_reserve, or CUDA_GEMV_MAX_ROWS with SP_CUDA_GEMV_ALWAYS). */
 typedef struct cuda_gemv_shape {
     quant_type type;
     int64_t n, k;
@@ -110,7 +110,7 @@ typedef struct cuda_backend {
     cuda_graph_entry graphs[CUDA_GRAPH_CACHE];
     int n_graphs;
     uint64_t graph_clock;
-    dev_quant_gemv quant_gemv;
+    sp_cuda_gemv quant_gemv;
     cuda_gemv_shape gemv_shapes[16];
     int n_gemv_shapes;
     bool gemv_measured;

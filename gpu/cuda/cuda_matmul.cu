@@ -110,7 +110,7 @@ static cuda_gemv_shape *gemv_shape_of(cuda_backend *cb, const dev_tensor *w) {
 }
 
 void cuda__gemv_note_weight(cuda_backend *cb, const dev_tensor *w) {
-    if (cb->quant_gemv == DEV_GEMV_NEVER || gemv_shape_of(cb, w)) return;
+    if (cb->quant_gemv == SP_CUDA_GEMV_NEVER || gemv_shape_of(cb, w)) return;
     if (!w->packed && !cuda__gemv_half_takes(w->type, w->ne0, w->data)) return;
     const int cap = (int)(sizeof cb->gemv_shapes / sizeof cb->gemv_shapes[0]);
     if (cb->n_gemv_shapes == cap) return; /* more shapes than any llama-family model has: cuBLAS for the rest */
@@ -120,13 +120,13 @@ void cuda__gemv_note_weight(cuda_backend *cb, const dev_tensor *w) {
     g->n = w->ne1;
     g->k = w->ne0;
     g->example = *w;
-    g->max_rows = cb->quant_gemv == DEV_GEMV_ALWAYS ? CUDA_GEMV_MAX_ROWS : 0;
+    g->max_rows = cb->quant_gemv == SP_CUDA_GEMV_ALWAYS ? CUDA_GEMV_MAX_ROWS : 0;
     cb->gemv_measured = false;
 }
 
 /* Whether this product of rows rows of in goes through our GEMV. */
 static bool use_gemv(cuda_backend *cb, const dev_tensor *w, const float *in, int64_t rows) {
-    if (rows > CUDA_GEMV_MAX_ROWS || cb->quant_gemv == DEV_GEMV_NEVER) return false;
+    if (rows > CUDA_GEMV_MAX_ROWS || cb->quant_gemv == SP_CUDA_GEMV_NEVER) return false;
     if (!w->packed && (!cuda__gemv_half_takes(w->type, w->ne0, w->data) || ((uintptr_t)in & 15) != 0)) return false;
     const cuda_gemv_shape *g = gemv_shape_of(cb, w);
     return g && rows <= g->max_rows;
@@ -255,7 +255,7 @@ done:
 
 sp_status cuda__gemv_measure(cuda_backend *cb) {
     if (cb->faulted) return cuda__fault_status(cb);
-    if (cb->gemv_measured || cb->quant_gemv != DEV_GEMV_AUTO || cb->n_gemv_shapes == 0) return SP_OK;
+    if (cb->gemv_measured || cb->quant_gemv != SP_CUDA_GEMV_AUTO || cb->n_gemv_shapes == 0) return SP_OK;
     if (cb->act_half_bytes == 0) return SP_OK; /* measured at the reserve that sizes act_half */
     int64_t widest_n = 0, widest_k = 0;        /* of the slices timed */
     for (int i = 0; i < cb->n_gemv_shapes; i++) {

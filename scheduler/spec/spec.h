@@ -21,16 +21,14 @@
 #include <stdint.h>
 
 #include "common/status.h"
+#include "scheduler/sched.h"
 
-/* The proposers; the gate keeps an estimate for each. The draft model's and the
- * self-speculative drafts are made by scheduler/spec_draft.c (they run a model); the
- * others here. */
-typedef enum spec_proposer { SPEC_NGRAM, SPEC_SUFFIX, SPEC_DRAFT, SPEC_SELF, SPEC_N_PROPOSERS } spec_proposer;
-
-/* The most drafts a sequence proposes in one step (--spec-k's upper bound). */
-enum { SPEC_MAX_K = 16 };
-
-const char *spec_proposer_name(spec_proposer p); /* "ngram", "suffix", "draft", "self" */
+/* The proposers (sched_spec_proposer) and the most drafts a sequence proposes in one
+ * step (SCHED_SPEC_MAX_K, --spec-k's upper bound) are scheduler/sched.h's, the numbers
+ * its statistics are indexed by; the gate keeps an estimate for each proposer. The draft
+ * model's and the self-speculative drafts are made by scheduler/spec_draft.c (they run a
+ * model); the others here. */
+const char *spec_proposer_name(sched_spec_proposer p); /* "ngram", "suffix", "draft", "self" */
 
 /* ---- n-gram / prompt lookup (spec_ngram.c) -------------------------------------- */
 
@@ -147,25 +145,25 @@ double spec_cost_model_gain(const spec_cost *c, int width, double p, int k, doub
 enum { SPEC_MATCH_CLASSES = 9 }; /* no match (a drafter model), matches of 1, 2, 3, 4, 5, 6-7, 8-15, 16+ */
 
 typedef struct spec_accept {
-    double accepted[SPEC_N_PROPOSERS][SPEC_MATCH_CLASSES]; /* decayed accepted draft tokens */
-    double missed[SPEC_N_PROPOSERS][SPEC_MATCH_CLASSES];   /* decayed drafts ended by a rejected token */
-} spec_accept;                                             /* all zero: nothing seen */
+    double accepted[SCHED_SPEC_PROPOSERS][SPEC_MATCH_CLASSES]; /* decayed accepted draft tokens */
+    double missed[SCHED_SPEC_PROPOSERS][SPEC_MATCH_CLASSES];   /* decayed drafts ended by a rejected token */
+} spec_accept;                                                 /* all zero: nothing seen */
 
 /* A draft of n_draft tokens from proposer p, made from a match of match_len tokens (0: a
  * drafter model's), had its first `accepted` tokens accepted. */
-void spec_accept_observe(spec_accept *a, spec_proposer p, int match_len, int n_draft, int accepted);
+void spec_accept_observe(spec_accept *a, sched_spec_proposer p, int match_len, int n_draft, int accepted);
 #define SPEC_RATE_MIN 0.02
 #define SPEC_RATE_MAX 0.98
 /* The chance that a draft token of p from a match of match_len is accepted, for a sequence
  * of that bias (log-odds; 0: an average sequence). optimistic: the class's rate plus one
  * standard error of it while the class is little known (whether to try one token), else
  * its estimate. Within [SPEC_RATE_MIN, SPEC_RATE_MAX]. */
-double spec_accept_rate(const spec_accept *a, spec_proposer p, int match_len, double bias, bool optimistic);
+double spec_accept_rate(const spec_accept *a, sched_spec_proposer p, int match_len, double bias, bool optimistic);
 #define SPEC_BIAS_MAX 4.0
 /* A sequence's bias after that draft: one step of the logistic model's gradient per
  * judged token (each accepted one, and the rejected one), against the class's estimate
  * before the draft is counted. Within [-SPEC_BIAS_MAX, SPEC_BIAS_MAX]. */
-double spec_accept_bias_after(const spec_accept *a, spec_proposer p, int match_len, double bias, int n_draft,
+double spec_accept_bias_after(const spec_accept *a, sched_spec_proposer p, int match_len, double bias, int n_draft,
                               int accepted);
 
 /* ---- the gate (spec_gate.c) ------------------------------------------------------ */
@@ -205,44 +203,44 @@ typedef struct spec_gate_slot {
 
 typedef struct spec_gate_bucket {
     spec_gate_slot off;
-    spec_gate_slot on[SPEC_N_PROPOSERS];
-    bool enabled[SPEC_N_PROPOSERS];       /* the gate's verdict */
-    int losses[SPEC_N_PROPOSERS];         /* windows in a row that off won */
-    int64_t next_probe[SPEC_N_PROPOSERS]; /* step at which an off proposer is probed */
-    int64_t probe_every[SPEC_N_PROPOSERS];
+    spec_gate_slot on[SCHED_SPEC_PROPOSERS];
+    bool enabled[SCHED_SPEC_PROPOSERS];       /* the gate's verdict */
+    int losses[SCHED_SPEC_PROPOSERS];         /* windows in a row that off won */
+    int64_t next_probe[SCHED_SPEC_PROPOSERS]; /* step at which an off proposer is probed */
+    int64_t probe_every[SCHED_SPEC_PROPOSERS];
     int64_t next_off_probe; /* step at which off is re-measured while drafts never stop */
     int64_t off_probe_every;
     int64_t steps; /* decode-only steps seen in this bucket */
 } spec_gate_bucket;
 
 typedef struct spec_gate {
-    bool available[SPEC_N_PROPOSERS]; /* chosen by --speculative */
+    bool available[SCHED_SPEC_PROPOSERS]; /* chosen by --speculative */
     spec_gate_bucket buckets[SPEC_GATE_BUCKETS];
     int probing; /* -2: none; -1: off is being measured; else the proposer probed alone */
     int probe_bucket;
-    int probe_steps;                    /* steps left before a probe gives up waiting for its window */
-    int last_bucket;                    /* of the last planned step (metrics) */
-    int64_t switches[SPEC_N_PROPOSERS]; /* verdict changes (metrics) */
+    int probe_steps;                        /* steps left before a probe gives up waiting for its window */
+    int last_bucket;                        /* of the last planned step (metrics) */
+    int64_t switches[SCHED_SPEC_PROPOSERS]; /* verdict changes (metrics) */
 } spec_gate;
 
-void spec_gate_init(spec_gate *g, const bool available[SPEC_N_PROPOSERS]);
+void spec_gate_init(spec_gate *g, const bool available[SCHED_SPEC_PROPOSERS]);
 /* The bucket of a step with `width` decoding sequences. */
 int spec_gate_bucket_of(int width);
 /* Which proposers may draft in the next step, whose decode rows come from `width`
  * sequences at mean context depth `depth`: allowed[p]. Starts a probe when one is due. */
-void spec_gate_plan(spec_gate *g, int width, double depth, bool allowed[SPEC_N_PROPOSERS]);
+void spec_gate_plan(spec_gate *g, int width, double depth, bool allowed[SCHED_SPEC_PROPOSERS]);
 /* A decode-only step of `width` sequences ran for seconds and delivered tokens;
  * drafts[p]: the draft rows each proposer put in it. */
 void spec_gate_observe(spec_gate *g, int width, double depth, double seconds, int64_t tokens,
-                       const int64_t drafts[SPEC_N_PROPOSERS]);
+                       const int64_t drafts[SCHED_SPEC_PROPOSERS]);
 /* Seconds a drafter model (p) spent in a step the gate does not measure (one with a
  * prefill chunk): a cost of p all the same, added to p's next window in that bucket, so a
  * drafter whose catch-ups fall among prefills still shows what it costs. */
-void spec_gate_charge(spec_gate *g, int width, spec_proposer p, double seconds);
+void spec_gate_charge(spec_gate *g, int width, sched_spec_proposer p, double seconds);
 /* The measured rates of the bucket of `width`: *off and *on (p's) in delivered tokens per
  * second, 0 where not measured yet. */
-void spec_gate_rates(const spec_gate *g, int width, spec_proposer p, double *off, double *on);
+void spec_gate_rates(const spec_gate *g, int width, sched_spec_proposer p, double *off, double *on);
 /* Whether p is on in the bucket of the last planned step (metrics). */
-bool spec_gate_enabled(const spec_gate *g, spec_proposer p);
+bool spec_gate_enabled(const spec_gate *g, sched_spec_proposer p);
 
 #endif

@@ -42,17 +42,17 @@ static double logistic(double x) {
     return 1 / (1 + exp(-x));
 }
 
-static bool proposer_valid(spec_proposer p) {
-    return p >= 0 && p < SPEC_N_PROPOSERS;
+static bool proposer_valid(sched_spec_proposer p) {
+    return p >= 0 && p < SCHED_SPEC_PROPOSERS;
 }
 
 /* The class's estimated rate, and (through *trials) the weight behind it. */
-static double class_rate(const spec_accept *a, spec_proposer p, int c, double *trials) {
+static double class_rate(const spec_accept *a, sched_spec_proposer p, int c, double *trials) {
     *trials = a->accepted[p][c] + a->missed[p][c] + PRIOR_WEIGHT;
     return (a->accepted[p][c] + PRIOR_WEIGHT * PRIOR_RATE) / *trials;
 }
 
-void spec_accept_observe(spec_accept *a, spec_proposer p, int match_len, int n_draft, int accepted) {
+void spec_accept_observe(spec_accept *a, sched_spec_proposer p, int match_len, int n_draft, int accepted) {
     if (n_draft <= 0 || !proposer_valid(p)) return;
     int c = match_class(match_len);
     double missed = accepted < n_draft ? 1 : 0;
@@ -60,7 +60,7 @@ void spec_accept_observe(spec_accept *a, spec_proposer p, int match_len, int n_d
     a->missed[p][c] = a->missed[p][c] * CLASS_DECAY + missed;
 }
 
-double spec_accept_rate(const spec_accept *a, spec_proposer p, int match_len, double bias, bool optimistic) {
+double spec_accept_rate(const spec_accept *a, sched_spec_proposer p, int match_len, double bias, bool optimistic) {
     double rate = PRIOR_RATE;
     if (proposer_valid(p)) {
         double trials;
@@ -70,7 +70,7 @@ double spec_accept_rate(const spec_accept *a, spec_proposer p, int match_len, do
     return clamp(logistic(logit(rate) + bias), SPEC_RATE_MIN, SPEC_RATE_MAX);
 }
 
-double spec_accept_bias_after(const spec_accept *a, spec_proposer p, int match_len, double bias, int n_draft,
+double spec_accept_bias_after(const spec_accept *a, sched_spec_proposer p, int match_len, double bias, int n_draft,
                               int accepted) {
     if (n_draft <= 0) return bias;
     double q = spec_accept_rate(a, p, match_len, bias, false);

@@ -29,19 +29,19 @@ int spec_gate_bucket_of(int width) {
     return b;
 }
 
-void spec_gate_init(spec_gate *g, const bool available[SPEC_N_PROPOSERS]) {
+void spec_gate_init(spec_gate *g, const bool available[SCHED_SPEC_PROPOSERS]) {
     memset(g, 0, sizeof *g);
     g->probing = -2;
-    for (int p = 0; p < SPEC_N_PROPOSERS; p++) g->available[p] = available[p];
+    for (int p = 0; p < SCHED_SPEC_PROPOSERS; p++) g->available[p] = available[p];
     for (int b = 0; b < SPEC_GATE_BUCKETS; b++) {
         spec_gate_bucket *bk = &g->buckets[b];
         bk->off_probe_every = SPEC_GATE_PROBE_MIN;
         bk->next_off_probe = 0; /* off is measured first */
-        for (int p = 0; p < SPEC_N_PROPOSERS; p++) {
+        for (int p = 0; p < SCHED_SPEC_PROPOSERS; p++) {
             /* the free proposers are on until they lose; a drafter model, whose every draft
              * token costs a run of its own (and a catch-up on each new sequence), drafts
              * freely only once a probe has seen it win: the first as soon as off is known */
-            bk->enabled[p] = available[p] && p != SPEC_DRAFT && p != SPEC_SELF;
+            bk->enabled[p] = available[p] && p != SCHED_SPEC_DRAFT && p != SCHED_SPEC_SELF;
             bk->probe_every[p] = SPEC_GATE_PROBE_MIN;
         }
     }
@@ -59,7 +59,7 @@ static bool slot_check_stale(spec_gate_slot *s, double depth) {
 }
 
 static bool any_enabled(const spec_gate *g, const spec_gate_bucket *bk) {
-    for (int p = 0; p < SPEC_N_PROPOSERS; p++)
+    for (int p = 0; p < SCHED_SPEC_PROPOSERS; p++)
         if (g->available[p] && bk->enabled[p]) return true;
     return false;
 }
@@ -68,7 +68,7 @@ static int64_t doubled(int64_t every) {
     return every * 2 > SPEC_GATE_PROBE_MAX ? SPEC_GATE_PROBE_MAX : every * 2;
 }
 
-void spec_gate_plan(spec_gate *g, int width, double depth, bool allowed[SPEC_N_PROPOSERS]) {
+void spec_gate_plan(spec_gate *g, int width, double depth, bool allowed[SCHED_SPEC_PROPOSERS]) {
     int b = spec_gate_bucket_of(width);
     spec_gate_bucket *bk = &g->buckets[b];
     g->last_bucket = b;
@@ -76,7 +76,7 @@ void spec_gate_plan(spec_gate *g, int width, double depth, bool allowed[SPEC_N_P
     /* a loss measured at another depth is probed again within one interval from now (not
      * at once, nor sooner than its backoff: contexts that grow through many doublings must
      * not re-probe a clear loser at each) */
-    for (int p = 0; p < SPEC_N_PROPOSERS; p++)
+    for (int p = 0; p < SCHED_SPEC_PROPOSERS; p++)
         if (slot_check_stale(&bk->on[p], depth) && !bk->enabled[p]) {
             int64_t soon = bk->steps + bk->probe_every[p];
             if (soon < bk->next_probe[p]) bk->next_probe[p] = soon;
@@ -98,7 +98,7 @@ void spec_gate_plan(spec_gate *g, int width, double depth, bool allowed[SPEC_N_P
     }
     if (g->probing == -2) {
         bool due = false;
-        for (int p = 0; p < SPEC_N_PROPOSERS && g->probing == -2; p++)
+        for (int p = 0; p < SCHED_SPEC_PROPOSERS && g->probing == -2; p++)
             if (g->available[p] && !bk->enabled[p] && bk->steps >= bk->next_probe[p]) {
                 due = true;
                 if (bk->off.windows > 0 && !bk->off.stale) g->probing = p; /* off known at this depth */
@@ -113,7 +113,7 @@ void spec_gate_plan(spec_gate *g, int width, double depth, bool allowed[SPEC_N_P
             g->probe_steps = 4 * SPEC_GATE_WINDOW;
         }
     }
-    for (int p = 0; p < SPEC_N_PROPOSERS; p++) {
+    for (int p = 0; p < SCHED_SPEC_PROPOSERS; p++) {
         if (g->probing == -2)
             allowed[p] = g->available[p] && bk->enabled[p];
         else
@@ -169,14 +169,14 @@ static void judge(spec_gate *g, spec_gate_bucket *bk, int p) {
 }
 
 void spec_gate_observe(spec_gate *g, int width, double depth, double seconds, int64_t tokens,
-                       const int64_t drafts[SPEC_N_PROPOSERS]) {
+                       const int64_t drafts[SCHED_SPEC_PROPOSERS]) {
     if (!(seconds > 0) || tokens <= 0) return;
     int b = spec_gate_bucket_of(width);
     spec_gate_bucket *bk = &g->buckets[b];
     bk->steps++;
     int slot = -1;
     int64_t most = 0;
-    for (int p = 0; p < SPEC_N_PROPOSERS; p++)
+    for (int p = 0; p < SCHED_SPEC_PROPOSERS; p++)
         if (drafts[p] > most) {
             most = drafts[p];
             slot = p;
@@ -202,17 +202,17 @@ void spec_gate_observe(spec_gate *g, int width, double depth, double seconds, in
     if (was_probe) g->probing = -2;
 }
 
-void spec_gate_charge(spec_gate *g, int width, spec_proposer p, double seconds) {
+void spec_gate_charge(spec_gate *g, int width, sched_spec_proposer p, double seconds) {
     if (!(seconds > 0)) return;
     g->buckets[spec_gate_bucket_of(width)].on[p].seconds += seconds;
 }
 
-void spec_gate_rates(const spec_gate *g, int width, spec_proposer p, double *off, double *on) {
+void spec_gate_rates(const spec_gate *g, int width, sched_spec_proposer p, double *off, double *on) {
     const spec_gate_bucket *bk = &g->buckets[spec_gate_bucket_of(width)];
     *off = bk->off.windows > 0 ? bk->off.rate : 0;
     *on = bk->on[p].windows > 0 ? bk->on[p].rate : 0;
 }
 
-bool spec_gate_enabled(const spec_gate *g, spec_proposer p) {
+bool spec_gate_enabled(const spec_gate *g, sched_spec_proposer p) {
     return g->available[p] && g->buckets[g->last_bucket].enabled[p];
 }

@@ -7,13 +7,13 @@
 
 #include "scheduler/spec/spec.h"
 
-const char *spec_proposer_name(spec_proposer p) {
+const char *spec_proposer_name(sched_spec_proposer p) {
     switch (p) {
-    case SPEC_NGRAM: return "ngram";
-    case SPEC_SUFFIX: return "suffix";
-    case SPEC_DRAFT: return "draft";
-    case SPEC_SELF: return "self";
-    case SPEC_N_PROPOSERS: break;
+    case SCHED_SPEC_NGRAM: return "ngram";
+    case SCHED_SPEC_SUFFIX: return "suffix";
+    case SCHED_SPEC_DRAFT: return "draft";
+    case SCHED_SPEC_SELF: return "self";
+    case SCHED_SPEC_PROPOSERS: break;
     }
     return "?";
 }

@@ -30,10 +30,10 @@ typedef struct sched_spec_counters {
 
 typedef struct sched_spec_state {
     spec_gate gate;
-    bool ran[SPEC_N_PROPOSERS];                          /* this tick ran that proposer's model (its time is its own) */
-    double seconds[SPEC_N_PROPOSERS];                    /* how long that model ran this tick */
-    int width;                                           /* the decode sequences this tick's drafts were planned for */
-    double token_s[SPEC_N_PROPOSERS][SPEC_GATE_BUCKETS]; /* spec_draft.c: a drafter model's seconds per draft
+    bool ran[SCHED_SPEC_PROPOSERS];       /* this tick ran that proposer's model (its time is its own) */
+    double seconds[SCHED_SPEC_PROPOSERS]; /* how long that model ran this tick */
+    int width;                            /* the decode sequences this tick's drafts were planned for */
+    double token_s[SCHED_SPEC_PROPOSERS][SPEC_GATE_BUCKETS]; /* spec_draft.c: a drafter model's seconds per draft
                                                             token and sequence, per step width (EWMA; 0: not
                                                             measured yet) */
     double draft_catchup_s;            /* spec_draft.c: the draft model's seconds per catch-up token (EWMA;

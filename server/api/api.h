@@ -145,7 +145,7 @@ typedef struct srv_model_info {
                                                the GGUF's general.sampling.*); NULL: the API's defaults */
     struct srv_response_store *responses;   /* stored /v1/responses; NULL: none kept; freed by
                                                srv_model_info_free */
-    sched_pooling pooling;                  /* /v1/embeddings (--pooling, auto resolved); NONE: mean */
+    sp_pooling pooling;                     /* /v1/embeddings (--pooling, auto resolved); NONE: mean */
     struct srv_grammar_cache *grammars;     /* compiled constraints shared by their text; NULL: none (each
                                                request compiles its own); freed by srv_model_info_free */
     const gram_vocab *grammar_vocab;        /* the scheduler's (sched_grammar_vocab): a new grammar's masks are

@@ -23,8 +23,8 @@ _Static_assert(SRV_MAX_EMBEDDING_INPUTS <= SRV_MAX_N * SRV_MAX_PROMPTS, "a reque
 /* ---- parsing ---- */
 
 /* The pooling the server was started with (NONE in a bare srv_model_info: mean). */
-static sched_pooling embed_pooling(const srv_model_info *mi) {
-    return mi->pooling != SCHED_POOLING_NONE ? mi->pooling : SCHED_POOLING_MEAN;
+static sp_pooling embed_pooling(const srv_model_info *mi) {
+    return mi->pooling != SP_POOLING_NONE ? mi->pooling : SP_POOLING_MEAN;
 }
 
 /* Stores ids (taking ownership) as prompt k after the checks every input gets. */

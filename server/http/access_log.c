@@ -97,8 +97,8 @@ static char *format_json(const srv_access_entry *e) {
     return text;
 }
 
-char *srv_access_log_format(srv_log_format format, const srv_access_entry *e) {
-    return format == SRV_LOG_JSON ? format_json(e) : format_text(e);
+char *srv_access_log_format(sp_log_format format, const srv_access_entry *e) {
+    return format == SP_LOG_FORMAT_JSON ? format_json(e) : format_text(e);
 }
 
 void srv_access_log_write(const srv_http_config *config, const srv_access_entry *e) {

@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/kinds.h"
 #include "common/status.h"
 #include "scheduler/sched.h"
 #include "server/api/api.h"
@@ -51,8 +52,6 @@ typedef enum srv_phase {
     SRV_PHASE_FAILED         /* loading failed; the process is about to exit */
 } srv_phase;
 
-typedef enum srv_log_format { SRV_LOG_TEXT, SRV_LOG_JSON } srv_log_format;
-
 typedef struct srv_http_config {
     const char *host;               /* address to bind ("127.0.0.1", "0.0.0.0", "::1") */
     int port;                       /* 0: any free port (srv_http_port tells which) */
@@ -77,9 +76,9 @@ typedef struct srv_http_config {
     const char *tls_cert_file; /* PEM; both set: HTTPS */
     const char *tls_key_file;
     /* logging (access log) */
-    srv_log_format log_format;
-    bool access_log;  /* one line per request (default on) */
-    bool log_prompts; /* include the prompt text in the access log (default off) */
+    sp_log_format log_format; /* common/kinds.h */
+    bool access_log;          /* one line per request (default on) */
+    bool log_prompts;         /* include the prompt text in the access log (default off) */
     /* readiness and drain */
     double drain_timeout_s;      /* SIGTERM: in-flight work gets this long to finish */
     double ready_queue_fraction; /* /ready is 503 when the queue is above this fraction of its bounds */
@@ -236,7 +235,7 @@ typedef struct srv_access_entry {
 /* The entry as one line without the newline: text
  * `spindle: access: id=... method=POST path=/v1/chat/completions status=200 ...` or
  * one JSON object. Caller owns the text; free(). NULL on out of memory. */
-char *srv_access_log_format(srv_log_format format, const srv_access_entry *e);
+char *srv_access_log_format(sp_log_format format, const srv_access_entry *e);
 /* Writes the line to stderr (one write) when config->access_log is set. Any thread. */
 void srv_access_log_write(const srv_http_config *config, const srv_access_entry *e);
 

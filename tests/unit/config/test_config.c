@@ -154,11 +154,11 @@ Test(cfg_settings, defaults_are_those_of_serve_and_the_scheduler) {
     cr_expect_str_eq(s.model, CFG_DEFAULT_MODEL);
     cr_expect_eq(s.served_model_names.n, 0);
     cr_expect_null(s.chat_template);
-    cr_expect_eq(s.device, CFG_DEVICE_AUTO);
+    cr_expect_eq(s.device, SP_DEVICE_AUTO);
     cr_expect(isnan(s.temperature) && isnan(s.top_p) && isnan(s.min_p) && isnan(s.repeat_penalty));
     cr_expect_eq(s.top_k, CFG_INT_UNSET);
     cr_expect(s.ui);
-    cr_expect_eq(s.pooling, CFG_POOLING_AUTO);
+    cr_expect_eq(s.pooling, SP_POOLING_NONE);
     cr_expect_eq(s.metrics_names, CFG_METRICS_SPINDLE);
     cr_expect_eq(s.threads, CFG_INT_UNSET);
     cr_expect_eq(s.ctx_size, CFG_INT_UNSET);
@@ -192,7 +192,7 @@ Test(cfg_settings, defaults_are_those_of_serve_and_the_scheduler) {
     cr_expect_eq(s.cors_origins.n, 0);
     cr_expect_null(s.tls_cert);
     cr_expect_null(s.tls_key);
-    cr_expect_eq(s.log_format, CFG_LOG_TEXT);
+    cr_expect_eq(s.log_format, SP_LOG_FORMAT_TEXT);
     cr_expect(s.access_log);
     cr_expect_not(s.log_prompts);
     cr_expect_eq(s.drain_timeout, 30);
@@ -238,11 +238,11 @@ Test(cfg_yaml, reads_every_key) {
     cr_expect_str_eq(s.served_model_names.items[1], "gpt-4o");
     cr_expect_float_eq(s.temperature, 0.7, 1e-12);
     cr_expect_eq(s.top_k, 40);
-    cr_expect_eq(s.pooling, CFG_POOLING_LAST);
+    cr_expect_eq(s.pooling, SP_POOLING_LAST);
     cr_expect(!s.ui);
     cr_expect_eq(s.metrics_names, CFG_METRICS_VLLM);
     cr_expect_str_eq(s.chat_template, "/t/chat.jinja");
-    cr_expect_eq(s.device, CFG_DEVICE_CPU);
+    cr_expect_eq(s.device, SP_DEVICE_CPU);
     cr_expect_eq(s.threads, 3);
     cr_expect_eq(s.ctx_size, 1024);
     cr_expect_str_eq(s.host, "0.0.0.0");
@@ -271,7 +271,7 @@ Test(cfg_yaml, reads_every_key) {
     cr_expect_str_eq(s.cors_origins.items[1], "*");
     cr_expect_str_eq(s.tls_cert, "/tls/cert.pem");
     cr_expect_str_eq(s.tls_key, "/tls/key.pem");
-    cr_expect_eq(s.log_format, CFG_LOG_JSON);
+    cr_expect_eq(s.log_format, SP_LOG_FORMAT_JSON);
     cr_expect_not(s.access_log);
     cr_expect(s.log_prompts);
     cr_expect_eq(s.drain_timeout, 7);
@@ -434,8 +434,8 @@ Test(cfg_args, flags_set_every_kind_of_setting) {
     cr_expect_str_eq(s.api_keys.items[1], "k2");
     cr_expect_not(s.access_log);
     cr_expect(s.metrics_require_key);
-    cr_expect_eq(s.device, CFG_DEVICE_CPU);
-    cr_expect_eq(s.log_format, CFG_LOG_JSON);
+    cr_expect_eq(s.device, SP_DEVICE_CPU);
+    cr_expect_eq(s.log_format, SP_LOG_FORMAT_JSON);
     cfg_settings_free(&s);
 }
 

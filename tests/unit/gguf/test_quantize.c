@@ -97,7 +97,7 @@ static void check_type(const char *type_name, quant_type type, double tolerance)
 
     /* and the model runs */
     dev_backend *dev;
-    dev_options opts = {.kind = DEV_KIND_CPU, .n_threads = 1};
+    dev_options opts = {.kind = SP_DEVICE_CPU, .n_threads = 1};
     cr_assert_eq(dev_create(&opts, &dev), SP_OK);
     model *m;
     model_options mo = {.max_batch_tokens = 64};

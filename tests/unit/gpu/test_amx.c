@@ -40,7 +40,7 @@ typedef struct shape {
  * weights_raw is set, the weight's bytes are random (Q8_0's -128 included), not the
  * output of a quantizer. */
 static void check_matmul(quant_type t, shape s, int threads, bool with_bias, bool weights_raw) {
-    dev_options opts = {.kind = DEV_KIND_CPU, .n_threads = threads, .cpu_isa = SP_CPU_ISA_AMX};
+    dev_options opts = {.kind = SP_DEVICE_CPU, .n_threads = threads, .cpu_isa = SP_CPU_ISA_AMX};
     dev_backend *dev = NULL;
     cr_assert_eq(dev_create(&opts, &dev), SP_OK, "%s", sp_last_error());
     cr_assert_eq(dev_cpu_kernels(dev), SP_CPU_ISA_AMX);
@@ -203,7 +203,7 @@ Test(amx, other_types_keep_the_avx512_kernels) {
  * each part's outputs equal host__amx_dot too. */
 Test(amx, grouped_parts_equal_the_scalar_arithmetic) {
     require_amx();
-    dev_options opts = {.kind = DEV_KIND_CPU, .n_threads = 2, .cpu_isa = SP_CPU_ISA_AMX};
+    dev_options opts = {.kind = SP_DEVICE_CPU, .n_threads = 2, .cpu_isa = SP_CPU_ISA_AMX};
     dev_backend *dev = NULL;
     cr_assert_eq(dev_create(&opts, &dev), SP_OK, "%s", sp_last_error());
     enum { PARTS = 3, K = 576 };

@@ -121,7 +121,7 @@ static void fill_flush(fill_batch *f) {
 }
 
 /* Runs case c on one backend and returns its attention output (T, H*Dh); caller frees. */
-static float *attention_run(dev_kind kind, const attn_case *c, const attn_layout *lay, const attn_tables *tab) {
+static float *attention_run(sp_device kind, const attn_case *c, const attn_layout *lay, const attn_tables *tab) {
     const int64_t q_width = (int64_t)c->n_heads * c->head_dim, kv_width = (int64_t)c->n_kv_heads * c->head_dim;
     const int64_t max_tokens = c->n_tokens > FILL_TOKENS ? c->n_tokens : FILL_TOKENS;
     dev_backend *dev;
@@ -199,8 +199,8 @@ static void check_case(const attn_case *c) {
     attn_tables tab = {random_f16(TABLE_ROWS * q_width, 2.0f), random_f16(TABLE_ROWS * kv_width, 1.0f),
                        random_f16(TABLE_ROWS * kv_width, 1.0f)};
     attn_layout lay = layout_make(c);
-    float *ref = attention_run(DEV_KIND_CPU, c, &lay, &tab);
-    float *got = attention_run(DEV_KIND_CUDA, c, &lay, &tab);
+    float *ref = attention_run(SP_DEVICE_CPU, c, &lay, &tab);
+    float *got = attention_run(SP_DEVICE_CUDA, c, &lay, &tab);
     /* quantized pools: the CPU dots a Q8_0 query with K, the GPU an F16 one */
     const bool quantized = case_kv_type != SP_KV_F16;
     const double e = rel_error(got, ref, c->n_tokens * q_width);

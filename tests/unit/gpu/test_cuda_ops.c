@@ -53,7 +53,7 @@ static void side_open_with(side *s, dev_options o) {
     cr_assert_eq(dev_step_begin(s->dev, &s->host_step, T, s->kv, &s->step), SP_OK, "%s", sp_last_error());
 }
 
-static void side_open(side *s, dev_kind kind) {
+static void side_open(side *s, sp_device kind) {
     side_open_with(s, (dev_options){.kind = kind, .n_threads = 2});
 }
 
@@ -85,10 +85,10 @@ static void side_read(side *s, float *host, const float *device, int64_t n) {
 /* ---- matmul, every weight type ---- */
 
 /* rows (<= T) activation rows; gemv: how the GPU side may read block weights */
-static void check_matmul_rows(quant_type type, int64_t k, int64_t n, int64_t rows, dev_quant_gemv gemv, double bound) {
+static void check_matmul_rows(quant_type type, int64_t k, int64_t n, int64_t rows, sp_cuda_gemv gemv, double bound) {
     side cpu, gpu;
-    side_open(&cpu, DEV_KIND_CPU);
-    side_open_with(&gpu, (dev_options){.kind = DEV_KIND_CUDA, .quant_gemv = gemv});
+    side_open(&cpu, SP_DEVICE_CPU);
+    side_open_with(&gpu, (dev_options){.kind = SP_DEVICE_CUDA, .quant_gemv = gemv});
     float *x = random_f16(T * k, 1.0f), *wf = random_f16(n * k, 0.5f);
     size_t row = quant_row_bytes(type, k);
     char *w = malloc(row * (size_t)n);
@@ -116,7 +116,7 @@ static void check_matmul_rows(quant_type type, int64_t k, int64_t n, int64_t row
 }
 
 static void check_matmul(quant_type type, int64_t k, int64_t n, double bound) {
-    check_matmul_rows(type, k, n, T, DEV_GEMV_AUTO, bound);
+    check_matmul_rows(type, k, n, T, SP_CUDA_GEMV_AUTO, bound);
 }
 
 Test(cuda_ops, matmul_matches_the_cpu_for_every_weight_type) {
@@ -134,11 +134,11 @@ Test(cuda_ops, matmul_matches_the_cpu_for_every_weight_type) {
  * weight through cuBLAS (F16 inputs: rows past 2^15 are scaled by a power of two) and
  * through the GEMV (F32 inputs). The CPU quantizes activations per block, so it never
  * saturates: every row, small or large, must match it, and none may be infinite. */
-static void check_large_activations(quant_type type, dev_quant_gemv gemv, int rows, double bound) {
+static void check_large_activations(quant_type type, sp_cuda_gemv gemv, int rows, double bound) {
     enum { K = 512, N = 64 };
     side cpu, gpu;
-    side_open(&cpu, DEV_KIND_CPU);
-    side_open_with(&gpu, (dev_options){.kind = DEV_KIND_CUDA, .quant_gemv = gemv});
+    side_open(&cpu, SP_DEVICE_CPU);
+    side_open_with(&gpu, (dev_options){.kind = SP_DEVICE_CUDA, .quant_gemv = gemv});
     float *gate = random_f16(T * K, 1.0f), *up = random_f16(T * K, 1.0f), *wf = random_f16(N * K, 0.5f);
     float *bias = random_f16(N, 0.1f);
     for (int t = 0; t < T; t++) { /* powers of two keep the values F16-exact */
@@ -183,9 +183,9 @@ Test(cuda_ops, matmul_of_activations_past_the_f16_range_matches_the_cpu) {
     skip_without_gpu();
     /* cuBLAS at T rows and at 5; the GEMV (F32 inputs) at 5, the most rows it takes being 8 */
     const struct {
-        dev_quant_gemv gemv;
+        sp_cuda_gemv gemv;
         int rows;
-    } runs[3] = {{DEV_GEMV_NEVER, T}, {DEV_GEMV_NEVER, 5}, {DEV_GEMV_ALWAYS, 5}};
+    } runs[3] = {{SP_CUDA_GEMV_NEVER, T}, {SP_CUDA_GEMV_NEVER, 5}, {SP_CUDA_GEMV_ALWAYS, 5}};
     for (int r = 0; r < 3; r++) {
         /* the CPU's 8-bit activations: about 0.75% at worst; a saturated row is off by O(1) */
         check_large_activations(QUANT_Q8_0, runs[r].gemv, runs[r].rows, 2e-2);
@@ -200,8 +200,8 @@ static void check_grouped_gemv(quant_type type, double bound) {
     enum { K = 576, PARTS = 3 };
     static const int64_t NS[PARTS] = {576, 192, 192};
     side cpu, gpu;
-    side_open(&cpu, DEV_KIND_CPU);
-    side_open_with(&gpu, (dev_options){.kind = DEV_KIND_CUDA, .quant_gemv = DEV_GEMV_ALWAYS});
+    side_open(&cpu, SP_DEVICE_CPU);
+    side_open_with(&gpu, (dev_options){.kind = SP_DEVICE_CUDA, .quant_gemv = SP_CUDA_GEMV_ALWAYS});
     float *x = random_f16(T * K, 1.0f), *bias = random_f16(192, 0.1f);
     const size_t row = quant_row_bytes(type, K);
     char *w[PARTS];
@@ -270,8 +270,8 @@ Test(cuda_ops, small_batch_matmul_on_blocks_matches_the_cpu_on_both_paths) {
     for (size_t ti = 0; ti < 3; ti++)
         for (size_t ki = 0; ki < 4; ki++)
             for (int64_t rows = 1; rows <= 8; rows++) {
-                check_matmul_rows(TYPES[ti], KS[ki], 77, rows, DEV_GEMV_ALWAYS, 2e-2);
-                if (rows == 1 || rows == 8) check_matmul_rows(TYPES[ti], KS[ki], 77, rows, DEV_GEMV_NEVER, 2e-2);
+                check_matmul_rows(TYPES[ti], KS[ki], 77, rows, SP_CUDA_GEMV_ALWAYS, 2e-2);
+                if (rows == 1 || rows == 8) check_matmul_rows(TYPES[ti], KS[ki], 77, rows, SP_CUDA_GEMV_NEVER, 2e-2);
             }
 }
 
@@ -287,7 +287,7 @@ Test(cuda_ops, small_batch_matmul_on_half_weights_matches_the_cpu) {
     for (size_t ti = 0; ti < 2; ti++)
         for (size_t ki = 0; ki < 6; ki++)
             for (int64_t rows = 1; rows <= 8; rows++)
-                check_matmul_rows(TYPES[ti], KS[ki], 77, rows, DEV_GEMV_ALWAYS, BOUNDS[ti]);
+                check_matmul_rows(TYPES[ti], KS[ki], 77, rows, SP_CUDA_GEMV_ALWAYS, BOUNDS[ti]);
 }
 
 /* ---- row ops: RMSNorm, RoPE (both styles, with factors), SwiGLU, add, gather ---- */
@@ -295,8 +295,8 @@ Test(cuda_ops, small_batch_matmul_on_half_weights_matches_the_cpu) {
 Test(cuda_ops, row_ops_match_the_cpu) {
     skip_without_gpu();
     side cpu, gpu;
-    side_open(&cpu, DEV_KIND_CPU);
-    side_open(&gpu, DEV_KIND_CUDA);
+    side_open(&cpu, SP_DEVICE_CPU);
+    side_open(&gpu, SP_DEVICE_CUDA);
     const int64_t d = H * DH;
     float *x = random_f16(T * d, 2.0f), *y = random_f16(T * d, 2.0f), *w = random_f16(d, 1.0f);
     float *factors = malloc(sizeof(float) * DH / 2);
@@ -358,8 +358,8 @@ static void write_earlier_positions(side *s, const float *k, const float *v) {
 Test(cuda_ops, attention_over_the_paged_pool_matches_the_cpu) {
     skip_without_gpu();
     side cpu, gpu;
-    side_open(&cpu, DEV_KIND_CPU);
-    side_open(&gpu, DEV_KIND_CUDA);
+    side_open(&cpu, SP_DEVICE_CPU);
+    side_open(&gpu, SP_DEVICE_CUDA);
     float *q = random_f16(T * H * DH, 1.0f), *k = random_f16(T * HK * DH, 1.0f), *v = random_f16(T * HK * DH, 1.0f);
     float *res[2];
     side *sides[2] = {&cpu, &gpu};
@@ -416,7 +416,7 @@ Test(cuda_ops, fused_rope_and_kv_write_equal_the_separate_ops) {
     for (int style = 0; style < 2; style++) {
         for (int run = 0; run < 3; run++) { /* GPU fused, GPU separate, CPU */
             side s;
-            side_open(&s, run < 2 ? DEV_KIND_CUDA : DEV_KIND_CPU);
+            side_open(&s, run < 2 ? SP_DEVICE_CUDA : SP_DEVICE_CPU);
             dev_tensor ft;
             cr_assert_eq(dev_weight_init(s.dev, &ft, QUANT_F32, 24, 1, factors, sizeof factors), SP_OK);
             const dev_rope rope = style == 0 ? (dev_rope){DEV_ROPE_NORMAL, 48, 10000.0f, 1.0f, NULL}
@@ -438,7 +438,7 @@ Test(cuda_ops, fused_rope_and_kv_write_equal_the_separate_ops) {
 }
 
 /* stories260K on a backend of kind (2 threads), with a 4-block KV pool of 16 tokens. */
-static void open_stories(const char *path, dev_kind kind, dev_backend **dev, model **m, dev_kv **kv) {
+static void open_stories(const char *path, sp_device kind, dev_backend **dev, model **m, dev_kv **kv) {
     dev_options o = {.kind = kind, .n_threads = 2};
     cr_assert_eq(dev_create(&o, dev), SP_OK, "%s", sp_last_error());
     model_options mo = {.max_batch_tokens = 16};
@@ -455,7 +455,7 @@ Test(cuda_ops, stories260k_greedy_tokens_and_logits_match_the_cpu) {
     enum { STEPS = 24, V_MAX = 512 };
     int32_t tokens[2][STEPS], n_vocab = 0;
     float *logits[2];
-    dev_kind kinds[2] = {DEV_KIND_CPU, DEV_KIND_CUDA};
+    sp_device kinds[2] = {SP_DEVICE_CPU, SP_DEVICE_CUDA};
     for (int i = 0; i < 2; i++) {
         dev_backend *dev;
         model *m;
@@ -509,7 +509,7 @@ Test(cuda_ops, stories260k_hidden_rows_match_the_cpu) {
     enum { N = 12 };
     float *hidden[2] = {NULL, NULL};
     int32_t d = 0;
-    dev_kind kinds[2] = {DEV_KIND_CPU, DEV_KIND_CUDA};
+    sp_device kinds[2] = {SP_DEVICE_CPU, SP_DEVICE_CUDA};
     for (int i = 0; i < 2; i++) {
         dev_backend *dev;
         model *m;
@@ -616,11 +616,11 @@ Test(cuda_ops, synthetic_models_decode_like_the_cpu_with_and_without_the_gemv) {
         char path[256];
         synthetic_model(path, sizeof path, "smollm2-135m", TYPES[i]);
         int32_t v;
-        dev_options cpu = {.kind = DEV_KIND_CPU, .n_threads = 2};
+        dev_options cpu = {.kind = SP_DEVICE_CPU, .n_threads = 2};
         float *ref = run_decode(path, &cpu, &v);
-        dev_quant_gemv modes[3] = {DEV_GEMV_AUTO, DEV_GEMV_ALWAYS, DEV_GEMV_NEVER};
+        sp_cuda_gemv modes[3] = {SP_CUDA_GEMV_AUTO, SP_CUDA_GEMV_ALWAYS, SP_CUDA_GEMV_NEVER};
         for (int mode = 0; mode < 3; mode++) {
-            dev_options gpu = {.kind = DEV_KIND_CUDA, .quant_gemv = modes[mode]};
+            dev_options gpu = {.kind = SP_DEVICE_CUDA, .quant_gemv = modes[mode]};
             float *got = run_decode(path, &gpu, &v);
             char what[64];
             snprintf(what, sizeof what, "smollm2-135m %s, gemv mode %d", TYPES[i], mode);
@@ -638,8 +638,8 @@ Test(cuda_ops, decode_graphs_give_the_same_logits_as_op_by_op) {
     synthetic_model(path, sizeof path, "smollm2-135m", "Q4_1");
     int32_t v;
     /* the GEMV forced on in both: a measured choice could differ between the two backends */
-    dev_options graphs = {.kind = DEV_KIND_CUDA, .quant_gemv = DEV_GEMV_ALWAYS},
-                eager = {.kind = DEV_KIND_CUDA, .no_graphs = true, .quant_gemv = DEV_GEMV_ALWAYS};
+    dev_options graphs = {.kind = SP_DEVICE_CUDA, .quant_gemv = SP_CUDA_GEMV_ALWAYS},
+                eager = {.kind = SP_DEVICE_CUDA, .no_graphs = true, .quant_gemv = SP_CUDA_GEMV_ALWAYS};
     float *a = run_decode(path, &graphs, &v), *b = run_decode(path, &eager, &v);
     /* the same kernels on the same padded shapes: bit for bit */
     for (int t = 0; t < E2E_STEPS; t++) {
@@ -741,9 +741,9 @@ static void check_schedule(bool verify) {
     char path[256];
     synthetic_model(path, sizeof path, "smollm2-135m", "Q8_0");
     int32_t v, rows_a, rows_b, rows_ref;
-    dev_options graphs = {.kind = DEV_KIND_CUDA, .quant_gemv = DEV_GEMV_ALWAYS},
-                eager = {.kind = DEV_KIND_CUDA, .no_graphs = true, .quant_gemv = DEV_GEMV_ALWAYS},
-                cpu = {.kind = DEV_KIND_CPU};
+    dev_options graphs = {.kind = SP_DEVICE_CUDA, .quant_gemv = SP_CUDA_GEMV_ALWAYS},
+                eager = {.kind = SP_DEVICE_CUDA, .no_graphs = true, .quant_gemv = SP_CUDA_GEMV_ALWAYS},
+                cpu = {.kind = SP_DEVICE_CPU};
     float *a = run_schedule(path, &graphs, verify, &v, &rows_a), *b = run_schedule(path, &eager, verify, &v, &rows_b),
           *ref = run_schedule(path, &cpu, verify, &v, &rows_ref);
     cr_assert(rows_a == rows_b && rows_b == rows_ref);

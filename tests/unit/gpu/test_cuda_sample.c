@@ -30,7 +30,7 @@ typedef struct side {
     dev_kv *kv;
 } side;
 
-static void side_open(side *s, dev_kind kind) {
+static void side_open(side *s, sp_device kind) {
     dev_options o = {.kind = kind, .n_threads = 2};
     cr_assert_eq(dev_create(&o, &s->dev), SP_OK, "%s", sp_last_error());
     dev_kv_shape shape = {.n_layers = 1, .n_blocks = 1, .block_size = 16, .n_kv_heads = 1, .head_dim = 64};
@@ -58,7 +58,7 @@ static float *side_logits(side *s, const float *host, int64_t n) {
 }
 
 /* dev_sample of rows over logits (n_rows, V) on a fresh backend of kind. */
-static void sample_on(dev_kind kind, const float *logits, int32_t n_rows, const dev_sample_vocab *vocab,
+static void sample_on(sp_device kind, const float *logits, int32_t n_rows, const dev_sample_vocab *vocab,
                       const dev_sample_row *rows, dev_sample_result *out) {
     side s;
     side_open(&s, kind);
@@ -71,8 +71,8 @@ static void sample_both(const float *logits, int32_t n_rows, const dev_sample_vo
                         dev_sample_result *cpu, dev_sample_result *gpu) {
     memset(cpu, 0, sizeof *cpu * (size_t)n_rows);
     memset(gpu, 0, sizeof *gpu * (size_t)n_rows);
-    sample_on(DEV_KIND_CPU, logits, n_rows, vocab, rows, cpu);
-    sample_on(DEV_KIND_CUDA, logits, n_rows, vocab, rows, gpu);
+    sample_on(SP_DEVICE_CPU, logits, n_rows, vocab, rows, cpu);
+    sample_on(SP_DEVICE_CUDA, logits, n_rows, vocab, rows, gpu);
 }
 
 static bool close_or_both_nan(float a, float b, float tol) {
@@ -349,7 +349,7 @@ Test(cuda_sample, draws_follow_the_distribution) {
     double q[V];
     expected_top_p(logits, V, p.top_p, p.temperature, q);
     dev_sample_vocab vocab = {V, NULL, 0};
-    const dev_kind kinds[2] = {DEV_KIND_CPU, DEV_KIND_CUDA};
+    const sp_device kinds[2] = {SP_DEVICE_CPU, SP_DEVICE_CUDA};
     for (int k = 0; k < 2; k++) {
         side s;
         side_open(&s, kinds[k]);
@@ -392,8 +392,8 @@ Test(cuda_sample, a_row_draws_the_same_alone_or_in_a_batch) {
     others[3].repetition_penalty = 1.2f;
     others[3].presence_penalty = 0.5f;
     side alone, batch;
-    side_open(&alone, DEV_KIND_CUDA);
-    side_open(&batch, DEV_KIND_CUDA);
+    side_open(&alone, SP_DEVICE_CUDA);
+    side_open(&batch, SP_DEVICE_CUDA);
     float *d_alone = side_logits(&alone, l + AT * V, V);
     dev_sample_vocab vocab = {V, NULL, 0};
     for (int s = 0; s < STATES; s++) {

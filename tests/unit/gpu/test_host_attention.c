@@ -30,7 +30,7 @@ static int32_t block_of(int s, int b) {
 
 static dev_backend *backend(sp_cpu_isa isa, int threads) {
     dev_backend *dev;
-    dev_options opts = {.kind = DEV_KIND_CPU, .n_threads = threads, .cpu_isa = isa};
+    dev_options opts = {.kind = SP_DEVICE_CPU, .n_threads = threads, .cpu_isa = isa};
     cr_assert_eq(dev_create(&opts, &dev), SP_OK, "%s", sp_last_error());
     return dev;
 }

@@ -17,7 +17,7 @@ static float rng_uniform(void) {
 }
 
 static void check(int threads, int64_t rows, int64_t dim) {
-    dev_options opts = {.kind = DEV_KIND_CPU, .n_threads = threads};
+    dev_options opts = {.kind = SP_DEVICE_CPU, .n_threads = threads};
     dev_backend *dev = NULL;
     cr_assert_eq(dev_create(&opts, &dev), SP_OK);
     size_t n = (size_t)(rows * dim);

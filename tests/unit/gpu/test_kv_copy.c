@@ -38,7 +38,7 @@ static void check_round_trip(dev_backend *dev) {
 
 Test(kv_copy, cpu_round_trip) {
     dev_backend *dev;
-    dev_options opts = {.kind = DEV_KIND_CPU, .n_threads = 1};
+    dev_options opts = {.kind = SP_DEVICE_CPU, .n_threads = 1};
     cr_assert_eq(dev_create(&opts, &dev), SP_OK);
     check_round_trip(dev);
     dev_destroy(dev);
@@ -47,7 +47,7 @@ Test(kv_copy, cpu_round_trip) {
 Test(kv_copy, cuda_round_trip) {
     skip_without_gpu();
     dev_backend *dev;
-    dev_options opts = {.kind = DEV_KIND_CUDA};
+    dev_options opts = {.kind = SP_DEVICE_CUDA};
     cr_assert_eq(dev_create(&opts, &dev), SP_OK, "%s", sp_last_error());
     check_round_trip(dev);
     dev_destroy(dev);

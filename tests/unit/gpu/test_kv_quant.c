@@ -17,7 +17,7 @@ enum { LAYERS = 1, BLOCKS = 12, B = 4, HK = 2, DH = 64, H = 4, P = 37 /* positio
 
 static dev_backend *cpu_backend(sp_cpu_isa isa) {
     dev_backend *dev;
-    dev_options opts = {.kind = DEV_KIND_CPU, .n_threads = 2, .cpu_isa = isa};
+    dev_options opts = {.kind = SP_DEVICE_CPU, .n_threads = 2, .cpu_isa = isa};
     cr_assert_eq(dev_create(&opts, &dev), SP_OK, "%s", sp_last_error());
     return dev;
 }
@@ -205,7 +205,7 @@ Test(kv_quant, written_rows_are_ggml_quantization) {
  * table of more than one row as F16, so only such values reach both pools alike) written by the
  * backend of this kind through the device path (a weight table, dev_embed, dev_kv_write),
  * then its full blocks saved as the tiers keep them: (P / B) * dev_kv_block_bytes. */
-static uint8_t *written_blocks(dev_kind kind, sp_kv_type type, const float *k, const float *v) {
+static uint8_t *written_blocks(sp_device kind, sp_kv_type type, const float *k, const float *v) {
     dev_backend *dev;
     dev_options opts = {.kind = kind, .n_threads = 2};
     cr_assert_eq(dev_create(&opts, &dev), SP_OK, "%s", sp_last_error());
@@ -289,7 +289,7 @@ Test(kv_quant, cpu_pool_bytes_are_ggml_blocks) {
     gpu_test_rng = 0x6279;
     float *k = awkward_rows(), *v = awkward_rows();
     for (sp_kv_type type = SP_KV_F16; type <= SP_KV_Q4_0; type++) {
-        uint8_t *bytes = written_blocks(DEV_KIND_CPU, type, k, v);
+        uint8_t *bytes = written_blocks(SP_DEVICE_CPU, type, k, v);
         check_ggml_bytes(type, bytes, k, v, "cpu");
         free(bytes);
     }
@@ -304,7 +304,7 @@ Test(kv_quant, cuda_pool_bytes_equal_the_cpu_pool_and_ggml) {
     float *k = awkward_rows(), *v = awkward_rows();
     for (sp_kv_type type = SP_KV_F16; type <= SP_KV_Q4_0; type++) {
         dev_kv_shape shape = shape_of(type);
-        uint8_t *cuda = written_blocks(DEV_KIND_CUDA, type, k, v), *cpu = written_blocks(DEV_KIND_CPU, type, k, v);
+        uint8_t *cuda = written_blocks(SP_DEVICE_CUDA, type, k, v), *cpu = written_blocks(SP_DEVICE_CPU, type, k, v);
         check_ggml_bytes(type, cuda, k, v, "cuda");
         cr_assert(memcmp(cuda, cpu, (size_t)(P / B) * dev_kv_block_bytes(&shape)) == 0,
                   "%s: cuda and cpu blocks differ", sp_kv_type_name(type));

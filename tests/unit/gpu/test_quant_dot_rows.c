@@ -322,7 +322,7 @@ Test(quant_dot_rows, avx512_kernels_match_avx2_at_the_extremes) {
  * equals the avx2 one-row kernel plus the bias, bit for bit. Rows of width K whose
  * T * K reaches 4096 are quantized (and packed) by both threads of the pool. */
 static void check_matmul(sp_cpu_isa isa, quant_type t, int64_t n_out, int64_t rows, int64_t K) {
-    dev_options opts = {.kind = DEV_KIND_CPU, .n_threads = 2, .cpu_isa = isa};
+    dev_options opts = {.kind = SP_DEVICE_CPU, .n_threads = 2, .cpu_isa = isa};
     dev_backend *dev;
     cr_assert_eq(dev_create(&opts, &dev), SP_OK, "%s", sp_last_error());
     cr_assert_eq(dev_reserve(dev, rows, n_out > K ? n_out : K), SP_OK, "%s", sp_last_error());

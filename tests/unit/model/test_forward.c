@@ -25,7 +25,7 @@ typedef struct fwd_env {
 static void env_open_model(fwd_env *e, const char *path, int threads, sp_cpu_isa isa) {
     TESTDATA_REQUIRE(path);
     if (dev_cpu_isa_check(isa) != SP_OK) cr_skip_test("%s", sp_last_error());
-    dev_options opts = {.kind = DEV_KIND_CPU, .n_threads = threads, .cpu_isa = isa};
+    dev_options opts = {.kind = SP_DEVICE_CPU, .n_threads = threads, .cpu_isa = isa};
     cr_assert_eq(dev_create(&opts, &e->dev), SP_OK);
     model_options mo = {.max_batch_tokens = 64};
     cr_assert_eq(model_load(path, e->dev, &mo, &e->model), SP_OK, "%s", sp_last_error());

@@ -25,7 +25,7 @@ typedef struct env {
     int32_t tokens[T], pos[T], seq[T], table[BLOCKS], seq_len;
 } env;
 
-static void env_open_on(env *e, dev_kind kind) {
+static void env_open_on(env *e, sp_device kind) {
     char path[512];
     testdata_path(path, sizeof path, "models/stories260K.gguf");
     TESTDATA_REQUIRE(path);
@@ -46,7 +46,7 @@ static void env_open_on(env *e, dev_kind kind) {
 }
 
 static void env_open(env *e) {
-    env_open_on(e, DEV_KIND_CPU);
+    env_open_on(e, SP_DEVICE_CPU);
 }
 
 static void env_close(env *e) {
@@ -156,7 +156,7 @@ Test(model_hidden, bad_rows_are_refused) {
 }
 
 /* Every row of the prefill step, then row 0 of three one-token steps after it. */
-static void run_hidden(dev_kind kind, float *out) {
+static void run_hidden(sp_device kind, float *out) {
     env e;
     env_open_on(&e, kind);
     int32_t all[T];
@@ -188,8 +188,8 @@ Test(model_hidden, cuda_rows_match_the_cpu) {
     skip_without_gpu();
     enum { ROWS = T + 3, D_MAX = 64 };
     float *cpu = malloc(sizeof(float) * ROWS * D_MAX), *gpu = malloc(sizeof(float) * ROWS * D_MAX);
-    run_hidden(DEV_KIND_CPU, cpu);
-    run_hidden(DEV_KIND_CUDA, gpu);
+    run_hidden(SP_DEVICE_CPU, cpu);
+    run_hidden(SP_DEVICE_CUDA, gpu);
     for (int r = 0; r < ROWS; r++) {
         double e = rel_error(gpu + (size_t)r * D_MAX, cpu + (size_t)r * D_MAX, D_MAX);
         cr_expect(e < 1e-2, "row %d: relative error %.2e", r, e);

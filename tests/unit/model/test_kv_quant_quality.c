@@ -91,7 +91,7 @@ Test(kv_quant_quality, q8_0_and_q4_0_against_f16_on_the_default_model, .timeout 
     const char *path = testdata_default_model();
     TESTDATA_REQUIRE(path);
     dev_backend *dev;
-    dev_options opts = {.kind = DEV_KIND_CPU};
+    dev_options opts = {.kind = SP_DEVICE_CPU};
     cr_assert_eq(dev_create(&opts, &dev), SP_OK);
     model_options mo = {.max_batch_tokens = CHUNK};
     model *m;

@@ -166,7 +166,7 @@ typedef struct load_env {
 
 static sp_status try_load(const tiny_spec *s, load_env *e) {
     tiny_write(s, e->path, sizeof e->path);
-    dev_options opts = {.kind = DEV_KIND_CPU, .n_threads = 1};
+    dev_options opts = {.kind = SP_DEVICE_CPU, .n_threads = 1};
     cr_assert_eq(dev_create(&opts, &e->dev), SP_OK);
     model_options mo = {.max_batch_tokens = 8};
     e->model = NULL;

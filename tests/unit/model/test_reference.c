@@ -49,7 +49,7 @@ typedef struct ref_runner {
 } ref_runner;
 
 static void runner_open(ref_runner *r, const char *path, sp_cpu_isa isa) {
-    dev_options opts = {.kind = DEV_KIND_CPU, .n_threads = 2, .cpu_isa = isa};
+    dev_options opts = {.kind = SP_DEVICE_CPU, .n_threads = 2, .cpu_isa = isa};
     cr_assert_eq(dev_create(&opts, &r->dev), SP_OK, "%s", sp_last_error());
     model_options mo = {.max_batch_tokens = REF_MAX_BATCH};
     cr_assert_eq(model_load(path, r->dev, &mo, &r->model), SP_OK, "%s", sp_last_error());

@@ -10,15 +10,15 @@
 
 Test(sched_pool, rows_each_pooling_wants) {
     int32_t first;
-    cr_assert_eq(sched__pool_rows(SCHED_POOLING_MEAN, 16, 8, 30, &first), 8);
+    cr_assert_eq(sched__pool_rows(SP_POOLING_MEAN, 16, 8, 30, &first), 8);
     cr_assert_eq(first, 16);
-    cr_assert_eq(sched__pool_rows(SCHED_POOLING_LAST, 16, 8, 30, &first), 0, "the last token is not in 16..23");
-    cr_assert_eq(sched__pool_rows(SCHED_POOLING_LAST, 24, 6, 30, &first), 1);
+    cr_assert_eq(sched__pool_rows(SP_POOLING_LAST, 16, 8, 30, &first), 0, "the last token is not in 16..23");
+    cr_assert_eq(sched__pool_rows(SP_POOLING_LAST, 24, 6, 30, &first), 1);
     cr_assert_eq(first, 29);
-    cr_assert_eq(sched__pool_rows(SCHED_POOLING_CLS, 0, 8, 30, &first), 1);
+    cr_assert_eq(sched__pool_rows(SP_POOLING_CLS, 0, 8, 30, &first), 1);
     cr_assert_eq(first, 0);
-    cr_assert_eq(sched__pool_rows(SCHED_POOLING_CLS, 8, 8, 30, &first), 0);
-    cr_assert_eq(sched__pool_rows(SCHED_POOLING_NONE, 0, 8, 30, &first), 0);
+    cr_assert_eq(sched__pool_rows(SP_POOLING_CLS, 8, 8, 30, &first), 0);
+    cr_assert_eq(sched__pool_rows(SP_POOLING_NONE, 0, 8, 30, &first), 0);
 }
 
 Test(sched_pool, mean_last_and_cls_then_l2) {
@@ -26,24 +26,24 @@ Test(sched_pool, mean_last_and_cls_then_l2) {
     double pool[2] = {0, 0};
     float out[2];
     /* mean of three rows over two chunks: (2, 4), normalized */
-    sched__pool_add(SCHED_POOLING_MEAN, pool, &rows[0][0], 2, 2);
-    sched__pool_add(SCHED_POOLING_MEAN, pool, &rows[2][0], 1, 2);
-    sched__pool_finish(SCHED_POOLING_MEAN, pool, 3, 2, out);
+    sched__pool_add(SP_POOLING_MEAN, pool, &rows[0][0], 2, 2);
+    sched__pool_add(SP_POOLING_MEAN, pool, &rows[2][0], 1, 2);
+    sched__pool_finish(SP_POOLING_MEAN, pool, 3, 2, out);
     cr_assert_float_eq(out[0], (float)(2 / sqrt(20.0)), 1e-7);
     cr_assert_float_eq(out[1], (float)(4 / sqrt(20.0)), 1e-7);
     /* last and cls keep one row */
     double one[2] = {0, 0};
-    sched__pool_add(SCHED_POOLING_LAST, one, &rows[1][0], 1, 2);
-    sched__pool_finish(SCHED_POOLING_LAST, one, 3, 2, out);
+    sched__pool_add(SP_POOLING_LAST, one, &rows[1][0], 1, 2);
+    sched__pool_finish(SP_POOLING_LAST, one, 3, 2, out);
     cr_assert_eq(out[0], 0.0f);
     cr_assert_eq(out[1], 1.0f);
-    sched__pool_add(SCHED_POOLING_CLS, one, &rows[0][0], 1, 2);
-    sched__pool_finish(SCHED_POOLING_CLS, one, 3, 2, out);
+    sched__pool_add(SP_POOLING_CLS, one, &rows[0][0], 1, 2);
+    sched__pool_finish(SP_POOLING_CLS, one, 3, 2, out);
     cr_assert_eq(out[0], 1.0f);
     cr_assert_eq(out[1], 0.0f);
     /* a zero vector stays zero (no division by zero) */
     double zero[2] = {0, 0};
-    sched__pool_finish(SCHED_POOLING_MEAN, zero, 3, 2, out);
+    sched__pool_finish(SP_POOLING_MEAN, zero, 3, 2, out);
     cr_assert(out[0] == 0 && out[1] == 0);
 }
 
@@ -51,7 +51,7 @@ Test(sched_pool, an_embedding_generates_nothing) {
     int32_t prompt[1] = {1};
     sched_request_params p = {.prompt = prompt,
                               .n_prompt = 1,
-                              .pooling = SCHED_POOLING_MEAN,
+                              .pooling = SP_POOLING_MEAN,
                               .max_tokens = 4,
                               .top_logprobs = -1,
                               .sampling = sample_params_default()};
@@ -61,20 +61,20 @@ Test(sched_pool, an_embedding_generates_nothing) {
     p.max_tokens = 0;
     cr_assert_eq(sched_request_create(&p, &r), SP_OK, "%s", sp_last_error());
     sched_request_release(r);
-    p.pooling = SCHED_POOLING_NONE; /* a generation still needs a token to generate */
+    p.pooling = SP_POOLING_NONE; /* a generation still needs a token to generate */
     cr_assert_eq(sched_request_create(&p, &r), SP_ERR_INVALID_ARG);
 }
 
 /* ---- through the scheduler, with the model ---- */
 
-static sched_request_params embed_params(const int32_t *prompt, int32_t n, sched_pooling pooling) {
+static sched_request_params embed_params(const int32_t *prompt, int32_t n, sp_pooling pooling) {
     return (sched_request_params){
         .prompt = prompt, .n_prompt = n, .pooling = pooling, .top_logprobs = -1, .sampling = sample_params_default()};
 }
 
 /* The vector straight from the model: every hidden row of the prompt in one step, pooled
  * as embed.c pools (rows added in position order), into out (D). */
-static void direct_embedding(tick_env *e, const int32_t *prompt, int32_t n, sched_pooling pooling, float *out) {
+static void direct_embedding(tick_env *e, const int32_t *prompt, int32_t n, sp_pooling pooling, float *out) {
     enum { BLOCK = 16, BLOCKS = 8 };
     const int32_t d = model_get_hparams(e->m)->n_embd;
     dev_kv *kv;
@@ -132,7 +132,7 @@ Test(sched_embed, pooled_in_chunks_equals_the_model_directly) {
     const int32_t d = model_get_hparams(e.m)->n_embd;
     int32_t prompt[100];
     int32_t n = make_prompt(&e, "Once upon a time, there was a little girl named Lily.", 50, prompt, 100);
-    const sched_pooling poolings[3] = {SCHED_POOLING_MEAN, SCHED_POOLING_LAST, SCHED_POOLING_CLS};
+    const sp_pooling poolings[3] = {SP_POOLING_MEAN, SP_POOLING_LAST, SP_POOLING_CLS};
     float want[3][64], got[64];
     cr_assert_leq(d, 64);
     for (int k = 0; k < 3; k++) direct_embedding(&e, prompt, n, poolings[k], want[k]);
@@ -177,7 +177,7 @@ Test(sched_embed, beside_generation_neither_changes_and_blocks_go_back_at_once) 
 
     /* the vectors alone, straight from the model (before a scheduler owns it) */
     float want[EMB][64];
-    for (int i = 0; i < EMB; i++) direct_embedding(&e, emb_prompts[i], n_emb[i], SCHED_POOLING_MEAN, want[i]);
+    for (int i = 0; i < EMB; i++) direct_embedding(&e, emb_prompts[i], n_emb[i], SP_POOLING_MEAN, want[i]);
     /* generation alone */
     sched_request_params gp[GEN];
     for (int i = 0; i < GEN; i++) gp[i] = base_params(gen_prompts[i], n_gen[i], 80);
@@ -196,7 +196,7 @@ Test(sched_embed, beside_generation_neither_changes_and_blocks_go_back_at_once) 
     cr_assert_eq(sched_start(s), SP_OK);
     while (n_tokens_now(gen[0]) < 4) usleep(200); /* decoding */
     for (int i = 0; i < EMB; i++) {
-        sched_request_params p = embed_params(emb_prompts[i], n_emb[i], SCHED_POOLING_MEAN);
+        sched_request_params p = embed_params(emb_prompts[i], n_emb[i], SP_POOLING_MEAN);
         emb[i] = make_request(&p);
         cr_assert_eq(sched_submit(s, &emb[i], 1), SP_OK, "%s", sp_last_error());
     }
@@ -243,7 +243,7 @@ Test(sched_embed, never_enter_nor_use_the_prefix_cache) {
     /* the same prompt twice as an embedding: nothing cached, nothing hit */
     float first[64], second[64];
     for (int k = 0; k < 2; k++) {
-        sched_request_params p = embed_params(prompt, n, SCHED_POOLING_MEAN);
+        sched_request_params p = embed_params(prompt, n, SP_POOLING_MEAN);
         sched_request *r = make_request(&p);
         cr_assert_eq(sched_submit(s, &r, 1), SP_OK);
         wait_done(r, 30);
@@ -265,7 +265,7 @@ Test(sched_embed, never_enter_nor_use_the_prefix_cache) {
     sched_get_stats(s, &st);
     cr_assert_gt(st.kv_blocks_cached, 0);
     int64_t hits = st.prefix_hit_tokens;
-    sched_request_params p = embed_params(prompt, n, SCHED_POOLING_MEAN);
+    sched_request_params p = embed_params(prompt, n, SP_POOLING_MEAN);
     sched_request *r = make_request(&p);
     cr_assert_eq(sched_submit(s, &r, 1), SP_OK);
     wait_done(r, 30);

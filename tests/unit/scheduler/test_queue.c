@@ -19,7 +19,7 @@ static void env_open(queue_env *e) {
     char path[512];
     testdata_path(path, sizeof path, "models/stories260K.gguf");
     TESTDATA_REQUIRE(path);
-    dev_options opts = {.kind = DEV_KIND_CPU, .n_threads = 1};
+    dev_options opts = {.kind = SP_DEVICE_CPU, .n_threads = 1};
     cr_assert_eq(dev_create(&opts, &e->dev), SP_OK);
     model_options mo = {.max_batch_tokens = 64};
     cr_assert_eq(model_load(path, e->dev, &mo, &e->m), SP_OK, "%s", sp_last_error());

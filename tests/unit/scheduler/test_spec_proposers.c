@@ -163,7 +163,7 @@ Test(spec_suffix, proposes_the_continuation_after_add) {
     int32_t doc[64];
     fill_run(doc, LEN(doc), 1000);
     spec_suffix_add(sc, 7, doc, LEN(doc));
-    int32_t draft[SPEC_MAX_K];
+    int32_t draft[SCHED_SPEC_MAX_K];
     /* a 16-token context earns the whole draft, and says it was 16 tokens */
     int match = -1;
     int k = spec_suffix_propose(sc, 7, doc, 20, draft, 8, &match);
@@ -194,19 +194,19 @@ Test(spec_suffix, longer_contexts_earn_longer_drafts) {
     int32_t doc[64];
     fill_run(doc, LEN(doc), 1000);
     spec_suffix_add(sc, 0, doc, LEN(doc));
-    int32_t draft[SPEC_MAX_K], q[32];
+    int32_t draft[SCHED_SPEC_MAX_K], q[32];
     int prev = 0;
     for (int ctx = 2; ctx <= 16; ctx *= 2) { /* q ends with exactly ctx tokens of doc */
         int32_t n = 20;
         fill_run(q, n, 5000);
         memcpy(q + n - ctx, doc + 30 - ctx, sizeof *q * (size_t)ctx);
-        int k = spec_suffix_propose(sc, 0, q, n, draft, SPEC_MAX_K, NULL);
+        int k = spec_suffix_propose(sc, 0, q, n, draft, SCHED_SPEC_MAX_K, NULL);
         cr_assert(k >= prev, "ctx %d: %d drafts after %d", ctx, k, prev);
         cr_assert(k >= 1);
         for (int i = 0; i < k; i++) cr_assert_eq(draft[i], doc[30 + i]);
         prev = k;
     }
-    cr_assert_eq(prev, SPEC_MAX_K);
+    cr_assert_eq(prev, SCHED_SPEC_MAX_K);
     spec_suffix_destroy(sc);
 }
 
@@ -219,7 +219,7 @@ Test(spec_suffix, never_proposes_another_tenants_text) {
     for (int i = 16; i < LEN(b); i++) b[i] = 900 + i;
     spec_suffix_add(sc, 1, a, LEN(a));
     spec_suffix_add(sc, 2, b, LEN(b));
-    int32_t draft[SPEC_MAX_K];
+    int32_t draft[SCHED_SPEC_MAX_K];
     int k = spec_suffix_propose(sc, 1, a, 16, draft, 4, NULL);
     cr_assert_eq(k, 4);
     for (int i = 0; i < k; i++) cr_assert_eq(draft[i], a[16 + i]);
@@ -256,7 +256,7 @@ Test(spec_suffix, the_majority_continuation_wins) {
     for (int o = 0; o < LEN(orders); o++) {
         spec_suffix *sc = suffix_new(BUDGET);
         add_votes(sc, ctx, orders[o], 5);
-        int32_t draft[SPEC_MAX_K];
+        int32_t draft[SCHED_SPEC_MAX_K];
         cr_assert(spec_suffix_propose(sc, 5, ctx, 16, draft, 1, NULL) == 1);
         cr_assert_eq(draft[0], 70, "order %d: proposed %d", o, draft[0]);
         spec_suffix_destroy(sc);
@@ -265,7 +265,7 @@ Test(spec_suffix, the_majority_continuation_wins) {
     spec_suffix *sc = suffix_new(BUDGET);
     const int32_t three[] = {72, 71, 70, 70, 72, 70, 70};
     add_votes(sc, ctx, three, LEN(three));
-    int32_t draft[SPEC_MAX_K];
+    int32_t draft[SCHED_SPEC_MAX_K];
     cr_assert_eq(spec_suffix_propose(sc, 5, ctx, 16, draft, 1, NULL), 1);
     cr_assert_eq(draft[0], 70);
     spec_suffix_destroy(sc);
@@ -279,7 +279,7 @@ Test(spec_suffix, eviction_keeps_within_budget_and_forgets_old_documents) {
     fill_run(old, LEN(old), 1 << 20); /* a range the random documents never use */
     spec_suffix_add(sc, 9, old, LEN(old));
     cr_assert_eq(spec_suffix_bytes(sc), empty + (int64_t)sizeof old);
-    int32_t draft[SPEC_MAX_K];
+    int32_t draft[SCHED_SPEC_MAX_K];
     cr_assert_eq(spec_suffix_propose(sc, 9, old, 32, draft, 4, NULL), 4);
 
     rng_state = 0x5eed0002;
@@ -311,7 +311,7 @@ Test(spec_suffix, a_hit_keeps_a_document_over_older_ones) {
     fill_run(b, LEN(b), 20000);
     spec_suffix_add(sc, 1, a, LEN(a));
     spec_suffix_add(sc, 1, b, LEN(b));
-    int32_t draft[SPEC_MAX_K];
+    int32_t draft[SCHED_SPEC_MAX_K];
     for (int i = 0; i < 5000; i++) {
         /* a is older than b but used after every add */
         cr_assert_eq(spec_suffix_propose(sc, 1, a, 20, draft, 2, NULL), 2, "a evicted (filler %d)", i);
@@ -334,7 +334,7 @@ Test(spec_suffix, long_documents_keep_their_tail) {
     int64_t empty = spec_suffix_bytes(sc);
     spec_suffix_add(sc, 4, doc, n);
     cr_assert_eq(spec_suffix_bytes(sc), empty + (int64_t)quarter * (int64_t)sizeof *doc);
-    int32_t draft[SPEC_MAX_K];
+    int32_t draft[SCHED_SPEC_MAX_K];
     /* the start is gone (every context of it, at every length) */
     for (int32_t end = 2; end < n - quarter; end += 7)
         cr_assert_eq(spec_suffix_propose(sc, 4, doc, end, draft, 4, NULL), 0, "dropped text proposed at %d", end);
@@ -408,8 +408,8 @@ Test(spec_suffix, every_draft_followed_its_context_in_the_tenants_documents) {
             int32_t end = 2 + rng_below(src->n - 1);
             memcpy(query, src->t, sizeof *query * (size_t)end);
             if (rng_below(4) == 0) query[rng_below(end)] = prop_token(tenant);
-            int32_t draft[SPEC_MAX_K];
-            int max_draft = 1 + rng_below(SPEC_MAX_K);
+            int32_t draft[SCHED_SPEC_MAX_K];
+            int max_draft = 1 + rng_below(SCHED_SPEC_MAX_K);
             int k = spec_suffix_propose(sc, tenant, query, end, draft, max_draft, NULL);
             cr_assert(k >= 0 && k <= max_draft);
             queries++;

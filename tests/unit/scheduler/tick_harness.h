@@ -27,7 +27,7 @@ static inline void env_open(tick_env *e, int threads) {
     char path[512];
     testdata_path(path, sizeof path, "models/stories260K.gguf");
     TESTDATA_REQUIRE(path);
-    dev_options opts = {.kind = DEV_KIND_CPU, .n_threads = threads};
+    dev_options opts = {.kind = SP_DEVICE_CPU, .n_threads = threads};
     cr_assert_eq(dev_create(&opts, &e->dev), SP_OK);
     model_options mo = {.max_batch_tokens = TICK_MODEL_BATCH};
     cr_assert_eq(model_load(path, e->dev, &mo, &e->m), SP_OK, "%s", sp_last_error());

@@ -41,12 +41,12 @@ Test(srv_embeddings, input_forms) {
     cr_expect_eq(r.n, 1);
     cr_expect_eq(r.stream, false);
     cr_expect_eq(r.base64, false);
-    cr_expect_eq(r.params.pooling, SCHED_POOLING_MEAN, "a bare model info pools by the mean");
+    cr_expect_eq(r.params.pooling, SP_POOLING_MEAN, "a bare model info pools by the mean");
     expect_prompt(&r, 0, "Once upon a time"); /* BOS by the vocab's rule (stories260K adds it) */
     cr_expect_eq(r.prompts[0][0], tok_bos(fx.vocab));
     sched_request_params p = srv_request_choice_params(&r, 0, 0);
     cr_expect_eq(p.max_tokens, 0);
-    cr_expect_eq(p.pooling, SCHED_POOLING_MEAN);
+    cr_expect_eq(p.pooling, SP_POOLING_MEAN);
     srv_request_free(&r);
 
     r = parse_ok("{\"input\":[\"Lily\",\"Tom had a dog.\",\"x\"],\"encoding_format\":\"base64\",\"user\":\"u1\"}");
@@ -70,9 +70,9 @@ Test(srv_embeddings, input_forms) {
     expect_prompt(&r, 2, "Lily");
     srv_request_free(&r);
 
-    fx.mi.pooling = SCHED_POOLING_LAST; /* --pooling last */
+    fx.mi.pooling = SP_POOLING_LAST; /* --pooling last */
     r = parse_ok("{\"input\":\"Lily\"}");
-    cr_expect_eq(r.params.pooling, SCHED_POOLING_LAST);
+    cr_expect_eq(r.params.pooling, SP_POOLING_LAST);
     srv_request_free(&r);
     fixture_close();
 }

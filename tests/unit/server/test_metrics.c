@@ -63,7 +63,7 @@ static srv_access_entry sample_entry(void) {
 
 Test(srv_access_log, text_line) {
     srv_access_entry e = sample_entry();
-    char *line = srv_access_log_format(SRV_LOG_TEXT, &e);
+    char *line = srv_access_log_format(SP_LOG_FORMAT_TEXT, &e);
     cr_assert_not_null(line);
     cr_assert_str_eq(line, "spindle: access: id=chatcmpl-abc method=POST path=/v1/chat/completions status=200 "
                            "prompt_tokens=12 completion_tokens=8 ttft_ms=12.3 duration_ms=500.0 finish=stop cancel=-");
@@ -78,7 +78,7 @@ Test(srv_access_log, text_fields_stay_one_word) {
     e.finish = NULL;
     e.cancel = "client_gone";
     e.prompt = "\"hello world\"";
-    char *line = srv_access_log_format(SRV_LOG_TEXT, &e);
+    char *line = srv_access_log_format(SP_LOG_FORMAT_TEXT, &e);
     cr_assert_not_null(line);
     cr_assert_not_null(strstr(line, " id=- "));
     cr_assert_not_null(strstr(line, " path=/a%20b%22c%0A%25 "));
@@ -92,7 +92,7 @@ Test(srv_access_log, json_line) {
     srv_access_entry e = sample_entry();
     e.cancel = "timeout";
     e.prompt = "[\"a\",\"b\"]";
-    char *line = srv_access_log_format(SRV_LOG_JSON, &e);
+    char *line = srv_access_log_format(SP_LOG_FORMAT_JSON, &e);
     cr_assert_not_null(line);
     cr_assert_null(strchr(line, '\n'));
     json_error_t err;
@@ -119,7 +119,7 @@ Test(srv_access_log, json_nulls_and_no_prompt_by_default) {
     srv_access_entry e = sample_entry();
     e.id = NULL;
     e.ttft_s = -1;
-    char *line = srv_access_log_format(SRV_LOG_JSON, &e);
+    char *line = srv_access_log_format(SP_LOG_FORMAT_JSON, &e);
     json_t *o = json_loads(line, 0, NULL);
     cr_assert_not_null(o);
     cr_assert(json_is_null(json_object_get(o, "id")));
