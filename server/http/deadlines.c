@@ -109,21 +109,33 @@ void srv__deadlines_drain_at(srv_deadlines *d, int capacity) {
     pthread_mutex_unlock(&d->lock);
 }
 
+/* Whether bytes wait unread in fd's socket: a kept-alive connection's next request that
+ * libmicrohttpd has not read yet (closing it would reset a request the client has sent). */
+static bool bytes_waiting(int fd) {
+    char byte;
+    return recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) > 0;
+}
+
 /* Past capacity: shuts down the oldest idle connections, or e itself when none is idle
- * (libmicrohttpd closes them at its next poll). Returns how many idle ones were closed. */
-static int drain(srv_deadlines *d, srv_deadline *e, double now) {
-    int closed = 0;
-    for (srv_idle_link *c; (c = srv__idle_pick(&d->idle, now)); closed++) {
+ * (libmicrohttpd closes them at its next poll). Counts into *closed the idle ones closed
+ * and into *refused whether e was. */
+static void drain(srv_deadlines *d, srv_deadline *e, double now, int *closed, bool *refused) {
+    for (srv_idle_link *c; (c = srv__idle_pick(&d->idle, now));) {
         srv_deadline *victim = (srv_deadline *)((char *)c - offsetof(srv_deadline, idle));
+        if (bytes_waiting(victim->fd)) {
+            srv__idle_unpick(&d->idle, c);
+            continue;
+        }
         victim->deadline = 0; /* the reaper leaves it alone */
         shutdown(victim->fd, SHUT_RDWR);
+        (*closed)++;
     }
     if (d->idle.open > d->idle.capacity) { /* every other connection has a request in progress */
         srv__idle_refuse(&d->idle, &e->idle);
         e->deadline = 0;
         shutdown(e->fd, SHUT_RDWR);
+        *refused = true;
     }
-    return closed;
 }
 
 srv_deadline *srv__deadline_open(srv_deadlines *d, int fd, bool drainable) {
@@ -132,6 +144,7 @@ srv_deadline *srv__deadline_open(srv_deadlines *d, int fd, bool drainable) {
     e->fd = fd;
     e->drainable = drainable;
     int closed = 0;
+    bool refused = false;
     pthread_mutex_lock(&d->lock);
     if (!sp_grow((void **)&d->entries, &d->cap, (size_t)d->n + 1, sizeof *d->entries)) {
         pthread_mutex_unlock(&d->lock);
@@ -144,13 +157,14 @@ srv_deadline *srv__deadline_open(srv_deadlines *d, int fd, bool drainable) {
     d->entries[d->n++] = e;
     if (drainable) {
         srv__idle_open(&d->idle, &e->idle, now);
-        closed = drain(d, e, now);
+        drain(d, e, now, &closed, &refused);
     }
     pthread_mutex_unlock(&d->lock);
     if (closed > 0) {
         srv_metrics_count_idle_closed(closed);
         sp_log_debug("http: the connection table is full; closed %d idle connection(s) to admit a new one", closed);
     }
+    if (refused) srv_metrics_count_refused();
     return e;
 }
 
@@ -167,8 +181,8 @@ void srv__deadline_close(srv_deadlines *d, srv_deadline *e) {
 
 void srv__deadline_set(srv_deadlines *d, srv_deadline *e, srv_deadline_phase phase) {
     if (!e) return;
-    double now = sched_now();
     pthread_mutex_lock(&d->lock);
+    double now = sched_now(); /* under the lock: the kept list stays in order of since */
     switch (phase) {
     case SRV_DEADLINE_HEADERS: break;
     case SRV_DEADLINE_BODY: e->deadline = now + d->body_s; break;

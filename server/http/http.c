@@ -738,6 +738,10 @@ sp_status srv_http_start(srv_app *app, srv_http **out) {
     /* a full table closes idle connections to admit new ones (idle_drain.c): libmicrohttpd's
      * own limit, where it stops accepting, sits above it */
     int capacity = srv__idle_capacity(app->http.max_connections);
+    if (capacity < app->http.max_connections)
+        sp_log_warn("http: --max-connections %d does not fit the open file limit (ulimit -n): the table "
+                    "holds %d connections",
+                    app->http.max_connections, capacity);
     srv__deadlines_drain_at(app->deadlines, capacity);
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
     if (addr->ai_family == AF_INET6) flags |= MHD_USE_IPv6;

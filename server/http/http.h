@@ -216,6 +216,9 @@ void srv_metrics_count_http(const char *endpoint, int status);
 /* Counts n idle connections closed to admit new ones into a full connection table, for
  * /metrics' spindle_http_idle_connections_closed_total. Lock-free; any thread. */
 void srv_metrics_count_idle_closed(int n);
+/* Counts a new connection closed at once because the table was full of connections with
+ * a request in progress (spindle_http_connections_refused_total). Lock-free; any thread. */
+void srv_metrics_count_refused(void);
 
 /* One access log entry (access_log.c): what on_completed knows of a finished HTTP
  * request. Strings are borrowed for the call; NULL ones are left out ("-" in text). */

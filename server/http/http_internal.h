@@ -192,6 +192,9 @@ void srv__idle_close(srv_idle_table *t, srv_idle_link *c); /* the connection is 
 /* While more than capacity are open: the connection idle the longest (kept, or fresh past
  * the grace), no longer counted; the caller shuts its socket down. NULL: none to close. */
 srv_idle_link *srv__idle_pick(srv_idle_table *t, double now);
+/* A picked connection found with bytes waiting in its socket (a request on its way, not
+ * idle after all): counted again, as busy. */
+void srv__idle_unpick(srv_idle_table *t, srv_idle_link *c);
 /* --max-connections within the process's open file limit (with room for the rest). */
 int srv__idle_capacity(int max_connections);
 /* libmicrohttpd's own connection limit for that capacity: above it by the connections

@@ -6,11 +6,11 @@
  *
  * A connection is idle when no request is in progress on it: answered and kept alive
  * (between requests), or connected for IDLE_GRACE_S and still without a request line.
- * When the open connections exceed the capacity, the idle one idle the longest goes
- * first; one with a request in progress (headers, body, preparation, generation, stream)
- * never does, and a new connection that finds none idle is refused instead. The table is
- * bookkeeping only (two lists, oldest first, O(1) a change): the caller shuts the picked
- * sockets down and counts them.
+ * When the open connections exceed the capacity, the connection idle longest goes
+ * first (unless bytes of a next request already wait in its socket); one with a request in progress (headers, body,
+ * preparation, generation, stream) never does, and a new connection that finds none idle is refused instead. The table
+ * is bookkeeping only (two lists, oldest first, O(1) a change): the caller shuts the picked sockets down and counts
+ * them.
  *
  * DESIGN (threads): no lock of its own; deadlines.c calls it under its lock, from
  * libmicrohttpd's threads.
@@ -88,6 +88,12 @@ void srv__idle_refuse(srv_idle_table *t, srv_idle_link *c) {
 
 void srv__idle_close(srv_idle_table *t, srv_idle_link *c) {
     srv__idle_refuse(t, c); /* uncounted once, whether it was picked or not */
+}
+
+void srv__idle_unpick(srv_idle_table *t, srv_idle_link *c) {
+    if (c->state != SRV_IDLE_CLOSING) return;
+    c->state = SRV_IDLE_BUSY; /* its next request is on its way: on_request_line will say so */
+    t->open++;
 }
 
 srv_idle_link *srv__idle_pick(srv_idle_table *t, double now) {

@@ -41,9 +41,14 @@ static int http_endpoint_slot(const char *endpoint) {
 }
 
 static _Atomic uint64_t idle_closed; /* srv_metrics_count_idle_closed */
+static _Atomic uint64_t refused;     /* srv_metrics_count_refused */
 
 void srv_metrics_count_idle_closed(int n) {
     atomic_fetch_add_explicit(&idle_closed, (uint64_t)n, memory_order_relaxed);
+}
+
+void srv_metrics_count_refused(void) {
+    atomic_fetch_add_explicit(&refused, 1, memory_order_relaxed);
 }
 
 void srv_metrics_count_http(const char *endpoint, int status) {
@@ -282,5 +287,9 @@ char *srv_metrics_render(const srv_app *app, const sched *s) {
            "idle connections (no request in progress) closed, the oldest first, to admit new ones while "
            "--max-connections were open",
            (double)atomic_load_explicit(&idle_closed, memory_order_relaxed));
+    metric(&b, "http_connections_refused_total", "counter",
+           "new connections closed at once because --max-connections were open, each with a request in "
+           "progress",
+           (double)atomic_load_explicit(&refused, memory_order_relaxed));
     return strbuf_take(&b);
 }

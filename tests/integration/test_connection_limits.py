@@ -107,7 +107,10 @@ def test_probes_answer_on_the_admin_port_while_the_main_port_is_full(spindle_bin
         for path in ("/health", "/ready", "/metrics"):
             status, body, took = get(admin, path, 5)
             assert status == 200 and took < limit, (path, took)
-        assert "spindle_ready 1" in get(admin, "/metrics", 5)[1]
+        metrics = get(admin, "/metrics", 5)[1]
+        assert "spindle_ready 1" in metrics
+        refused = [line for line in metrics.splitlines() if line.startswith("spindle_http_connections_refused_total ")]
+        assert refused and float(refused[0].split()[1]) >= 1, refused  # the main port's probe above, at least
         try:
             get(admin, "/v1/models", 5)
             raise AssertionError("the admin port served /v1/models")

@@ -1,13 +1,16 @@
 /* test_idle_drain.c: which connection a full table closes (server/http/idle_drain.c): none
  * while within capacity, the one idle the longest first (kept alive, or never used past
- * the grace), never one with a request in progress; a closed one is counted once; the
- * capacity fits the open file limit. The sockets themselves: test_connection_limits.py.
+ * the grace), never one with a request in progress (nor one found with bytes waiting); a
+ * closed one is counted once; the capacity fits the open file limit. The sockets
+ * themselves: test_connection_limits.py.
  */
-#include <criterion/criterion.h>
+#include <criterion / criterion.h>
 
 #include "server/http/idle_drain.c"
 
-enum { N = 6 };
+    enum {
+        N = 6
+    };
 
 static srv_idle_table t;
 static srv_idle_link c[N];
@@ -104,4 +107,20 @@ Test(idle_drain, the_capacity_fits_the_open_file_limit) {
     cr_expect_leq(srv__idle_daemon_limit(cap) + IDLE_FD_RESERVE, 4096);
     cr_expect_eq(capacity_within(4096, 10), 1);
     cr_expect_gt(srv__idle_daemon_limit(4096), 4096);
+}
+
+Test(idle_drain, an_unpicked_connection_counts_again_as_busy) {
+    open_all(2, 3);
+    srv__idle_kept(&t, &c[0], 10.0);
+    srv__idle_kept(&t, &c[1], 11.0);
+    srv__idle_busy(&t, &c[2]);
+    srv_idle_link *first = srv__idle_pick(&t, 20.0);
+    cr_assert_eq(first, &c[0]);
+    srv__idle_unpick(&t, first); /* bytes of its next request were waiting */
+    cr_expect_eq(c[0].state, SRV_IDLE_BUSY);
+    cr_expect_eq(t.open, 3);
+    cr_expect_eq(srv__idle_pick(&t, 20.0), &c[1], "the next oldest idle one instead");
+    cr_expect_null(srv__idle_pick(&t, 20.0), "within capacity again");
+    srv__idle_unpick(&t, &c[2]); /* not picked: nothing changes */
+    cr_expect_eq(t.open, 2);
 }
