@@ -154,8 +154,9 @@ $(SERVER_API_TEST_BIN): override LDLIBS := $(filter-out -lmicrohttpd,$(LDLIBS))
 setup:
 	@tools/setup.sh
 
-# The layering check first (seconds), unit tests next (fast), then the end-to-end tests
-# on the real binary.
+# The layering checks first (the include graph, and the call order inside folders, which
+# compiles those folders' objects), unit tests next (fast), then the end-to-end tests on
+# the real binary.
 test: setup layers
 	@$(MAKE) --no-print-directory all $(TEST_BIN)
 	@$(MAKE) --no-print-directory api-check unit-test integration-test

@@ -23,7 +23,7 @@ sp_status sp_thread_start(pthread_t *out, const char *name, void *(*thread_main)
 int sp_cond_init_monotonic(pthread_cond_t *cond);
 int sp_cond_wait_for(pthread_cond_t *cond, pthread_mutex_t *mutex, double seconds);
 
-/* Stops the workers threads[0..n_threads) that wait on wake, holding lock, until *stop
+/* Stops the worker threads threads[0..n_threads) that wait on wake, holding lock, until *stop
  * is set: sets *stop under lock, wakes every thread waiting on wake (one worker or a
  * pool alike), and joins each. Called by the thread that started them, once; n_threads
  * 0 (no worker started) only sets the flag. lock and wake stay the caller's to destroy. */

@@ -126,7 +126,8 @@ const char *gguf_value_type_name(gguf_value_type t);
  * then write any header, count or length the caller likes, a malformed file's too
  * (tools/gguf_builder.h, for the tests and tools/mkmodel.c). */
 typedef struct gguf_writer {
-    FILE *out;        /* NULL: into buf */
+    FILE *out;        /* the file (gguf_write_begin); NULL once ended, or in memory */
+    bool in_memory;   /* gguf_write_begin_memory: the bytes go into buf */
     const char *path; /* for messages */
     uint64_t alignment;
     uint8_t *buf; /* (len, cap) the bytes of an in-memory writer; owned (free()) */

@@ -20,14 +20,17 @@ enum { GGUF_WRITE_MAGIC = 0x46554747 /* "GGUF" */, GGUF_WRITE_VERSION = 3, GGUF_
 
 void gguf_write_bytes(gguf_writer *w, const void *data, size_t n) {
     if (w->failed || n == 0) return;
-    if (w->out) {
-        if (fwrite(data, 1, n, w->out) != n) w->failed = true;
-    } else if (sp_grow((void **)&w->buf, &w->cap, w->len + n, 1)) {
-        memcpy(w->buf + w->len, data, n);
+    bool ok;
+    if (w->in_memory) {
+        ok = sp_grow((void **)&w->buf, &w->cap, w->len + n, 1);
+        if (ok) memcpy(w->buf + w->len, data, n);
     } else {
-        w->failed = true;
+        ok = w->out && fwrite(data, 1, n, w->out) == n; /* no file: not open, or ended */
     }
-    if (!w->failed) w->len += n;
+    if (ok)
+        w->len += n;
+    else
+        w->failed = true;
 }
 
 void gguf_write_uint(gguf_writer *w, uint64_t v, size_t n) {
@@ -84,13 +87,16 @@ void gguf_write_tensor_info(gguf_writer *w, const char *name, size_t name_len, u
 sp_status gguf_write_begin(gguf_writer *w, const char *path, uint64_t alignment, int64_t n_tensors, int64_t n_kv) {
     *w = (gguf_writer){.path = path, .alignment = alignment ? alignment : GGUF_WRITE_ALIGNMENT};
     w->out = fopen(path, "wb");
-    if (!w->out) return sp_fail(SP_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+    if (!w->out) {
+        w->failed = true; /* every later write is refused, and so is the end */
+        return sp_fail(SP_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+    }
     gguf_write_header(w, GGUF_WRITE_VERSION, (uint64_t)n_tensors, (uint64_t)n_kv);
     return SP_OK;
 }
 
 void gguf_write_begin_memory(gguf_writer *w) {
-    *w = (gguf_writer){.path = "(memory)", .alignment = GGUF_WRITE_ALIGNMENT};
+    *w = (gguf_writer){.path = "(memory)", .alignment = GGUF_WRITE_ALIGNMENT, .in_memory = true};
 }
 
 void gguf_write_kv_raw(gguf_writer *w, const void *data, size_t n) {
@@ -120,7 +126,8 @@ void gguf_write_tensor_data(gguf_writer *w, const void *data, size_t n) {
 }
 
 sp_status gguf_write_end(gguf_writer *w) {
-    if (!w->out) return w->failed ? sp_fail(SP_ERR_NOMEM, "gguf: out of memory writing in memory") : SP_OK;
+    if (w->in_memory) return w->failed ? sp_fail(SP_ERR_NOMEM, "gguf: out of memory writing in memory") : SP_OK;
+    if (!w->out) return sp_fail(SP_ERR_INVALID_ARG, "%s: the GGUF writer is not open", w->path);
     bool failed = w->failed;
     if (fclose(w->out) != 0) failed = true;
     w->out = NULL;

@@ -1,4 +1,4 @@
-/* gram_schema_types.c: the leaves of gram_schema_to_gbnf (gram_schema_internal.h): the
+/* gram_schema_types.c: the leaves of gram_schema_to_gbnf (grammar_internal.h): the
  * shared rules, JSON text as GBNF, numbers with their bounds, strings with their lengths,
  * formats and patterns, enum and const, what "type" names, and whether two schemas are
  * disjoint (oneOf). gram_schema.c's file comment covers the other keywords; these admit:

@@ -62,7 +62,7 @@ size_t sched__stop_flush(sched_stop *st, char *out);
 
 typedef enum sched_seq_state {
     SCHED_SEQ_NEW,     /* created, not submitted */
-    SCHED_SEQ_QUEUED,  /* in the scheduler's queue (under sched.lock) */
+    SCHED_SEQ_QUEUED,  /* in the scheduler's queue (under queue.lock) */
     SCHED_SEQ_WAITING, /* on the scheduler thread's waiting list (new or preempted) */
     SCHED_SEQ_RUNNING, /* admitted: owns KV blocks, prefilling or decoding */
     SCHED_SEQ_DONE     /* ended; the scheduler dropped its reference */

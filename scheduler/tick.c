@@ -27,8 +27,8 @@
  *            hidden states of the rows its pooling keeps instead of logits, it neither
  *            starts from nor enters the prefix cache, and once its prompt is in it ends
  *            and its blocks go back to the pool.
- *   end_tick sample, append, detokenize, stop (end_tick.c); a decode row's drafts are
- *            verified first and the accepted run emitted (spec_tick.c).
+ *   end_tick draw (draw.c), append, detokenize, stop (end_tick.c); a decode row's
+ *            drafts are verified first and the accepted run emitted (spec_tick.c).
  *
  * A sequence's tokens depend only on its own prompt, parameters and seed: the CPU
  * backend computes each row independently of the batch, a recomputed or chunked

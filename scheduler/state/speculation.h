@@ -17,7 +17,7 @@
 #include "model/model.h"
 #include "scheduler/sched.h"
 #include "scheduler/spec/spec.h"
-#include "scheduler/state/kv.h"
+#include "kvcache/kvcache.h"
 
 /* Speculative decoding's counters (sched_stats), per proposer where indexed. */
 typedef struct sched_spec_counters {

@@ -10,7 +10,7 @@
 /* ---- UTF-8 and JSON strings ---- */
 
 /* Length of the valid UTF-8 character at s[0..n), or 0 when the bytes there are not one. */
-static size_t srv_utf8_char_len(const unsigned char *s, size_t n) {
+static size_t utf8_char_len(const unsigned char *s, size_t n) {
     unsigned char c = s[0];
     size_t len = c < 0x80                   ? 1
                  : (c >= 0xC2 && c <= 0xDF) ? 2
@@ -28,7 +28,7 @@ static size_t srv_utf8_char_len(const unsigned char *s, size_t n) {
 bool srv__utf8_valid(const char *s, size_t len) {
     const unsigned char *u = (const unsigned char *)s;
     for (size_t i = 0; i < len;) {
-        size_t c = srv_utf8_char_len(u + i, len - i);
+        size_t c = utf8_char_len(u + i, len - i);
         if (c == 0) return false;
         i += c;
     }
@@ -43,7 +43,7 @@ json_t *srv__json_text(const char *s, size_t len) {
     const unsigned char *u = (const unsigned char *)s;
     size_t o = 0;
     for (size_t i = 0; i < len;) {
-        size_t c = srv_utf8_char_len(u + i, len - i);
+        size_t c = utf8_char_len(u + i, len - i);
         if (c == 0) { /* one replacement character per byte that starts no character */
             memcpy(fixed + o, "\xEF\xBF\xBD", 3);
             o += 3;

@@ -95,7 +95,7 @@ sp_status srv__deadlines_start(double header_s, double body_s, double idle_s, sr
 
 void srv__deadlines_stop(srv_deadlines *d) {
     if (!d) return;
-    sp_thread_stop(&d->lock, &d->stop_cond, &d->stopping, &d->thread, d->started);
+    sp_thread_stop(&d->lock, &d->stop_cond, &d->stopping, &d->thread, d->started ? 1 : 0);
     for (int i = 0; i < d->n; i++) free(d->entries[i]);
     free(d->entries);
     pthread_cond_destroy(&d->stop_cond);

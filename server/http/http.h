@@ -39,6 +39,10 @@
  *   (a suspended connection is not polled by libmicrohttpd) and cancels their requests;
  *   it also wakes streams that have been quiet for `keepalive_s` so they send an SSE
  *   comment line during long prefills or queueing.
+ * - The deadline thread (deadlines.c, `spindle-deadln`) shuts down connections whose
+ *   headers or body are late. The same table, under its lock, is where a new connection
+ *   on a full table closes the oldest idle one (idle_drain.c), on libmicrohttpd's thread
+ *   that accepted it.
  * - `lifecycle` (a rwlock) guards the phase and the scheduler pointer: handlers hold it
  *   for reading around sched_submit, shutdown takes it for writing, so no handler
  *   submits to a scheduler that is being destroyed.

@@ -8,9 +8,7 @@
 
 #include "server/http/idle_drain.c"
 
-    enum {
-        N = 6
-    };
+enum { N = 6 };
 
 static srv_idle_table t;
 static srv_idle_link c[N];
