@@ -109,13 +109,10 @@ LOADGEN_LDLIBS := -lcurl -ljansson -lm
 # Unit tests: every tests/unit/<module>/test_*.c is one Criterion binary.
 TEST_SRC := $(wildcard tests/unit/*/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
-# The unit tests of server/api: linked without libmicrohttpd (`make api-check` compiles
-# them where <microhttpd.h> cannot be included).
-SERVER_API_TEST_SRC := tests/unit/server/test_openai.c tests/unit/server/test_openai_response.c \
-                       tests/unit/server/test_chat.c tests/unit/server/test_tools.c \
-                       tests/unit/server/test_tokenize.c tests/unit/server/test_embeddings.c \
-                       tests/unit/server/test_responses.c tests/unit/server/test_anthropic.c \
-                       tests/unit/server/test_request_regressions.c
+# The unit tests of server/api (every server test that includes no server/http header):
+# linked without libmicrohttpd (`make api-check` compiles them where <microhttpd.h>
+# cannot be included).
+SERVER_API_TEST_SRC := $(shell grep -L '^\#include "server/http' tests/unit/server/test_*.c)
 SERVER_API_TEST_BIN := $(SERVER_API_TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
 .PHONY: all test layers calls api-check unit-test integration-test run debug setup fuzz bench bench-template bench-serve bench-spec bench-grammar bench-kv-tiers bench-kv-quant bench-slo bench-soak format format-check clean install
