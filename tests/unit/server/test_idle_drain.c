@@ -4,7 +4,7 @@
  * closed one is counted once; the capacity fits the open file limit. The sockets
  * themselves: test_connection_limits.py.
  */
-#include <criterion / criterion.h>
+#include <criterion/criterion.h>
 
 #include "server/http/idle_drain.c"
 
