@@ -17,32 +17,37 @@ const char *const sp_pooling_names[] = {
     [SP_POOLING_NONE] = "auto", [SP_POOLING_MEAN] = "mean", [SP_POOLING_LAST] = "last", [SP_POOLING_CLS] = "cls", NULL};
 const char *const sp_log_format_names[] = {[SP_LOG_FORMAT_TEXT] = "text", [SP_LOG_FORMAT_JSON] = "json", NULL};
 
+/* names[i] of a table of count names, or "unknown" past its end. */
+static const char *name_at(const char *const *names, unsigned count, unsigned i) {
+    return i < count ? names[i] : "unknown";
+}
+
 const char *sp_kv_type_name(sp_kv_type type) {
-    return (unsigned)type < SP_KV_TYPE_COUNT ? sp_kv_type_names[type] : "unknown";
+    return name_at(sp_kv_type_names, SP_KV_TYPE_COUNT, (unsigned)type);
 }
 
 const char *sp_cpu_isa_name(sp_cpu_isa isa) {
-    return (unsigned)isa < SP_CPU_ISA_COUNT ? sp_cpu_isa_names[isa] : "unknown";
+    return name_at(sp_cpu_isa_names, SP_CPU_ISA_COUNT, (unsigned)isa);
 }
 
 const char *sp_policy_name(sp_policy policy) {
-    return (unsigned)policy < SP_POLICY_COUNT ? sp_policy_names[policy] : "unknown";
+    return name_at(sp_policy_names, SP_POLICY_COUNT, (unsigned)policy);
 }
 
 const char *sp_device_name(sp_device device) {
-    return (unsigned)device < SP_DEVICE_COUNT ? sp_device_names[device] : "unknown";
+    return name_at(sp_device_names, SP_DEVICE_COUNT, (unsigned)device);
 }
 
 const char *sp_cuda_gemv_name(sp_cuda_gemv gemv) {
-    return (unsigned)gemv < SP_CUDA_GEMV_COUNT ? sp_cuda_gemv_names[gemv] : "unknown";
+    return name_at(sp_cuda_gemv_names, SP_CUDA_GEMV_COUNT, (unsigned)gemv);
 }
 
 const char *sp_pooling_name(sp_pooling pooling) {
-    return (unsigned)pooling < SP_POOLING_COUNT ? sp_pooling_names[pooling] : "unknown";
+    return name_at(sp_pooling_names, SP_POOLING_COUNT, (unsigned)pooling);
 }
 
 const char *sp_log_format_name(sp_log_format format) {
-    return (unsigned)format < SP_LOG_FORMAT_COUNT ? sp_log_format_names[format] : "unknown";
+    return name_at(sp_log_format_names, SP_LOG_FORMAT_COUNT, (unsigned)format);
 }
 
 /* The index of name in names (NULL-terminated), or -1. */
