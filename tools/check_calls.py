@@ -30,7 +30,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from check_layers import find_cycle  # noqa: E402  (one cycle finder for both checks)
+from check_layers import closure, find_cycle  # noqa: E402  (one graph walk for both checks)
 
 
 def read_rules(path):
@@ -58,22 +58,6 @@ def read_rules(path):
                 if callee not in rules:
                     sys.exit(f"{path}: [{folder}] {name} calls {callee}, which is not listed")
     return sections
-
-
-def closure(rules):
-    """{file: every file it may call}: the listed ones and, transitively, theirs."""
-    out = {}
-
-    def reach(name, seen):
-        for callee in rules[name]:
-            if callee not in seen:
-                seen.add(callee)
-                reach(callee, seen)
-        return seen
-
-    for name in rules:
-        out[name] = reach(name, set())
-    return out
 
 
 def parse_nm(text, objs):
