@@ -268,7 +268,10 @@ def test_idle_connections_from_one_address_cannot_lock_clients_out(spindle_bin, 
         print(f"with {IDLE_FLOOD} idle connections: /health {took_health * 1000:.1f} ms, "
               f"chat {took_chat * 1000:.1f} ms")
         assert idle_closed_total(server.port) > before
-        assert closed_by_server(socks[0], 2), "the oldest idle connection was not the one closed"
+        # the closes fall on the oldest idle ones (the exact order between the pool threads'
+        # accepts may differ by a few; test_idle_drain.c pins the order itself)
+        assert any(closed_by_server(s, 2 if i == 0 else 0.05) for i, s in enumerate(socks[:16])), \
+            "none of the 16 oldest idle connections was closed"
         # the busy one was kept: its request is answered once its headers are in
         busy.sendall(b"\r\n")
         busy.settimeout(5)
