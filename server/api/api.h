@@ -153,10 +153,26 @@ typedef struct srv_model_info {
 } srv_model_info;
 
 /* The responses /v1/responses stores for previous_response_id (response_store.c):
- * bounded by bytes, count and age; per API key. Thread-safe. */
+ * bounded by bytes (what the entries hold in memory), count and age; per API key, each
+ * key with its own share. Thread-safe. */
 typedef struct srv_response_store srv_response_store;
 sp_status srv_response_store_create(size_t max_bytes, int max_count, double ttl_s, srv_response_store **out);
+/* Each key's share of the bytes (--responses-store-key-mb): a key past it drops its own
+ * oldest first. 0 (or more than the budget): the whole budget, the default. */
+void srv_response_store_set_key_bytes(srv_response_store *s, size_t key_max_bytes);
 void srv_response_store_destroy(srv_response_store *s);
+
+/* What the store holds now and what it has done (the /metrics gauges and counters). */
+typedef struct srv_store_stats {
+    size_t bytes;           /* charged by the entries held: their text, struct and malloc's overhead */
+    int entries, keys;      /* entries held; API keys holding any */
+    uint64_t stored;        /* entries put */
+    uint64_t expired;       /* dropped past the TTL */
+    uint64_t evicted_own;   /* dropped for a newer entry of the same key (its share, or it held the most) */
+    uint64_t evicted_other; /* dropped for another key's entry (the store full and this key holding the most) */
+    uint64_t refused;       /* not kept: larger than a key's share */
+} srv_store_stats;
+void srv_response_store_stats(srv_response_store *s, srv_store_stats *out); /* s NULL: zeros */
 
 /* Compiled grammars kept by their GBNF text (the last SRV_GRAMMAR_CACHE_ENTRIES used), so
  * a schema seen again reuses the grammar and the masks it has cached. Thread-safe. */

@@ -174,15 +174,18 @@ sp_status srv__responses_parse(const char *body, size_t len, const srv_model_inf
 json_t *srv__responses_render(const srv_request *r, const srv_model_info *mi, const srv_api_answer *a, json_t *chat);
 srv_api_stream *srv__responses_stream(const srv_request *r, const srv_model_info *mi, const srv_api_answer *a);
 
-/* response_store.c (see srv_response_store in api.h). Put takes both references (and
- * drops them when the entry cannot be kept: larger than the budget, none kept); get gives
- * copies (NULL pointers: not wanted). A missing, expired or other key's id: false. now:
- * the caller's clock in seconds (sched_now(); tests pass their own), which expiry uses. */
+/* response_store.c (see srv_response_store in api.h). Put takes both references and
+ * keeps their compact JSON (false when it cannot be kept: larger than a key's share, none
+ * kept); get parses it again, giving the caller's own trees (NULL pointers: not wanted).
+ * A missing, expired or other key's id: false. now: the caller's clock in seconds
+ * (sched_now(); tests pass their own), which expiry uses. */
 bool srv__store_put(srv_response_store *s, const char *id, uint64_t tenant, json_t *response, json_t *conversation,
                     double now);
 bool srv__store_get(srv_response_store *s, const char *id, uint64_t tenant, json_t **response, json_t **conversation,
                     double now);
 bool srv__store_delete(srv_response_store *s, const char *id, uint64_t tenant, double now);
+/* What an entry whose compact JSON texts have these lengths counts against the budgets. */
+size_t srv__store_entry_charge(size_t response_len, size_t conversation_len);
 
 /* anthropic.c: POST /v1/messages and /v1/messages/count_tokens */
 sp_status srv__messages_parse(const char *body, size_t len, const srv_model_info *mi, srv_request *out, srv_error *err);

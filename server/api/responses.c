@@ -482,7 +482,8 @@ static void store_response(const srv_request *r, const srv_model_info *mi, const
     if (!mi->responses || !json_is_true(json_object_get(r->api_fields, "store"))) return;
     json_t *conversation = json_deep_copy(json_object_get(r->api_fields, "conversation"));
     json_array_append_new(conversation, output_as_chat(json_object_get(response, "output")));
-    srv__store_put(mi->responses, a->id, a->tenant, json_deep_copy(response), conversation, sched_now());
+    /* the store keeps their text, not the trees: the response is only read */
+    srv__store_put(mi->responses, a->id, a->tenant, json_incref((json_t *)response), conversation, sched_now());
 }
 
 json_t *srv__responses_render(const srv_request *r, const srv_model_info *mi, const srv_api_answer *a, json_t *chat) {

@@ -14,10 +14,13 @@
  *   responses_stream   chat chunks into the exact Responses event sequence, numbered, and
  *                      the final response equal to the non-streaming one
  *   response_store     bounded by bytes, count and age (the `now` argument), per key,
- *                      delete, copies handed out, a NULL store
+ *                      delete, copies handed out, a NULL store; the bytes charged cover
+ *                      what an entry holds in malloc; each key's share: a key past it or
+ *                      holding the most evicts its own, never a smaller key's
  *
  * JSON literals here are written with ' for " (jq below). */
 #include <criterion/criterion.h>
+#include <malloc.h>
 
 #include "server/api/response_store.c"
 #include "server/api/responses.c"
@@ -1448,10 +1451,10 @@ static json_t *conversation_for(const char *id) {
     return json_pack("[{s:s,s:s}]", "role", "user", "content", id);
 }
 
-/* What an entry counts against the budget (response_store.c's sum). */
+/* What an entry counts against the budget (response_store.c's charge of its texts). */
 static size_t entry_bytes(const json_t *response, const json_t *conversation) {
     char *a = json_dumps(response, JSON_COMPACT), *b = json_dumps(conversation, JSON_COMPACT);
-    size_t n = strlen(a) + strlen(b) + sizeof(store_entry);
+    size_t n = srv__store_entry_charge(strlen(a), strlen(b));
     free(a);
     free(b);
     return n;
@@ -1647,4 +1650,243 @@ Test(response_store, many_entries_share_buckets) {
     cr_expect_eq(wrong, 0);
     cr_expect_eq(s->count, N / 2);
     srv_response_store_destroy(s);
+}
+
+/* ---- the store: honest bytes ---- */
+
+/* A message-heavy conversation of n messages (what made the trees cost 17x their text). */
+static json_t *messages(int n, const char *tag) {
+    json_t *c = json_array();
+    for (int i = 0; i < n; i++)
+        json_array_append_new(c, json_pack("{s:s,s:s+}", "role", i % 2 ? "assistant" : "user", "content", tag,
+                                           i % 3 ? "" : " and some more words"));
+    return c;
+}
+
+/* The sum of the charges of the entries held, checked against the store's and its keys'
+ * totals (under no lock: the tests are single-threaded). */
+static size_t held_bytes(srv_response_store *s) {
+    size_t sum = 0;
+    int n = 0;
+    for (store_entry *e = s->oldest; e; e = e->newer, n++) sum += e->bytes;
+    cr_assert_eq(n, s->count);
+    size_t by_key = 0;
+    int keys = 0;
+    for (size_t b = 0; b < TENANT_BUCKETS; b++)
+        for (store_tenant *t = s->tenant_buckets[b]; t; t = t->next_in_bucket, keys++) {
+            size_t mine = 0;
+            int count = 0;
+            for (store_entry *e = t->oldest; e; e = e->key_newer, count++) {
+                cr_assert_eq(e->tenant, t);
+                mine += e->bytes;
+            }
+            cr_assert_eq(mine, t->bytes);
+            cr_assert_eq(count, t->count);
+            cr_assert_gt(count, 0); /* a key with none is freed */
+            by_key += mine;
+        }
+    cr_assert_eq(keys, s->tenants);
+    cr_assert_eq(by_key, sum);
+    cr_assert_eq(sum, s->bytes);
+    return sum;
+}
+
+Test(response_store, charges_at_least_the_text_and_what_malloc_holds) {
+    srv_response_store *s = store_new(1 << 20, 100, 60);
+    const int sizes[] = {0, 1, 7, 60, 200};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        char id[48];
+        snprintf(id, sizeof id, "resp_%zu", i);
+        json_t *response = response_of(id, (size_t)sizes[i] * 10), *conversation = messages(sizes[i], id);
+        char *a = json_dumps(response, JSON_COMPACT), *b = json_dumps(conversation, JSON_COMPACT);
+        size_t before = s->bytes;
+        cr_assert(srv__store_put(s, id, 1, response, conversation, 0));
+        size_t charged = s->bytes - before;
+        cr_expect_geq(charged, strlen(a) + 1 + strlen(b) + 1 + sizeof(store_entry), "%s", id);
+        cr_expect_eq(charged, s->newest->bytes);
+        /* at least the block malloc really gave the entry */
+        cr_expect_geq(charged, malloc_usable_size(s->newest) + sizeof(size_t), "%s", id);
+        /* and not much more than the text: the trees are not kept */
+        cr_expect_leq(charged, strlen(a) + strlen(b) + sizeof(store_entry) + 64, "%s", id);
+        free(a);
+        free(b);
+    }
+    held_bytes(s);
+    srv_response_store_destroy(s);
+}
+
+/* What is put comes back equal (numbers, escapes, NUL, Unicode, order), and each read is
+ * a tree of its own. */
+Test(response_store, the_text_parses_back_to_what_was_put) {
+    srv_response_store *s = store_new(1 << 20, 100, 60);
+    json_t *response = jq("{'id':'resp_t','z':1,'a':[1.5,-0,1e300,0.1,true,null],'s':'tab\\tquote\\'nul\\u0000end',"
+                          "'u':'\\u00e9\\u4e2d\\ud83d\\ude00','nested':{'b':{}}}");
+    json_t *conversation = messages(5, "x");
+    json_t *want_r = json_deep_copy(response), *want_c = json_deep_copy(conversation);
+    cr_assert(srv__store_put(s, "resp_t", 1, response, conversation, 0));
+    json_t *r1 = NULL, *r2 = NULL, *c1 = NULL;
+    cr_assert(srv__store_get(s, "resp_t", 1, &r1, &c1, 1));
+    cr_assert(srv__store_get(s, "resp_t", 1, &r2, NULL, 1));
+    cr_expect(json_equal(r1, want_r));
+    cr_expect(json_equal(c1, want_c));
+    cr_expect(r1 != r2);
+    char *order = json_dumps(r1, JSON_COMPACT); /* the keys in the order they were put */
+    cr_expect(strncmp(order, "{\"id\":\"resp_t\",\"z\":1,\"a\"", 24) == 0, "%s", order);
+    free(order);
+    json_decref(r1);
+    json_decref(r2);
+    json_decref(c1);
+    json_decref(want_r);
+    json_decref(want_c);
+    srv_response_store_destroy(s);
+}
+
+/* Random puts of every size under four keys, deletes and expiry: the entries held never
+ * charge more than the budget, nor a key more than its share. */
+Test(response_store, never_holds_more_than_its_budget) {
+    enum { BUDGET = 64 << 10, SHARE = 24 << 10 };
+    for (int share = 0; share < 2; share++) {
+        srv_response_store *s = store_new(BUDGET, 1000, 50);
+        if (share) srv_response_store_set_key_bytes(s, SHARE);
+        unsigned seed = 12345;
+        int kept = 0;
+        for (int i = 0; i < 3000; i++) {
+            seed = seed * 1103515245u + 12345u;
+            char id[48];
+            snprintf(id, sizeof id, "resp_%d", i);
+            uint64_t key = 1 + (seed >> 8) % 4;
+            double now = i * 0.1;
+            int n = (int)((seed >> 12) % 120);
+            kept += srv__store_put(s, id, key, response_of(id, (seed >> 4) % 300), messages(n, id), now);
+            if (i % 7 == 0) {
+                snprintf(id, sizeof id, "resp_%d", i / 2);
+                srv__store_delete(s, id, 1 + (uint64_t)(i % 4), now);
+            }
+            cr_assert_leq(held_bytes(s), BUDGET, "after %d", i);
+            for (size_t b = 0; share && b < TENANT_BUCKETS; b++)
+                for (store_tenant *t = s->tenant_buckets[b]; t; t = t->next_in_bucket)
+                    cr_assert_leq(t->bytes, SHARE, "after %d", i);
+        }
+        cr_expect_eq(kept, 3000); /* none is larger than a share */
+        srv_store_stats st;
+        srv_response_store_stats(s, &st);
+        cr_expect_eq(st.bytes, s->bytes);
+        cr_expect_eq(st.entries, s->count);
+        cr_expect_eq(st.keys, s->tenants);
+        cr_expect_eq(st.stored, (uint64_t)kept);
+        cr_expect_gt(st.expired + st.evicted_own + st.evicted_other, 0);
+        srv_response_store_destroy(s);
+    }
+}
+
+/* ---- the store: each key's share ---- */
+
+/* Key 2 stores a conversation; key 1 floods the store with far more than it holds. */
+static void flood(srv_response_store *s, uint64_t key, int n, size_t pad) {
+    char id[48];
+    for (int i = 0; i < n; i++) {
+        snprintf(id, sizeof id, "resp_f%06d", i);
+        cr_assert(put(s, id, key, pad, 0));
+    }
+}
+
+Test(response_store, a_key_past_its_share_evicts_only_its_own) {
+    json_t *r0 = response_of("resp_f000000", 1000), *c0 = conversation_for("resp_f000000");
+    size_t one = entry_bytes(r0, c0);
+    json_decref(r0);
+    json_decref(c0);
+    srv_response_store *s = store_new(10 * one, 1000, 60);
+    srv_response_store_set_key_bytes(s, 4 * one); /* two keys' shares fit in the store */
+    cr_assert(put(s, "resp_b000000", 2, 1000, 0));
+    cr_assert(put(s, "resp_b000001", 2, 1000, 0));
+    flood(s, 1, 200, 1000);
+    cr_expect(has(s, "resp_b000000", 2, 1));
+    cr_expect(has(s, "resp_b000001", 2, 1));
+    cr_expect(has(s, "resp_f000199", 1, 1));
+    cr_expect(!has(s, "resp_f000195", 1, 1)); /* 4 of key 1's fit its share */
+    srv_store_stats st;
+    srv_response_store_stats(s, &st);
+    cr_expect_eq(st.evicted_other, 0);
+    cr_expect_eq(st.evicted_own, 196);
+    cr_expect_eq(st.entries, 6);
+    cr_expect_eq(st.keys, 2);
+    /* key 2 past its own share drops its own oldest */
+    cr_assert(put(s, "resp_b000002", 2, 1000, 0));
+    cr_assert(put(s, "resp_b000003", 2, 1000, 0));
+    cr_assert(put(s, "resp_b000004", 2, 1000, 0));
+    cr_expect(!has(s, "resp_b000000", 2, 1));
+    cr_expect(has(s, "resp_b000001", 2, 1));
+    cr_expect(has(s, "resp_f000199", 1, 1));
+    /* one larger than a share is not kept, and drops nothing */
+    cr_expect(!put(s, "resp_big", 2, 5 * one, 0));
+    cr_expect(has(s, "resp_b000001", 2, 1));
+    srv_response_store_stats(s, &st);
+    cr_expect_eq(st.refused, 1);
+    /* a share of 0, or past the budget, is the whole budget */
+    srv_response_store_set_key_bytes(s, 0);
+    cr_expect_eq(s->key_max_bytes, s->max_bytes);
+    srv_response_store_set_key_bytes(s, s->max_bytes * 2);
+    cr_expect_eq(s->key_max_bytes, s->max_bytes);
+    held_bytes(s);
+    srv_response_store_destroy(s);
+}
+
+/* With no per-key cap (the default), a full store takes from the key that holds the
+ * most: a flood evicts its own once it holds more than the others, never a smaller key. */
+Test(response_store, when_full_the_key_holding_the_most_gives_way) {
+    json_t *r0 = response_of("resp_f000000", 1000), *c0 = conversation_for("resp_f000000");
+    size_t one = entry_bytes(r0, c0);
+    json_decref(r0);
+    json_decref(c0);
+    srv_response_store *s = store_new(10 * one, 1000, 60);
+    for (int i = 0; i < 3; i++) {
+        char id[48];
+        snprintf(id, sizeof id, "resp_b%06d", i);
+        cr_assert(put(s, id, 2, 1000, 0));
+    }
+    flood(s, 1, 500, 1000);
+    for (int i = 0; i < 3; i++) {
+        char id[48];
+        snprintf(id, sizeof id, "resp_b%06d", i);
+        cr_expect(has(s, id, 2, 1), "%s", id);
+    }
+    srv_store_stats st;
+    srv_response_store_stats(s, &st);
+    cr_expect_eq(st.evicted_other, 0);
+    cr_expect_eq(st.entries, 10); /* key 1 uses the rest of the store */
+    /* the other way round: a key holding the most gives way to a smaller one */
+    cr_assert(put(s, "resp_b000003", 2, 1000, 0));
+    cr_expect(has(s, "resp_b000000", 2, 1));
+    cr_expect(!has(s, "resp_f000493", 1, 1));
+    srv_response_store_stats(s, &st);
+    cr_expect_eq(st.evicted_other, 1);
+    srv_response_store_destroy(s);
+    /* the count bound likewise takes from the key with the most entries */
+    s = store_new(1 << 20, 10, 60);
+    cr_assert(put(s, "resp_b000000", 2, 5000, 0)); /* the most bytes, one entry */
+    flood(s, 1, 50, 1);
+    cr_expect(has(s, "resp_b000000", 2, 1));
+    cr_expect_eq(s->count, 10);
+    held_bytes(s);
+    srv_response_store_destroy(s);
+}
+
+/* Key B's conversation is continued with previous_response_id after key A's flood. */
+Test(responses_request, another_keys_flood_leaves_a_conversation_continuable, .init = fixture_responses,
+     .fini = fixture_close) {
+    srv_response_store_destroy(fx.mi.responses);
+    cr_assert_eq(srv_response_store_create(64 << 10, 100, 3600, &fx.mi.responses), SP_OK);
+    srv_response_store_set_key_bytes(fx.mi.responses, 32 << 10);
+    store_turn("resp_keep", TENANT, "[{'role':'user','content':'KEPT-QUESTION'},{'role':'assistant','content':'A'}]");
+    for (int i = 0; i < 300; i++) {
+        char id[48];
+        snprintf(id, sizeof id, "resp_other_%d", i);
+        cr_assert(
+            srv__store_put(fx.mi.responses, id, OTHER_TENANT, response_of(id, 200), messages(40, id), sched_now()));
+    }
+    srv_request r;
+    parse_ok("{'previous_response_id':'resp_keep','input':'NEXT'}", &r);
+    const char *order[] = {"user\nKEPT-QUESTION", "assistant\nA", "user\nNEXT"};
+    cr_expect(prompt_has_in_order(&r, order, sizeof order / sizeof order[0]), "%s", r.prompt_text);
+    srv_request_free(&r);
 }
