@@ -93,6 +93,7 @@ static void serve_args_fill(serve_args *a) {
         .metrics_vllm = c->metrics_names == CFG_METRICS_VLLM,
         .ui = c->ui,
         .responses_store_bytes = (size_t)c->responses_store_mb << 20,
+        .responses_store_key_bytes = (size_t)c->responses_store_key_mb << 20,
         .responses_store_max = (int)c->responses_store_max,
         .responses_store_ttl_s = (double)c->responses_store_ttl,
     };
@@ -315,6 +316,7 @@ static sp_status serve_load(const serve_args *a, srv_app *app, serve_state *s) {
         (st = srv_response_store_create(a->http.responses_store_bytes, a->http.responses_store_max,
                                         a->http.responses_store_ttl_s, &app->model.responses)) != SP_OK)
         return st;
+    srv_response_store_set_key_bytes(app->model.responses, a->http.responses_store_key_bytes);
     if ((st = sched_start(app->sched)) != SP_OK) return st;
     sp_log_info("model %s (%s, %d layers, vocab %d) on %s; context %d; KV cache %lld MiB in blocks of %d; batch %d "
                 "sequences / %d tokens, prefill %d tokens per step; queue %d requests / %lld tokens; policy %s",

@@ -141,6 +141,8 @@ const cfg_key cfg__keys[] = {
     /* the other APIs */
     INT("responses_store_mb", "responses-store-mb", responses_store_mb, 0, 1 << 20, false,
         "memory for stored /v1/responses (previous_response_id), 0 = store none", NULL),
+    INT("responses_store_key_mb", "responses-store-key-mb", responses_store_key_mb, 0, 1 << 20, false,
+        "each API key's share of --responses-store-mb: past it a key drops its own oldest, 0 = the whole store", NULL),
     INT("responses_store_max", "responses-store-max", responses_store_max, 1, 1 << 24, false,
         "most stored responses", NULL),
     INT("responses_store_ttl", "responses-store-ttl", responses_store_ttl, 1, 1 << 30, false,

@@ -28,7 +28,7 @@
 /* The file read when --config is not given, if it exists. */
 #define CFG_DEFAULT_PATH "/etc/spindle/spindle.yaml"
 /* How many settings there are (the rows of cfg.c's key table). */
-#define CFG_KEY_COUNT 80
+#define CFG_KEY_COUNT 81
 
 /* The device, the CUDA GEMV mode, the CPU kernel set, the KV cache's element format,
  * the policy, the pooling and the log format: sp_device, sp_cuda_gemv, sp_cpu_isa,
@@ -123,6 +123,8 @@ typedef struct cfg_settings {
     int64_t responses_store_ttl; /* seconds each is kept */
     sp_pooling pooling;          /* /v1/embeddings; NONE: auto */
     bool ui;                     /* the chat page at / */
+    /* each API key's share of the stored /v1/responses; 0: the whole store */
+    int64_t responses_store_key_mb;
     cfg_metrics_names metrics_names;
     /* constrained output: bounds on what one constraint compiles to (grammar.h's gram_limits) */
     int64_t grammar_max_rules;

@@ -92,6 +92,8 @@ typedef struct srv_http_config {
     size_t responses_store_bytes; /* stored /v1/responses; 0: none stored */
     int responses_store_max;      /* and their count */
     double responses_store_ttl_s; /* how long each is kept */
+    /* each API key's share of the stored responses' bytes; 0: the whole store */
+    size_t responses_store_key_bytes;
 } srv_http_config;
 
 typedef struct srv_watch srv_watch;

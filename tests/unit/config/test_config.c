@@ -139,6 +139,7 @@ static const char EVERY_KEY[] = "# every key\n"
                                 "min_p: 0.05\n"
                                 "repeat_penalty: 1.1\n"
                                 "responses_store_mb: 8\n"
+                                "responses_store_key_mb: 2\n"
                                 "responses_store_max: 50\n"
                                 "responses_store_ttl: 60\n"
                                 "pooling: last\n"
@@ -239,6 +240,8 @@ Test(cfg_yaml, reads_every_key) {
     cr_expect_float_eq(s.temperature, 0.7, 1e-12);
     cr_expect_eq(s.top_k, 40);
     cr_expect_eq(s.pooling, SP_POOLING_LAST);
+    cr_expect_eq(s.responses_store_mb, 8);
+    cr_expect_eq(s.responses_store_key_mb, 2);
     cr_expect(!s.ui);
     cr_expect_eq(s.metrics_names, CFG_METRICS_VLLM);
     cr_expect_str_eq(s.chat_template, "/t/chat.jinja");
