@@ -119,6 +119,29 @@ static void render_spec(strbuf *b, const sched_stats *st) {
            (double)st->spec_suffix_bytes);
 }
 
+/* The Responses store (--responses-store-*): what it holds and what it dropped, by why. */
+static void render_responses_store(strbuf *b, const srv_app *app) {
+    srv_store_stats st;
+    srv_response_store_stats(app->model.responses, &st);
+    metric(b, "responses_store_bytes", "gauge",
+           "bytes the stored /v1/responses hold (their JSON text, entries and malloc's overhead), within "
+           "--responses-store-mb",
+           (double)st.bytes);
+    metric(b, "responses_store_entries", "gauge", "stored /v1/responses", (double)st.entries);
+    metric(b, "responses_store_keys", "gauge", "API keys with stored responses", (double)st.keys);
+    metric(b, "responses_store_stored_total", "counter", "responses stored", (double)st.stored);
+    strbuf_printf(b, "# HELP spindle_responses_store_evictions_total stored responses dropped before a DELETE, by "
+                     "reason\n# TYPE spindle_responses_store_evictions_total counter\n");
+    strbuf_printf(b, "spindle_responses_store_evictions_total{reason=\"expired\"} %llu\n",
+                  (unsigned long long)st.expired);
+    strbuf_printf(b, "spindle_responses_store_evictions_total{reason=\"own_key\"} %llu\n",
+                  (unsigned long long)st.evicted_own);
+    strbuf_printf(b, "spindle_responses_store_evictions_total{reason=\"other_key\"} %llu\n",
+                  (unsigned long long)st.evicted_other);
+    metric(b, "responses_store_refused_total", "counter", "responses not stored: larger than a key's share",
+           (double)st.refused);
+}
+
 /* One metric with a value per tier of the prefix cache below the pool. */
 static void metric_by_tier(strbuf *b, const char *name, const char *type, const char *help, int64_t host,
                            int64_t disk) {
@@ -282,6 +305,9 @@ char *srv_metrics_render(const srv_app *app, const sched *s) {
             render_histogram(&b, HISTOGRAMS[i].name, HISTOGRAMS[i].help, &h);
         }
     }
+    int phase = atomic_load(&app->phase);
+    if ((phase == SRV_PHASE_READY || phase == SRV_PHASE_DRAINING) && app->model.responses) /* made before READY */
+        render_responses_store(&b, app);
     render_http_requests(&b);
     metric(&b, "http_idle_connections_closed_total", "counter",
            "idle connections (no request in progress) closed, the oldest first, to admit new ones while "

@@ -1,6 +1,7 @@
 /* test_metrics.c: the server's side of metrics and the access log: HTTP requests
  * counted by endpoint and status (server/http/metrics.c) as /metrics renders them, and the
- * access log line in text and JSON (server/http/access_log.c). The scheduler's histograms
+ * access log line in text and JSON (server/http/access_log.c), the Responses store's
+ * gauges and counters once the model is ready. The scheduler's histograms
  * are tested in tests/unit/scheduler/test_sched_metrics.c and end to end in
  * tests/integration/test_metrics.py. */
 #include <criterion/criterion.h>
@@ -8,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "server/api/api_internal.h"
 #include "server/http/http.h"
 
 static char *render_without_scheduler(void) {
@@ -46,6 +48,35 @@ Test(srv_metrics, endpoint_names_compare_by_text) {
     char *text = render_without_scheduler();
     cr_assert_not_null(strstr(text, "spindle_http_requests_total{endpoint=\"/v1/models\",status=\"200\"} 2\n"));
     free(text);
+}
+
+/* The store's bytes, entries and keys as it counts them, and its evictions by reason. */
+Test(srv_metrics, the_responses_store_when_ready) {
+    static srv_app app;
+    srv_response_store *store = NULL;
+    cr_assert_eq(srv_response_store_create(1 << 20, 2, 60, &store), SP_OK);
+    cr_assert(srv__store_put(store, "resp_a", 1, json_pack("{s:s}", "id", "resp_a"), json_array(), 0));
+    cr_assert(srv__store_put(store, "resp_b", 2, json_pack("{s:s}", "id", "resp_b"), json_array(), 0));
+    cr_assert(srv__store_put(store, "resp_c", 2, json_pack("{s:s}", "id", "resp_c"), json_array(), 0));
+    app.model.responses = store;
+    char *text = srv_metrics_render(&app, NULL); /* loading: none yet */
+    cr_expect_null(strstr(text, "spindle_responses_store"));
+    free(text);
+    atomic_store(&app.phase, SRV_PHASE_READY);
+    text = srv_metrics_render(&app, NULL);
+    srv_store_stats st;
+    srv_response_store_stats(store, &st);
+    char want[128];
+    snprintf(want, sizeof want, "spindle_responses_store_bytes %zu\n", st.bytes);
+    cr_expect_not_null(strstr(text, want), "%s", text);
+    cr_expect_gt(st.bytes, 2 * strlen("{\"id\":\"resp_b\"}[]"));
+    cr_expect_not_null(strstr(text, "spindle_responses_store_entries 2\n"));
+    cr_expect_not_null(strstr(text, "spindle_responses_store_keys 1\n")); /* key 1 gave way to the count bound */
+    cr_expect_not_null(strstr(text, "spindle_responses_store_stored_total 3\n"));
+    cr_expect_not_null(strstr(text, "spindle_responses_store_evictions_total{reason=\"other_key\"} 1\n"));
+    cr_expect_not_null(strstr(text, "spindle_responses_store_evictions_total{reason=\"own_key\"} 0\n"));
+    free(text);
+    srv_response_store_destroy(store);
 }
 
 static srv_access_entry sample_entry(void) {
