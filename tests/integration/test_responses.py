@@ -1,12 +1,15 @@
 """The Responses API (/v1/responses) behind the real binary on the default model, driven by
 the clients that speak it: the openai SDK's responses.create (plain and streamed, with the
 documented event sequence and sequence numbers), previous_response_id over the store with
-GET and DELETE by id (per API key, bounded), function tools through the tool-call machinery,
+GET and DELETE by id (per API key, bounded; one key's flood keeps another's stored
+conversation, and the server's memory for the store stays near --responses-store-mb),
+function tools through the tool-call machinery,
 text.format json_schema through the grammar engine, langchain-openai with
 use_responses_api=True, and the OpenAI Agents SDK with its default (Responses) model: an agent
 that calls a function tool and one with a structured output_type. Bad input is a 400 naming
 the field."""
 import asyncio
+import http.client
 import json
 
 import jsonschema
@@ -207,6 +210,83 @@ def test_the_store_is_bounded_oldest_first(spindle_bin, stories_model):
     try:
         r = s.client().responses.create(model="stories260K", input="Once", max_output_tokens=3)
         assert s.request("GET", f"/v1/responses/{r.id}")[0] == 404  # none kept
+    finally:
+        assert s.stop() == 0
+
+
+# 60 short messages: what made the store hold ~15x its flag when it kept jansson trees
+HEAVY = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"message {i}"} for i in range(60)]
+
+
+class Keyed:
+    """One keep-alive connection speaking for an API key (the flood needs thousands)."""
+
+    def __init__(self, server, key):
+        self.conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+        self.headers = {"Content-Type": "application/json", "Authorization": f"Bearer {key}"}
+
+    def call(self, method, path, body=None):
+        self.conn.request(method, path, json.dumps(body) if body is not None else None, self.headers)
+        r = self.conn.getresponse()
+        return r.status, json.loads(r.read())
+
+    def create(self, **body):
+        status, answer = self.call("POST", "/v1/responses", {"model": "stories260K", "max_output_tokens": 1, **body})
+        assert status == 200, answer
+        return answer
+
+
+def rss_bytes(server):
+    with open(f"/proc/{server.proc.pid}/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:"))
+
+
+def test_a_keys_flood_keeps_anothers_conversation_and_memory_near_the_flag(spindle_bin, stories_model):
+    # the suffix cache (speculation) keeps finished prompts under its own budget, and the
+    # KV pool's pages are touched as blocks are first used: both off or small, so the
+    # growth measured is the store's
+    flag_mb = 2
+    s = Server(spindle_bin, stories_model, "--api-key", "sk-a", "--api-key", "sk-b", "--responses-store-mb",
+               str(flag_mb), "--responses-store-max", "100000", "--speculative", "off", "--kv-cache-mb", "8")
+    try:
+        a, b = Keyed(s, "sk-a"), Keyed(s, "sk-b")
+        kept = b.create(input=[{"role": "user", "content": "Remember the word lighthouse."}])
+        for _ in range(30):  # the allocator's and the threads' first use, before the baseline
+            a.create(input=HEAVY, store=False)
+        before = rss_bytes(s)
+        flood = [a.create(input=HEAVY)["id"] for _ in range(1500)]  # about twice the store, over again
+        grown = rss_bytes(s) - before
+        m = s.metrics()
+        # key A dropped its own oldest; key B's response is there and continues
+        assert m['spindle_responses_store_evictions_total{reason="other_key"}'] == 0
+        assert m['spindle_responses_store_evictions_total{reason="own_key"}'] > 500
+        assert a.call("GET", f"/v1/responses/{flood[0]}")[0] == 404
+        assert a.call("GET", f"/v1/responses/{flood[-1]}")[0] == 200
+        status, got = b.call("GET", f"/v1/responses/{kept['id']}")
+        assert status == 200 and got["id"] == kept["id"]
+        follow = b.create(input="What was the word?", previous_response_id=kept["id"])
+        assert follow["previous_response_id"] == kept["id"]
+        # what the store counts stays within the flag, and so does what the process grew by
+        assert 0 < m["spindle_responses_store_bytes"] <= flag_mb << 20
+        assert m["spindle_responses_store_keys"] == 2
+        assert grown <= 2 * (flag_mb << 20), f"RSS grew {grown / 2**20:.1f} MiB for a {flag_mb} MiB store"
+    finally:
+        assert s.stop() == 0
+
+
+def test_a_key_past_its_share_drops_its_own_oldest(spindle_bin, stories_model):
+    s = Server(spindle_bin, stories_model, "--api-key", "sk-a", "--api-key", "sk-b", "--responses-store-mb", "2",
+               "--responses-store-key-mb", "1", "--speculative", "off")
+    try:
+        a, b = Keyed(s, "sk-a"), Keyed(s, "sk-b")
+        first_b = b.create(input=HEAVY)["id"]
+        flood = [a.create(input=HEAVY)["id"] for _ in range(500)]  # past a 1 MiB share
+        m = s.metrics()
+        assert m["spindle_responses_store_bytes"] <= 2 << 20
+        assert m['spindle_responses_store_evictions_total{reason="other_key"}'] == 0
+        assert a.call("GET", f"/v1/responses/{flood[0]}")[0] == 404
+        assert b.call("GET", f"/v1/responses/{first_b}")[0] == 200
+        assert a.call("GET", f"/v1/responses/{first_b}")[0] == 404  # still B's alone
     finally:
         assert s.stop() == 0
 
