@@ -11,6 +11,7 @@ the field."""
 import asyncio
 import http.client
 import json
+import os
 
 import jsonschema
 import openai
@@ -269,7 +270,8 @@ def test_a_keys_flood_keeps_anothers_conversation_and_memory_near_the_flag(spind
         # what the store counts stays within the flag, and so does what the process grew by
         assert 0 < m["spindle_responses_store_bytes"] <= flag_mb << 20
         assert m["spindle_responses_store_keys"] == 2
-        assert grown <= 2 * (flag_mb << 20), f"RSS grew {grown / 2**20:.1f} MiB for a {flag_mb} MiB store"
+        if not os.environ.get("SPINDLE_SANITIZED"):  # ASan's quarantine keeps what is freed
+            assert grown <= 2 * (flag_mb << 20), f"RSS grew {grown / 2**20:.1f} MiB for a {flag_mb} MiB store"
     finally:
         assert s.stop() == 0
 
