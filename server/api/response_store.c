@@ -157,6 +157,11 @@ static void entry_remove(srv_response_store *s, store_entry *e) {
     free(e);
 }
 
+/* What t holds, in bytes or (by_count) entries. */
+static size_t held_by(const store_tenant *t, bool by_count) {
+    return by_count ? (size_t)t->count : t->bytes;
+}
+
 /* The key holding the most bytes (by_count: entries), of equals the one with the oldest
  * entry; NULL when none holds any. */
 static store_tenant *largest_tenant(srv_response_store *s, bool by_count) {
@@ -164,9 +169,7 @@ static store_tenant *largest_tenant(srv_response_store *s, bool by_count) {
     for (size_t b = 0; b < TENANT_BUCKETS; b++)
         for (store_tenant *t = s->tenant_buckets[b]; t; t = t->next_in_bucket) {
             if (!t->oldest) continue;
-            size_t mine = by_count ? (size_t)t->count : t->bytes, most = !best      ? 0
-                                                                         : by_count ? (size_t)best->count
-                                                                                    : best->bytes;
+            size_t mine = held_by(t, by_count), most = best ? held_by(best, by_count) : 0;
             if (!best || mine > most || (mine == most && t->oldest->seq < best->oldest->seq)) best = t;
         }
     return best;
