@@ -100,6 +100,7 @@ static void serve_args_fill(serve_args *a) {
     a->sched.kv_cache_mb = c->kv_cache_mb;
     a->sched.gpu_memory_fraction = c->gpu_memory_fraction;
     a->sched.prefix_cache = c->prefix_cache;
+    a->sched.prefix_cache_per_tenant = c->prefix_cache_scope == CFG_PREFIX_CACHE_KEY;
     a->sched.kv_host_mb = c->kv_host_mb;
     a->sched.kv_disk_dir = c->kv_disk_dir;
     a->sched.kv_disk_gb = c->kv_disk_gb;

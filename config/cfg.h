@@ -28,7 +28,7 @@
 /* The file read when --config is not given, if it exists. */
 #define CFG_DEFAULT_PATH "/etc/spindle/spindle.yaml"
 /* How many settings there are (the rows of cfg.c's key table). */
-#define CFG_KEY_COUNT 80
+#define CFG_KEY_COUNT 81
 
 /* The device, the CUDA GEMV mode, the CPU kernel set, the KV cache's element format,
  * the policy, the pooling and the log format: sp_device, sp_cuda_gemv, sp_cpu_isa,
@@ -37,6 +37,8 @@
 
 typedef enum cfg_json_whitespace { CFG_JSON_COMPACT, CFG_JSON_FLEXIBLE } cfg_json_whitespace;
 typedef enum cfg_metrics_names { CFG_METRICS_SPINDLE, CFG_METRICS_VLLM } cfg_metrics_names;
+/* Who shares prefix cache blocks: every request (global), or only requests of one API key. */
+typedef enum cfg_prefix_cache_scope { CFG_PREFIX_CACHE_GLOBAL, CFG_PREFIX_CACHE_KEY } cfg_prefix_cache_scope;
 
 /* A list setting (api_keys, cors_origins): n strings, each owned by the list. */
 typedef struct cfg_list {
@@ -89,12 +91,13 @@ typedef struct cfg_settings {
     sp_policy policy;
     double ttft_slo_ms; /* latency targets of requests that give none; 0: none */
     double tpot_slo_ms;
-    double request_timeout; /* seconds; 0: none */
-    bool prefix_cache;      /* share computed KV blocks of equal prefixes */
-    int64_t kv_host_mb;     /* the prefix cache's host-memory tier; 0: none */
-    char *kv_disk_dir;      /* its disk tier's directory; NULL: none */
-    double kv_disk_gb;      /* the disk tier's budget */
-    bool kv_disk_persist;   /* the disk tier survives restarts */
+    double request_timeout;                    /* seconds; 0: none */
+    bool prefix_cache;                         /* share computed KV blocks of equal prefixes */
+    cfg_prefix_cache_scope prefix_cache_scope; /* between every request, or within an API key */
+    int64_t kv_host_mb;                        /* the prefix cache's host-memory tier; 0: none */
+    char *kv_disk_dir;                         /* its disk tier's directory; NULL: none */
+    double kv_disk_gb;                         /* the disk tier's budget */
+    bool kv_disk_persist;                      /* the disk tier survives restarts */
     /* speculative decoding */
     char *speculative;         /* off, auto, or a comma list of proposers (cfg_speculative) */
     int64_t spec_k;            /* most draft tokens per sequence and step */
