@@ -410,6 +410,9 @@ int cmd_serve(int argc, char **argv) {
     pthread_sigmask(SIG_BLOCK, &signals, NULL);
     signal(SIGPIPE, SIG_IGN);
     raise_fd_limit(a.http.max_connections);
+    if (a.sched.prefix_cache_per_tenant && a.http.n_api_keys == 0 && !a.http.api_key_file)
+        sp_log_warn("--prefix-cache-scope key without API keys: every request is one tenant, so the prefix cache "
+                    "is shared as with global (a request's cache_salt still scopes it)");
 
     srv_app app = {.http = a.http};
     /* writers first: a steady flow of submits must not hold off the shutdown */
