@@ -165,12 +165,13 @@ sp_status kv_blocks_init(kv_blocks *kb, int32_t n_blocks, int block_size, bool p
     kb->registered = calloc(n, sizeof(bool));
     kb->hash = calloc(n, sizeof(uint64_t));
     kb->parent_hash = calloc(n, sizeof(uint64_t));
+    kb->root = calloc(n, sizeof(uint64_t));
     kb->parent = malloc(sizeof(int32_t) * n);
     kb->tokens = prefix_cache ? malloc(sizeof(int32_t) * n * (size_t)block_size) : NULL;
     kb->lru_prev = malloc(sizeof(int32_t) * n);
     kb->lru_next = malloc(sizeof(int32_t) * n);
     kb->map = malloc(sizeof(int32_t) * map_cap);
-    if (!kb->free_ids || !kb->ref || !kb->registered || !kb->hash || !kb->parent_hash || !kb->parent ||
+    if (!kb->free_ids || !kb->ref || !kb->registered || !kb->hash || !kb->parent_hash || !kb->root || !kb->parent ||
         (prefix_cache && !kb->tokens) || !kb->lru_prev || !kb->lru_next || !kb->map) {
         kv_blocks_free(kb);
         return sp_fail(SP_ERR_NOMEM, "KV block manager: out of memory for %d blocks", n_blocks);
@@ -195,6 +196,7 @@ void kv_blocks_free(kv_blocks *kb) {
     free(kb->registered);
     free(kb->hash);
     free(kb->parent_hash);
+    free(kb->root);
     free(kb->parent);
     free(kb->tokens);
     free(kb->lru_prev);
@@ -337,6 +339,7 @@ void kv_prefix_register(kv_blocks *kb, kv_seq *seq, const int32_t *tokens, int32
                 kb->registered[id] = true;
                 kb->hash[id] = h;
                 kb->parent_hash[id] = parent_hash;
+                kb->root[id] = seq->root;
                 kb->parent[id] = parent;
                 memcpy(kb->tokens + (size_t)id * (size_t)kb->block_size, block_tokens,
                        sizeof(int32_t) * (size_t)kb->block_size);

@@ -125,7 +125,7 @@ typedef struct kv_seq {
 
 /* Called when a registered block is evicted, before its id is reused: the tiered prefix
  * cache (scheduler/kv_tiers.c) keeps a copy of its K/V under its chain hash, its parent's chain
- * hash and its tokens. */
+ * hash and its tokens. The block's fields (root[id] among them) are still valid during the call. */
 typedef void (*kv_evict_fn)(void *arg, int32_t id, uint64_t hash, uint64_t parent_hash, const int32_t *tokens);
 
 /* The pool of block ids, with the prefix cache (kv_blocks.c has the design). Scheduler
@@ -141,6 +141,8 @@ typedef struct kv_blocks {
     bool *registered;             /* in the cache: its hash, parent and tokens are valid */
     uint64_t *hash;               /* chain hash of its tokens and every token before them */
     uint64_t *parent_hash;        /* the chain hash of the block before it (the first: its chain's root) */
+    uint64_t *root;               /* its chain's root (KV_CHAIN_ROOT or a salted one): the scope it is shared in,
+                                     for an eviction hook or an event to name */
     int32_t *parent;              /* the registered block before it in its chain; -1: the first */
     int32_t *tokens;              /* (n_total, B) its tokens */
     int32_t *lru_prev, *lru_next; /* cached blocks no sequence holds, oldest first */

@@ -153,6 +153,7 @@ Test(kv_prefix, a_salted_chain_is_found_only_with_its_salt) {
     cr_assert_eq(kv_blocks_cached(&kb), 3);
     cr_assert_eq(kb.parent_hash[a.ids[0]], salt_a, "a first block's parent hash is its chain's root");
     cr_assert_eq(kb.parent_hash[a.ids[1]], kb.hash[a.ids[0]]);
+    for (int i = 0; i < 3; i++) cr_assert_eq(kb.root[a.ids[i]], salt_a, "block %d knows its chain's root", i);
     kv_blocks_release(&kb, &a);
 
     int32_t ids[8], unheld;
