@@ -192,9 +192,9 @@ const cfg_key cfg__keys[] = {
 _Static_assert(sizeof(sp_device) == sizeof(int) && sizeof(sp_cuda_gemv) == sizeof(int) &&
                    sizeof(sp_cpu_isa) == sizeof(int) && sizeof(sp_policy) == sizeof(int) &&
                    sizeof(sp_kv_type) == sizeof(int) && sizeof(sp_log_format) == sizeof(int) &&
-                   sizeof(cfg_metrics_names) == sizeof(int) && sizeof(cfg_prefix_cache_scope) == sizeof(int) &&
-                   sizeof(sp_pooling) == sizeof(int),
+                   sizeof(cfg_metrics_names) == sizeof(int) && sizeof(sp_pooling) == sizeof(int),
                "enum settings are set through an int");
+_Static_assert(sizeof(cfg_prefix_cache_scope) == sizeof(int), "enum settings are set through an int");
 
 void cfg_settings_init(cfg_settings *s) {
     *s = (cfg_settings){

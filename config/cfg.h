@@ -91,13 +91,14 @@ typedef struct cfg_settings {
     sp_policy policy;
     double ttft_slo_ms; /* latency targets of requests that give none; 0: none */
     double tpot_slo_ms;
-    double request_timeout;                    /* seconds; 0: none */
-    bool prefix_cache;                         /* share computed KV blocks of equal prefixes */
-    cfg_prefix_cache_scope prefix_cache_scope; /* between every request, or within an API key */
-    int64_t kv_host_mb;                        /* the prefix cache's host-memory tier; 0: none */
-    char *kv_disk_dir;                         /* its disk tier's directory; NULL: none */
-    double kv_disk_gb;                         /* the disk tier's budget */
-    bool kv_disk_persist;                      /* the disk tier survives restarts */
+    double request_timeout; /* seconds; 0: none */
+    bool prefix_cache;      /* share computed KV blocks of equal prefixes */
+    int64_t kv_host_mb;     /* the prefix cache's host-memory tier; 0: none */
+    char *kv_disk_dir;      /* its disk tier's directory; NULL: none */
+    double kv_disk_gb;      /* the disk tier's budget */
+    bool kv_disk_persist;   /* the disk tier survives restarts */
+    /* who shares the prefix cache: every request, or the requests of one API key */
+    cfg_prefix_cache_scope prefix_cache_scope;
     /* speculative decoding */
     char *speculative;         /* off, auto, or a comma list of proposers (cfg_speculative) */
     int64_t spec_k;            /* most draft tokens per sequence and step */

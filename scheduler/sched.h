@@ -41,23 +41,23 @@ typedef struct sched_request sched_request;
 /* Every knob of the scheduler; sched_config_default() suits the default model on a
  * small CPU machine. */
 typedef struct sched_config {
-    int64_t kv_cache_mb;          /* KV pool budget in MiB (devices without memory of their own: the CPU) */
-    double gpu_memory_fraction;   /* on a GPU: the KV pool takes this fraction of the memory free after load */
-    int block_size;               /* tokens per KV block */
-    int max_batch_size;           /* sequences running at once (rows of a decode step) */
-    int max_batch_tokens;         /* tokens in one device step */
-    int max_prefill_tokens;       /* prompt tokens prefilled per tick, shared by prefilling sequences */
-    int queue_max_requests;       /* requests accepted but not yet running */
-    int64_t queue_max_tokens;     /* their prompt tokens */
-    sp_policy policy;             /* admission and preemption order */
-    double ttft_slo_ms;           /* time-to-first-token target of every request (0: none); goodput counts it */
-    double tpot_slo_ms;           /* mean time-per-output-token target (0: none) */
-    double request_timeout_s;     /* default deadline from arrival; 0 = none */
-    int32_t max_seq_len;          /* context limit of one sequence (prompt + generated) */
-    double kv_watermark;          /* fraction of blocks kept free at admission for growth */
-    bool prefix_cache;            /* share computed full KV blocks between requests with the same prefix */
-    bool prefix_cache_per_tenant; /* --prefix-cache-scope key: a tenant's prefixes are shared only within it */
-    sp_kv_type kv_type;           /* the pool's element format; the draft model's stays F16 */
+    int64_t kv_cache_mb;        /* KV pool budget in MiB (devices without memory of their own: the CPU) */
+    double gpu_memory_fraction; /* on a GPU: the KV pool takes this fraction of the memory free after load */
+    int block_size;             /* tokens per KV block */
+    int max_batch_size;         /* sequences running at once (rows of a decode step) */
+    int max_batch_tokens;       /* tokens in one device step */
+    int max_prefill_tokens;     /* prompt tokens prefilled per tick, shared by prefilling sequences */
+    int queue_max_requests;     /* requests accepted but not yet running */
+    int64_t queue_max_tokens;   /* their prompt tokens */
+    sp_policy policy;           /* admission and preemption order */
+    double ttft_slo_ms;         /* time-to-first-token target of every request (0: none); goodput counts it */
+    double tpot_slo_ms;         /* mean time-per-output-token target (0: none) */
+    double request_timeout_s;   /* default deadline from arrival; 0 = none */
+    int32_t max_seq_len;        /* context limit of one sequence (prompt + generated) */
+    double kv_watermark;        /* fraction of blocks kept free at admission for growth */
+    bool prefix_cache;          /* share computed full KV blocks between requests with the same prefix */
+    bool prefix_cache_keyed;    /* --prefix-cache-scope key: a tenant's prefixes are shared only within it */
+    sp_kv_type kv_type;         /* the pool's element format; the draft model's stays F16 */
     /* the prefix cache's lower tiers (kv_tiers.c): blocks the pool evicts wait there */
     int64_t kv_host_mb;      /* host-memory tier in MiB; 0: none */
     const char *kv_disk_dir; /* disk tier's directory (borrowed until sched_destroy); NULL: none */
@@ -127,7 +127,7 @@ typedef struct sched_request_params {
     gram_grammar *grammar;  /* NULL: none; else every token is one the grammar allows, and the request ends
                                when the grammar is complete (sched_request_create takes a reference) */
     uint64_t tenant;        /* who may share its text in the suffix cache (an API key's hash; 0: none) and, with
-                               prefix_cache_per_tenant, its prefix cache blocks */
+                               prefix_cache_keyed, its prefix cache blocks */
     /* vLLM's cache_salt (NULL or cache_salt_len 0: none; hashed by sched_request_create, not kept): the
      * request shares prefix cache blocks and suffix cache text only with requests of the same salt (and
      * tenant, where the tenant scopes them) */
@@ -135,12 +135,8 @@ typedef struct sched_request_params {
     size_t cache_salt_len;
 } sched_request_params;
 
-enum {
-    SCHED_MAX_STOP = 16,
-    SCHED_MAX_STOP_BYTES = 256,
-    SCHED_MAX_TOP_LOGPROBS = 20,
-    SCHED_MAX_CACHE_SALT_BYTES = 1024
-};
+enum { SCHED_MAX_STOP = 16, SCHED_MAX_STOP_BYTES = 256, SCHED_MAX_TOP_LOGPROBS = 20 };
+enum { SCHED_MAX_CACHE_SALT_BYTES = 1024 }; /* params.cache_salt's longest */
 
 typedef enum sched_finish {
     SCHED_FINISH_NONE,      /* still running */

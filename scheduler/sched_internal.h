@@ -135,7 +135,7 @@ struct sched_request {
  * on the submitting thread, once the request passed validation). */
 sp_status sched__request_prepare(sched_request *r, int block_size);
 /* The chain root of r's prefix cache blocks (its kv.root): its cache_salt's root, with
- * per_tenant (prefix_cache_per_tenant) mixed with its tenant when it has one. */
+ * per_tenant (prefix_cache_keyed) mixed with its tenant when it has one. */
 uint64_t sched__request_root(const sched_request *r, bool per_tenant);
 
 /* Makes room for n more bytes of text (NUL included); call with the lock held. */
