@@ -101,6 +101,7 @@ static void serve_args_fill(serve_args *a) {
     a->sched.kv_cache_mb = c->kv_cache_mb;
     a->sched.gpu_memory_fraction = c->gpu_memory_fraction;
     a->sched.prefix_cache = c->prefix_cache;
+    a->sched.prefix_cache_keyed = c->prefix_cache_scope == CFG_PREFIX_CACHE_KEY;
     a->sched.kv_host_mb = c->kv_host_mb;
     a->sched.kv_disk_dir = c->kv_disk_dir;
     a->sched.kv_disk_gb = c->kv_disk_gb;
@@ -411,6 +412,9 @@ int cmd_serve(int argc, char **argv) {
     pthread_sigmask(SIG_BLOCK, &signals, NULL);
     signal(SIGPIPE, SIG_IGN);
     raise_fd_limit(a.http.max_connections);
+    if (a.sched.prefix_cache_keyed && a.http.n_api_keys == 0 && !a.http.api_key_file)
+        sp_log_warn("--prefix-cache-scope key without API keys: every request is one tenant, so the prefix cache "
+                    "is shared as with global (a request's cache_salt still scopes it)");
 
     srv_app app = {.http = a.http};
     /* writers first: a steady flow of submits must not hold off the shutdown */

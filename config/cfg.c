@@ -17,6 +17,7 @@
 
 static const char *const JSON_WHITESPACE[] = {"compact", "flexible", NULL};
 static const char *const METRICS_NAMES[] = {"spindle", "vllm", NULL};
+static const char *const PREFIX_CACHE_SCOPES[] = {"global", "key", NULL};
 
 /* clang-format off */
 #define STR(n, f, field, opt, a, h, u)     {n, f, CFG_T_STRING, OFF(field), 0, 0, opt, NULL, a, h, u}
@@ -89,6 +90,9 @@ const cfg_key cfg__keys[] = {
         "time-per-output-token target of requests that give none (tpot_slo_ms), 0 = none"),
     FLT("request_timeout", "request-timeout", request_timeout, 0, 1e7, "S", "seconds a request may take, 0 = none"),
     BOOL("prefix_cache", "prefix-cache", prefix_cache, "reuse the KV of prompt prefixes computed before"),
+    ENUM("prefix_cache_scope", "prefix-cache-scope", prefix_cache_scope, PREFIX_CACHE_SCOPES,
+         "who shares cached prefixes: every request (global), or only requests of the same API key (key: no key "
+         "learns from cached_tokens or timing what another's prompts start with)"),
     INT("kv_host_mb", "kv-host-mb", kv_host_mb, 0, 1 << 24, false,
         "the prefix cache's host-memory tier in MiB: KV blocks the pool evicts wait there to be reloaded instead of "
         "recomputed, 0 = none", NULL),
@@ -192,6 +196,7 @@ _Static_assert(sizeof(sp_device) == sizeof(int) && sizeof(sp_cuda_gemv) == sizeo
                    sizeof(sp_kv_type) == sizeof(int) && sizeof(sp_log_format) == sizeof(int) &&
                    sizeof(cfg_metrics_names) == sizeof(int) && sizeof(sp_pooling) == sizeof(int),
                "enum settings are set through an int");
+_Static_assert(sizeof(cfg_prefix_cache_scope) == sizeof(int), "enum settings are set through an int");
 
 void cfg_settings_init(cfg_settings *s) {
     *s = (cfg_settings){

@@ -28,7 +28,7 @@
 /* The file read when --config is not given, if it exists. */
 #define CFG_DEFAULT_PATH "/etc/spindle/spindle.yaml"
 /* How many settings there are (the rows of cfg.c's key table). */
-#define CFG_KEY_COUNT 81
+#define CFG_KEY_COUNT 82
 
 /* The device, the CUDA GEMV mode, the CPU kernel set, the KV cache's element format,
  * the policy, the pooling and the log format: sp_device, sp_cuda_gemv, sp_cpu_isa,
@@ -37,6 +37,8 @@
 
 typedef enum cfg_json_whitespace { CFG_JSON_COMPACT, CFG_JSON_FLEXIBLE } cfg_json_whitespace;
 typedef enum cfg_metrics_names { CFG_METRICS_SPINDLE, CFG_METRICS_VLLM } cfg_metrics_names;
+/* Who shares prefix cache blocks: every request (global), or only requests of one API key. */
+typedef enum cfg_prefix_cache_scope { CFG_PREFIX_CACHE_GLOBAL, CFG_PREFIX_CACHE_KEY } cfg_prefix_cache_scope;
 
 /* A list setting (api_keys, cors_origins): n strings, each owned by the list. */
 typedef struct cfg_list {
@@ -95,6 +97,8 @@ typedef struct cfg_settings {
     char *kv_disk_dir;      /* its disk tier's directory; NULL: none */
     double kv_disk_gb;      /* the disk tier's budget */
     bool kv_disk_persist;   /* the disk tier survives restarts */
+    /* who shares the prefix cache: every request, or the requests of one API key */
+    cfg_prefix_cache_scope prefix_cache_scope;
     /* speculative decoding */
     char *speculative;         /* off, auto, or a comma list of proposers (cfg_speculative) */
     int64_t spec_k;            /* most draft tokens per sequence and step */

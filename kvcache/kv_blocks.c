@@ -17,6 +17,12 @@
  * it) is registered once: the second switches to the cached block and frees its own
  * copy, so every registered block's parent is the registered block before it.
  *
+ * Salts. A chain starts from a root: KV_CHAIN_ROOT, or a salted root (kv_chain_root of
+ * a tenant's or a request's cache salt, the sequence's kv_seq.root). The first block's
+ * hash mixes the root in and its parent_hash is the root, so every block of a salted
+ * chain differs from the unsalted one's, and a lookup (which checks the parent hash too)
+ * finds only blocks of its own root: the prefix cache is no oracle across salts.
+ *
  * When no sequence holds a registered block any more it stays findable, on an LRU
  * list; new blocks come from the free stack first, then from the LRU list's oldest
  * end (evicted: unregistered). A sequence releases its last block first, so a chain's
@@ -52,18 +58,39 @@ uint64_t kv_chain_hash(uint64_t parent, const int32_t *tokens, int block_size) {
     return h;
 }
 
+uint64_t kv_chain_root(const void *salt, size_t len) {
+    if (len == 0) return KV_CHAIN_ROOT;
+    /* FNV-1a from a seed of its own (so no salt's root is a plain chain hash's
+     * starting state), over the length and the bytes, then the finalizer */
+    uint64_t h = 0x6c62272e07bb0142ULL;
+    for (int b = 0; b < 8; b++) {
+        h ^= ((uint64_t)len >> (8 * b)) & 0xFFu;
+        h *= 0x100000001b3ULL;
+    }
+    const unsigned char *p = salt;
+    for (size_t i = 0; i < len; i++) {
+        h ^= p[i];
+        h *= 0x100000001b3ULL;
+    }
+    h ^= h >> 33;
+    h *= 0xc4ceb9fe1a85ec53ULL;
+    h ^= h >> 33;
+    return h == KV_CHAIN_ROOT ? h ^ 1 : h;
+}
+
 /* ---- the map: hash -> registered block ---- */
 
 static uint32_t map_slot(const kv_blocks *kb, uint64_t h) {
     return (uint32_t)(h ^ (h >> 32)) & kb->map_mask;
 }
 
-/* The registered block with hash h, tokens and parent; -1 when none. */
-static int32_t map_find(const kv_blocks *kb, uint64_t h, const int32_t *tokens, int32_t parent) {
+/* The registered block with hash h, tokens, parent and parent hash (a first block's: its
+ * chain's root, so that salted and unsalted chains never meet); -1 when none. */
+static int32_t map_find(const kv_blocks *kb, uint64_t h, const int32_t *tokens, int32_t parent, uint64_t parent_hash) {
     for (uint32_t i = map_slot(kb, h);; i = (i + 1) & kb->map_mask) {
         int32_t id = kb->map[i];
         if (id < 0) return -1;
-        if (kb->hash[id] == h && kb->parent[id] == parent &&
+        if (kb->hash[id] == h && kb->parent[id] == parent && kb->parent_hash[id] == parent_hash &&
             memcmp(kb->tokens + (size_t)id * (size_t)kb->block_size, tokens,
                    sizeof(int32_t) * (size_t)kb->block_size) == 0)
             return id;
@@ -138,12 +165,13 @@ sp_status kv_blocks_init(kv_blocks *kb, int32_t n_blocks, int block_size, bool p
     kb->registered = calloc(n, sizeof(bool));
     kb->hash = calloc(n, sizeof(uint64_t));
     kb->parent_hash = calloc(n, sizeof(uint64_t));
+    kb->root = calloc(n, sizeof(uint64_t));
     kb->parent = malloc(sizeof(int32_t) * n);
     kb->tokens = prefix_cache ? malloc(sizeof(int32_t) * n * (size_t)block_size) : NULL;
     kb->lru_prev = malloc(sizeof(int32_t) * n);
     kb->lru_next = malloc(sizeof(int32_t) * n);
     kb->map = malloc(sizeof(int32_t) * map_cap);
-    if (!kb->free_ids || !kb->ref || !kb->registered || !kb->hash || !kb->parent_hash || !kb->parent ||
+    if (!kb->free_ids || !kb->ref || !kb->registered || !kb->hash || !kb->parent_hash || !kb->root || !kb->parent ||
         (prefix_cache && !kb->tokens) || !kb->lru_prev || !kb->lru_next || !kb->map) {
         kv_blocks_free(kb);
         return sp_fail(SP_ERR_NOMEM, "KV block manager: out of memory for %d blocks", n_blocks);
@@ -168,6 +196,7 @@ void kv_blocks_free(kv_blocks *kb) {
     free(kb->registered);
     free(kb->hash);
     free(kb->parent_hash);
+    free(kb->root);
     free(kb->parent);
     free(kb->tokens);
     free(kb->lru_prev);
@@ -252,15 +281,17 @@ int32_t kv_blocks_for_tokens(int64_t n_tokens, int block_size) {
 
 /* ---- the prefix cache ---- */
 
-int32_t kv_prefix_match(const kv_blocks *kb, const int32_t *tokens, int32_t max_blocks, int32_t *ids, int32_t *unheld) {
+int32_t kv_prefix_match(const kv_blocks *kb, uint64_t root, const int32_t *tokens, int32_t max_blocks, int32_t *ids,
+                        int32_t *unheld) {
     *unheld = 0;
     if (!kb->caching) return 0;
-    uint64_t h = KV_CHAIN_ROOT;
+    uint64_t h = root;
     int32_t parent = -1, n = 0;
     for (; n < max_blocks; n++) {
         const int32_t *block_tokens = tokens + (size_t)n * (size_t)kb->block_size;
-        h = kv_chain_hash(h, block_tokens, kb->block_size);
-        int32_t id = map_find(kb, h, block_tokens, parent);
+        uint64_t parent_hash = h;
+        h = kv_chain_hash(parent_hash, block_tokens, kb->block_size);
+        int32_t id = map_find(kb, h, block_tokens, parent, parent_hash);
         if (id < 0) break;
         ids[n] = id;
         if (kb->ref[id] == 0) (*unheld)++;
@@ -271,7 +302,7 @@ int32_t kv_prefix_match(const kv_blocks *kb, const int32_t *tokens, int32_t max_
 
 void kv_prefix_take(kv_blocks *kb, kv_seq *seq, const int32_t *ids, int32_t n, const int32_t *tokens) {
     SP_ASSERT(seq->n == 0 && n <= seq->cap);
-    uint64_t h = KV_CHAIN_ROOT;
+    uint64_t h = seq->root;
     for (int32_t i = 0; i < n; i++) {
         int32_t id = ids[i];
         SP_ASSERT(kb->registered[id]);
@@ -290,10 +321,11 @@ void kv_prefix_register(kv_blocks *kb, kv_seq *seq, const int32_t *tokens, int32
     if (full > seq->n) full = seq->n;
     for (int32_t b = seq->n_hashed; b < full; b++) {
         const int32_t *block_tokens = tokens + (size_t)b * (size_t)kb->block_size;
-        uint64_t h = kv_chain_hash(b == 0 ? KV_CHAIN_ROOT : seq->last_hash, block_tokens, kb->block_size);
+        uint64_t parent_hash = b == 0 ? seq->root : seq->last_hash;
+        uint64_t h = kv_chain_hash(parent_hash, block_tokens, kb->block_size);
         int32_t id = seq->ids[b], parent = b == 0 ? -1 : seq->ids[b - 1];
         if (!kb->registered[id]) {
-            int32_t found = map_find(kb, h, block_tokens, parent);
+            int32_t found = map_find(kb, h, block_tokens, parent, parent_hash);
             if (found >= 0) {
                 /* another sequence computed the same block at the same time: share the
                  * cached one and free this copy, so the chain stays one chain (a later
@@ -306,7 +338,8 @@ void kv_prefix_register(kv_blocks *kb, kv_seq *seq, const int32_t *tokens, int32
             } else {
                 kb->registered[id] = true;
                 kb->hash[id] = h;
-                kb->parent_hash[id] = b == 0 ? KV_CHAIN_ROOT : seq->last_hash;
+                kb->parent_hash[id] = parent_hash;
+                kb->root[id] = seq->root;
                 kb->parent[id] = parent;
                 memcpy(kb->tokens + (size_t)id * (size_t)kb->block_size, block_tokens,
                        sizeof(int32_t) * (size_t)kb->block_size);
@@ -328,6 +361,7 @@ sp_status kv_seq_init(kv_seq *seq, int32_t cap) {
     seq->cap = cap;
     seq->n_hashed = 0;
     seq->last_hash = 0;
+    seq->root = KV_CHAIN_ROOT;
     return SP_OK;
 }
 

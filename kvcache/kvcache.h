@@ -118,11 +118,14 @@ typedef struct kv_seq {
     int32_t cap;        /* the most blocks this sequence can ever need */
     int32_t n_hashed;   /* prefix cache: leading blocks whose chain hash is known */
     uint64_t last_hash; /* the chain hash of block n_hashed - 1 */
+    uint64_t root;      /* the chain hash of its first block's parent: KV_CHAIN_ROOT, or a salted root
+                           (kv_chain_root) that only sequences of the same salt share; kv_seq_init sets
+                           KV_CHAIN_ROOT, its owner may set another before its first block is matched */
 } kv_seq;
 
 /* Called when a registered block is evicted, before its id is reused: the tiered prefix
  * cache (scheduler/kv_tiers.c) keeps a copy of its K/V under its chain hash, its parent's chain
- * hash and its tokens. */
+ * hash and its tokens. The block's fields (root[id] among them) are still valid during the call. */
 typedef void (*kv_evict_fn)(void *arg, int32_t id, uint64_t hash, uint64_t parent_hash, const int32_t *tokens);
 
 /* The pool of block ids, with the prefix cache (kv_blocks.c has the design). Scheduler
@@ -137,7 +140,9 @@ typedef struct kv_blocks {
     int32_t *ref;                 /* sequences holding it */
     bool *registered;             /* in the cache: its hash, parent and tokens are valid */
     uint64_t *hash;               /* chain hash of its tokens and every token before them */
-    uint64_t *parent_hash;        /* the chain hash of the block before it (KV_CHAIN_ROOT: the first) */
+    uint64_t *parent_hash;        /* the chain hash of the block before it (the first: its chain's root) */
+    uint64_t *root;               /* its chain's root (KV_CHAIN_ROOT or a salted one): the scope it is shared in,
+                                     for an eviction hook or an event to name */
     int32_t *parent;              /* the registered block before it in its chain; -1: the first */
     int32_t *tokens;              /* (n_total, B) its tokens */
     int32_t *lru_prev, *lru_next; /* cached blocks no sequence holds, oldest first */
@@ -151,8 +156,15 @@ typedef struct kv_blocks {
     void *evict_arg;
 } kv_blocks;
 
-/* The chain hash of a first block's parent. */
+/* The chain hash of an unsalted first block's parent. */
 #define KV_CHAIN_ROOT 0x9e3779b97f4a7c15ULL
+/* The chain root of a salt (a tenant's or a request's cache salt): KV_CHAIN_ROOT when len
+ * is 0, else a 64-bit hash of the salt's bytes that is never KV_CHAIN_ROOT. A chain
+ * starting at a salted root differs from the first block on, so its blocks (in the pool
+ * and in the tiers, whose lookups match the parent hash exactly) are found only by
+ * sequences of the same root: the root is the first block's parent_hash wherever a
+ * block's parent is known (the eviction hook, the tiers, their disk files). */
+uint64_t kv_chain_root(const void *salt, size_t len);
 /* The chain hash of a block of tokens (block_size of them) after a block of chain hash
  * parent. */
 uint64_t kv_chain_hash(uint64_t parent, const int32_t *tokens, int block_size);
@@ -174,14 +186,18 @@ int32_t kv_blocks_cached(const kv_blocks *kb);
 /* Blocks that hold n_tokens positions. */
 int32_t kv_blocks_for_tokens(int64_t n_tokens, int block_size);
 
-/* Prefix cache: the longest run of cached blocks holding tokens[0 .. n*B), at most
- * max_blocks of them, into ids (cap max_blocks); *unheld: how many of them no sequence
- * holds now (taking those lowers kv_blocks_available). Takes nothing. */
-int32_t kv_prefix_match(const kv_blocks *kb, const int32_t *tokens, int32_t max_blocks, int32_t *ids, int32_t *unheld);
-/* Makes seq (owning no blocks yet) share the n matched blocks of kv_prefix_match. */
+/* Prefix cache: the longest run of cached blocks of the chain from root (a sequence's
+ * kv_seq.root) holding tokens[0 .. n*B), at most max_blocks of them, into ids (cap
+ * max_blocks); *unheld: how many of them no sequence holds now (taking those lowers
+ * kv_blocks_available). Takes nothing. */
+int32_t kv_prefix_match(const kv_blocks *kb, uint64_t root, const int32_t *tokens, int32_t max_blocks, int32_t *ids,
+                        int32_t *unheld);
+/* Makes seq (owning no blocks yet) share the n matched blocks of kv_prefix_match (made
+ * with seq->root). */
 void kv_prefix_take(kv_blocks *kb, kv_seq *seq, const int32_t *ids, int32_t n, const int32_t *tokens);
 /* Registers seq's full blocks among its first n_computed positions (tokens[]) in the
- * cache, so later sequences with the same prefix find them. */
+ * cache under the chain from seq->root, so later sequences with the same prefix (and
+ * root) find them. */
 void kv_prefix_register(kv_blocks *kb, kv_seq *seq, const int32_t *tokens, int32_t n_computed);
 
 /* Gives back seq's blocks beyond its first n_blocks (speculation's rejected drafts):

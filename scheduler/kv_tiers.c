@@ -140,10 +140,10 @@ static bool reload_pays(sched *s, kvt_tier tier) {
     return ++s->cache.tier_skips[tier] % TIER_PROBE_EVERY == 0; /* measure it again */
 }
 
-int32_t sched__tiers_match(sched *s, const int32_t *tokens, int32_t from_block, int32_t max_blocks) {
+int32_t sched__tiers_match(sched *s, uint64_t root, const int32_t *tokens, int32_t from_block, int32_t max_blocks) {
     if (!kvt_enabled(s->cache.tiers) || from_block >= max_blocks) return 0;
     int B = s->cfg.block_size;
-    uint64_t parent = KV_CHAIN_ROOT;
+    uint64_t parent = root; /* a salted chain's blocks are kept under its own hashes and root */
     for (int32_t b = 0; b < from_block; b++) parent = kv_chain_hash(parent, tokens + (size_t)b * (size_t)B, B);
     int32_t n = 0;
     for (int32_t b = from_block; b < max_blocks; b++, n++) {
@@ -159,7 +159,7 @@ int32_t sched__tiers_match(sched *s, const int32_t *tokens, int32_t from_block, 
 
 int32_t sched__tiers_reload(sched *s, sched_request *r, int32_t from_block, int32_t n) {
     int B = s->cfg.block_size;
-    uint64_t parent = KV_CHAIN_ROOT;
+    uint64_t parent = r->kv.root;
     for (int32_t b = 0; b < from_block; b++) parent = kv_chain_hash(parent, r->tokens + (size_t)b * (size_t)B, B);
     int32_t done = 0;
     for (; done < n; done++) {

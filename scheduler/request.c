@@ -43,7 +43,27 @@ static sp_status request_check(const sched_request_params *p) {
                        SCHED_MAX_TOP_LOGPROBS);
     if (p->sampling.n_logit_bias < 0 || (p->sampling.n_logit_bias > 0 && !p->sampling.logit_bias))
         return sp_fail(SP_ERR_INVALID_ARG, "logit_bias: %d entries without an array", p->sampling.n_logit_bias);
+    if (p->cache_salt_len > SCHED_MAX_CACHE_SALT_BYTES || (p->cache_salt_len > 0 && !p->cache_salt))
+        return sp_fail(SP_ERR_INVALID_ARG, "cache_salt: %zu bytes; at most %d are allowed", p->cache_salt_len,
+                       SCHED_MAX_CACHE_SALT_BYTES);
     return SP_OK;
+}
+
+/* The chain root of a tag, a tenant and a salt's root: distinct inputs, distinct bytes. */
+static uint64_t tenant_salt_root(char tag, uint64_t tenant, uint64_t salt_root) {
+    unsigned char b[17];
+    b[0] = (unsigned char)tag;
+    for (int i = 0; i < 8; i++) {
+        b[1 + i] = (unsigned char)(tenant >> (8 * i));
+        b[9 + i] = (unsigned char)(salt_root >> (8 * i));
+    }
+    return kv_chain_root(b, sizeof b);
+}
+
+uint64_t sched__request_root(const sched_request *r, bool per_tenant) {
+    /* without API keys every request's tenant is 0: one tenant, nothing to scope */
+    if (!per_tenant || r->params.tenant == 0) return r->salt_root;
+    return tenant_salt_root('k', r->params.tenant, r->salt_root);
 }
 
 sp_status sched_request_create(const sched_request_params *params, sched_request **out) {
@@ -61,6 +81,11 @@ sp_status sched_request_create(const sched_request_params *params, sched_request
     atomic_init(&r->owner, NULL);
     r->params = *params;
     r->params.grammar = NULL; /* shared below, once the rest is in place */
+    r->salt_root = kv_chain_root(params->cache_salt, params->cache_salt_len);
+    r->suffix_tenant =
+        params->cache_salt_len > 0 ? tenant_salt_root('s', params->tenant, r->salt_root) : params->tenant;
+    r->params.cache_salt = NULL; /* only its hash is kept */
+    r->params.cache_salt_len = 0;
     r->state = SCHED_SEQ_NEW;
 
     int32_t *prompt = malloc(sizeof *prompt * (size_t)(params->n_prompt > 0 ? params->n_prompt : 1));

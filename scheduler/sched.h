@@ -56,6 +56,7 @@ typedef struct sched_config {
     int32_t max_seq_len;        /* context limit of one sequence (prompt + generated) */
     double kv_watermark;        /* fraction of blocks kept free at admission for growth */
     bool prefix_cache;          /* share computed full KV blocks between requests with the same prefix */
+    bool prefix_cache_keyed;    /* --prefix-cache-scope key: a tenant's prefixes are shared only within it */
     sp_kv_type kv_type;         /* the pool's element format; the draft model's stays F16 */
     /* the prefix cache's lower tiers (kv_tiers.c): blocks the pool evicts wait there */
     int64_t kv_host_mb;      /* host-memory tier in MiB; 0: none */
@@ -125,10 +126,17 @@ typedef struct sched_request_params {
     bool thinking_at_start; /* the prompt ends inside <think> */
     gram_grammar *grammar;  /* NULL: none; else every token is one the grammar allows, and the request ends
                                when the grammar is complete (sched_request_create takes a reference) */
-    uint64_t tenant;        /* who may share its text in the suffix cache (an API key's hash; 0: none) */
+    uint64_t tenant;        /* who may share its text in the suffix cache (an API key's hash; 0: none) and, with
+                               prefix_cache_keyed, its prefix cache blocks */
+    /* vLLM's cache_salt (NULL or cache_salt_len 0: none; hashed by sched_request_create, not kept): the
+     * request shares prefix cache blocks and suffix cache text only with requests of the same salt (and
+     * tenant, where the tenant scopes them) */
+    const char *cache_salt;
+    size_t cache_salt_len;
 } sched_request_params;
 
 enum { SCHED_MAX_STOP = 16, SCHED_MAX_STOP_BYTES = 256, SCHED_MAX_TOP_LOGPROBS = 20 };
+enum { SCHED_MAX_CACHE_SALT_BYTES = 1024 }; /* params.cache_salt's longest */
 
 typedef enum sched_finish {
     SCHED_FINISH_NONE,      /* still running */

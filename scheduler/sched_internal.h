@@ -76,6 +76,8 @@ struct sched_request {
     const char *stops[SCHED_MAX_STOP]; /* (params.n_stop) into stop_data */
     size_t stop_lens[SCHED_MAX_STOP];
     sample_logit_bias *logit_bias; /* (params.sampling.n_logit_bias) */
+    uint64_t salt_root;            /* kv_chain_root of params.cache_salt (KV_CHAIN_ROOT: none; the salt is not kept) */
+    uint64_t suffix_tenant;        /* whose text its suffix cache shares: params.tenant, salted by its cache_salt */
 
     atomic_int refs;
     atomic_bool cancel; /* any thread sets it; the scheduler acts on it */
@@ -132,6 +134,9 @@ struct sched_request {
 /* Allocates the sequence's arrays for a scheduler with block_size B (sched_submit,
  * on the submitting thread, once the request passed validation). */
 sp_status sched__request_prepare(sched_request *r, int block_size);
+/* The chain root of r's prefix cache blocks (its kv.root): its cache_salt's root, with
+ * per_tenant (prefix_cache_keyed) mixed with its tenant when it has one. */
+uint64_t sched__request_root(const sched_request *r, bool per_tenant);
 
 /* Makes room for n more bytes of text (NUL included); call with the lock held. */
 sp_status sched__output_reserve_text(sched_request *r, size_t n);
@@ -265,8 +270,9 @@ static inline sp_kv_type sched__kv_type(const sched_config *c) {
 }
 void sched__tiers_free(sched *s);
 /* How many blocks of tokens from block from_block on (below max_blocks) the tiers hold
- * as one run and are worth reloading. No I/O. */
-int32_t sched__tiers_match(sched *s, const int32_t *tokens, int32_t from_block, int32_t max_blocks);
+ * as one run of the chain from root (the sequence's kv.root) and are worth reloading.
+ * No I/O. */
+int32_t sched__tiers_match(sched *s, uint64_t root, const int32_t *tokens, int32_t from_block, int32_t max_blocks);
 /* Writes up to n blocks from the tiers into r's blocks from_block.. (r holds them, the
  * first from_block computed) and registers them; returns how many it wrote. */
 int32_t sched__tiers_reload(sched *s, sched_request *r, int32_t from_block, int32_t n);

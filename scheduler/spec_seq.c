@@ -28,6 +28,6 @@ void sched__spec_release(sched *s, sched_request *r) {
 
 void sched__spec_remember(sched *s, const sched_request *r) {
     if (!s->spec.suffix) return;
-    spec_suffix_add(s->spec.suffix, r->params.tenant, r->tokens, r->n_tokens);
+    spec_suffix_add(s->spec.suffix, r->suffix_tenant, r->tokens, r->n_tokens);
     atomic_store_explicit(&s->spec.stats.suffix_bytes, spec_suffix_bytes(s->spec.suffix), memory_order_relaxed);
 }

@@ -118,7 +118,7 @@ static int32_t draft_propose(sched *s, const sched_request *r, const bool allowe
         int32_t other[SCHED_SPEC_MAX_K];
         int other_match = 0;
         int32_t n =
-            spec_suffix_propose(s->spec.suffix, r->params.tenant, r->tokens, r->n_tokens, other, k, &other_match);
+            spec_suffix_propose(s->spec.suffix, r->suffix_tenant, r->tokens, r->n_tokens, other, k, &other_match);
         if (n > best) {
             memcpy(draft, other, sizeof *draft * (size_t)n);
             best = n;

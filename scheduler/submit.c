@@ -69,6 +69,7 @@ sp_status sched_submit(sched *s, sched_request *const *reqs, int n) {
         sp_status st = sched__request_prepare(reqs[i], s->cfg.block_size);
         if (st == SP_OK) st = sched__embed_prepare(reqs[i], s->n_embd);
         if (st != SP_OK) return st;
+        reqs[i]->kv.root = sched__request_root(reqs[i], s->cfg.prefix_cache_keyed);
     }
 
     pthread_mutex_lock(&s->queue.lock);

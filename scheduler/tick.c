@@ -180,7 +180,7 @@ static int32_t admit_match(sched *s, const sched_request *r, int32_t *unheld) {
         return 0;
     }
     int32_t max_blocks = (r->n_tokens - 1) / s->cfg.block_size;
-    return kv_prefix_match(&s->cache.blocks, r->tokens, max_blocks, s->cache.match_ids, unheld);
+    return kv_prefix_match(&s->cache.blocks, r->kv.root, r->tokens, max_blocks, s->cache.match_ids, unheld);
 }
 
 /* Whether the waiting list's head fits now: its whole feed, less the cached blocks it
@@ -192,7 +192,7 @@ static bool admit_fits(sched *s, const sched_request *r) {
     s->cache.n_tier_match =
         r->params.pooling != SP_POOLING_NONE
             ? 0
-            : sched__tiers_match(s, r->tokens, s->cache.n_match, (r->n_tokens - 1) / s->cfg.block_size);
+            : sched__tiers_match(s, r->kv.root, r->tokens, s->cache.n_match, (r->n_tokens - 1) / s->cfg.block_size);
     int32_t need = kv_blocks_for_tokens(r->n_tokens, s->cfg.block_size) - s->cache.n_match;
     int32_t available = kv_blocks_available(&s->cache.blocks) - unheld; /* shared unheld blocks leave the pool */
     if (available < need) return false;

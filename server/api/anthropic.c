@@ -480,7 +480,7 @@ static sp_status msg_thinking(msg_build *b, const json_t *root, int64_t max_toke
 }
 
 /* The scalar fields: model, max_tokens (required when need_max_tokens), temperature,
- * top_p, top_k, stream; metadata and service_tier checked and left out (they change no
+ * top_p, top_k, stream, cache_salt; metadata and service_tier checked and left out (they change no
  * output); the refused ones. */
 static sp_status msg_scalars(msg_build *b, const json_t *root, bool need_max_tokens, int64_t *max_tokens) {
     srv_error *err = b->err;
@@ -517,6 +517,9 @@ static sp_status msg_scalars(msg_build *b, const json_t *root, bool need_max_tok
     if (stream &&
         json_object_update_new(b->chat, json_pack("{s:b,s:{s:b}}", "stream", 1, "stream_options", "include_usage", 1)))
         return msg_nomem(err);
+    /* vLLM's cache_salt, as on chat (checked there) */
+    const json_t *salt = srv__field(root, "cache_salt");
+    if (salt && json_object_set(b->chat, "cache_salt", (json_t *)salt)) return msg_nomem(err);
     const json_t *metadata = srv__field(root, "metadata");
     if (metadata && !json_is_object(metadata)) return srv__type_error(err, "metadata", "an object", metadata);
     return srv__read_string(root, "service_tier", &s, &len, NULL, err);

@@ -228,6 +228,7 @@ typedef struct srv_request {
     bool parallel_tool_calls;
     bool reasoning_open_at_start; /* the rendered prompt ends inside <think> (reasoning.c) */
     int32_t *think_close;         /* max_reasoning_tokens: the tokens of "</think>" (params points here) */
+    char *cache_salt;             /* cache_salt's bytes (params.cache_salt points here); NULL: none */
     bool base64;                  /* embeddings: encoding_format base64 */
 } srv_request;
 

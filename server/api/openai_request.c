@@ -206,6 +206,28 @@ static sp_status request_stream(const json_t *root, srv_request *r, srv_error *e
     return SP_OK;
 }
 
+/* cache_salt (vLLM's): a non-empty string of at most SCHED_MAX_CACHE_SALT_BYTES bytes;
+ * the request shares prefix cache blocks only with requests of the same salt (the
+ * scheduler hashes it into the chain's root), so no one without the salt can learn from
+ * cached_tokens or the time to the first token what its prompt starts with. */
+static sp_status request_cache_salt(const json_t *root, srv_request *r, srv_error *err) {
+    const char *s = NULL;
+    size_t len = 0;
+    bool given = false;
+    sp_status st = srv__read_string(root, "cache_salt", &s, &len, &given, err);
+    if (st != SP_OK || !given) return st;
+    if (len == 0 || len > SCHED_MAX_CACHE_SALT_BYTES) {
+        return srv__fail(err, SRV_ERROR_BAD_REQUEST, "cache_salt",
+                         "Invalid 'cache_salt': expected a non-empty string of at most %d bytes, but got %zu bytes.",
+                         SCHED_MAX_CACHE_SALT_BYTES, len);
+    }
+    if (!(r->cache_salt = malloc(len))) return srv__fail(err, SRV_ERROR_INTERNAL, NULL, "out of memory for cache_salt");
+    memcpy(r->cache_salt, s, len);
+    r->params.cache_salt = r->cache_salt;
+    r->params.cache_salt_len = len;
+    return SP_OK;
+}
+
 /* Every field but the prompt. *max_tokens is 0 when the request leaves it to the
  * context. */
 static sp_status request_options(const json_t *root, const srv_model_info *mi, srv_request *r, int64_t *max_tokens,
@@ -253,6 +275,7 @@ static sp_status request_options(const json_t *root, const srv_model_info *mi, s
     if ((st = srv__read_int(root, "priority", INT32_MIN, INT32_MAX, &i, &given, err)) != SP_OK) return st;
     if (given) r->params.priority = (int)i;
     if ((st = srv__read_string(root, "user", &s, &len, NULL, err)) != SP_OK) return st; /* accepted, unused */
+    if ((st = request_cache_salt(root, r, err)) != SP_OK) return st;
     /* timeout: a spindle extension, seconds from arrival (at most about 31 years) */
     if ((st = srv__read_number(root, "timeout", (srv__range){0.0, 1e9, true, false}, &d, &given, err)) != SP_OK)
         return st;
@@ -499,6 +522,7 @@ void srv_request_free(srv_request *r) {
     json_decref(r->tools);
     free(r->tool_choice_name);
     free(r->think_close);
+    free(r->cache_salt);
     json_decref(r->api_fields);
     *r = (srv_request){0};
 }

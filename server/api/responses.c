@@ -369,8 +369,8 @@ sp_status srv__responses_parse(const char *body, size_t len, const srv_model_inf
     if ((st = chat_tools(srv__field(root, "tools"), chat, err)) != SP_OK) goto done;
     if ((st = chat_tool_choice(srv__field(root, "tool_choice"), chat, err)) != SP_OK) goto done;
     if ((st = chat_format(root, chat, &summary, err)) != SP_OK) goto done;
-    static const char *const same[] = {"model", "temperature", "top_p", "parallel_tool_calls",
-                                       "user",  "seed",        "stream"};
+    static const char *const same[] = {"model", "temperature", "top_p",  "parallel_tool_calls",
+                                       "user",  "seed",        "stream", "cache_salt"};
     for (size_t i = 0; i < sizeof same / sizeof same[0]; i++)
         if ((v = srv__field(root, same[i]))) json_object_set(chat, same[i], (json_t *)v);
     if ((v = srv__field(root, "max_output_tokens"))) json_object_set(chat, "max_completion_tokens", (json_t *)v);

@@ -2,7 +2,8 @@
 KV pool evicted comes back from a tier (cached_tokens counts it) with the answer of a
 server that computes everything; --kv-disk-persist serves a long prefix from disk after
 a restart; a damaged file is dropped, never loaded; the directory is locked and cleaned
-up; /metrics counts it all."""
+up; a prefix salted with a cache_salt comes back for that salt only; /metrics counts it
+all."""
 import os
 import pathlib
 
@@ -53,6 +54,38 @@ def test_evicted_histories_come_back_from_the_host_tier(spindle_bin, stories_mod
         assert after["spindle_kv_tier_reloaded_tokens_total"] > before["spindle_kv_tier_reloaded_tokens_total"]
         assert after['spindle_kv_tier_capacity_blocks{tier="host"}'] > 0
         assert after['spindle_kv_tier_capacity_blocks{tier="disk"}'] == 0
+    finally:
+        assert server.stop() == 0
+
+
+def test_a_salted_prefix_comes_back_from_the_host_tier_for_its_salt_only(spindle_bin, stories_model):
+    server = Server(spindle_bin, stories_model, "--kv-cache-mb", "1", "--kv-host-mb", "16")
+
+    def salted(salt):
+        messages = [{"role": "system", "content": system_prompt(USERS[0])},
+                    {"role": "user", "content": "What did you find?"}]
+        body = {"model": "stories260K", "messages": messages, "max_tokens": 4, "temperature": 0}
+        if salt:
+            body["cache_salt"] = salt
+        status, _, r = server.request("POST", "/v1/chat/completions", body)
+        assert status == 200, r
+        return r["usage"]
+
+    try:
+        assert salted("s1")["prompt_tokens_details"]["cached_tokens"] == 0
+        for name in USERS[1:]:  # push it out of the pool, into the host tier
+            chat(server, name, ["What did you find?"])
+        before = server.metrics()
+        assert salted("s2")["prompt_tokens_details"]["cached_tokens"] == 0, "another salt finds nothing"
+        middle = server.metrics()
+        assert middle['spindle_kv_tier_hits_total{tier="host"}'] == before['spindle_kv_tier_hits_total{tier="host"}']
+        # no salt finds at most the first block, which every user's unsalted prompt shares
+        assert salted(None)["prompt_tokens_details"]["cached_tokens"] <= 16
+        middle = server.metrics()
+        usage = salted("s1")
+        assert usage["prompt_tokens_details"]["cached_tokens"] >= usage["prompt_tokens"] - 32, usage
+        after = server.metrics()
+        assert after['spindle_kv_tier_hits_total{tier="host"}'] > middle['spindle_kv_tier_hits_total{tier="host"}']
     finally:
         assert server.stop() == 0
 

@@ -1,5 +1,6 @@
 /* test_kv_blocks.c: the KV block manager's bookkeeping: allocation, release,
- * exhaustion (all or none) and the used/total accounting. */
+ * exhaustion (all or none) and the used/total accounting; the prefix cache, its chain
+ * hashes and their salted roots. */
 #include <criterion/criterion.h>
 #include <string.h>
 
@@ -98,7 +99,87 @@ static void compute(kv_blocks *kb, kv_seq *seq, const int32_t *tokens, int32_t n
 }
 
 static int32_t match(const kv_blocks *kb, const int32_t *tokens, int32_t n_tokens, int32_t *ids, int32_t *unheld) {
-    return kv_prefix_match(kb, tokens, (n_tokens - 1) / PB, ids, unheld);
+    return kv_prefix_match(kb, KV_CHAIN_ROOT, tokens, (n_tokens - 1) / PB, ids, unheld);
+}
+
+/* match, from a chain root of its own */
+static int32_t match_from(const kv_blocks *kb, uint64_t root, const int32_t *tokens, int32_t n_tokens, int32_t *ids,
+                          int32_t *unheld) {
+    return kv_prefix_match(kb, root, tokens, (n_tokens - 1) / PB, ids, unheld);
+}
+
+/* ---- salted chains ---- */
+
+Test(kv_chain, no_salt_is_the_plain_root_and_a_salt_is_another) {
+    cr_assert_eq(kv_chain_root(NULL, 0), KV_CHAIN_ROOT);
+    cr_assert_eq(kv_chain_root("x", 0), KV_CHAIN_ROOT, "an empty salt is no salt");
+    cr_assert_neq(kv_chain_root("a", 1), KV_CHAIN_ROOT);
+    cr_assert_eq(kv_chain_root("tenant-a", 8), kv_chain_root("tenant-a", 8), "the same salt, the same root");
+    cr_assert_neq(kv_chain_root("tenant-a", 8), kv_chain_root("tenant-b", 8));
+    cr_assert_neq(kv_chain_root("ab", 2), kv_chain_root("ab\0", 3), "the length counts");
+    cr_assert_neq(kv_chain_root("\0", 1), kv_chain_root("\0\0", 2));
+}
+
+Test(kv_chain, a_salt_changes_every_hash_from_the_first_block_on) {
+    int32_t tokens[3 * PB];
+    for (int i = 0; i < 3 * PB; i++) tokens[i] = 100 + i;
+    uint64_t roots[3] = {KV_CHAIN_ROOT, kv_chain_root("a", 1), kv_chain_root("b", 1)};
+    uint64_t h[3][3];
+    for (int r = 0; r < 3; r++) {
+        uint64_t parent = roots[r];
+        for (int b = 0; b < 3; b++) h[r][b] = parent = kv_chain_hash(parent, tokens + b * PB, PB);
+    }
+    for (int b = 0; b < 3; b++) {
+        cr_assert_neq(h[0][b], h[1][b], "block %d: unsalted and salted", b);
+        cr_assert_neq(h[0][b], h[2][b], "block %d", b);
+        cr_assert_neq(h[1][b], h[2][b], "block %d: two salts", b);
+    }
+    /* the same salt again: the same chain */
+    uint64_t parent = kv_chain_root("a", 1);
+    for (int b = 0; b < 3; b++) cr_assert_eq(parent = kv_chain_hash(parent, tokens + b * PB, PB), h[1][b]);
+}
+
+Test(kv_prefix, a_salted_chain_is_found_only_with_its_salt) {
+    kv_blocks kb;
+    kv_seq a, b;
+    cr_assert_eq(kv_blocks_init(&kb, 16, PB, true), SP_OK);
+    cr_assert_eq(kv_seq_init(&a, 8), SP_OK);
+    cr_assert_eq(kv_seq_init(&b, 8), SP_OK);
+    cr_assert_eq(a.root, KV_CHAIN_ROOT, "a sequence starts unsalted");
+    int32_t prompt[13] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13};
+    uint64_t salt_a = kv_chain_root("a", 1), salt_b = kv_chain_root("b", 1);
+    a.root = salt_a;
+    compute(&kb, &a, prompt, 13);
+    cr_assert_eq(kv_blocks_cached(&kb), 3);
+    cr_assert_eq(kb.parent_hash[a.ids[0]], salt_a, "a first block's parent hash is its chain's root");
+    cr_assert_eq(kb.parent_hash[a.ids[1]], kb.hash[a.ids[0]]);
+    for (int i = 0; i < 3; i++) cr_assert_eq(kb.root[a.ids[i]], salt_a, "block %d knows its chain's root", i);
+    kv_blocks_release(&kb, &a);
+
+    int32_t ids[8], unheld;
+    cr_assert_eq(match(&kb, prompt, 13, ids, &unheld), 0, "an unsalted lookup finds none of a salted chain");
+    cr_assert_eq(match_from(&kb, salt_b, prompt, 13, ids, &unheld), 0, "nor does another salt's");
+    int32_t hits = match_from(&kb, salt_a, prompt, 13, ids, &unheld);
+    cr_assert_eq(hits, 3, "the same salt finds it all");
+    b.root = salt_a;
+    kv_prefix_take(&kb, &b, ids, hits, prompt);
+    cr_assert(kv_blocks_grow(&kb, &b, 4));
+    kv_prefix_register(&kb, &b, prompt, 13); /* hashed on from the salted root: nothing new */
+    cr_assert_eq(kv_blocks_cached(&kb), 3);
+    kv_blocks_release(&kb, &b);
+
+    /* the same tokens unsalted: a chain of their own beside the salted one */
+    kv_seq c;
+    cr_assert_eq(kv_seq_init(&c, 8), SP_OK);
+    compute(&kb, &c, prompt, 13);
+    cr_assert_eq(kv_blocks_cached(&kb), 6);
+    kv_blocks_release(&kb, &c);
+    cr_assert_eq(match(&kb, prompt, 13, ids, &unheld), 3);
+    cr_assert_eq(match_from(&kb, salt_a, prompt, 13, ids, &unheld), 3);
+    kv_seq_free(&a);
+    kv_seq_free(&b);
+    kv_seq_free(&c);
+    kv_blocks_free(&kb);
 }
 
 Test(kv_prefix, an_ended_sequences_full_blocks_are_found_and_shared) {

@@ -43,6 +43,51 @@ Test(sched_request, creation_copies_prompt_stops_and_bias) {
     sched_request_release(r);
 }
 
+Test(sched_request, a_cache_salt_and_a_tenant_choose_the_chain_root) {
+    int32_t prompt[1] = {1};
+    sched_request_params p = params_basic(prompt, 1);
+    sched_request *plain, *a, *b, *salted_a, *salted_a2, *salted_b;
+    cr_assert_eq(sched_request_create(&p, &plain), SP_OK);
+    p.tenant = 11;
+    cr_assert_eq(sched_request_create(&p, &a), SP_OK);
+    p.tenant = 22;
+    cr_assert_eq(sched_request_create(&p, &b), SP_OK);
+    char salt[] = "user-1";
+    p.cache_salt = salt;
+    p.cache_salt_len = 6;
+    cr_assert_eq(sched_request_create(&p, &salted_b), SP_OK);
+    p.tenant = 11;
+    cr_assert_eq(sched_request_create(&p, &salted_a), SP_OK);
+    cr_assert_eq(sched_request_create(&p, &salted_a2), SP_OK);
+    salt[0] = 'X'; /* only its hash is kept */
+    cr_assert_null(salted_a->params.cache_salt);
+
+    /* scope global: the salt alone */
+    cr_assert_eq(sched__request_root(plain, false), KV_CHAIN_ROOT);
+    cr_assert_eq(sched__request_root(a, false), KV_CHAIN_ROOT, "keys share without a salt");
+    cr_assert_eq(sched__request_root(salted_a, false), kv_chain_root("user-1", 6));
+    cr_assert_eq(sched__request_root(salted_a, false), sched__request_root(salted_b, false));
+    /* scope key: the tenant too (none: nothing to scope) */
+    cr_assert_eq(sched__request_root(plain, true), KV_CHAIN_ROOT);
+    cr_assert_neq(sched__request_root(a, true), KV_CHAIN_ROOT);
+    cr_assert_neq(sched__request_root(a, true), sched__request_root(b, true));
+    cr_assert_neq(sched__request_root(a, true), sched__request_root(salted_a, true));
+    cr_assert_neq(sched__request_root(salted_a, true), sched__request_root(salted_b, true));
+    cr_assert_eq(sched__request_root(salted_a, true), sched__request_root(salted_a2, true));
+    /* the suffix cache: the tenant, salted */
+    cr_assert_eq(a->suffix_tenant, 11);
+    cr_assert_neq(salted_a->suffix_tenant, 11);
+    cr_assert_neq(salted_a->suffix_tenant, salted_b->suffix_tenant);
+    cr_assert_eq(salted_a->suffix_tenant, salted_a2->suffix_tenant);
+
+    p.cache_salt_len = SCHED_MAX_CACHE_SALT_BYTES + 1;
+    sched_request *r = (sched_request *)1;
+    cr_assert_eq(sched_request_create(&p, &r), SP_ERR_INVALID_ARG);
+    cr_assert_null(r);
+    sched_request *all[] = {plain, a, b, salted_a, salted_a2, salted_b};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) sched_request_release(all[i]);
+}
+
 Test(sched_request, refuses_bad_parameters) {
     int32_t prompt[1] = {1};
     sched_request *r = (sched_request *)1;

@@ -69,6 +69,9 @@ static const bad_case BAD_CASES[] = {
      CHAT("\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\",\"f\",\"g\",\"h\",\"i\",\"j\",\"k\",\"l\",\"m\",\"n\",\"o\",\"p\","
           "\"q\"]"),
      "stop", 400},
+    {C, CHAT("\"cache_salt\":\"\""), "cache_salt", 400},
+    {C, CHAT("\"cache_salt\":5"), "cache_salt", 400},
+    {P, CMPL("\"cache_salt\":[\"a\"]"), "cache_salt", 400},
     {C, CHAT("\"n\":0"), "n", 400},
     {C, CHAT("\"n\":17"), "n", 400},
     {C, CHAT("\"n\":\"2\""), "n", 400},
@@ -306,6 +309,35 @@ Test(srv_request, unknown_fields_are_ignored) {
     srv_request_free(&r);
     parse_ok(SRV_ENDPOINT_COMPLETIONS, "{\"prompt\":\"hi\",\"echo\":false,\"best_of\":1,\"suffix\":null}", &r);
     srv_request_free(&r);
+    fixture_close();
+}
+
+Test(srv_request, cache_salt_is_kept_for_the_scheduler) {
+    fixture_smol();
+    srv_request r;
+    parse_ok(SRV_ENDPOINT_CHAT, "{" CHAT_HI ",\"cache_salt\":\"user-\\u00001\"}", &r);
+    cr_assert_eq(r.params.cache_salt_len, 7, "its bytes, NUL included");
+    cr_assert_eq(memcmp(r.params.cache_salt,
+                        "user-\0"
+                        "1",
+                        7),
+                 0);
+    sched_request_params p = srv_request_choice_params(&r, 0, 0);
+    cr_assert_eq(p.cache_salt, r.params.cache_salt);
+    srv_request_free(&r);
+    parse_ok(SRV_ENDPOINT_COMPLETIONS, "{\"prompt\":\"hi\",\"cache_salt\":null}", &r);
+    cr_assert_eq(r.params.cache_salt_len, 0, "null: none");
+    srv_request_free(&r);
+    /* the longest allowed, and one byte more */
+    char body[2 * SCHED_MAX_CACHE_SALT_BYTES];
+    int n = snprintf(body, sizeof body, "{\"prompt\":\"hi\",\"cache_salt\":\"%0*d\"}", SCHED_MAX_CACHE_SALT_BYTES, 0);
+    cr_assert_lt(n, (int)sizeof body);
+    parse_ok(SRV_ENDPOINT_COMPLETIONS, body, &r);
+    srv_request_free(&r);
+    snprintf(body, sizeof body, "{\"prompt\":\"hi\",\"cache_salt\":\"%0*d\"}", SCHED_MAX_CACHE_SALT_BYTES + 1, 0);
+    srv_error err;
+    cr_assert_eq(parse(SRV_ENDPOINT_COMPLETIONS, body, &r, &err), SP_ERR_INVALID_ARG);
+    cr_assert_str_eq(err.param, "cache_salt");
     fixture_close();
 }
 
