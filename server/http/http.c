@@ -384,8 +384,13 @@ static enum MHD_Result route(srv_conn *conn, const char *url, const char *method
      * gets the page, which says "Loading model" (its /v1/models call's 503) and retries */
     if (found->kind == ROUTE_UI) return srv__ui_page(conn);
     if (conn->body_too_large) {
-        srv_error_make(&err, SRV_ERROR_TOO_LARGE, NULL, "the request body exceeds the limit of %zu bytes",
-                       conn->app->http.max_body_bytes);
+        if (conn->body_declared)
+            srv_error_make(&err, SRV_ERROR_TOO_LARGE, NULL,
+                           "the request body of %llu bytes exceeds the limit of %zu bytes", conn->body_declared,
+                           conn->app->http.max_body_bytes);
+        else
+            srv_error_make(&err, SRV_ERROR_TOO_LARGE, NULL, "the request body exceeds the limit of %zu bytes",
+                           conn->app->http.max_body_bytes);
         return srv__send_error(conn, &err);
     }
     srv_phase phase = (srv_phase)atomic_load(&conn->app->phase);
@@ -417,10 +422,29 @@ static enum MHD_Result route(srv_conn *conn, const char *url, const char *method
 
 /* ---- libmicrohttpd callbacks ---- */
 
+/* Whether a body announced (Content-Length) over the limit is refused before it is read.
+ * An answer queued before the body is read makes libmicrohttpd close the socket with the
+ * client's bytes unread, so the kernel resets the connection, and a client that sends its
+ * whole body before reading (Python's http.client, requests) sees a broken pipe or a reset
+ * instead of the 413. So, as nginx's lingering close does, the body is read and dropped
+ * (nothing is kept; --body-timeout bounds the time) and the 413 sent after it; at once
+ * only when the client waits for "100 Continue" before sending it (no bytes are in flight
+ * then), or when it is more than SRV_LINGER_BYTES past the limit (not worth reading). */
+static bool too_large_at_once(struct MHD_Connection *connection, unsigned long long declared, size_t max_body) {
+    const char *expect = MHD_lookup_connection_value(connection, MHD_HEADER_KIND, MHD_HTTP_HEADER_EXPECT);
+    return (expect && strcasecmp(expect, "100-continue") == 0) || declared - max_body > SRV_LINGER_BYTES;
+}
+
+/* Returns false (close the connection unanswered) only for a body too large to be
+ * worth reading through: past max_body_bytes + SRV_LINGER_BYTES. */
 static bool body_append(srv_conn *conn, const char *data, size_t len) {
-    if (conn->body_too_large) return true;
+    if (conn->body_too_large) {
+        conn->body_dropped += len; /* lingering: read and drop, the 413 is sent at the end */
+        return conn->body_dropped <= conn->app->http.max_body_bytes + SRV_LINGER_BYTES;
+    }
     if (conn->body_len + len > conn->app->http.max_body_bytes) {
         conn->body_too_large = true; /* keep reading (and dropping) so the 413 can be sent */
+        conn->body_dropped = conn->body_len + len;
         free(conn->body);
         conn->body = NULL;
         conn->body_len = conn->body_cap = 0;
@@ -497,14 +521,19 @@ static enum MHD_Result serve_request(srv_app *app, bool admin, struct MHD_Connec
             return srv__send_body(conn, err.http_status, srv_error_json(&err), "application/json",
                                   MHD_HTTP_HEADER_CONNECTION, "close");
         }
-        /* refuse a body announced too large before reading it */
+        /* a body announced too large: see too_large_at_once */
         const char *length = MHD_lookup_connection_value(connection, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-        if (length && strtoull(length, NULL, 10) > app->http.max_body_bytes) {
-            srv_error err;
-            srv_error_make(&err, SRV_ERROR_TOO_LARGE, NULL,
-                           "the request body of %s bytes exceeds the limit of %zu bytes", length,
-                           app->http.max_body_bytes);
-            return srv__send_error(conn, &err);
+        unsigned long long declared = length ? strtoull(length, NULL, 10) : 0;
+        if (declared > app->http.max_body_bytes) {
+            if (too_large_at_once(connection, declared, app->http.max_body_bytes)) {
+                srv_error err;
+                srv_error_make(&err, SRV_ERROR_TOO_LARGE, NULL,
+                               "the request body of %s bytes exceeds the limit of %zu bytes", length,
+                               app->http.max_body_bytes);
+                return srv__send_error(conn, &err);
+            }
+            conn->body_too_large = true; /* lingering: read and drop it, then the 413 */
+            conn->body_declared = declared;
         }
         enum MHD_Result refused;
         if (!admit_key(conn, url, method, &refused)) return refused; /* security: before the body */

@@ -52,6 +52,8 @@ struct srv_conn {
     char *body;
     size_t body_len, body_cap;
     bool body_too_large;
+    size_t body_dropped;              /* bytes read and dropped past max_body_bytes (lingering, http.c) */
+    unsigned long long body_declared; /* its Content-Length when that was over the limit; 0: none */
     /* the generation, once submitted */
     bool dispatched;
     bool admin;        /* arrived on the --admin-port daemon: /health, /ready, /metrics only */
@@ -97,11 +99,16 @@ struct srv_conn {
     char path[256]; /* the URL's path, truncated */
 };
 
+/* A body over --max-body-bytes is read and dropped (then answered 413) up to this many
+ * bytes past the limit, so that the client reads the 413 (http.c: too_large_at_once). */
+enum { SRV_LINGER_BYTES = 16 << 20 };
+
 /* ---- http.c: a request's credentials (HTTP threads) ---- */
 
 /* The request's credentials as an Authorization header value: the header itself, else
  * Anthropic's x-api-key as "Bearer KEY" (written into buf); NULL when neither. */
 enum { SRV_AUTHORIZATION_MAX = 1024 };
+
 const char *srv__authorization(srv_conn *conn, char *buf, size_t cap);
 
 /* ---- http_send.c: responses (HTTP threads) ---- */

@@ -142,10 +142,10 @@ def test_unknown_path_and_wrong_method(stories_server):
 
 
 def test_body_too_large_is_413(stories_server):
-    # announced too large: refused before the body is sent
+    # announced too large by a client that waits for "100 Continue": refused before the body is sent
     with socket.create_connection(("127.0.0.1", stories_server.port)) as s:
         s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                  b"Content-Length: %d\r\n\r\n" % ((1 << 20) + 1))
+                  b"Expect: 100-continue\r\nContent-Length: %d\r\n\r\n" % ((1 << 20) + 1))
         reply = s.recv(65536).decode()
     assert reply.startswith("HTTP/1.1 413"), reply
     body = json.loads(reply.split("\r\n\r\n", 1)[1])
@@ -166,6 +166,38 @@ def test_body_too_large_chunked_is_413(stories_server):
         s.sendall(b"0\r\n\r\n")
         reply = s.recv(65536).decode()
     assert reply.startswith("HTTP/1.1 413"), reply
+
+
+def test_body_too_large_is_413_read_by_python_clients(stories_server):
+    # lingering close: a client that sends its whole body before reading (http.client,
+    # requests) reads the 413 and its JSON error, not a broken pipe or a reset
+    import http.client
+
+    import requests
+
+    body = b'{"prompt": "' + b"a" * (2 << 20) + b'"}'  # twice --max-body-bytes
+    conn = http.client.HTTPConnection("127.0.0.1", stories_server.port, timeout=30)
+    try:
+        conn.request("POST", COMP, body=body, headers={"Content-Type": "application/json"})
+        reply = conn.getresponse()
+        error = json.loads(reply.read())["error"]
+        assert reply.status == 413 and error["code"] == "request_too_large"
+        assert str(len(body)) in error["message"] and "1048576" in error["message"]
+        chunks = (body[i:i + 65536] for i in range(0, len(body), 65536))  # no Content-Length
+        conn.request("POST", COMP, body=chunks, headers={"Content-Type": "application/json"}, encode_chunked=True)
+        reply = conn.getresponse()
+        assert reply.status == 413 and json.loads(reply.read())["error"]["code"] == "request_too_large"
+    finally:
+        conn.close()
+    reply = requests.post(stories_server.url + COMP, data=body, headers={"Content-Type": "application/json"},
+                          timeout=30)
+    assert reply.status_code == 413 and reply.json()["error"]["code"] == "request_too_large"
+    # far past the limit (more than 16 MiB over) it is not read through: refused at once
+    with socket.create_connection(("127.0.0.1", stories_server.port), timeout=30) as s:
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: %d\r\n\r\n" % (64 << 20))
+        assert s.recv(65536).startswith(b"HTTP/1.1 413")
+    assert stories_server.request("GET", "/v1/models")[0] == 200
 
 
 def test_template_error_is_400(spindle_bin, stories_model, tmp_path):
