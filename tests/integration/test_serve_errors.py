@@ -132,6 +132,42 @@ def test_operator_limits_on_n_and_max_tokens(spindle_bin, stories_model):
         assert server.stop() == 0
 
 
+def test_max_request_tokens_bounds_a_requests_prompts(spindle_bin, stories_model):
+    from spindle_server import Server
+    server = Server(spindle_bin, stories_model, "--max-request-tokens", "100")
+    ids = [100] * 40  # token ids: exact counts
+    try:
+        # an embeddings body counts the sum over its inputs
+        err = assert_error(server.request("POST", "/v1/embeddings", {"input": [ids, ids, ids]}), 400, param="input")
+        assert "--max-request-tokens of 100" in err["message"] and "total 120 tokens" in err["message"], err
+        status, _, body = server.request("POST", "/v1/embeddings", {"input": [ids, ids]})
+        assert status == 200 and len(body["data"]) == 2, body
+        # completions: the prompts summed, times n
+        err = assert_error(server.request("POST", COMP, {"prompt": [ids[:30], ids[:30]], "n": 2, "max_tokens": 1}),
+                           400, param="prompt")
+        assert "120 with n = 2" in err["message"] and "--max-request-tokens" in err["message"], err
+        status, _, body = server.request("POST", COMP, {"prompt": [ids[:30], ids[:30]], "max_tokens": 1})
+        assert status == 200, body
+        # chat: the rendered messages
+        long_chat = [{"role": "user", "content": "Once upon a time " * 40}]
+        err = assert_error(server.request("POST", CHAT, {"messages": long_chat, "max_tokens": 1}), 400,
+                           param="messages")
+        assert "--max-request-tokens" in err["message"], err
+    finally:
+        assert server.stop() == 0
+
+
+def test_max_request_tokens_defaults_to_the_context_times_n(stories_server):
+    # by default a request's prompts may total one context length (2048 for stories260K)
+    ids = [100] * 1000
+    err = assert_error(stories_server.request("POST", "/v1/embeddings", {"input": [ids, ids, ids]}), 400,
+                       param="input")
+    assert "total 3,000 tokens" in err["message"] and "--max-request-tokens" in err["message"], err
+    assert "by default the context length" in err["message"], err
+    status, _, body = stories_server.request("POST", "/v1/embeddings", {"input": [ids, ids]})
+    assert status == 200, body
+
+
 def test_unknown_path_and_wrong_method(stories_server):
     assert_error(stories_server.request("GET", "/v1/nothing"), 404)
     assert_error(stories_server.request("POST", "/nothing", {}), 404)
