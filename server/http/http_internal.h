@@ -52,8 +52,9 @@ struct srv_conn {
     char *body;
     size_t body_len, body_cap;
     bool body_too_large;
-    size_t body_dropped;              /* bytes read and dropped past max_body_bytes (lingering, http.c) */
-    unsigned long long body_declared; /* its Content-Length when that was over the limit; 0: none */
+    size_t body_dropped; /* bytes read and dropped past max_body_bytes (lingering, http.c) */
+    bool refused;        /* refused from its headers (413, 414, 431): the body is read and dropped, then */
+    srv_error refusal;   /* this is the answer (http.c: refuse_lingering) */
     /* the generation, once submitted */
     bool dispatched;
     bool admin;        /* arrived on the --admin-port daemon: /health, /ready, /metrics only */
@@ -99,9 +100,16 @@ struct srv_conn {
     char path[256]; /* the URL's path, truncated */
 };
 
-/* A body over --max-body-bytes is read and dropped (then answered 413) up to this many
- * bytes past the limit, so that the client reads the 413 (http.c: too_large_at_once). */
+/* A request refused from its headers (413 for the body announced, 414, 431) or a body
+ * over --max-body-bytes has its body read and dropped up to this many bytes past the
+ * limit before the answer, so that the client reads it (http.c: refuse_lingering). */
 enum { SRV_LINGER_BYTES = 16 << 20 };
+
+/* libmicrohttpd's per-connection memory is twice --max-header-bytes plus this, so that a
+ * request line or headers up to about twice the limit are refused by http.c (an error
+ * object, lingering) rather than by libmicrohttpd (its HTML page and a close at once; just
+ * under its memory limit it even closes without an answer, having no room for one). */
+enum { SRV_HEADER_POOL_SLACK = 4096 };
 
 /* ---- http.c: a request's credentials (HTTP threads) ---- */
 
@@ -254,7 +262,8 @@ typedef struct srv_http_security {
 /* Fills sec->options from cfg and adds to *flags: TLS when both PEM files are set
  * (one without the other, an unreadable file or a non-PEM file is an error naming
  * the flag and path), and libmicrohttpd's per-connection memory limit when
- * max_header_bytes is set (a request line or headers that do not fit get
+ * max_header_bytes is set (2 x max_header_bytes + SRV_HEADER_POOL_SLACK: http.c answers
+ * past max_header_bytes itself; a request line or headers that do not fit even that get
  * libmicrohttpd's own answer: 414 for the request line, 431 for the headers).
  * Free with srv_http_security_free, also after a failure. */
 sp_status srv_http_security_init(const srv_http_config *cfg, srv_http_security *sec, unsigned *flags);
