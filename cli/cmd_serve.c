@@ -294,6 +294,7 @@ static sp_status serve_load(const serve_args *a, srv_app *app, serve_state *s) {
         .max_seq_len = live->max_seq_len,
         .max_n = (int)a->cfg.max_n,
         .max_sequences = (int)a->cfg.max_sequences_per_request,
+        .max_request_tokens = a->cfg.max_request_tokens,
         .max_tokens = (int32_t)a->cfg.max_tokens,
         .default_max_tokens = (int32_t)a->cfg.default_max_tokens,
         .grammar_limits = {.max_rules = (int32_t)a->cfg.grammar_max_rules,

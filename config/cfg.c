@@ -128,6 +128,10 @@ const cfg_key cfg__keys[] = {
     INT("max_n", "max-n", max_n, 1, 16, false, "most choices one request may ask for (n)", NULL),
     INT("max_sequences_per_request", "max-sequences-per-request", max_sequences_per_request, 0, 1 << 20, false,
         "most sequences (prompts times n) one request may ask for, 0 = no bound", NULL),
+    INT("max_request_tokens", "max-request-tokens", max_request_tokens, 0, 1LL << 40, false,
+        "most prompt tokens one request may hold (its prompts or inputs summed, times n), 0 = the context length "
+        "times n",
+        NULL),
     INT("max_tokens", "max-tokens", max_tokens, 0, 1 << 24, false,
         "largest max_tokens a request may ask for, 0 = the context", NULL),
     INT("default_max_tokens", "default-max-tokens", default_max_tokens, 0, 1 << 24, false,
@@ -221,6 +225,7 @@ void cfg_settings_init(cfg_settings *s) {
         .draft_kv_cache_mb = SP_SCHED_DEFAULT_DRAFT_KV_CACHE_MB,
         .max_n = 16,
         .max_sequences_per_request = 64,
+        .max_request_tokens = 0,
         .max_tokens = 0,
         .default_max_tokens = 4096,
         /* grammar/'s defaults (gram_limits_default, gram_schema_options_default), from

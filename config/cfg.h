@@ -28,7 +28,7 @@
 /* The file read when --config is not given, if it exists. */
 #define CFG_DEFAULT_PATH "/etc/spindle/spindle.yaml"
 /* How many settings there are (the rows of cfg.c's key table). */
-#define CFG_KEY_COUNT 82
+#define CFG_KEY_COUNT 83
 
 /* The device, the CUDA GEMV mode, the CPU kernel set, the KV cache's element format,
  * the policy, the pooling and the log format: sp_device, sp_cuda_gemv, sp_cpu_isa,
@@ -112,6 +112,7 @@ typedef struct cfg_settings {
     /* request limits */
     int64_t max_n;                     /* most choices a request may ask for (n) */
     int64_t max_sequences_per_request; /* prompts times n; 0: no bound */
+    int64_t max_request_tokens;        /* prompt tokens summed, times n; 0: the context times n */
     int64_t max_tokens;                /* largest max_tokens a request may ask for; 0: the context */
     int64_t default_max_tokens;        /* max_tokens of a request without one; 0: what the context leaves */
     /* sampling defaults for requests that leave a field out; NAN (CFG_INT_UNSET for top_k): unset,

@@ -134,6 +134,8 @@ typedef struct srv_model_info {
     int32_t max_seq_len;         /* prompt + completion limit of one sequence */
     int max_n;                   /* most choices per request (--max-n); 0: SRV_MAX_N */
     int max_sequences;           /* most prompts times n per request (--max-sequences-per-request); 0: none */
+    int64_t max_request_tokens;  /* most prompt tokens summed, times n, per request (--max-request-tokens); 0: the
+                                    context times n */
     int32_t max_tokens;          /* largest max_tokens a request may ask for (--max-tokens); 0: the context */
     int32_t default_max_tokens;  /* a request without max_tokens (--default-max-tokens); 0: the context */
     int64_t created;             /* unix time the server loaded the model */

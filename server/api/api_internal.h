@@ -137,6 +137,12 @@ sp_status srv__parse_body(const char *body, size_t len, json_t **out, srv_error 
 sp_status srv__request_from_json(srv_endpoint endpoint, const json_t *root, const srv_model_info *mi, srv_request *out,
                                  srv_error *err);
 
+/* The request's prompt tokens (its prompts summed, times n) within --max-request-tokens
+ * (by default the context length times n): else a 400 naming param, the counts and the
+ * flag; what: "messages", "prompts", "inputs" (openai_request.c). */
+sp_status srv__request_tokens_bound(const srv_model_info *mi, const srv_request *r, const char *param, const char *what,
+                                    srv_error *err);
+
 /* ---- chat.c: messages to prompt text ---- */
 
 /* Validates body's messages (and tools, chat_template_kwargs) and renders them with

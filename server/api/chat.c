@@ -196,6 +196,50 @@ static sp_status chat_content_parts(const json_t *parts, size_t m, bool takes_pa
     return SP_OK;
 }
 
+/* The string (or, want_object, object) obj[key] at path "param.key": a 400 naming it
+ * when it is absent or of another type. */
+static sp_status chat_required(const json_t *obj, const char *param, const char *key, bool want_object,
+                               const json_t **out, srv_error *err) {
+    char p[160];
+    snprintf(p, sizeof p, "%s.%s", param, key);
+    const json_t *v = json_object_get(obj, key);
+    if (!v || json_is_null(v)) return srv__fail(err, SRV_ERROR_BAD_REQUEST, p, "Missing required parameter: '%s'.", p);
+    if (want_object ? !json_is_object(v) : !json_is_string(v))
+        return srv__type_error(err, p, want_object ? "an object" : "a string", v);
+    *out = v;
+    return SP_OK;
+}
+
+/* messages[m].tool_calls, as OpenAI checks them: an array of {"id": string, "type":
+ * "function", "function": {"name": string, "arguments": string}}. Anything else is a 400
+ * naming the field, rather than a prompt rendered from whatever the template makes of it. */
+static sp_status chat_tool_calls(const json_t *calls, size_t m, srv_error *err) {
+    char param[128];
+    snprintf(param, sizeof param, "messages[%zu].tool_calls", m);
+    if (!json_is_array(calls)) return srv__type_error(err, param, "an array", calls);
+    for (size_t k = 0; k < json_array_size(calls); k++) {
+        const json_t *call = json_array_get(calls, k), *v = NULL, *fn = NULL;
+        snprintf(param, sizeof param, "messages[%zu].tool_calls[%zu]", m, k);
+        if (!json_is_object(call)) return srv__type_error(err, param, "an object", call);
+        sp_status st = chat_required(call, param, "id", false, &v, err);
+        if (st == SP_OK) st = chat_required(call, param, "type", false, &v, err);
+        if (st == SP_OK && strcmp(json_string_value(v), "function") != 0) {
+            char p[160];
+            snprintf(p, sizeof p, "%s.type", param);
+            return srv__fail(err, SRV_ERROR_BAD_REQUEST, p,
+                             "Invalid value for '%s': '%.64s'. Supported values are: 'function'.", p,
+                             json_string_value(v));
+        }
+        if (st == SP_OK) st = chat_required(call, param, "function", true, &fn, err);
+        if (st != SP_OK) return st;
+        snprintf(param, sizeof param, "messages[%zu].tool_calls[%zu].function", m, k);
+        if ((st = chat_required(fn, param, "name", false, &v, err)) != SP_OK ||
+            (st = chat_required(fn, param, "arguments", false, &v, err)) != SP_OK)
+            return st;
+    }
+    return SP_OK;
+}
+
 /* Checks messages[m] and returns the copy the template sees (new reference in *out):
  * every key kept as given (name, tool_calls, tool_call_id, reasoning_content, ...),
  * content as a string, or the parts for a template that takes them. A missing or null
@@ -220,6 +264,11 @@ static sp_status chat_message(const json_t *msg, size_t m, bool takes_parts, jso
                          param, json_string_value(role));
     }
     bool assistant = strcmp(json_string_value(role), "assistant") == 0;
+    const json_t *calls = srv__field(msg, "tool_calls");
+    if (calls) {
+        sp_status st = chat_tool_calls(calls, m, err);
+        if (st != SP_OK) return st;
+    }
 
     const json_t *content = srv__field(msg, "content");
     snprintf(param, sizeof param, "messages[%zu].content", m);

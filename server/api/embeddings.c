@@ -167,8 +167,9 @@ sp_status srv_embeddings_parse(const char *body, size_t len, const srv_model_inf
     out->n = 1;
     out->params =
         (sched_request_params){.pooling = embed_pooling(mi), .top_logprobs = -1, .sampling = sample_params_default()};
-    if ((st = srv__check_model(root, mi, err)) == SP_OK && (st = embed_options(root, out, err)) == SP_OK)
-        st = embed_inputs(root, mi, out, err);
+    if ((st = srv__check_model(root, mi, err)) == SP_OK && (st = embed_options(root, out, err)) == SP_OK &&
+        (st = embed_inputs(root, mi, out, err)) == SP_OK)
+        st = srv__request_tokens_bound(mi, out, "input", "inputs", err);
     json_decref(root);
     if (st != SP_OK) srv_request_free(out);
     return st;

@@ -380,6 +380,41 @@ static sp_status request_sequences_bound(const srv_model_info *mi, const srv_req
                      (long long)sequences, r->n_prompts, r->n_prompts == 1 ? "" : "s", r->n, mi->max_sequences);
 }
 
+/* v with thousands grouped by commas ("160,512"), into buf. */
+static const char *request_grouped(int64_t v, char *buf, size_t cap) {
+    char digits[24];
+    int len = snprintf(digits, sizeof digits, "%lld", (long long)(v < 0 ? 0 : v));
+    size_t o = 0;
+    for (int i = 0; i < len && o + 1 < cap; i++) {
+        if (i > 0 && (len - i) % 3 == 0 && o + 2 < cap) buf[o++] = ',';
+        buf[o++] = digits[i];
+    }
+    buf[cap ? (o < cap ? o : cap - 1) : 0] = '\0';
+    return buf;
+}
+
+sp_status srv__request_tokens_bound(const srv_model_info *mi, const srv_request *r, const char *param, const char *what,
+                                    srv_error *err) {
+    int64_t sum = 0;
+    for (int k = 0; k < r->n_prompts; k++) sum += r->prompt_lens[k];
+    const int64_t n = r->n > 0 ? r->n : 1, held = sum * n;
+    const bool given = mi->max_request_tokens > 0;
+    const int64_t cap = given ? mi->max_request_tokens : (int64_t)mi->max_seq_len * n;
+    if (held <= cap) return SP_OK;
+    char s[32], h[32], c[32], ctx[32], times[80] = "", deflt[96] = "";
+    if (n > 1)
+        snprintf(times, sizeof times, ", %s with n = %lld (each choice prefills its own)",
+                 request_grouped(held, h, sizeof h), (long long)n);
+    if (!given)
+        snprintf(deflt, sizeof deflt, " (by default the context length, %s, times n)",
+                 request_grouped(mi->max_seq_len, ctx, sizeof ctx));
+    return srv__fail(err, SRV_ERROR_BAD_REQUEST, param,
+                     "This request's %s total %s tokens%s, more than this server's --max-request-tokens of %s%s. "
+                     "Please send fewer or shorter %s%s, or split them over several requests.",
+                     what, request_grouped(sum, s, sizeof s), times, request_grouped(cap, c, sizeof c), deflt, what,
+                     n > 1 ? " or a smaller n" : "");
+}
+
 /* prompt: a string, an array of token ids, an array of strings, or an array of
  * token-id arrays (at most SRV_MAX_PROMPTS). */
 static sp_status request_completion_prompts(const json_t *root, const srv_model_info *mi, srv_request *r,
@@ -490,7 +525,9 @@ sp_status srv__request_from_json(srv_endpoint endpoint, const json_t *root, cons
         (st = endpoint == SRV_ENDPOINT_CHAT ? request_chat_prompt(root, mi, out, err)
                                             : request_completion_prompts(root, mi, out, err)) != SP_OK ||
         (st = request_sequences_bound(mi, out, err)) != SP_OK ||
-        (st = request_fit_context(mi, out, max_tokens, err)) != SP_OK) {
+        (st = request_fit_context(mi, out, max_tokens, err)) != SP_OK ||
+        (st = endpoint == SRV_ENDPOINT_CHAT ? srv__request_tokens_bound(mi, out, "messages", "messages", err)
+                                            : srv__request_tokens_bound(mi, out, "prompt", "prompts", err)) != SP_OK) {
         srv_request_free(out);
         return st;
     }

@@ -417,10 +417,66 @@ static enum MHD_Result route(srv_conn *conn, const char *url, const char *method
 
 /* ---- libmicrohttpd callbacks ---- */
 
+/* A request refused from its headers (err). An answer queued before the body is read makes
+ * libmicrohttpd close the socket with the client's bytes unread, so the kernel resets the
+ * connection, and a client that sends its whole body before reading (Python's http.client,
+ * requests) sees a broken pipe or a reset instead of the answer. So, as nginx's lingering
+ * close does, the body is read and dropped (nothing is kept; --body-timeout bounds the
+ * time) and the answer sent after it (serve_request). At once only when the client waits
+ * for "100 Continue" before sending its body (no bytes are in flight then), or when the
+ * body announced is more than SRV_LINGER_BYTES past the limit (not worth reading). */
+static enum MHD_Result refuse_lingering(srv_conn *conn, const srv_error *err, unsigned long long declared) {
+    const char *expect = MHD_lookup_connection_value(conn->connection, MHD_HEADER_KIND, MHD_HTTP_HEADER_EXPECT);
+    const size_t max_body = conn->app->http.max_body_bytes;
+    if ((expect && strcasecmp(expect, "100-continue") == 0) ||
+        (declared > max_body && declared - max_body > SRV_LINGER_BYTES))
+        return srv__send_error(conn, err);
+    conn->refused = true;
+    conn->refusal = *err;
+    return MHD_YES;
+}
+
+static enum MHD_Result header_bytes(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+    (void)kind;
+    *(size_t *)cls += strlen(key) + (value ? strlen(value) : 0) + 4; /* "key: value\r\n", "key=value&" */
+    return MHD_YES;
+}
+
+/* Whether the request line or the headers are over --max-header-bytes (err: the 414 or
+ * 431). libmicrohttpd's memory limit is about twice that (http_security.c), so that a
+ * request up to there is refused here, with an error object and lingering; past it
+ * libmicrohttpd answers itself and closes at once. */
+static bool headers_too_large(struct MHD_Connection *connection, const char *url, const char *method, size_t max,
+                              srv_error *err) {
+    if (max == 0) return false;
+    size_t line = strlen(method) + strlen(url) + 11; /* " HTTP/1.1\r\n" */
+    MHD_get_connection_values(connection, MHD_GET_ARGUMENT_KIND, header_bytes, &line);
+    if (line > max) {
+        srv_error_set(err, MHD_HTTP_URI_TOO_LONG, "invalid_request_error", "uri_too_long", NULL,
+                      "the request line of about %zu bytes exceeds the limit of %zu bytes (--max-header-bytes)", line,
+                      max);
+        return true;
+    }
+    size_t total = line;
+    MHD_get_connection_values(connection, MHD_HEADER_KIND, header_bytes, &total);
+    if (total <= max) return false;
+    srv_error_set(err, MHD_HTTP_REQUEST_HEADER_FIELDS_TOO_LARGE, "invalid_request_error",
+                  "request_header_fields_too_large", NULL,
+                  "the request line and headers of about %zu bytes exceed the limit of %zu bytes (--max-header-bytes)",
+                  total, max);
+    return true;
+}
+
+/* Returns false (close the connection unanswered) only for a body too large to be
+ * worth reading through: past max_body_bytes + SRV_LINGER_BYTES. */
 static bool body_append(srv_conn *conn, const char *data, size_t len) {
-    if (conn->body_too_large) return true;
+    if (conn->body_too_large || conn->refused) {
+        conn->body_dropped += len; /* lingering: read and drop, the answer is sent at the end */
+        return conn->body_dropped <= conn->app->http.max_body_bytes + SRV_LINGER_BYTES;
+    }
     if (conn->body_len + len > conn->app->http.max_body_bytes) {
         conn->body_too_large = true; /* keep reading (and dropping) so the 413 can be sent */
+        conn->body_dropped = conn->body_len + len;
         free(conn->body);
         conn->body = NULL;
         conn->body_len = conn->body_cap = 0;
@@ -497,14 +553,17 @@ static enum MHD_Result serve_request(srv_app *app, bool admin, struct MHD_Connec
             return srv__send_body(conn, err.http_status, srv_error_json(&err), "application/json",
                                   MHD_HTTP_HEADER_CONNECTION, "close");
         }
-        /* refuse a body announced too large before reading it */
+        /* headers or a body announced too large: refused, but after the body (refuse_lingering) */
         const char *length = MHD_lookup_connection_value(connection, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-        if (length && strtoull(length, NULL, 10) > app->http.max_body_bytes) {
-            srv_error err;
-            srv_error_make(&err, SRV_ERROR_TOO_LARGE, NULL,
+        unsigned long long declared = length ? strtoull(length, NULL, 10) : 0;
+        srv_error refusal;
+        if (headers_too_large(connection, url, method, app->http.max_header_bytes, &refusal))
+            return refuse_lingering(conn, &refusal, declared);
+        if (declared > app->http.max_body_bytes) {
+            srv_error_make(&refusal, SRV_ERROR_TOO_LARGE, NULL,
                            "the request body of %s bytes exceeds the limit of %zu bytes", length,
                            app->http.max_body_bytes);
-            return srv__send_error(conn, &err);
+            return refuse_lingering(conn, &refusal, declared);
         }
         enum MHD_Result refused;
         if (!admit_key(conn, url, method, &refused)) return refused; /* security: before the body */
@@ -519,8 +578,9 @@ static enum MHD_Result serve_request(srv_app *app, bool admin, struct MHD_Connec
         *upload_data_size = 0;
         return ok ? MHD_YES : MHD_NO;
     }
-    if (conn->dispatched) return srv__generation_continue(conn); /* resumed: a non-streaming answer may be ready */
-    deadline_phase(app, connection, SRV_DEADLINE_NONE);          /* the body is in */
+    if (conn->dispatched) return srv__generation_continue(conn);     /* resumed: a non-streaming answer may be ready */
+    deadline_phase(app, connection, SRV_DEADLINE_NONE);              /* the body is in */
+    if (conn->refused) return srv__send_error(conn, &conn->refusal); /* its body read and dropped */
     return route(conn, url, method);
 }
 

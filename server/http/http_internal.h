@@ -52,6 +52,9 @@ struct srv_conn {
     char *body;
     size_t body_len, body_cap;
     bool body_too_large;
+    size_t body_dropped; /* bytes read and dropped past max_body_bytes (lingering, http.c) */
+    bool refused;        /* refused from its headers (413, 414, 431): the body is read and dropped, then */
+    srv_error refusal;   /* this is the answer (http.c: refuse_lingering) */
     /* the generation, once submitted */
     bool dispatched;
     bool admin;        /* arrived on the --admin-port daemon: /health, /ready, /metrics only */
@@ -97,11 +100,23 @@ struct srv_conn {
     char path[256]; /* the URL's path, truncated */
 };
 
+/* A request refused from its headers (413 for the body announced, 414, 431) or a body
+ * over --max-body-bytes has its body read and dropped up to this many bytes past the
+ * limit before the answer, so that the client reads it (http.c: refuse_lingering). */
+enum { SRV_LINGER_BYTES = 16 << 20 };
+
+/* libmicrohttpd's per-connection memory is twice --max-header-bytes plus this, so that a
+ * request line or headers up to about twice the limit are refused by http.c (an error
+ * object, lingering) rather than by libmicrohttpd (its HTML page and a close at once; just
+ * under its memory limit it even closes without an answer, having no room for one). */
+enum { SRV_HEADER_POOL_SLACK = 4096 };
+
 /* ---- http.c: a request's credentials (HTTP threads) ---- */
 
 /* The request's credentials as an Authorization header value: the header itself, else
  * Anthropic's x-api-key as "Bearer KEY" (written into buf); NULL when neither. */
 enum { SRV_AUTHORIZATION_MAX = 1024 };
+
 const char *srv__authorization(srv_conn *conn, char *buf, size_t cap);
 
 /* ---- http_send.c: responses (HTTP threads) ---- */
@@ -247,7 +262,8 @@ typedef struct srv_http_security {
 /* Fills sec->options from cfg and adds to *flags: TLS when both PEM files are set
  * (one without the other, an unreadable file or a non-PEM file is an error naming
  * the flag and path), and libmicrohttpd's per-connection memory limit when
- * max_header_bytes is set (a request line or headers that do not fit get
+ * max_header_bytes is set (2 x max_header_bytes + SRV_HEADER_POOL_SLACK: http.c answers
+ * past max_header_bytes itself; a request line or headers that do not fit even that get
  * libmicrohttpd's own answer: 414 for the request line, 431 for the headers).
  * Free with srv_http_security_free, also after a failure. */
 sp_status srv_http_security_init(const srv_http_config *cfg, srv_http_security *sec, unsigned *flags);

@@ -40,8 +40,9 @@ static sp_status tls_read_pem(const char *what, const char *path, char **out) {
 
 /* Fills sec->options (an MHD_OPTION_ARRAY) and adds to *flags: TLS when both
  * PEM files are set, libmicrohttpd's per-connection memory limit when
- * max_header_bytes is set (a request line or headers that do not fit get
- * libmicrohttpd's own answer: 414 for the request line, 431 for the headers). */
+ * max_header_bytes is set (about twice it: http.c refuses past max_header_bytes
+ * itself; a request line or headers that do not fit even that get libmicrohttpd's
+ * own answer: 414 for the request line, 431 for the headers). */
 sp_status srv_http_security_init(const srv_http_config *cfg, srv_http_security *sec, unsigned *flags) {
     int n = 0;
     if (cfg->tls_cert_file || cfg->tls_key_file) {
@@ -58,9 +59,9 @@ sp_status srv_http_security_init(const srv_http_config *cfg, srv_http_security *
         sec->options[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_CERT, 0, sec->tls_cert};
         sec->options[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_KEY, 0, sec->tls_key};
     }
-    if (cfg->max_header_bytes > 0)
-        sec->options[n++] =
-            (struct MHD_OptionItem){MHD_OPTION_CONNECTION_MEMORY_LIMIT, (intptr_t)cfg->max_header_bytes, NULL};
+    if (cfg->max_header_bytes > 0) /* http.c refuses past max_header_bytes itself: room for that */
+        sec->options[n++] = (struct MHD_OptionItem){
+            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (intptr_t)(2 * cfg->max_header_bytes + SRV_HEADER_POOL_SLACK), NULL};
     sec->options[n] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
     return SP_OK;
 }

@@ -4,6 +4,7 @@ with the right key, open probes, /metrics open or keyed, SIGHUP reloading the ke
 file while serving, CORS preflights and headers, HTTPS with a self-signed
 certificate (curl -k and the SDK), and oversized request lines and headers."""
 import http.client
+import json
 import shutil
 import signal
 import ssl
@@ -320,4 +321,15 @@ def test_oversized_headers_are_rejected(keyed):
     assert raw_status(keyed, "/health", {"X-Big": "a" * 16000}) == 431
     assert raw_status(keyed, "/health?" + "a" * 16000, {}) == 414
     assert raw_status(keyed, "/health", {"X-Fits": "a" * 2000}) == 200
+    # up to twice the limit the answer is an error object, sent after the body is read
+    # and dropped, so a client that sends its body before reading reads it (no reset)
+    conn = http.client.HTTPConnection("127.0.0.1", keyed.port, timeout=30)
+    try:
+        conn.request("POST", "/v1/completions", body=b"a" * 500000, headers={"X-Big": "a" * 10000})
+        reply = conn.getresponse()
+        error = json.loads(reply.read())["error"]
+        assert reply.status == 431 and error["code"] == "request_header_fields_too_large", error
+        assert "8192" in error["message"] and "--max-header-bytes" in error["message"], error
+    finally:
+        conn.close()
     assert keyed.request("GET", "/v1/models", headers=bearer("sk-flag"))[0] == 200  # still serving

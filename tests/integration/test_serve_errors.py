@@ -132,6 +132,42 @@ def test_operator_limits_on_n_and_max_tokens(spindle_bin, stories_model):
         assert server.stop() == 0
 
 
+def test_max_request_tokens_bounds_a_requests_prompts(spindle_bin, stories_model):
+    from spindle_server import Server
+    server = Server(spindle_bin, stories_model, "--max-request-tokens", "100")
+    ids = [100] * 40  # token ids: exact counts
+    try:
+        # an embeddings body counts the sum over its inputs
+        err = assert_error(server.request("POST", "/v1/embeddings", {"input": [ids, ids, ids]}), 400, param="input")
+        assert "--max-request-tokens of 100" in err["message"] and "total 120 tokens" in err["message"], err
+        status, _, body = server.request("POST", "/v1/embeddings", {"input": [ids, ids]})
+        assert status == 200 and len(body["data"]) == 2, body
+        # completions: the prompts summed, times n
+        err = assert_error(server.request("POST", COMP, {"prompt": [ids[:30], ids[:30]], "n": 2, "max_tokens": 1}),
+                           400, param="prompt")
+        assert "120 with n = 2" in err["message"] and "--max-request-tokens" in err["message"], err
+        status, _, body = server.request("POST", COMP, {"prompt": [ids[:30], ids[:30]], "max_tokens": 1})
+        assert status == 200, body
+        # chat: the rendered messages
+        long_chat = [{"role": "user", "content": "Once upon a time " * 40}]
+        err = assert_error(server.request("POST", CHAT, {"messages": long_chat, "max_tokens": 1}), 400,
+                           param="messages")
+        assert "--max-request-tokens" in err["message"], err
+    finally:
+        assert server.stop() == 0
+
+
+def test_max_request_tokens_defaults_to_the_context_times_n(stories_server):
+    # by default a request's prompts may total one context length (2048 for stories260K)
+    ids = [100] * 1000
+    err = assert_error(stories_server.request("POST", "/v1/embeddings", {"input": [ids, ids, ids]}), 400,
+                       param="input")
+    assert "total 3,000 tokens" in err["message"] and "--max-request-tokens" in err["message"], err
+    assert "by default the context length" in err["message"], err
+    status, _, body = stories_server.request("POST", "/v1/embeddings", {"input": [ids, ids]})
+    assert status == 200, body
+
+
 def test_unknown_path_and_wrong_method(stories_server):
     assert_error(stories_server.request("GET", "/v1/nothing"), 404)
     assert_error(stories_server.request("POST", "/nothing", {}), 404)
@@ -142,10 +178,10 @@ def test_unknown_path_and_wrong_method(stories_server):
 
 
 def test_body_too_large_is_413(stories_server):
-    # announced too large: refused before the body is sent
+    # announced too large by a client that waits for "100 Continue": refused before the body is sent
     with socket.create_connection(("127.0.0.1", stories_server.port)) as s:
         s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                  b"Content-Length: %d\r\n\r\n" % ((1 << 20) + 1))
+                  b"Expect: 100-continue\r\nContent-Length: %d\r\n\r\n" % ((1 << 20) + 1))
         reply = s.recv(65536).decode()
     assert reply.startswith("HTTP/1.1 413"), reply
     body = json.loads(reply.split("\r\n\r\n", 1)[1])
@@ -166,6 +202,38 @@ def test_body_too_large_chunked_is_413(stories_server):
         s.sendall(b"0\r\n\r\n")
         reply = s.recv(65536).decode()
     assert reply.startswith("HTTP/1.1 413"), reply
+
+
+def test_body_too_large_is_413_read_by_python_clients(stories_server):
+    # lingering close: a client that sends its whole body before reading (http.client,
+    # requests) reads the 413 and its JSON error, not a broken pipe or a reset
+    import http.client
+
+    import requests
+
+    body = b'{"prompt": "' + b"a" * (2 << 20) + b'"}'  # twice --max-body-bytes
+    conn = http.client.HTTPConnection("127.0.0.1", stories_server.port, timeout=30)
+    try:
+        conn.request("POST", COMP, body=body, headers={"Content-Type": "application/json"})
+        reply = conn.getresponse()
+        error = json.loads(reply.read())["error"]
+        assert reply.status == 413 and error["code"] == "request_too_large"
+        assert str(len(body)) in error["message"] and "1048576" in error["message"]
+        chunks = (body[i:i + 65536] for i in range(0, len(body), 65536))  # no Content-Length
+        conn.request("POST", COMP, body=chunks, headers={"Content-Type": "application/json"}, encode_chunked=True)
+        reply = conn.getresponse()
+        assert reply.status == 413 and json.loads(reply.read())["error"]["code"] == "request_too_large"
+    finally:
+        conn.close()
+    reply = requests.post(stories_server.url + COMP, data=body, headers={"Content-Type": "application/json"},
+                          timeout=30)
+    assert reply.status_code == 413 and reply.json()["error"]["code"] == "request_too_large"
+    # far past the limit (more than 16 MiB over) it is not read through: refused at once
+    with socket.create_connection(("127.0.0.1", stories_server.port), timeout=30) as s:
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: %d\r\n\r\n" % (64 << 20))
+        assert s.recv(65536).startswith(b"HTTP/1.1 413")
+    assert stories_server.request("GET", "/v1/models")[0] == 200
 
 
 def test_template_error_is_400(spindle_bin, stories_model, tmp_path):

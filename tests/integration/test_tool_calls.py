@@ -189,6 +189,27 @@ def test_bad_tools_are_400s_naming_the_field(server):
     assert e["param"] == "parallel_tool_calls"
 
 
+def test_malformed_history_calls_are_400s_naming_the_field(server):
+    # as OpenAI checks them: {"id": str, "type": "function", "function": {"name": str, "arguments": str}}
+    def history(calls):
+        return {"tools": TOOLS, "messages": ASK + [{"role": "assistant", "content": None, "tool_calls": calls},
+                                                  {"role": "tool", "tool_call_id": "c1", "content": "18"}]}
+    good = {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}
+    cases = [([{"id": 1, "function": "x"}], "messages[1].tool_calls[0].id", "expected a string"),
+             ("c1", "messages[1].tool_calls", "expected an array"),
+             ([good, {**good, "type": "tool"}], "messages[1].tool_calls[1].type", "'function'"),
+             ([{**good, "function": "get_weather"}], "messages[1].tool_calls[0].function", "expected an object"),
+             ([{**good, "function": {"arguments": "{}"}}], "messages[1].tool_calls[0].function.name", "Missing"),
+             ([{**good, "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}],
+              "messages[1].tool_calls[0].function.arguments", "expected a string")]
+    for calls, param, words in cases:
+        e = error_of(server, history(calls))
+        assert e["param"] == param and param in e["message"] and words in e["message"], (calls, e)
+    status, _, data = server.request("POST", "/v1/chat/completions",
+                                     {"model": MODEL, "max_tokens": 5, **history([good])})
+    assert status == 200, data
+
+
 def test_parameters_with_refs_are_enforced(server):
     """Pydantic's nested models come as $defs and $ref ("#/$defs/City") inside parameters."""
     params = {"$defs": {"City": {"type": "object", "properties": {

@@ -1,6 +1,7 @@
 /* test_chat.c: chat.c: loading the template (the model's, a file, the ChatML fallback),
  * the content-parts probe, the render context (tools, chat_template_kwargs, special
- * tokens, other message keys kept), template errors as 400s, and the BOS rule.
+ * tokens, other message keys kept), template errors as 400s, the BOS rule, and the
+ * checks on assistant tool_calls.
  */
 #include <criterion/criterion.h>
 
@@ -225,5 +226,40 @@ Test(srv_chat, continue_final_message_leaves_the_last_turn_open) {
     expect_bad(CONTINUE ",\"continue_final_message\":true,\"add_generation_prompt\":true}", "continue_final_message");
     expect_bad(HI ",\"continue_final_message\":true}", "continue_final_message");
     expect_bad(HI ",\"add_generation_prompt\":1}", "add_generation_prompt");
+    fixture_close();
+}
+
+#define CALLS_BEFORE "{\"messages\":[{\"role\":\"user\",\"content\":\"q\"},{\"role\":\"assistant\",\"tool_calls\":"
+#define CALLS_AFTER  "},{\"role\":\"tool\",\"tool_call_id\":\"c1\",\"content\":\"42\"}]}"
+
+Test(srv_chat, malformed_tool_calls_are_400s_naming_the_field) {
+    fixture_stories(NULL);
+    expect_bad(CALLS_BEFORE "[{\"id\":1,\"function\":\"x\"}]" CALLS_AFTER, "messages[1].tool_calls[0].id");
+    expect_bad(CALLS_BEFORE "{\"id\":\"c1\"}" CALLS_AFTER, "messages[1].tool_calls");
+    expect_bad(CALLS_BEFORE "[\"c1\"]" CALLS_AFTER, "messages[1].tool_calls[0]");
+    expect_bad(CALLS_BEFORE "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}]" CALLS_AFTER,
+               "messages[1].tool_calls[0].id");
+    expect_bad(CALLS_BEFORE "[{\"id\":\"c1\",\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}]" CALLS_AFTER,
+               "messages[1].tool_calls[0].type");
+    expect_bad(CALLS_BEFORE
+               "[{\"id\":\"c1\",\"type\":\"tool\",\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}]" CALLS_AFTER,
+               "messages[1].tool_calls[0].type");
+    expect_bad(CALLS_BEFORE "[{\"id\":\"c1\",\"type\":\"function\",\"function\":\"f\"}]" CALLS_AFTER,
+               "messages[1].tool_calls[0].function");
+    expect_bad(CALLS_BEFORE "[{\"id\":\"c1\",\"type\":\"function\",\"function\":{\"arguments\":\"{}\"}}]" CALLS_AFTER,
+               "messages[1].tool_calls[0].function.name");
+    expect_bad(CALLS_BEFORE
+               "[{\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":{}}}]" CALLS_AFTER,
+               "messages[1].tool_calls[0].function.arguments");
+    /* well-formed, empty and null are accepted */
+    const char *ok[] = {
+        CALLS_BEFORE
+        "[{\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}]" CALLS_AFTER,
+        CALLS_BEFORE "[]" CALLS_AFTER, CALLS_BEFORE "null" CALLS_AFTER};
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        srv_request r;
+        parse_chat(ok[i], &r);
+        srv_request_free(&r);
+    }
     fixture_close();
 }

@@ -854,3 +854,38 @@ Test(srv_request, absent_max_tokens_is_capped_by_the_defaults) {
     srv_request_free(&r);
     fixture_close();
 }
+
+/* --max-request-tokens: the prompts summed, times n; by default the context times n. */
+Test(srv_request, prompt_tokens_bounded_per_request) {
+    fixture_smol();
+    srv_request r;
+    srv_error err;
+    const char *two = "{\"prompt\":[[1,2,3,4,5,6],[1,2,3,4,5]],\"max_tokens\":1";
+    char body[128];
+    fx.mi.max_request_tokens = 11;
+    snprintf(body, sizeof body, "%s}", two);
+    parse_ok(SRV_ENDPOINT_COMPLETIONS, body, &r); /* 11: at the bound */
+    srv_request_free(&r);
+    snprintf(body, sizeof body, "%s,\"n\":2}", two);
+    cr_assert_eq(parse(SRV_ENDPOINT_COMPLETIONS, body, &r, &err), SP_ERR_INVALID_ARG);
+    cr_expect_eq(err.http_status, 400);
+    cr_expect_str_eq(err.param, "prompt");
+    cr_expect(strstr(err.message, "prompts total 11 tokens, 22 with n = 2") &&
+                  strstr(err.message, "--max-request-tokens of 11."),
+              "%s", err.message);
+    fx.mi.max_request_tokens = 0; /* the default: 2048 x n */
+    fx.mi.max_seq_len = 8;
+    snprintf(body, sizeof body, "%s}", two);
+    cr_assert_eq(parse(SRV_ENDPOINT_COMPLETIONS, body, &r, &err), SP_ERR_INVALID_ARG);
+    cr_expect(strstr(err.message, "more than this server's --max-request-tokens of 8 (by default the context length"),
+              "%s", err.message);
+    fx.mi.max_seq_len = 2048;
+    fx.mi.max_request_tokens = 1234567;
+    parse_ok(SRV_ENDPOINT_COMPLETIONS, body, &r);
+    srv_request_free(&r);
+    fx.mi.max_request_tokens = 1; /* chat: its rendered messages */
+    cr_assert_eq(parse(SRV_ENDPOINT_CHAT, "{" CHAT_HI "}", &r, &err), SP_ERR_INVALID_ARG);
+    cr_expect_str_eq(err.param, "messages");
+    fx.mi.max_request_tokens = 0;
+    fixture_close();
+}
