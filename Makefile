@@ -213,10 +213,49 @@ debug: setup
 	@SPINDLE_SANITIZED=1 LSAN_OPTIONS=suppressions=$(CURDIR)/tools/lsan.supp $(MAKE) --no-print-directory BUILD=build/debug OPT="-O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all" \
 	    LDLIBS="-lmicrohttpd -lnettle -lpcre2-8 -ljansson -lyaml -lm -pthread -fsanitize=address,undefined" all unit-test integration-test
 
-# libFuzzer harnesses (clang); FUZZ_SECONDS per harness.
-FUZZ_SECONDS ?= 60
+# ---- the libFuzzer harnesses (tests/fuzz/fuzz_*.c), built with clang ---------------
+# The whole library (LIB_SRC: the CPU-only configuration, no CUDA object and no
+# SP_HAVE_CUDA) compiled again with coverage instrumentation and the sanitizers into
+# build/fuzz/libspindle.a; every tests/fuzz/fuzz_<name>.c (a new one too: the wildcard)
+# links against it into build/fuzz/fuzz_<name>, pulling only the objects it needs.
+# `make fuzz-build` builds them all (CI does, in `make test`, so a harness that stops
+# linking fails there); `make fuzz` builds and runs each for FUZZ_SECONDS (tools/fuzz.sh,
+# which names the harness that failed to build, crashed or skipped). FUZZ_SANITIZE= builds
+# with coverage only (no ASan/UBSan), into build/fuzz-nosan. Needs clang and its
+# compiler-rt (tools/setup.sh installs both).
+FUZZ_CC       ?= clang
+FUZZ_SANITIZE ?= -fsanitize=address,undefined -fno-sanitize-recover=undefined
+FUZZ_DIR      ?= build/fuzz$(if $(strip $(FUZZ_SANITIZE)),,-nosan)
+FUZZ_CFLAGS   := -std=c11 -g -O1 -fno-omit-frame-pointer -Wall -Wextra -D_GNU_SOURCE -I. -MMD -MP -pthread \
+                 $(FUZZ_SANITIZE)
+FUZZ_LIB      := $(FUZZ_DIR)/libspindle.a
+FUZZ_OBJ      := $(LIB_SRC:%.c=$(FUZZ_DIR)/obj/%.o)
+FUZZ_SRC      := $(wildcard tests/fuzz/fuzz_*.c)
+FUZZ_BIN      := $(FUZZ_SRC:tests/fuzz/%.c=$(FUZZ_DIR)/%)
+FUZZ_LDLIBS   := -lmicrohttpd -lnettle -lpcre2-8 -ljansson -lyaml -lm -pthread
+FUZZ_SECONDS  ?= 60
+
+.PHONY: fuzz-build fuzz-lib fuzz-dir
+fuzz-build: $(FUZZ_BIN)
+fuzz-lib: $(FUZZ_LIB)
+fuzz-dir:
+	@echo $(FUZZ_DIR)
+
+$(FUZZ_DIR)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
+
+$(FUZZ_DIR)/obj/server/http/ui.o: server/http/ui/chat.html
+
+$(FUZZ_LIB): $(FUZZ_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(FUZZ_DIR)/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_LIB)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $< $(FUZZ_LIB) $(FUZZ_LDLIBS)
+
 fuzz:
-	@tools/fuzz.sh $(FUZZ_SECONDS)
+	@MAKE="$(MAKE)" FUZZ_DIR=$(FUZZ_DIR) tools/fuzz.sh $(FUZZ_SECONDS)
 
 bench: setup all bench-template bench-serve bench-spec bench-grammar bench-kv-tiers bench-kv-quant bench-slo $(BUILD)/mem_bandwidth $(BUILD)/bench_matmul
 	@$(BUILD)/mem_bandwidth
@@ -324,4 +363,4 @@ install: $(BUILD)/spindle
 	    $(INSTALL) -m 0644 config/spindle.yaml $$conf.example; \
 	else echo "$(INSTALL) -m 0644 config/spindle.yaml $$conf"; $(INSTALL) -m 0644 config/spindle.yaml $$conf; fi
 
--include $(LIB_OBJ:.o=.d) $(BIN_OBJ:.o=.d) $(TEST_BIN:=.d) $(LOADGEN_OBJ:.o=.d) $(BUILD)/obj/tools/mkmodel.d
+-include $(LIB_OBJ:.o=.d) $(FUZZ_OBJ:.o=.d) $(FUZZ_BIN:=.d) $(BIN_OBJ:.o=.d) $(TEST_BIN:=.d) $(LOADGEN_OBJ:.o=.d) $(BUILD)/obj/tools/mkmodel.d
