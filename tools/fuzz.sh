@@ -141,7 +141,7 @@ for name in "${names[@]}"; do
     [[ $MODE == build ]] && continue
     run_one "$name"
     rc=$?
-    skips=$(grep -a '^SKIP ' "$LOGS/$name.run.log" | sort -u)
+    skips=$(grep -a '^SKIP ' "$LOGS/$name.run.log" | awk '!seen[$0]++')
     if [[ $rc == 77 ]]; then
         run_state[$name]=skipped
         n_skipped=$((n_skipped + 1))
@@ -164,7 +164,7 @@ done
 echo "fuzz.sh: summary"
 for name in "${names[@]}"; do
     printf '  %-16s %-13s %-20s %s\n' "fuzz_$name" "${build_state[$name]}" "${run_state[$name]:--}" \
-        "${note[$name]:-}" | sed '2,$s/^/                                                    /'
+        "${note[$name]:-}" | sed '2,$s/^/                                                      /'
 done
 n=${#names[@]}
 if [[ $MODE == build ]]; then
