@@ -230,8 +230,9 @@ FUZZ_CFLAGS   := -std=c11 -g -O1 -fno-omit-frame-pointer -Wall -Wextra -D_GNU_SO
                  $(FUZZ_SANITIZE)
 FUZZ_LIB      := $(FUZZ_DIR)/libspindle.a
 FUZZ_OBJ      := $(LIB_SRC:%.c=$(FUZZ_DIR)/obj/%.o)
-FUZZ_SRC      := $(wildcard tests/fuzz/fuzz_*.c)
-FUZZ_BIN      := $(FUZZ_SRC:tests/fuzz/%.c=$(FUZZ_DIR)/%)
+FUZZ_HARNESS_DIR ?= tests/fuzz
+FUZZ_SRC      := $(wildcard $(FUZZ_HARNESS_DIR)/fuzz_*.c)
+FUZZ_BIN      := $(FUZZ_SRC:$(FUZZ_HARNESS_DIR)/%.c=$(FUZZ_DIR)/%)
 FUZZ_LDLIBS   := -lmicrohttpd -lnettle -lpcre2-8 -ljansson -lyaml -lm -pthread
 FUZZ_SECONDS  ?= 60
 
@@ -251,7 +252,7 @@ $(FUZZ_LIB): $(FUZZ_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(FUZZ_DIR)/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_LIB)
+$(FUZZ_DIR)/fuzz_%: $(FUZZ_HARNESS_DIR)/fuzz_%.c $(FUZZ_LIB)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $< $(FUZZ_LIB) $(FUZZ_LDLIBS)
 
 fuzz:

@@ -24,7 +24,7 @@
  *
  * The model: SPINDLE_FUZZ_MODEL, else $SPINDLE_TESTDATA/models/stories260K.gguf
  * (SPINDLE_TESTDATA defaults to ../shared/testdata); when it is absent the harness says
- * `SKIP fuzz_request: ...` and exits 77 (tests/fuzz/fuzz_skip.h).
+ * `SKIP fuzz_request: ...` and exits 79 (tests/fuzz/fuzz_skip.h).
  */
 #include <stdint.h>
 #include <stdio.h>

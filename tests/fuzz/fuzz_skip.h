@@ -2,7 +2,7 @@
  * the model), so that tools/fuzz.sh counts it instead of the harness aborting or checking
  * nothing in silence. fuzz_skip prints one line "SKIP fuzz_<name>: <what is missing>" on
  * stderr; a harness that can still check something goes on with less, and one that can
- * check nothing then calls fuzz_skip_all, which exits 77 (tools/fuzz.sh's "skipped").
+ * check nothing then calls fuzz_skip_all, which exits 79 (tools/fuzz.sh's "skipped").
  * Under CI=true or SPINDLE_REQUIRE_FIXTURES=1, tools/fuzz.sh and
  * tests/integration/test_fuzz_build.py count any skip as a failure. Runs in
  * LLVMFuzzerInitialize (the fuzzer's one thread). */
@@ -43,9 +43,11 @@ __attribute__((format(printf, 2, 3))) static inline void fuzz_skip(const char *h
     fflush(stderr);
 }
 
-/* Nothing left to check: exit 77, which tools/fuzz.sh counts as a skipped harness. */
+/* Nothing left to check: exit 79, which tools/fuzz.sh counts as a skipped harness (with
+ * a SKIP line). Not automake's 77: that is libFuzzer's own exit code for a crash. */
+#define FUZZ_SKIP_EXIT 79
 static inline void fuzz_skip_all(void) {
-    exit(77);
+    exit(FUZZ_SKIP_EXIT);
 }
 
 #endif

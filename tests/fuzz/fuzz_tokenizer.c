@@ -6,7 +6,7 @@
  * regexes) from $SPINDLE_TESTDATA/vocab/ (default ../shared/testdata, as the unit tests)
  * and the default model's (SmolLM2's BPE: models/, or SPINDLE_MODEL), where tools/setup.sh
  * puts it. Each one absent is a `SKIP fuzz_tokenizer: ...` line (tests/fuzz/fuzz_skip.h);
- * with none the harness exits 77 (skipped). Each input is encoded with parse_special off and on,
+ * with none the harness exits 79 (skipped). Each input is encoded with parse_special off and on,
  * decoded whole and through the incremental decoder, and checked:
  *   - every id is in the vocabulary;
  *   - the incremental decoder emits only whole UTF-8 characters, and for valid UTF-8
