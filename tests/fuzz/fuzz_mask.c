@@ -55,9 +55,9 @@ static int steps;
 
 /* What the watchdog reports: the constraint and the step of the mask under way. */
 static char current[FUZZ_MASK_MAX_INPUT + 1];
-static _Atomic int current_step; /* -1: the preparation */
-static _Atomic int64_t started_ns;  /* 0: no timed work under way */
-static _Atomic int64_t bound_ns;    /* the bound of the work under way */
+static _Atomic int current_step;   /* -1: the preparation */
+static _Atomic int64_t started_ns; /* 0: no timed work under way */
+static _Atomic int64_t bound_ns;   /* the bound of the work under way */
 
 static int64_t now_ns(void) {
     struct timespec t;
@@ -185,8 +185,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         r = r * 6364136223846793005ull + 1442695040888963407ull;
         int32_t id = pick_token(r >> 11);
         if (id < 0 || tok_is_eog(vocab, id)) break;
-        FUZZ_CHECK(gram_state_advance_token(s, gvocab, id), "step %d: token %d (%s) is in the mask but does not advance",
-                   step, id, tok_token_text(vocab, id));
+        FUZZ_CHECK(gram_state_advance_token(s, gvocab, id),
+                   "step %d: token %d (%s) is in the mask but does not advance", step, id, tok_token_text(vocab, id));
         if (gram_state_finished(s)) break;
     }
     gram_state_destroy(s);
