@@ -26,7 +26,7 @@
 # FUZZ_SANITIZE as for the Makefile.
 set -uo pipefail
 
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 usage() {
     echo "usage: tools/fuzz.sh SECONDS [NAME...] | --runs N [NAME...] | --build-only [NAME...]" >&2
     exit 2

@@ -107,8 +107,9 @@ def test_every_harness_runs_clean_over_its_seeds(built):
         pytest.xfail("fuzz_mask: (.*){10}x is past the time bound per mask: grammar/ has no mask budget yet (issue 44)")
 
 
+NOOP = "int LLVMFuzzerTestOneInput(const unsigned char *d, unsigned long n) { (void)d, (void)n; return 0; }\n"
 SELFTEST = {
-    "selftest_ok": "int LLVMFuzzerTestOneInput(const unsigned char *d, unsigned long n) { (void)d, (void)n; return 0; }\n",
+    "selftest_ok": NOOP,
     "selftest_nolink": ("int sp_no_such_function_anywhere(void);\n"
                         "int LLVMFuzzerTestOneInput(const unsigned char *d, unsigned long n) {\n"
                         "    (void)d, (void)n; return sp_no_such_function_anywhere(); }\n"),
@@ -118,7 +119,7 @@ SELFTEST = {
     "selftest_skip": ('#include "tests/fuzz/fuzz_skip.h"\n'
                       "int LLVMFuzzerInitialize(int *c, char ***v) { (void)c, (void)v;\n"
                       '    fuzz_skip("fuzz_selftest_skip", "no /nonexistent/fixture"); fuzz_skip_all(); return 0; }\n'
-                      "int LLVMFuzzerTestOneInput(const unsigned char *d, unsigned long n) { (void)d, (void)n; return 0; }\n"),
+                      + NOOP),
 }
 
 
@@ -154,7 +155,8 @@ def test_fuzz_sh_names_each_failure_and_goes_on(selftest_harnesses):
 
 def test_a_skip_fails_under_ci(selftest_harnesses):
     env = {"FUZZ_HARNESS_DIR": str(selftest_harnesses)}
-    r = fuzz_sh("--runs", "5", "selftest_ok", "selftest_skip", env={**env, "CI": "", "SPINDLE_REQUIRE_FIXTURES": "0"}, timeout=120)
+    r = fuzz_sh("--runs", "5", "selftest_ok", "selftest_skip", env={**env, "CI": "", "SPINDLE_REQUIRE_FIXTURES": "0"},
+                timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "2 harnesses: 2 built, 1 ran, 0 crashed, 1 skipped" in r.stdout
     r = fuzz_sh("--runs", "5", "selftest_ok", "selftest_skip", env={**env, "CI": "true"}, timeout=120)
