@@ -153,10 +153,11 @@ setup:
 
 # The layering checks first (the include graph, and the call order inside folders, which
 # compiles those folders' objects), unit tests next (fast), then the end-to-end tests on
-# the real binary.
+# the real binary. Every fuzz harness is built too (at -O0, build/fuzz-O0: about 45 CPU
+# seconds), and tests/integration/test_fuzz_build.py runs each over its seeds.
 test: setup layers
-	@$(MAKE) --no-print-directory all $(TEST_BIN)
-	@$(MAKE) --no-print-directory api-check unit-test integration-test
+	@$(MAKE) --no-print-directory all $(TEST_BIN) fuzz-build FUZZ_OPT=-O0
+	@$(MAKE) --no-print-directory api-check unit-test integration-test FUZZ_OPT=-O0
 
 # The folder-level include graph, checked against tools/layers.txt (no cycles, no include
 # against the layer order, no other folder's internal header); prints the graph. Then
@@ -213,10 +214,52 @@ debug: setup
 	@SPINDLE_SANITIZED=1 LSAN_OPTIONS=suppressions=$(CURDIR)/tools/lsan.supp $(MAKE) --no-print-directory BUILD=build/debug OPT="-O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all" \
 	    LDLIBS="-lmicrohttpd -lnettle -lpcre2-8 -ljansson -lyaml -lm -pthread -fsanitize=address,undefined" all unit-test integration-test
 
-# libFuzzer harnesses (clang); FUZZ_SECONDS per harness.
-FUZZ_SECONDS ?= 60
+# ---- the libFuzzer harnesses (tests/fuzz/fuzz_*.c), built with clang ---------------
+# The whole library (LIB_SRC: the CPU-only configuration, no CUDA object and no
+# SP_HAVE_CUDA) compiled again with coverage instrumentation and the sanitizers into
+# build/fuzz/libspindle.a; every tests/fuzz/fuzz_<name>.c (a new one too: the wildcard)
+# links against it into build/fuzz/fuzz_<name>, pulling only the objects it needs.
+# `make fuzz-build` builds them all (CI does, in `make test`, so a harness that stops
+# linking fails there); `make fuzz` builds and runs each for FUZZ_SECONDS (tools/fuzz.sh,
+# which names the harness that failed to build, crashed or skipped). FUZZ_SANITIZE= builds
+# with coverage only (no ASan/UBSan), into build/fuzz-nosan; FUZZ_OPT=-O0 (what `make test`
+# builds and runs: a quarter of -O1's compile time, with the same sanitizers) into
+# build/fuzz-O0. Needs clang and its compiler-rt (tools/setup.sh installs both).
+FUZZ_CC       ?= clang
+FUZZ_SANITIZE ?= -fsanitize=address,undefined -fno-sanitize-recover=undefined
+FUZZ_OPT      ?= -O1
+FUZZ_DIR      ?= build/fuzz$(if $(strip $(FUZZ_SANITIZE)),,-nosan)$(filter-out -O1,$(FUZZ_OPT))
+FUZZ_CFLAGS   := -std=c11 -g $(FUZZ_OPT) -fno-omit-frame-pointer -Wall -Wextra -D_GNU_SOURCE -I. -MMD -MP -pthread \
+                 $(FUZZ_SANITIZE)
+FUZZ_LIB      := $(FUZZ_DIR)/libspindle.a
+FUZZ_OBJ      := $(LIB_SRC:%.c=$(FUZZ_DIR)/obj/%.o)
+FUZZ_HARNESS_DIR ?= tests/fuzz
+FUZZ_SRC      := $(wildcard $(FUZZ_HARNESS_DIR)/fuzz_*.c)
+FUZZ_BIN      := $(FUZZ_SRC:$(FUZZ_HARNESS_DIR)/%.c=$(FUZZ_DIR)/%)
+FUZZ_LDLIBS   := -lmicrohttpd -lnettle -lpcre2-8 -ljansson -lyaml -lm -pthread
+FUZZ_SECONDS  ?= 60
+
+.PHONY: fuzz-build fuzz-lib fuzz-dir
+fuzz-build: $(FUZZ_BIN)
+fuzz-lib: $(FUZZ_LIB)
+fuzz-dir:
+	@echo $(FUZZ_DIR)
+
+$(FUZZ_DIR)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
+
+$(FUZZ_DIR)/obj/server/http/ui.o: server/http/ui/chat.html
+
+$(FUZZ_LIB): $(FUZZ_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(FUZZ_DIR)/fuzz_%: $(FUZZ_HARNESS_DIR)/fuzz_%.c $(FUZZ_LIB)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $< $(FUZZ_LIB) $(FUZZ_LDLIBS)
+
 fuzz:
-	@tools/fuzz.sh $(FUZZ_SECONDS)
+	@MAKE="$(MAKE)" FUZZ_DIR=$(FUZZ_DIR) tools/fuzz.sh $(FUZZ_SECONDS)
 
 bench: setup all bench-template bench-serve bench-spec bench-grammar bench-kv-tiers bench-kv-quant bench-slo $(BUILD)/mem_bandwidth $(BUILD)/bench_matmul
 	@$(BUILD)/mem_bandwidth
@@ -324,4 +367,4 @@ install: $(BUILD)/spindle
 	    $(INSTALL) -m 0644 config/spindle.yaml $$conf.example; \
 	else echo "$(INSTALL) -m 0644 config/spindle.yaml $$conf"; $(INSTALL) -m 0644 config/spindle.yaml $$conf; fi
 
--include $(LIB_OBJ:.o=.d) $(BIN_OBJ:.o=.d) $(TEST_BIN:=.d) $(LOADGEN_OBJ:.o=.d) $(BUILD)/obj/tools/mkmodel.d
+-include $(LIB_OBJ:.o=.d) $(FUZZ_OBJ:.o=.d) $(FUZZ_BIN:=.d) $(BIN_OBJ:.o=.d) $(TEST_BIN:=.d) $(LOADGEN_OBJ:.o=.d) $(BUILD)/obj/tools/mkmodel.d

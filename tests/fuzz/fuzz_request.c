@@ -23,7 +23,8 @@
  * tests/fuzz/regressions/request/ through this same function.
  *
  * The model: SPINDLE_FUZZ_MODEL, else $SPINDLE_TESTDATA/models/stories260K.gguf
- * (SPINDLE_TESTDATA defaults to ../shared/testdata).
+ * (SPINDLE_TESTDATA defaults to ../shared/testdata); when it is absent the harness says
+ * `SKIP fuzz_request: ...` and exits 79 (tests/fuzz/fuzz_skip.h).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -35,6 +36,7 @@
 #include "gguf/gguf.h"
 #include "server/api/api.h"
 #include "server/api/api_internal.h"
+#include "tests/fuzz/fuzz_skip.h"
 
 #define FUZZ_CHECK(cond)               \
     do {                               \
@@ -74,6 +76,10 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     sp_log_set_level(SP_LOG_ERROR);
     char path[1024];
     fuzz_model_path(path, sizeof path);
+    if (!fuzz_present(path)) {
+        fuzz_skip("fuzz_request", "no model at %s (set SPINDLE_TESTDATA or SPINDLE_FUZZ_MODEL)", path);
+        fuzz_skip_all();
+    }
     gguf_file *f;
     if (gguf_open(path, &f) != SP_OK || tok_vocab_load(f, &fuzz_vocab) != SP_OK) {
         fprintf(stderr, "fuzz_request: cannot load %s: %s\n", path, sp_last_error());

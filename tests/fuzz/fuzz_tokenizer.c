@@ -1,9 +1,12 @@
 /* fuzz_tokenizer.c: libFuzzer harness for the tokenizers.
  *
  * Vocabularies are loaded once: SPINDLE_FUZZ_VOCAB (one GGUF path, or several joined
- * with ':'), else gpt-2 (byte-level BPE), llama-spm (SentencePiece, byte fallback) and
- * deepseek-coder (BPE with user-defined tokens and a chain of split regexes) from
- * ../shared/testdata/vocab/. Each input is encoded with parse_special off and on,
+ * with ':'; each must load), else gpt-2 (byte-level BPE), llama-spm (SentencePiece, byte
+ * fallback) and deepseek-coder (BPE with user-defined tokens and a chain of split
+ * regexes) from $SPINDLE_TESTDATA/vocab/ (default ../shared/testdata, as the unit tests)
+ * and the default model's (SmolLM2's BPE: models/, or SPINDLE_MODEL), where tools/setup.sh
+ * puts it. Each one absent is a `SKIP fuzz_tokenizer: ...` line (tests/fuzz/fuzz_skip.h);
+ * with none the harness exits 79 (skipped). Each input is encoded with parse_special off and on,
  * decoded whole and through the incremental decoder, and checked:
  *   - every id is in the vocabulary;
  *   - the incremental decoder emits only whole UTF-8 characters, and for valid UTF-8
@@ -17,12 +20,10 @@
 #include <string.h>
 
 #include "gguf/gguf.h"
+#include "tests/fuzz/fuzz_skip.h"
 #include "tokenizer/tokenizer.h"
 
 #define FUZZ_MAX_VOCABS 8
-#define FUZZ_DEFAULT_VOCABS                                                                              \
-    "../shared/testdata/vocab/ggml-vocab-gpt-2.gguf:../shared/testdata/vocab/ggml-vocab-llama-spm.gguf:" \
-    "../shared/testdata/vocab/ggml-vocab-deepseek-coder.gguf"
 
 typedef struct fuzz_vocab {
     tok_vocab *v;
@@ -91,10 +92,32 @@ static void load_one(const char *path) {
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc;
     (void)argv;
+    if (n_vocabs) return 0;
     const char *env = getenv("SPINDLE_FUZZ_VOCAB");
-    char *list = strdup(env && env[0] ? env : FUZZ_DEFAULT_VOCABS);
-    for (char *save = NULL, *p = strtok_r(list, ":", &save); p; p = strtok_r(NULL, ":", &save)) load_one(p);
-    free(list);
+    if (env && env[0]) {
+        char *list = strdup(env);
+        for (char *save = NULL, *p = strtok_r(list, ":", &save); p; p = strtok_r(NULL, ":", &save)) load_one(p);
+        free(list);
+        return 0;
+    }
+    static const char *const names[] = {"gpt-2", "llama-spm", "deepseek-coder"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/vocab/ggml-vocab-%s.gguf", fuzz_testdata_dir(), names[i]);
+        if (fuzz_present(path))
+            load_one(path);
+        else
+            fuzz_skip("fuzz_tokenizer", "no %s vocabulary at %s (set SPINDLE_TESTDATA)", names[i], path);
+    }
+    if (fuzz_present(fuzz_default_model()))
+        load_one(fuzz_default_model());
+    else
+        fuzz_skip("fuzz_tokenizer", "no default model at %s (run tools/setup.sh, or set SPINDLE_MODEL)",
+                  fuzz_default_model());
+    if (!n_vocabs) {
+        fuzz_skip("fuzz_tokenizer", "no vocabulary at all: nothing to check");
+        fuzz_skip_all();
+    }
     return 0;
 }
 
