@@ -5,6 +5,7 @@ hostile request gets a 400, ends with finish_reason "error" and a message, or fi
 never hangs."""
 import concurrent.futures
 import json
+import os
 import time
 import urllib.request
 
@@ -70,7 +71,8 @@ def test_hostile_constraints_do_not_stall_a_victim(server):
         assert answer["choices"][0]["finish_reason"] in ("stop", "length", "error"), answer
     # generous: a loaded CI core alone shows gaps near 1 s; before the budget each hostile
     # mask took 1.5-8 s and (.*){1000}x never finished
-    assert gaps and max(gaps) < 2.0, f"victim's largest gap {max(gaps):.3f} s (alone: {max(base):.3f} s)"
+    bound = 6.0 if os.environ.get("SPINDLE_SANITIZED") else 2.0  # sanitizers run several times slower
+    assert gaps and max(gaps) < bound, f"victim's largest gap {max(gaps):.3f} s (alone: {max(base):.3f} s)"
 
 
 def test_a_constraint_over_budget_at_its_first_token_is_a_400(server):
