@@ -45,7 +45,7 @@ enum { GRAM_FUEL_VOCAB = 65536 };
 enum { CANCEL_EVERY = 4096 };
 /* gram_mask_prepare's whole budget, in masks' worth of fuel (each key's walk also stops at
  * one mask's fuel): past it the remaining keys are walked lazily. */
-enum { PREPARE_FUEL_MASKS = 2 };
+enum { PREPARE_FUEL_MASKS = 64 };
 
 /* ---- the vocabulary trie ----------------------------------------------------------- */
 

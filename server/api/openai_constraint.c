@@ -112,15 +112,21 @@ sp_status srv__compile_grammar(const char *gbnf, const srv_model_info *mi, srv_r
         sp_status st = gram_compile(gbnf, strlen(gbnf), &lim, &g);
         if (st == SP_ERR_NOMEM) return srv__fail(err, SRV_ERROR_INTERNAL, param, "%s", sp_last_error());
         if (st != SP_OK) return srv__fail(err, SRV_ERROR_BAD_REQUEST, param, "'%s': %s", param, sp_last_error());
-        /* the first mask within the budget (a hostile constraint is refused after one mask's
-         * work), then the mask walks of every cut stack, here on the preparation worker,
-         * before the grammar is shared: the scheduler's mask worker then meets no first walk */
-        if (mi->grammar_vocab && (st = first_mask_fits(g, mi->grammar_vocab)) != SP_OK) {
+        /* the mask walks of every cut stack, here on the preparation worker, before the
+         * grammar is shared: the scheduler's mask worker then meets no first walk. The first
+         * mask is checked against the budget before (most hostile constraints are refused
+         * after one mask's work) and, when over it, again after the walks (which may be what
+         * it lacked: each cut stack's walk has a mask's budget of its own there) */
+        if (mi->grammar_vocab) {
+            st = first_mask_fits(g, mi->grammar_vocab);
+            gram_mask_prepare(g, mi->grammar_vocab);
+            if (st == SP_ERR_RANGE) st = first_mask_fits(g, mi->grammar_vocab);
+        }
+        if (st != SP_OK) {
             gram_grammar_destroy(g);
             if (st == SP_ERR_NOMEM) return srv__fail(err, SRV_ERROR_INTERNAL, param, "%s", sp_last_error());
             return srv__fail(err, SRV_ERROR_BAD_REQUEST, param, "'%s': %s", param, sp_last_error());
         }
-        if (mi->grammar_vocab) gram_mask_prepare(g, mi->grammar_vocab);
         if (mi->grammars) cache_put(mi->grammars, gbnf, g); /* one server: one set of limits */
     }
     r->params.grammar = g;
