@@ -157,8 +157,9 @@ void gram_mask(gram_grammar *g, const gram_vocab *gv, const gram_state *s, uint3
 /* Walks ahead, into g's mask cache, the context-free part of the mask of every cut stack
  * g's states may hold (gram_mask.c; the first GRAM_PREPARE_KEYS of them), so gram_mask
  * meets no first walk later: the compile-time precomputation of XGrammar. Costs a few
- * milliseconds for a typical JSON Schema. It touches the cache: call it before g is shared
- * with the thread that masks. Returns the keys walked. */
+ * milliseconds for a typical JSON Schema; each key's walk has one mask's budget and all of
+ * them 64 masks' (BUDGET), past which the rest stay lazy. It touches the cache: call it
+ * before g is shared with the thread that masks. Returns the keys walked. */
 int32_t gram_mask_prepare(gram_grammar *g, const gram_vocab *gv);
 
 /* The work units the last gram_mask_run on g spent (sizing the budget). Same thread rule
