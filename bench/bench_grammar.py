@@ -13,6 +13,14 @@ both do the same work and the ratio is the grammar's cost alone. The constrained
 validated with Python's jsonschema and the count of valid ones is reported per server. The variants take turns and
 the order flips at every point. Writes the "grammar" section of docs/benchmarks.md; raw
 results stay in build/bench/grammar-<time>/.
+
+The hostile set (`--hostile-only` runs just it): `bench_grammar --hostile` times the masks of
+58 hostile constraints of at most 1 KiB (bounded repetitions of loops, overlapping
+alternations, schema patterns, GBNF), then one spindle server serves a victim (an
+unconstrained stream of 96 tokens) beside 4 requests with each constraint in turn; the
+victim's largest inter-token gap and median gap are compared with the victim beside 4
+unconstrained requests of the same shape (the control: median of 5 runs). Goal:
+no case raises the victim's inter-token latency by more than 50 ms.
 """
 import argparse
 import concurrent.futures
@@ -23,6 +31,7 @@ import statistics
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -136,7 +145,115 @@ def mask_times(a, raw):
     return rows
 
 
-def report(a, raw, masks, points):
+HOSTILE_COPIES = 4
+
+
+def hostile_masks(a, raw):
+    out = subprocess.run([a.grammar_bin, a.model, "--hostile", "10"], capture_output=True, text=True,
+                         check=True).stdout
+    rows = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    with open(os.path.join(raw, "hostile_masks.json"), "w") as f:
+        json.dump(rows, f)
+    return rows
+
+
+def constraint_fields(kind, text):
+    if kind == "r":
+        return {"guided_regex": text}
+    if kind == "s":
+        return {"response_format": {"type": "json_schema", "json_schema": {"name": "h", "schema": json.loads(text)}}}
+    return {"guided_grammar": text}
+
+
+def victim_gaps(url, timeout):
+    body = {"messages": [{"role": "user", "content": "Tell a long story about a lighthouse."}], "max_tokens": 96,
+            "ignore_eos": True, "temperature": 0.7, "seed": 1, "stream": True}
+    req = urllib.request.Request(url + "/v1/chat/completions", json.dumps(body).encode(),
+                                 {"Content-Type": "application/json"})
+    times = []
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        for line in r:
+            if line.startswith(b"data: {") and b'"content"' in line:
+                times.append(time.monotonic())
+    return [b - a for a, b in zip(times, times[1:])]
+
+
+def hostile_request(url, fields, timeout):
+    body = {"messages": [{"role": "user", "content": "Write anything."}], "max_tokens": 32, "temperature": 1.0,
+            "seed": 3, **fields}
+    req = urllib.request.Request(url + "/v1/chat/completions", json.dumps(body).encode(),
+                                 {"Content-Type": "application/json"})
+    t0 = time.monotonic()
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            finish = json.loads(r.read())["choices"][0]["finish_reason"]
+            status = r.status
+    except urllib.error.HTTPError as e:
+        status, finish = e.code, None
+    except OSError:
+        status, finish = 0, "timeout"
+    return {"status": status, "finish": finish, "seconds": time.monotonic() - t0}
+
+
+def hostile_victims(a, raw, cases):
+    srv = ServerProcess(argv_for(a, "spindle-free", HOSTILE_COPIES + 1), os.path.join(raw, "hostile.log"))
+    rows = []
+    try:
+        stream(srv.url, body_for("spindle-free", 10_000, 8), a.timeout)
+        def beside(fields):
+            with concurrent.futures.ThreadPoolExecutor(HOSTILE_COPIES + 1) as pool:
+                victim = pool.submit(victim_gaps, srv.url, a.timeout)
+                time.sleep(0.2)
+                hostile = [pool.submit(hostile_request, srv.url, fields, 120) for _ in range(HOSTILE_COPIES)]
+                return [h.result() for h in hostile], victim.result()
+
+        # the control: the victim beside as many unconstrained requests (their prefill, their
+        # decode rows), so the increase is the constraint's alone
+        control = [beside({})[1] for _ in range(5)]
+        base_max = statistics.median(max(g) for g in control)
+        base_med = statistics.median(statistics.median(g) for g in control)
+        log(f"victim beside {HOSTILE_COPIES} unconstrained: max gap {base_max * 1e3:.1f} ms (median of 5), "
+            f"median {base_med * 1e3:.1f} ms")
+        for case in cases:
+            fields = constraint_fields(case["kind"], case["constraint"])
+            outcomes, gaps = beside(fields)
+            row = {"case": case["case"], "max_gap_ms": max(gaps) * 1e3, "median_gap_ms": statistics.median(gaps) * 1e3,
+                   "max_increase_ms": (max(gaps) - base_max) * 1e3,
+                   "median_increase_ms": (statistics.median(gaps) - base_med) * 1e3,
+                   "outcomes": sorted({f"{o['status']}/{o['finish']}" for o in outcomes}),
+                   "slowest_s": max(o["seconds"] for o in outcomes)}
+            rows.append(row)
+            log(f"hostile {case['case']} {case['constraint'][:40]!r}: victim max gap {row['max_gap_ms']:.1f} ms "
+                f"(+{row['max_increase_ms']:.1f}), median +{row['median_increase_ms']:.1f} ms, {row['outcomes']}")
+    finally:
+        srv.stop()
+    with open(os.path.join(raw, "hostile_victims.json"), "w") as f:
+        json.dump({"alone_max_ms": base_max * 1e3, "alone_median_ms": base_med * 1e3, "cases": rows}, f)
+    return {"alone_max_ms": base_max * 1e3, "alone_median_ms": base_med * 1e3,
+            "cases": {r["case"]: r for r in rows}}
+
+
+def hostile_lines(masks, victims):
+    lines = ["", "### Hostile constraints", "",
+             __doc__.split("\n\n")[2].replace("\n", " "),
+             f"Control: largest gap {victims['alone_max_ms']:.1f} ms, median "
+             f"{victims['alone_median_ms']:.1f} ms. *outcomes*: HTTP status / finish_reason of the "
+             f"{HOSTILE_COPIES} hostile requests.", "",
+             "| # | constraint | mask outcome | masks | p50 µs | p99 µs | max µs | victim max gap ms (+ vs alone) "
+             "| victim median +ms | outcomes |",
+             "|---:|---|---|---:|---:|---:|---:|---:|---:|---|"]
+    for m in masks:
+        v = victims["cases"].get(m["case"], {})
+        text = m["constraint"].replace("|", "\\|").replace("\n", "\\n")
+        lines.append(f"| {m['case']} | `{text}` | {m['outcome']} | {m.get('masks', '-')} | "
+                     f"{m.get('p50_us', float('nan')):.1f} | {m.get('p99_us', float('nan')):.1f} | "
+                     f"{m.get('max_us', float('nan')):.1f} | "
+                     f"{v.get('max_gap_ms', float('nan')):.1f} (+{v.get('max_increase_ms', float('nan')):.1f}) | "
+                     f"{v.get('median_increase_ms', float('nan')):.1f} | {' '.join(v.get('outcomes', []))} |")
+    return lines
+
+
+def report(a, raw, masks, points, hostile=None):
     lines = [f"## Constrained output: mask time and throughput ({os.path.basename(a.model)}, CPU)", "",
              f"- Machine: {cpu_model()}, {a.threads} threads; spindle {git_commit()}; "
              f"{datetime.date.today().isoformat()}",
@@ -170,6 +287,8 @@ def report(a, raw, masks, points):
             vs_peer = (f"{med[v] / med['llama.cpp-schema']:.2f}x"
                        if v == "spindle-schema" and "llama.cpp-schema" in med else "")
             lines.append(f"| {c} | {v} | {med[v]:.1f} | {vs_free} | {vs_peer} | {valid} |")
+    if hostile:
+        lines += hostile_lines(*hostile)
     write_section(os.path.join(ROOT, "docs", "benchmarks.md"), "grammar", "\n".join(lines))
     log("wrote the grammar section of docs/benchmarks.md")
 
@@ -186,13 +305,23 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=256)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--timeout", type=float, default=600)
+    ap.add_argument("--hostile-only", action="store_true", help="only the hostile set (no docs section written)")
+    ap.add_argument("--hostile-cases", default="", help="comma-separated case numbers (default: all)")
     a = ap.parse_args()
     a.concurrency = [int(x) for x in a.concurrency.split(",")]
     a.variants = [v for v in a.variants.split(",") if v]
-    if "llama.cpp-schema" in a.variants:
+    if "llama.cpp-schema" in a.variants and not a.hostile_only:
         a.llama_server = peer_binary(a.peer_dir, "llama-server", log)
     raw = os.path.join(ROOT, "build", "bench", "grammar-" + time.strftime("%Y%m%d-%H%M%S"))
     os.makedirs(raw, exist_ok=True)
+    hmasks = hostile_masks(a, raw)
+    if a.hostile_cases:
+        keep = {int(x) for x in a.hostile_cases.split(",")}
+        hmasks = [m for m in hmasks if m["case"] in keep]
+    hostile = (hmasks, hostile_victims(a, raw, hmasks))
+    if a.hostile_only:
+        print("\n".join(hostile_lines(*hostile)))
+        return
     masks = mask_times(a, raw)
     points = []
     lengths = {}  # per concurrency: spindle's constrained answer lengths, for the free variant
@@ -206,7 +335,7 @@ def main():
                 if v == "spindle-schema":
                     lengths[c] = p["lengths"]
                 points.append(p)
-    report(a, raw, masks, points)
+    report(a, raw, masks, points, hostile)
 
 
 if __name__ == "__main__":

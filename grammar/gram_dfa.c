@@ -40,6 +40,7 @@ struct gram_dfa {
     int32_t *index; /* (index_cap) open addressing by hash, -1 empty */
     int32_t index_cap;
     gram_stacks out; /* the tops of the state being made */
+    int64_t work;    /* work units of the transitions made (gram__dfa_work) */
 };
 
 gram_dfa *gram__dfa_create(void) {
@@ -161,6 +162,7 @@ int32_t gram__dfa_next(gram_dfa *d, const gram_grammar *g, int32_t s, uint8_t b)
         took = true;
         gram__expand(g, &d->arena, n.pos + 1, n.parent, &d->out);
     }
+    d->work += 1 + d->states[s].n + d->out.steps + 2 * d->out.n_tops; /* tried, expanded, deduped and hashed */
     if (!took || (d->out.n_tops == 0 && !d->out.accepting && !d->out.needs_context)) {
         d->arena.n_nodes = mark;
         t = DFA_DEAD;
@@ -171,6 +173,10 @@ int32_t gram__dfa_next(gram_dfa *d, const gram_grammar *g, int32_t s, uint8_t b)
     }
     d->states[s].next[b] = t;
     return t;
+}
+
+int64_t gram__dfa_work(const gram_dfa *d) {
+    return d->work;
 }
 
 bool gram__dfa_continues(const gram_dfa *d, int32_t s) {

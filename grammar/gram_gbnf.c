@@ -24,7 +24,8 @@ gram_limits gram_limits_default(void) {
     return (gram_limits){.max_rules = SP_GRAMMAR_DEFAULT_MAX_RULES,
                          .max_elements = SP_GRAMMAR_DEFAULT_MAX_ELEMENTS,
                          .max_depth = SP_GRAMMAR_DEFAULT_MAX_DEPTH,
-                         .max_stacks = 512};
+                         .max_stacks = 512,
+                         .max_mask_fuel = GRAM_DEFAULT_MASK_FUEL};
 }
 
 /* ---- the builder ------------------------------------------------------------------- */
@@ -575,13 +576,29 @@ static int64_t parse_count(builder *b) {
 
 static void parse_alternates(builder *b, int32_t r, bool nested);
 
+/* Whether rule r is a finished loop X* (S ::= X S | (empty), as emit_repeat makes it, or a
+ * group or defined rule holding only such a loop): its strings repeated are its strings. */
+static bool rule_is_star(const builder *b, int32_t r, int depth) {
+    if (r < 0 || r >= b->n_rules || depth > 8) return false;
+    const rule_b *rule = &b->rules[r];
+    if (!rule->defined || r == b->current) return false; /* not finished */
+    if (rule->n_alts == 2 && rule->alts[0].n == 2 && rule->alts[0].e[1].kind == GRAM_RULE &&
+        rule->alts[0].e[1].arg == r && rule->alts[1].n == 0)
+        return true;
+    return rule->n_alts == 1 && rule->alts[0].n == 1 && rule->alts[0].e[0].kind == GRAM_RULE &&
+           rule_is_star(b, rule->alts[0].e[0].arg, depth + 1);
+}
+
 /* Repeats the last item of out (elements from item_start) min..max times (max -1:
- * unbounded). */
+ * unbounded). A loop repeated ((x*){m,n}, (x*)*) stays the loop: the same strings, and no
+ * way to split a text among copies (each way a stack every mask would walk). */
 static void emit_repeat(builder *b, seq *out, int32_t item_start, int64_t min, int64_t max) {
     if (b->err) return;
     gram_elem item;
     int32_t n_item = out->n - item_start;
     if (n_item == 0) return; /* an empty literal repeated is still empty */
+    if (n_item == 1 && max != 0 && out->e[item_start].kind == GRAM_RULE && rule_is_star(b, out->e[item_start].arg, 0))
+        return;
     if (n_item == 1) {
         item = out->e[item_start];
     } else { /* several elements (a literal): one rule, so each copy is one element */
@@ -873,6 +890,7 @@ static sp_status flatten(builder *b, int32_t root, gram_grammar **out) {
     g->n_sets = b->n_sets;
     g->root = root;
     g->limits = b->lim;
+    if (g->limits.max_mask_fuel <= 0) g->limits.max_mask_fuel = GRAM_DEFAULT_MASK_FUEL;
     *out = g;
     return SP_OK;
 }

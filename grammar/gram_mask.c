@@ -15,6 +15,12 @@
  * walks run on gram_dfa.c's states (one table load per trie edge); the whole-stack walks
  * (deps, stacks near the depth bound) on the stacks themselves.
  *
+ * BUDGET. Every walk charges work units to its mask (charge(): a trie edge tried, the
+ * stacks an advance tries and the expansion steps it takes, the stacks weighed for
+ * duplicates, the nodes of a state copied into the arena); past limits.max_mask_fuel, or
+ * when the caller's cancel flag is seen (every CANCEL_EVERY units), every walk returns at
+ * its next edge and gram_mask_run reports why. A cut walk so stopped is not cached.
+ *
  * DESIGN (threads). The cache hangs off the grammar and is only touched here; one thread
  * at a time calls gram_mask on a grammar (grammar.h).
  */
@@ -33,6 +39,13 @@ enum { GRAM_PREPARE_KEYS = 8192 };
 #define GRAM_PREPARE_BYTES ((size_t)16 << 20)
 /* Stacks a walk step keeps before it drops duplicates. */
 enum { GRAM_DEDUPE_TOPS = 32 };
+/* Vocabulary size past which the fuel grows in proportion (grammar.h, BUDGET). */
+enum { GRAM_FUEL_VOCAB = 65536 };
+/* Work units between two loads of the cancel flag. */
+enum { CANCEL_EVERY = 4096 };
+/* gram_mask_prepare's whole budget, in masks' worth of fuel (each key's walk also stops at
+ * one mask's fuel): past it the remaining keys are walked lazily. */
+enum { PREPARE_FUEL_MASKS = 64 };
 
 /* ---- the vocabulary trie ----------------------------------------------------------- */
 
@@ -204,7 +217,47 @@ struct gram_mask_cache {
     uint32_t *scratch; /* (scratch_words) the accepted set of the entry being built */
     size_t scratch_words;
     int64_t walks; /* cut walks made (entries built) */
+    /* the budget of the mask being made */
+    int64_t work, fuel, cancel_checked;
+    int64_t dfa_seen;  /* the DFA's work already charged */
+    int64_t last_work; /* what the last gram_mask_run spent (gram_mask_work) */
+    const atomic_bool *cancel;
+    gram_mask_status status; /* not GRAM_MASK_OK: every walk stops */
 };
+
+/* Charges units of work; true when the walk must stop (over budget, or cancelled). */
+static bool charge(gram_mask_cache *c, int64_t units) {
+    c->work += units;
+    if (c->status != GRAM_MASK_OK) return true;
+    if (c->work > c->fuel) {
+        c->status = GRAM_MASK_OVER_BUDGET;
+        return true;
+    }
+    if (c->cancel && c->work - c->cancel_checked >= CANCEL_EVERY) {
+        c->cancel_checked = c->work;
+        if (atomic_load_explicit(c->cancel, memory_order_relaxed)) {
+            c->status = GRAM_MASK_CANCELLED;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Charges units and the DFA's work since the last charge; true when the walk must stop. */
+static bool charge_dfa(gram_mask_cache *c, int64_t units) {
+    int64_t now = gram__dfa_work(c->dfa);
+    units += now - c->dfa_seen;
+    c->dfa_seen = now;
+    return charge(c, units);
+}
+
+/* A fresh budget of fuel units for the next walks. */
+static void budget_start(gram_mask_cache *c, int64_t fuel, const atomic_bool *cancel) {
+    c->work = c->cancel_checked = 0;
+    c->fuel = fuel;
+    c->cancel = cancel;
+    c->status = GRAM_MASK_OK;
+}
 
 typedef struct walk {
     const gram_grammar *g;
@@ -244,10 +297,16 @@ static void walk_node(walk *w, int32_t node, int32_t depth, const int32_t *tops,
     for (int32_t e = 0; e < tn->n_edges; e++) {
         const trie_edge edge = w->gv->edges[tn->first_edge + e];
         if (!gram_byteset_has(&any, edge.byte)) continue;
+        if (charge(w->c, 1 + n_tops)) return;
         const int32_t mark = w->c->arena.n_nodes;
         next->n_tops = 0;
         next->accepting = next->needs_context = next->overflow = false;
-        if (!gram__advance_byte(g, &w->c->arena, tops, n_tops, edge.byte, next)) continue;
+        bool took = gram__advance_byte(g, &w->c->arena, tops, n_tops, edge.byte, next);
+        if (charge(w->c, next->steps)) {
+            w->c->arena.n_nodes = mark;
+            return;
+        }
+        if (!took) continue;
         /* taken, but nothing can follow and nothing is complete (a bound cut every path):
          * gram_state_advance refuses such a token, so the mask does too */
         if (next->n_tops == 0 && !next->accepting && !next->needs_context) {
@@ -255,7 +314,10 @@ static void walk_node(walk *w, int32_t node, int32_t depth, const int32_t *tops,
             continue;
         }
         /* duplicates only repeat work; weeding them out costs more than they do until many */
-        if (next->n_tops > GRAM_DEDUPE_TOPS) gram__dedupe(next, &w->c->arena);
+        if (next->n_tops > GRAM_DEDUPE_TOPS) {
+            charge(w->c, next->n_tops);
+            gram__dedupe(next, &w->c->arena);
+        }
         const trie_node *child = &w->gv->nodes[edge.child];
         set_tokens(w, child);
         w->c->path[depth] = edge.byte;
@@ -279,7 +341,10 @@ static void walk_cut(walk *w, int32_t node, int32_t depth, int32_t s, bool under
     const trie_node *tn = &w->gv->nodes[node];
     /* a state every byte below this node keeps (a string's character loop): every token of
      * the subtree is taken, nothing below needs the context; no walk */
-    if (!gram__dfa_needs_context(d, s) && gram__dfa_loops_over(d, w->g, s, &w->gv->below[node])) {
+    const bool loops = !gram__dfa_needs_context(d, s) && gram__dfa_loops_over(d, w->g, s, &w->gv->below[node]);
+    if (charge_dfa(w->c, 1)) return;
+    if (loops) {
+        if (charge(w->c, (tn->sub_end - tn->first_token) / 64)) return;
         for (int32_t i = tn->first_token; i < tn->sub_end; i++) {
             int32_t id = w->gv->sorted[i];
             w->mask[id >> 5] |= 1u << (id & 31);
@@ -292,6 +357,7 @@ static void walk_cut(walk *w, int32_t node, int32_t depth, int32_t s, bool under
         const trie_edge edge = w->gv->edges[tn->first_edge + e];
         if (!gram_byteset_has(&any, edge.byte)) continue;
         int32_t t = gram__dfa_next(d, w->g, s, edge.byte);
+        if (charge_dfa(w->c, 1)) return;
         if (t < 0) continue;
         const trie_node *child = &w->gv->nodes[edge.child];
         set_tokens(w, child);
@@ -440,6 +506,7 @@ static cache_entry *entry_for(walk *w, const int32_t *key, int32_t key_len) {
     }
     gram__dfa_trim(c->dfa);
     int32_t start = gram__dfa_start(c->dfa, key, key_len);
+    c->dfa_seen = gram__dfa_work(c->dfa);
     if (start < 0) {
         entry_free(e);
         return NULL;
@@ -449,6 +516,10 @@ static cache_entry *entry_for(walk *w, const int32_t *key, int32_t key_len) {
     cut.mask = c->scratch;
     cut.record_deps = true;
     walk_cut(&cut, 0, 0, start, false);
+    if (c->status != GRAM_MASK_OK) { /* stopped part way: not a walk to keep */
+        entry_free(e);
+        return NULL;
+    }
     c->walks++;
     if (!entry_keep_accepted(e, c->scratch, words)) {
         entry_free(e);
@@ -486,8 +557,8 @@ static void walk_dep(walk *w, const gram_state *s, int32_t top, const cache_entr
         gram_stacks *next = lv[i & 1];
         next->n_tops = 0;
         next->accepting = next->needs_context = next->overflow = false;
-        if (!gram__advance_byte(s->g, &c->arena, tops, n_tops, e->prefixes[d->prefix + i], next)) return;
-        if (next->n_tops == 0) return;
+        bool took = gram__advance_byte(s->g, &c->arena, tops, n_tops, e->prefixes[d->prefix + i], next);
+        if (charge(c, 1 + n_tops + next->steps + next->n_tops) || !took || next->n_tops == 0) return;
         gram__dedupe(next, &c->arena);
         tops = next->tops;
         n_tops = next->n_tops;
@@ -507,22 +578,27 @@ static void walk_dep(walk *w, const gram_state *s, int32_t top, const cache_entr
     walk_node(&full, d->node, d->length, at->tops, at->n_tops, true);
 }
 
-void gram_mask(gram_grammar *g, const gram_vocab *gv, const gram_state *s, uint32_t *mask) {
+/* The mask with fuel work units at most. */
+static gram_mask_status mask_run(gram_grammar *g, const gram_vocab *gv, const gram_state *s, uint32_t *mask,
+                                 const atomic_bool *cancel, int64_t fuel) {
     size_t words = gram_mask_words(gv);
     memset(mask, 0, words * sizeof *mask);
     if (!g->cache) g->cache = calloc(1, sizeof *g->cache);
-    if (!g->cache || !cache_fit(g->cache, gv)) return; /* out of memory: nothing allowed but the end */
+    if (!g->cache || !cache_fit(g->cache, gv)) return GRAM_MASK_OK; /* out of memory: nothing allowed but the end */
     gram_mask_cache *c = g->cache;
+    budget_start(c, fuel, cancel);
     walk w = {.g = g, .gv = gv, .c = c, .mask = mask};
     /* a stack near the depth bound: the cut's walk (its depth counted from the cut) could
      * allow a token that pushes past the bound, so it is walked whole instead */
     const int32_t near = g->limits.max_depth - 8 * (gv->max_len + 1);
     for (int32_t t = 0; t < s->st.n_tops; t++) {
+        if (charge(c, 1)) break;
         if (s->st.nodes[s->st.tops[t]].depth >= near) {
+            if (charge(c, s->st.n_nodes / 16)) break;
             c->arena.n_nodes = 0;
             for (int32_t i = 0; i < s->st.n_nodes; i++) {
                 const gram_node n = s->st.nodes[i];
-                if (gram__node_push(&c->arena, n.pos, n.parent) < 0) return;
+                if (gram__node_push(&c->arena, n.pos, n.parent) < 0) return GRAM_MASK_OK;
             }
             walk whole = w;
             whole.record_deps = false;
@@ -532,25 +608,48 @@ void gram_mask(gram_grammar *g, const gram_vocab *gv, const gram_state *s, uint3
         int32_t key[GRAM_KEY_NODES + 1];
         int32_t key_len = stack_key(&s->st, s->st.tops[t], key);
         const cache_entry *e = entry_for(&w, key, key_len);
+        if (c->status != GRAM_MASK_OK) break;
         if (!e) continue;
         if (e->accepted)
             for (size_t i = 0; i < words; i++) mask[i] |= e->accepted[i];
         for (int32_t i = 0; i < e->n_ids; i++) mask[e->ids[i] >> 5] |= 1u << (e->ids[i] & 31);
         if (!e->n_deps) continue;
         /* the whole stack, in the arena the dependent walks extend */
+        if (charge(c, s->st.n_nodes / 16)) break;
         c->arena.n_nodes = 0;
         for (int32_t i = 0; i < s->st.n_nodes; i++) {
             const gram_node n = s->st.nodes[i];
-            if (gram__node_push(&c->arena, n.pos, n.parent) < 0) return;
+            if (gram__node_push(&c->arena, n.pos, n.parent) < 0) return GRAM_MASK_OK;
         }
-        for (int32_t d = 0; d < e->n_deps; d++) {
+        for (int32_t d = 0; d < e->n_deps && c->status == GRAM_MASK_OK; d++) {
             c->arena.n_nodes = s->st.n_nodes;
             walk_dep(&w, s, s->st.tops[t], e, &e->deps[d]);
         }
+        if (c->status != GRAM_MASK_OK) break;
     }
     if (s->st.accepting)
         for (int32_t id = 0; id < gv->n_vocab; id++)
             if (gv->eog[id]) mask[id >> 5] |= 1u << (id & 31);
+    gram_mask_status st = c->status;
+    c->last_work = c->work;
+    budget_start(c, 0, NULL);
+    return st;
+}
+
+gram_mask_status gram_mask_run(gram_grammar *g, const gram_vocab *gv, const gram_state *s, uint32_t *mask,
+                               const atomic_bool *cancel) {
+    /* a walk of the whole vocabulary costs in proportion to it: the fuel grows with it */
+    int64_t fuel = g->limits.max_mask_fuel;
+    if (gv->n_vocab > GRAM_FUEL_VOCAB) fuel = (int64_t)((double)fuel * gv->n_vocab / GRAM_FUEL_VOCAB);
+    return mask_run(g, gv, s, mask, cancel, fuel);
+}
+
+void gram_mask(gram_grammar *g, const gram_vocab *gv, const gram_state *s, uint32_t *mask) {
+    (void)mask_run(g, gv, s, mask, NULL, INT64_MAX);
+}
+
+int64_t gram_mask_work(const gram_grammar *g) {
+    return g->cache ? g->cache->last_work : 0;
 }
 
 int64_t gram_mask_walks(const gram_grammar *g) {
@@ -564,8 +663,12 @@ int32_t gram_mask_prepare(gram_grammar *g, const gram_vocab *gv) {
     int32_t n = gram__cut_keys(g, GRAM_PREPARE_KEYS, &keys);
     walk w = {.g = g, .gv = gv, .c = g->cache};
     int32_t walked = 0;
-    for (int32_t i = 0; i < n && g->cache->bytes < GRAM_PREPARE_BYTES; i++) {
-        if (!entry_for(&w, keys[i].pos, keys[i].len)) break; /* out of memory: the rest stay lazy */
+    int64_t left = PREPARE_FUEL_MASKS * g->limits.max_mask_fuel;
+    for (int32_t i = 0; i < n && g->cache->bytes < GRAM_PREPARE_BYTES && left > 0; i++) {
+        budget_start(g->cache, left < g->limits.max_mask_fuel ? left : g->limits.max_mask_fuel, NULL);
+        const cache_entry *e = entry_for(&w, keys[i].pos, keys[i].len);
+        left -= g->cache->work;
+        if (!e) break; /* out of memory or over budget: the rest stay lazy */
         walked++;
         g->cache->n_prepared = g->cache->n_entries;
     }

@@ -37,6 +37,14 @@
  * other form), x{m,n} becomes x{n}, and an alternation with several such branches takes
  * their non-empty strings, made optional once ((a?|b?) prints ("a" | "b")?). Without
  * this, k optional groups in a row ((|)(|)...) would cost 2^k steps per byte.
+ *
+ * Loops print as loops (rx_loops). A part whose strings are exactly A* or A+ for the set A
+ * of the code points it uses prints as [A]* or [A]+: (.*){10}, (a|.*){50}, (.+){0,100},
+ * (.*.*)+ are all [^\n]*. Such bounded repetitions of a loop are languages the matcher
+ * would otherwise follow as one stack per way of splitting the text among the copies (each
+ * token's mask then walks the vocabulary against all of them: seconds per token). For the
+ * same reason (Y{a,b}){m,n} of a single character Y prints as Y{m*a,n*b} when the lengths
+ * between leave no gap.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -58,6 +66,13 @@ typedef struct rx_node {
     uint32_t cp;           /* RX_CHAR */
     int32_t first, n;      /* RX_SET: ranges[first, first + n); RX_CAT, RX_ALT: kids[first, first + n) */
     int32_t kid, min, max; /* RX_REP: max is RX_INF when unbounded */
+    /* rx_loops' findings: the alphabet A (the code points the node's strings use, ranges
+     * a_first .. a_first + a_n in the ranges; a_n -1: not worked out), whether the strings
+     * are exactly A{k,} for some k (loop), and whether every single member of A is one of
+     * them (covers) */
+    int32_t a_first, a_n;
+    int32_t loop; /* -1, or the strings are exactly A{loop,} (0: A*, 1: A+) */
+    bool covers;
 } rx_node;
 
 /* An inclusive range of code points. */
@@ -657,6 +672,149 @@ static void rx_emit_count(rx *p, int32_t min, int32_t max) {
     }
 }
 
+/* ---- loops (the rewrite of repeated loops) ------------------------------------------ */
+
+/* Alphabets with more ranges than this are not worked out (the node is then no loop). */
+enum { RX_ALPHA_MAX = 256 };
+
+static const rx_range *rx_alpha(const rx *p, const rx_node *nd) {
+    return nd->a_n > 0 ? (const rx_range *)p->ranges.p + nd->a_first : NULL;
+}
+
+static bool rx_alpha_equal(const rx *p, const rx_node *a, const rx_node *b) {
+    return a->a_n >= 0 && a->a_n == b->a_n &&
+           (a->a_n == 0 || memcmp(rx_alpha(p, a), rx_alpha(p, b), sizeof(rx_range) * (size_t)a->a_n) == 0);
+}
+
+/* Whether (Y{a,b}){m,n} (n RX_INF: unbounded) is Y{m*a, n*b} for Y one character: the
+ * lengths k*a .. k*b of k = m .. n copies leave no gap, and the product is a count. */
+static bool rx_counts_merge(int32_t a, int32_t b, int32_t m, int32_t n) {
+    if (b == RX_INF || n == RX_INF || (int64_t)n * b > RX_MAX_COUNT) return false;
+    for (int64_t k = m; k < n; k++)
+        if ((k + 1) * a > k * b + 1) return false;
+    return true;
+}
+
+/* k copies of a loop's minimum, or -1 past RX_MAX_COUNT. */
+static int32_t rx_loop_mul(int64_t k, int32_t a) {
+    return k * a > RX_MAX_COUNT ? -1 : (int32_t)(k * a);
+}
+
+/* Works out every node's alphabet and whether it is a loop over it (rx_node's a_*, loop,
+ * covers), kids before parents (a node's kids have smaller ids); false when out of
+ * memory. (Y{a,b}){m,n} of one character Y becomes Y{m*a,n*b} on the way. The rules, for
+ * a loop Y over A (Y's strings are A{a,}):
+ *   Y{m,n} (n >= 1)   is A{m*a,} when m >= 1, and A* when m = 0 and a <= 1;
+ *   Z{m,} for Z covering its alphabet A is A{m,} (A* when Z is nullable);
+ *   a sequence of loops over A and nullable parts within A is A{sum of the loops' a,};
+ *   an alternation of Y and other parts within A is A* (a = 0, or a = 1 and some part
+ *   nullable) or A+ (a = 1, no part nullable). */
+static bool rx_loops(rx *p) {
+    rx_vec u = {0};
+    bool ok = true;
+    for (int32_t id = 0; id < p->nodes.n && ok; id++) {
+        rx_node *at = &((rx_node *)p->nodes.p)[id];
+        at->loop = -1, at->covers = false;
+        u.n = 0;
+        if (at->kind == RX_CHAR) {
+            ok = rx_set_add(&u, at->cp, at->cp);
+            at->covers = true;
+        } else if (at->kind == RX_SET) {
+            at->a_first = at->first, at->a_n = at->n, at->covers = true;
+            continue;
+        } else if (at->kind == RX_REP) {
+            const rx_node kid = *rx_at(p, at->kid);
+            at->a_first = kid.a_first, at->a_n = kid.a_n;
+            if (at->max == 0 || kid.a_n <= 0) continue;
+            if (kid.kind == RX_REP && (rx_at(p, kid.kid)->kind == RX_CHAR || rx_at(p, kid.kid)->kind == RX_SET) &&
+                rx_counts_merge(kid.min, kid.max, at->min, at->max)) {
+                at->kid = kid.kid, at->min *= kid.min, at->max *= kid.max; /* (.{0,10}){10} is .{0,100} */
+                at->covers = at->min <= 1;
+                continue;
+            }
+            if (kid.loop >= 0) {
+                at->loop = at->min >= 1 ? rx_loop_mul(at->min, kid.loop) : kid.loop <= 1 ? 0 : -1;
+            } else if (at->max == RX_INF && kid.covers) {
+                at->loop = kid.nullable ? 0 : at->min;
+            }
+            at->covers = (at->loop >= 0 && at->loop <= 1) || (kid.covers && (at->min <= 1 || kid.nullable));
+            continue;
+        } else { /* RX_CAT, RX_ALT: the union of the kids' alphabets */
+            const int32_t *kids = rx_kids(p, at);
+            for (int32_t i = 0; i < at->n && ok; i++) {
+                const rx_node *k = rx_at(p, kids[i]);
+                if (k->a_n < 0 || u.n + k->a_n > RX_ALPHA_MAX) {
+                    u.n = -1;
+                    break;
+                }
+                for (int32_t j = 0; j < k->a_n && ok; j++) {
+                    rx_range *r = rx_vec_push(&u, sizeof *r);
+                    if (r) *r = rx_alpha(p, k)[j];
+                    ok = r != NULL;
+                }
+            }
+        }
+        if (!ok || u.n < 0) {
+            at->a_n = -1;
+            continue;
+        }
+        rx_set_normalize(&u);
+        int32_t first = p->ranges.n;
+        for (int32_t j = 0; j < u.n && ok; j++) {
+            rx_range *r = rx_vec_push(&p->ranges, sizeof *r);
+            if (r) *r = ((rx_range *)u.p)[j];
+            ok = r != NULL;
+        }
+        at = &((rx_node *)p->nodes.p)[id];
+        at->a_first = first, at->a_n = u.n;
+        if (at->kind == RX_CHAR) continue;
+        const int32_t *kids = rx_kids(p, at);
+        const int32_t n_nullable = rx_nullable_kids(p, at);
+        bool all_cover = true, cat_loop = at->kind == RX_CAT;
+        int64_t cat_min = 0;
+        int32_t n_loops = 0;
+        for (int32_t i = 0; i < at->n; i++) {
+            const rx_node *k = rx_at(p, kids[i]);
+            all_cover = all_cover && k->covers;
+            bool whole = k->loop >= 0 && rx_alpha_equal(p, k, at); /* a loop over the node's alphabet */
+            n_loops += whole;
+            if (whole) {
+                cat_min += k->loop;
+            } else if (!k->nullable) {
+                cat_loop = false;
+            }
+            if (at->kind == RX_ALT && whole && (k->loop == 0 || (k->loop == 1 && at->loop != 0)))
+                at->loop = k->loop == 0 || n_nullable > 0 ? 0 : 1;
+        }
+        if (cat_loop && n_loops > 0) at->loop = cat_min > RX_MAX_COUNT ? -1 : (int32_t)cat_min;
+        at->covers = (at->loop >= 0 && at->loop <= 1) || (all_cover && (at->kind == RX_ALT || n_nullable == at->n));
+    }
+    free(u.p);
+    return ok;
+}
+
+/* A loop over a non-empty alphabet, printed as [A]*, [A]+ or [A]{k,}: not a set or a
+ * repetition of one character (which print as compactly as they are). */
+static bool rx_is_loop(const rx *p, const rx_node *nd) {
+    if (nd->loop < 0 || nd->a_n <= 0 || nd->empty || nd->kind == RX_SET) return false;
+    return nd->kind != RX_REP || (rx_at(p, nd->kid)->kind != RX_CHAR && rx_at(p, nd->kid)->kind != RX_SET);
+}
+
+/* The loop nd as [A]*, [A]+ or [A]{k,}; with nonempty, its non-empty strings ([A]+ for A*). */
+static void rx_emit_loop(rx *p, const rx_node *nd, bool nonempty) {
+    const rx_range *a = rx_alpha(p, nd);
+    if (nd->a_n == 1 && a->lo == a->hi) { /* one character: "c" */
+        rx_put(p, "\"");
+        rx_emit_char(&p->out, a->lo, false);
+        rx_put(p, "\"");
+    } else {
+        rx_node set = {.kind = RX_SET, .first = nd->a_first, .n = nd->a_n};
+        rx_emit_set(p, &set);
+    }
+    int32_t min = nd->loop == 0 && nonempty ? 1 : nd->loop;
+    rx_emit_count(p, min, RX_INF);
+}
+
 /* id as something a quantifier may follow: "c", [set] or ( ... ). */
 static void rx_emit_primary(rx *p, int32_t id) {
     const rx_node *nd = rx_at(p, id);
@@ -718,6 +876,10 @@ static void rx_emit_nonempty_primary(rx *p, int32_t id) {
 static int32_t rx_emit_nonempty(rx *p, int32_t id) {
     const rx_node *nd = rx_at(p, id);
     if (nd->empty || rx_too_big(p)) return 0;
+    if (rx_is_loop(p, nd)) {
+        rx_emit_loop(p, nd, true);
+        return 1;
+    }
     if (!nd->nullable) {
         rx_emit_seq(p, id);
         return 1;
@@ -776,7 +938,9 @@ static void rx_emit_rep(rx *p, const rx_node *nd) {
 static void rx_emit_item(rx *p, int32_t id) {
     const rx_node *nd = rx_at(p, id);
     if (nd->empty || rx_too_big(p)) return;
-    if (nd->kind == RX_REP) {
+    if (rx_is_loop(p, nd)) {
+        rx_emit_loop(p, nd, false);
+    } else if (nd->kind == RX_REP) {
         rx_emit_rep(p, nd);
     } else if (nd->kind == RX_CHAR || nd->kind == RX_SET) {
         rx_emit_primary(p, id);
@@ -831,6 +995,7 @@ sp_status gram_regex_to_gbnf_expr(const char *pattern, size_t len, char **expr) 
     int32_t root;
     sp_status st = rx_alt(&p, 0, &root);
     if (st == SP_OK && p.pos < p.len) st = sp_fail(SP_ERR_INVALID_ARG, "position %zu: unmatched )", p.pos);
+    if (st == SP_OK && !rx_loops(&p)) st = rx_nomem();
     if (st == SP_OK) {
         rx_emit_seq(&p, root);
         if (rx_too_big(&p)) {

@@ -18,6 +18,7 @@
  */
 #ifndef SP_GRAMMAR_H
 #define SP_GRAMMAR_H
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -33,11 +34,21 @@ typedef struct gram_vocab gram_vocab;
 
 /* Bounds on what one constraint may compile to; past them, SP_ERR_RANGE naming the bound. */
 typedef struct gram_limits {
-    int32_t max_rules;    /* rules after repetitions and UTF-8 classes are expanded */
-    int32_t max_elements; /* elements of all rules together */
-    int32_t max_depth;    /* nesting of a state's stack (JSON depth and the like) */
-    int32_t max_stacks;   /* alternatives a state may follow at once (an ambiguous grammar's) */
+    int32_t max_rules;     /* rules after repetitions and UTF-8 classes are expanded */
+    int32_t max_elements;  /* elements of all rules together */
+    int32_t max_depth;     /* nesting of a state's stack (JSON depth and the like) */
+    int32_t max_stacks;    /* alternatives a state may follow at once (an ambiguous grammar's) */
+    int64_t max_mask_fuel; /* work units one gram_mask_run may spend (0: GRAM_DEFAULT_MASK_FUEL) */
 } gram_limits;
+
+/* The work one token mask may do, in work units: a trie edge tried by a walk, a stack
+ * expansion step, a stack weighed for duplicates (gram_mask.c). Measured on the default
+ * model's 49,152 tokens (bench_grammar): a prepared grammar's mask spends tens to a few
+ * thousand, a first (lazy) walk of a JSON Schema's string about 30,000, a whole-stack walk
+ * of free text (a state near the depth bound) about 2.5 million; a hostile constraint (a
+ * bounded repetition of an ambiguous loop the compiler could not rewrite) billions. At
+ * 10-20 ns a unit an over-budget mask stops within 40-80 ms. */
+#define GRAM_DEFAULT_MASK_FUEL ((int64_t)4000000)
 
 gram_limits gram_limits_default(void);
 
@@ -117,16 +128,43 @@ void gram_vocab_destroy(gram_vocab *gv);
 /* 32-bit words in a mask: (n_vocab + 31) / 32. */
 size_t gram_mask_words(const gram_vocab *gv);
 
+/* How a mask ended. */
+typedef enum gram_mask_status {
+    GRAM_MASK_OK,          /* mask holds the allowed tokens */
+    GRAM_MASK_OVER_BUDGET, /* the walk spent limits.max_mask_fuel work units and stopped */
+    GRAM_MASK_CANCELLED    /* *cancel became true and the walk stopped */
+} gram_mask_status;
+
 /* The tokens that may come next from s: bit (id % 32) of mask[id / 32] (mask has
- * gram_mask_words words). End-of-generation ids are set exactly when s is accepting. */
+ * gram_mask_words words). End-of-generation ids are set exactly when s is accepting.
+ *
+ * BUDGET. Every mask has a bound on its work (the grammar's limits.max_mask_fuel, in work
+ * units: trie edges tried, expansion steps, stacks weighed; scaled up for vocabularies over
+ * 65,536 tokens, whose walks are longer), llguidance's lexer fuel: past
+ * it the walk stops and returns GRAM_MASK_OVER_BUDGET, and the mask then holds only some of
+ * the allowed tokens (never a refused one): the caller ends the sequence with an error
+ * rather than sample from it. cancel (NULL: never), read with relaxed loads every few
+ * thousand units, stops the walk with GRAM_MASK_CANCELLED: the scheduler's mask worker
+ * abandons a mask the step stopped waiting for. A stopped walk caches nothing, so the same
+ * mask asked again costs the same. */
+gram_mask_status gram_mask_run(gram_grammar *g, const gram_vocab *gv, const gram_state *s, uint32_t *mask,
+                               const atomic_bool *cancel);
+
+/* The exact mask however long it takes: gram_mask_run without a budget or a cancel flag,
+ * for tests, fuzzers and tools (the server masks with gram_mask_run). */
 void gram_mask(gram_grammar *g, const gram_vocab *gv, const gram_state *s, uint32_t *mask);
 
 /* Walks ahead, into g's mask cache, the context-free part of the mask of every cut stack
  * g's states may hold (gram_mask.c; the first GRAM_PREPARE_KEYS of them), so gram_mask
  * meets no first walk later: the compile-time precomputation of XGrammar. Costs a few
- * milliseconds for a typical JSON Schema. It touches the cache: call it before g is shared
- * with the thread that masks. Returns the keys walked. */
+ * milliseconds for a typical JSON Schema; each key's walk has one mask's budget and all of
+ * them 64 masks' (BUDGET), past which the rest stay lazy. It touches the cache: call it
+ * before g is shared with the thread that masks. Returns the keys walked. */
 int32_t gram_mask_prepare(gram_grammar *g, const gram_vocab *gv);
+
+/* The work units the last gram_mask_run on g spent (sizing the budget). Same thread rule
+ * as gram_mask. */
+int64_t gram_mask_work(const gram_grammar *g);
 
 /* The context-free walks g's masks have made so far (gram_mask_prepare's included): each is
  * a first walk of a cut stack. Same thread rule as gram_mask. */

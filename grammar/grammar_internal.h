@@ -135,7 +135,9 @@ int32_t gram__dfa_start(gram_dfa *d, const int32_t *key, int32_t key_len);
 /* The state after byte b from state s; -1 when no stack takes b, or nothing stays alive
  * (no stack, not accepting, no context to return to). */
 int32_t gram__dfa_next(gram_dfa *d, const gram_grammar *g, int32_t s, uint8_t b);
-bool gram__dfa_continues(const gram_dfa *d, int32_t s);     /* stacks remain: bytes may follow */
+bool gram__dfa_continues(const gram_dfa *d, int32_t s); /* stacks remain: bytes may follow */
+/* Work units the transitions made so far took (a mask's budget charges them, gram_mask.c). */
+int64_t gram__dfa_work(const gram_dfa *d);
 bool gram__dfa_needs_context(const gram_dfa *d, int32_t s); /* some stack popped into the context */
 /* Whether every byte in bytes leads from s back to s (a loop: a string's characters). */
 bool gram__dfa_loops_over(gram_dfa *d, const gram_grammar *g, int32_t s, const gram_byteset *bytes);

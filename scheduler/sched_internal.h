@@ -118,7 +118,9 @@ struct sched_request {
     bool swapped;              /* preempted, waiting to come back (policy.c admits it first) */
     uint64_t resumed_tick;     /* the tick it came back from its last preemption; 0: never preempted */
     tok_decoder dec;
-    gram_state *gram; /* its place in params.grammar (NULL: none); advanced over every emitted token */
+    gram_state *gram;     /* its place in params.grammar (NULL: none); advanced over every emitted token */
+    uint8_t mask_outcome; /* masks.c: its masks of the last step (gram_mask_status; GRAM_MASK_OK when complete) */
+    int32_t mask_late;    /* masks.c: steps in a row its mask was late (dropped from the step) */
     sched_stop stop;
     double last_token_at; /* sched_now() of its last sampled token (inter-token latency); 0: none yet */
     /* the thinking budget (params.max_reasoning_tokens): end_tick.c follows the tags in the
@@ -306,12 +308,18 @@ void sched__slo_finished(sched *s, const sched_request *r, bool completed);
 
 /* Jobs are added and started by the scheduler thread before the step; wait
  * (a model_sample_hook, hence the void *: the sched) returns once every job's masks are
- * written; it is cheap and harmless when nothing was started. */
+ * written, or SCHED_MASK_WAIT_MS after it began, the late masks then cancelled (their
+ * requests' mask_outcome says so); it is cheap and harmless when nothing was started. */
 sp_status sched__masks_init(sched *s, int max_jobs);
 void sched__masks_destroy(sched *s);
 void sched__masks_add(sched *s, sched_request *r, int32_t n_draft, dev_sample_row *rows, size_t *n_masks);
 void sched__masks_start(sched *s);
 void sched__masks_wait(void *s);
+
+/* How long the step waits for the masks once it needs them, and how many steps in a row a
+ * sequence's mask may be late before the sequence ends with an error (masks.c, LATE). */
+#define SCHED_MASK_WAIT_MS 10
+enum { SCHED_MASK_LATE_STEPS = 8 };
 
 /* ---- speculation's per-sequence bookkeeping (spec_seq.c) ------------------------- */
 

@@ -361,6 +361,34 @@ static void step_fail(sched *s, const step_build *b, sp_status st) {
     }
 }
 
+/* r's rows of the step drawn without its grammar (masks.c, BUDGET AND LATE MASKS): no
+ * token is emitted and the fed position stays uncounted (a prefill's last position was
+ * left out by the caller; a decode row's never counts before the verify), so the next step
+ * feeds it again; the drafts' blocks go back. Over its budget, or late too many steps in a
+ * row, r ends with an error. */
+static void mask_missed(sched *s, sched_request *r, bool prefill) {
+    if (!prefill) {
+        sched__draft_rollback(s, r, r->n_computed);
+        kv_blocks_truncate(&s->cache.blocks, &r->kv, kv_blocks_for_tokens(r->n_tokens, s->cfg.block_size));
+    }
+    const bool over = r->mask_outcome == GRAM_MASK_OVER_BUDGET;
+    if (!over && r->mask_late < SCHED_MASK_LATE_STEPS) return;
+    char msg[256];
+    snprintf(msg, sizeof msg,
+             over ? "the output constraint is too costly to follow: the mask of output token %d needed more work "
+                    "than a token's mask may take"
+                  : "the output constraint is too costly to follow: the mask of output token %d was not ready in "
+                    "time for several steps in a row",
+             r->n_tokens - r->params.n_prompt + 1);
+    sp_log_warn("sched: %s", msg);
+    for (int i = 0; i < s->n_running; i++)
+        if (s->running[i] == r) {
+            sched__running_remove(s, i);
+            break;
+        }
+    sched__request_end(s, r, SCHED_FINISH_ERROR, SP_ERR_RANGE, msg);
+}
+
 /* Metrics of a tick that ran a step (counted in stats.ticks): its duration from
  * `start` and its tokens. */
 static void tick_observe(sched *s, double start, const step_build *b) {
@@ -395,6 +423,7 @@ bool sched__tick(sched *s) {
     for (int32_t q = 0; q < b.n_seqs; q++) {
         if (s->step_logit_of[q] < 0) continue;
         sched_request *r = s->step_reqs[q];
+        r->mask_outcome = GRAM_MASK_OK; /* until its mask job says otherwise */
         for (int32_t j = 0; j <= s->step_n_draft[q]; j++)
             sched__sample_row(s, r, j, &s->sample_rows[s->step_logit_of[q] + j]);
         if (r->force_at < r->params.n_think_close) { /* the thinking budget is spent: </think>, token by token */
@@ -429,8 +458,11 @@ bool sched__tick(sched *s) {
     for (int32_t q = 0; q < b.n_seqs; q++) {
         sched_request *r = s->step_reqs[q];
         const bool embedding = r->params.pooling != SP_POOLING_NONE;
+        /* its mask was late or over its budget: the rows drawn from it are dropped, and the
+         * fed position (the last) is fed again next step (masks.c, BUDGET AND LATE MASKS) */
+        const bool missed = r->gram && s->step_logit_of[q] >= 0 && r->mask_outcome != GRAM_MASK_OK;
         if (s->step_prefill[q]) {
-            r->n_computed += s->step_chunk[q];
+            r->n_computed += s->step_chunk[q] - (missed ? 1 : 0);
             if (!embedding) kv_prefix_register(&s->cache.blocks, &r->kv, r->tokens, r->n_computed);
             prefilled += s->step_chunk[q];
             decode_only = false;
@@ -446,6 +478,10 @@ bool sched__tick(sched *s) {
         if (embedding) {
             sched__embed_step(s, r, s->step_hidden + (size_t)s->step_hidden_of[q] * (size_t)s->n_embd,
                               s->step_hidden_n[q]);
+            continue;
+        }
+        if (missed) {
+            mask_missed(s, r, s->step_prefill[q]);
             continue;
         }
         const dev_sample_result *results = s->step_logit_of[q] >= 0 ? &s->sample_results[s->step_logit_of[q]] : NULL;

@@ -12,6 +12,7 @@
 #define SP_SCHED_STATE_GRAMMAR_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -24,8 +25,10 @@
 typedef struct sched_mask_job {
     sched_request *r;
     int32_t n_draft;
-    dev_sample_row *rows; /* its rows in sample_rows: their `allowed` is set */
-    uint32_t *masks;      /* (n_draft + 1, mask_words) in step_masks */
+    dev_sample_row *rows;    /* its rows in sample_rows: their `allowed` is set */
+    uint32_t *masks;         /* (n_draft + 1, mask_words) in step_masks */
+    gram_mask_status status; /* GRAM_MASK_OK, or why its masks are not the allowed tokens (all set then) */
+    bool begun;              /* the worker began it (a cancelled job it never began is not its fault) */
 } sched_mask_job;
 
 /* The mask worker and the jobs of the step at hand (see masks.c for the hand-over). */
@@ -35,11 +38,12 @@ typedef struct sched_masks {
     pthread_cond_t wake, done;
     sched_mask_job *jobs; /* (max_batch_size) */
     int n_jobs;
-    bool posted;      /* under lock: jobs handed to the worker, not finished yet */
-    bool stop;        /* under lock: the worker returns */
-    bool started;     /* the worker runs */
-    bool failed;      /* it could not start: masks are computed inline */
-    bool initialized; /* lock, conditions and jobs exist */
+    bool posted;        /* under lock: jobs handed to the worker, not finished yet */
+    bool stop;          /* under lock: the worker returns */
+    bool started;       /* the worker runs */
+    bool failed;        /* it could not start: masks are computed inline */
+    bool initialized;   /* lock, conditions and jobs exist */
+    atomic_bool cancel; /* set by the scheduler thread when its wait gives up: the worker stops */
 } sched_masks;
 
 typedef struct sched_grammar_state {

@@ -84,6 +84,26 @@ static void cache_put(srv_grammar_cache *c, const char *text, gram_grammar *g) {
 
 /* ---- the fields ---- */
 
+/* The first token's mask within the budget (grammar.h, BUDGET), here before anything is
+ * queued: a constraint whose first mask is over it is a 400, not a sequence that would end
+ * in an error at its first token. The walk also leaves the mask cached for the scheduler.
+ * SP_ERR_RANGE naming the budget, or SP_ERR_NOMEM. */
+static sp_status first_mask_fits(gram_grammar *g, const gram_vocab *gv) {
+    gram_state *s = NULL;
+    uint32_t *mask = malloc(sizeof *mask * gram_mask_words(gv));
+    sp_status st = mask ? gram_state_create(g, &s) : SP_ERR_NOMEM;
+    if (st == SP_OK && gram_mask_run(g, gv, s, mask, NULL) == GRAM_MASK_OVER_BUDGET)
+        st = sp_fail(SP_ERR_RANGE,
+                     "the constraint is too costly to follow: its first token's mask needs more than the %lld work "
+                     "units a mask may take (an ambiguous repetition, such as a bounded repetition of an "
+                     "unbounded group; write it without the repetition)",
+                     (long long)gram_limits_default().max_mask_fuel);
+    if (!mask) st = sp_fail(SP_ERR_NOMEM, "out of memory for a grammar mask");
+    gram_state_destroy(s);
+    free(mask);
+    return st;
+}
+
 sp_status srv__compile_grammar(const char *gbnf, const srv_model_info *mi, srv_request *r, const char *param,
                                srv_error *err) {
     gram_grammar *g = mi->grammars ? cache_get(mi->grammars, gbnf) : NULL;
@@ -93,8 +113,20 @@ sp_status srv__compile_grammar(const char *gbnf, const srv_model_info *mi, srv_r
         if (st == SP_ERR_NOMEM) return srv__fail(err, SRV_ERROR_INTERNAL, param, "%s", sp_last_error());
         if (st != SP_OK) return srv__fail(err, SRV_ERROR_BAD_REQUEST, param, "'%s': %s", param, sp_last_error());
         /* the mask walks of every cut stack, here on the preparation worker, before the
-         * grammar is shared: the scheduler's mask worker then meets no first walk */
-        if (mi->grammar_vocab) gram_mask_prepare(g, mi->grammar_vocab);
+         * grammar is shared: the scheduler's mask worker then meets no first walk. The first
+         * mask is checked against the budget before (most hostile constraints are refused
+         * after one mask's work) and, when over it, again after the walks (which may be what
+         * it lacked: each cut stack's walk has a mask's budget of its own there) */
+        if (mi->grammar_vocab) {
+            st = first_mask_fits(g, mi->grammar_vocab);
+            gram_mask_prepare(g, mi->grammar_vocab);
+            if (st == SP_ERR_RANGE) st = first_mask_fits(g, mi->grammar_vocab);
+        }
+        if (st != SP_OK) {
+            gram_grammar_destroy(g);
+            if (st == SP_ERR_NOMEM) return srv__fail(err, SRV_ERROR_INTERNAL, param, "%s", sp_last_error());
+            return srv__fail(err, SRV_ERROR_BAD_REQUEST, param, "'%s': %s", param, sp_last_error());
+        }
         if (mi->grammars) cache_put(mi->grammars, gbnf, g); /* one server: one set of limits */
     }
     r->params.grammar = g;

@@ -285,3 +285,73 @@ Test(gram_mask, a_grammar_too_large_to_analyse_is_left_lazy, .timeout = 20) {
     gram_vocab_destroy(gv);
     tok_vocab_destroy(v);
 }
+
+/* ---- the budget (grammar.h, BUDGET) ---- */
+
+static gram_grammar *compile_with_fuel(const char *gbnf, int64_t fuel) {
+    gram_limits lim = gram_limits_default();
+    lim.max_mask_fuel = fuel;
+    gram_grammar *g = NULL;
+    cr_assert_eq(gram_compile(gbnf, strlen(gbnf), &lim, &g), SP_OK, "%s", sp_last_error());
+    return g;
+}
+
+/* A mask past its fuel stops and says so, holds no token the exact mask refuses, caches
+ * nothing half-walked (the same mask asked again stops the same way; the exact one is
+ * unchanged), and a cancel flag stops it too. Honest masks stay within the default. */
+Test(gram_mask, a_mask_past_its_budget_stops_and_says_so, .timeout = 60) {
+    tok_vocab *v = load_vocab(testdata_default_model());
+    gram_vocab *gv = NULL;
+    cr_assert_eq(gram_vocab_create(v, &gv), SP_OK);
+    size_t words = gram_mask_words(gv);
+    uint32_t *exact = calloc(words, sizeof *exact), *bounded = calloc(words, sizeof *bounded);
+    /* a bounded repetition of a loop the compiler leaves as it is: ambiguous splits */
+    const char *hostile = "root ::= ([^x]+){2} \"x\"\n";
+    gram_grammar *g = compile_with_fuel(hostile, 20000);
+    gram_state *s = NULL;
+    cr_assert_eq(gram_state_create(g, &s), SP_OK);
+    for (int round = 0; round < 2; round++) {
+        cr_assert_eq(gram_mask_run(g, gv, s, bounded, NULL), GRAM_MASK_OVER_BUDGET, "round %d", round);
+        cr_assert_geq(gram_mask_work(g), 20000);
+        cr_assert_lt(gram_mask_work(g), 20000 + 100000, "stops soon past the fuel: %lld", (long long)gram_mask_work(g));
+    }
+    gram_mask(g, gv, s, exact); /* no budget: the exact mask */
+    size_t allowed = 0;
+    for (size_t i = 0; i < words; i++) {
+        cr_assert_eq(bounded[i] & ~exact[i], 0u, "word %zu: a refused token in the stopped mask", i);
+        allowed += (size_t)__builtin_popcount(exact[i]);
+    }
+    cr_assert_gt(allowed, 1000, "the exact mask allows most tokens (%zu)", allowed);
+    /* cancelled: stops at the first look at the flag */
+    atomic_bool cancel = true;
+    gram_grammar *g2 = compile_with_fuel(hostile, 0); /* 0: the default fuel */
+    gram_state *s2 = NULL;
+    cr_assert_eq(gram_state_create(g2, &s2), SP_OK);
+    cr_assert_eq(gram_mask_run(g2, gv, s2, bounded, &cancel), GRAM_MASK_CANCELLED);
+    cr_assert_lt(gram_mask_work(g2), 20000);
+    /* an honest grammar: within the default budget, and the same mask as without one */
+    const char *json = "root ::= \"{\" ws \"\\\"name\\\"\" ws \":\" ws str ws \"}\"\n"
+                       "str ::= \"\\\"\" [^\"\\\\]* \"\\\"\"\nws ::= [ \\n]?\n";
+    gram_grammar *h = compile_with_fuel(json, 0);
+    gram_state *hs = NULL;
+    cr_assert_eq(gram_state_create(h, &hs), SP_OK);
+    const char *texts[2] = {"{ \"name\": \"Ada", "\" }"};
+    for (int step = 0; step < 2; step++) {
+        const char *text = texts[step];
+        cr_assert_eq(gram_mask_run(h, gv, hs, bounded, NULL), GRAM_MASK_OK);
+        cr_assert_lt(gram_mask_work(h), GRAM_DEFAULT_MASK_FUEL / 10);
+        gram_mask(h, gv, hs, exact);
+        cr_assert_eq(memcmp(bounded, exact, words * sizeof *exact), 0);
+        cr_assert(gram_state_advance(hs, (const uint8_t *)text, strlen(text)));
+    }
+    gram_state_destroy(hs);
+    gram_grammar_destroy(h);
+    gram_state_destroy(s2);
+    gram_grammar_destroy(g2);
+    gram_state_destroy(s);
+    gram_grammar_destroy(g);
+    free(exact);
+    free(bounded);
+    gram_vocab_destroy(gv);
+    tok_vocab_destroy(v);
+}

@@ -165,3 +165,36 @@ Test(sched_grammar, drafts_keep_the_output_of_speculation_off, .timeout = 120) {
     gram_grammar_destroy(no_e);
     env_close(&e);
 }
+
+/* A mask over its budget (grammar.h, BUDGET; masks.c, BUDGET AND LATE MASKS) ends its own
+ * request with an error and a message, its drawn token dropped, and nothing else: the
+ * unconstrained neighbour in the same steps gets the tokens it gets alone. */
+Test(sched_grammar, a_mask_over_its_budget_ends_only_its_request, .timeout = 60) {
+    tick_env e;
+    env_open(&e, 2);
+    gram_limits lim = gram_limits_default();
+    lim.max_mask_fuel = 50; /* a few trie edges: every mask of this grammar is over it */
+    const char *text = "root ::= ([a-z ]+){3} \".\"\n";
+    gram_grammar *g = NULL;
+    cr_assert_eq(gram_compile(text, strlen(text), &lim, &g), SP_OK, "%s", sp_last_error());
+    int32_t prompt[64];
+    int32_t n = make_prompt(&e, "Lily had a red ball", 0, prompt, 64);
+    sched_config c = tick_config();
+    sched_stats st;
+    result *alone = calloc(1, sizeof *alone), *out = calloc(2, sizeof *out);
+    sched_request_params free_one = base_params(prompt, n, 20);
+    run_all(&e, &c, &free_one, 1, alone, &st);
+    sched_request_params params[2] = {grammar_params(prompt, n, g, 5), free_one};
+    run_all(&e, &c, params, 2, out, &st);
+    cr_assert_eq(out[0].finish, SCHED_FINISH_ERROR, "finish %d", out[0].finish);
+    cr_assert(strstr(out[0].message, "too costly"), "%s", out[0].message);
+    cr_assert_eq(out[0].n_tokens, 0, "the token drawn without the grammar was emitted");
+    cr_assert_eq(out[1].finish, SCHED_FINISH_LENGTH);
+    cr_assert_eq(out[1].n_tokens, alone->n_tokens);
+    cr_assert_eq(memcmp(out[1].ids, alone->ids, sizeof *alone->ids * (size_t)alone->n_tokens), 0);
+    cr_assert_eq(st.kv_blocks_used, 0);
+    free(alone);
+    free(out);
+    gram_grammar_destroy(g);
+    env_close(&e);
+}
