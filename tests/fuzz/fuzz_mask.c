@@ -15,8 +15,10 @@
  *     mask that would take minutes costs the run only the bound;
  *   - a token in the mask does not advance a copy of the state.
  * The bound is wall-clock time on an instrumented build (ASan, UBSan, coverage): a
- * loaded machine can need a larger one. A mask that reports itself over a work budget
- * is not a finding (grammar/ may gain one); today's gram_mask reports nothing.
+ * loaded machine can need a larger one. Masks are taken as the scheduler takes them,
+ * with gram_mask_run and the grammar's work budget: a mask that stops over its budget is
+ * the server's answer to a too costly constraint (a 400 or finish_reason "error"), not a
+ * finding, and ends the input; only the time a mask takes, budget or not, is judged.
  *
  * The vocabulary: SPINDLE_MODEL, else models/SmolLM2-135M-Instruct.Q4_1.gguf (where
  * tools/setup.sh puts it); when it is absent the harness says `SKIP fuzz_mask: ...` and
@@ -122,18 +124,20 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 /* Timed work: the watchdog aborts while it runs past the bound, and the time it took is
  * checked once more after (a watchdog starved of the CPU may have missed it). s NULL: the
  * preparation, else one mask. */
-static void timed(gram_grammar *g, const gram_state *s, int step) {
+static gram_mask_status timed(gram_grammar *g, const gram_state *s, int step) {
     atomic_store(&current_step, s ? step : -1);
     atomic_store(&bound_ns, s ? mask_bound_ns : prepare_bound_ns);
     int64_t start = now_ns();
     atomic_store(&started_ns, start);
+    gram_mask_status st = GRAM_MASK_OK;
     if (s)
-        gram_mask(g, gvocab, s, mask);
+        st = gram_mask_run(g, gvocab, s, mask, NULL);
     else
         gram_mask_prepare(g, gvocab);
     atomic_store(&started_ns, 0);
     int64_t took = now_ns() - start;
     if (took > atomic_load(&bound_ns)) report_slow(took);
+    return st;
 }
 
 /* The k-th token of the mask, k below the count of its tokens; -1 when it is empty. */
@@ -181,7 +185,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     uint64_t r = 1469598103934665603ull;
     for (size_t i = 0; i < size; i++) r = (r ^ data[i]) * 1099511628211ull;
     for (int step = 0; step < steps; step++) {
-        timed(g, s, step);
+        if (timed(g, s, step) != GRAM_MASK_OK) break; /* over budget: refused, as the server does */
         r = r * 6364136223846793005ull + 1442695040888963407ull;
         int32_t id = pick_token(r >> 11);
         if (id < 0 || tok_is_eog(vocab, id)) break;
