@@ -11,7 +11,10 @@
  *
  * BUDGET AND LATE MASKS. Every mask is computed within the grammar's budget
  * (gram_mask_run, grammar.h: BUDGET), so no mask runs for ever. And the step never waits
- * on one sequence: the wait gives up SCHED_MASK_WAIT_MS after it began, sets `cancel`,
+ * long on one sequence: the wait gives up SCHED_MASK_WAIT_MS after it began (doubled for
+ * each step in a row one of its sequences was late, up to SCHED_MASK_WAIT_MAX_MS: a
+ * cancelled walk caches nothing, so an honest mask of 10-40 ms gets the time to finish
+ * once, and is cached after, while no step waits more than 40 ms), sets `cancel`,
  * which stops the worker's walk within a few thousand work units and skips the jobs it
  * has not begun, and then takes the hand-over as usual. A job not finished (cancelled, or
  * over its budget) has every row allowed, so the step draws as usual, and its request's
@@ -156,6 +159,13 @@ void sched__masks_start(sched *s) {
         m->jobs[m->n_jobs - 1] = t;
         last--;
     }
+    /* the wait's allowance: longer while a sequence keeps being late, never past the cap */
+    int32_t late = 0;
+    for (int i = 0; i < m->n_jobs; i++)
+        if (m->jobs[i].r->mask_late > late) late = m->jobs[i].r->mask_late;
+    m->wait_ms = SCHED_MASK_WAIT_MS;
+    for (int32_t k = 0; k < late && m->wait_ms < SCHED_MASK_WAIT_MAX_MS; k++) m->wait_ms *= 2;
+    if (m->wait_ms > SCHED_MASK_WAIT_MAX_MS) m->wait_ms = SCHED_MASK_WAIT_MAX_MS;
     if (!m->started && !m->failed) {
         m->started = sp_thread_start(&m->thread, "spindle-masks", masks_main, s) == SP_OK;
         m->failed = !m->started; /* then inline, from now on */
@@ -178,7 +188,7 @@ void sched__masks_wait(void *ctx) {
     if (m->n_jobs == 0) return;
     struct timespec deadline;
     clock_gettime(CLOCK_MONOTONIC, &deadline);
-    deadline.tv_nsec += (long)SCHED_MASK_WAIT_MS * 1000000L;
+    deadline.tv_nsec += (long)m->wait_ms * 1000000L;
     deadline.tv_sec += deadline.tv_nsec / 1000000000L;
     deadline.tv_nsec %= 1000000000L;
     pthread_mutex_lock(&m->lock);

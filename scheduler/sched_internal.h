@@ -316,9 +316,12 @@ void sched__masks_add(sched *s, sched_request *r, int32_t n_draft, dev_sample_ro
 void sched__masks_start(sched *s);
 void sched__masks_wait(void *s);
 
-/* How long the step waits for the masks once it needs them, and how many steps in a row a
- * sequence's mask may be late before the sequence ends with an error (masks.c, LATE). */
-#define SCHED_MASK_WAIT_MS 10
+/* How long the step waits for the masks once it needs them: SCHED_MASK_WAIT_MS, doubled for
+ * each step in a row a sequence's mask was late, up to SCHED_MASK_WAIT_MAX_MS (below the
+ * 50 ms a constraint may add to another client's inter-token gap); and how many steps in a
+ * row a sequence's mask may be late before the sequence ends with an error (masks.c, LATE). */
+#define SCHED_MASK_WAIT_MS     10
+#define SCHED_MASK_WAIT_MAX_MS 40
 enum { SCHED_MASK_LATE_STEPS = 8 };
 
 /* ---- speculation's per-sequence bookkeeping (spec_seq.c) ------------------------- */

@@ -44,6 +44,7 @@ typedef struct sched_masks {
     bool failed;        /* it could not start: masks are computed inline */
     bool initialized;   /* lock, conditions and jobs exist */
     atomic_bool cancel; /* set by the scheduler thread when its wait gives up: the worker stops */
+    int wait_ms;        /* scheduler thread: how long this step's wait may last (masks.c, LATE) */
 } sched_masks;
 
 typedef struct sched_grammar_state {
