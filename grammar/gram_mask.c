@@ -578,6 +578,14 @@ static void walk_dep(walk *w, const gram_state *s, int32_t top, const cache_entr
     walk_node(&full, d->node, d->length, at->tops, at->n_tops, true);
 }
 
+/* One mask's fuel over gv: a walk of the whole vocabulary costs in proportion to it, so
+ * the fuel grows with it past GRAM_FUEL_VOCAB tokens (grammar.h, BUDGET). */
+static int64_t mask_fuel(const gram_grammar *g, const gram_vocab *gv) {
+    int64_t fuel = g->limits.max_mask_fuel;
+    if (gv->n_vocab > GRAM_FUEL_VOCAB) fuel = (int64_t)((double)fuel * gv->n_vocab / GRAM_FUEL_VOCAB);
+    return fuel;
+}
+
 /* The mask with fuel work units at most. */
 static gram_mask_status mask_run(gram_grammar *g, const gram_vocab *gv, const gram_state *s, uint32_t *mask,
                                  const atomic_bool *cancel, int64_t fuel) {
@@ -638,10 +646,7 @@ static gram_mask_status mask_run(gram_grammar *g, const gram_vocab *gv, const gr
 
 gram_mask_status gram_mask_run(gram_grammar *g, const gram_vocab *gv, const gram_state *s, uint32_t *mask,
                                const atomic_bool *cancel) {
-    /* a walk of the whole vocabulary costs in proportion to it: the fuel grows with it */
-    int64_t fuel = g->limits.max_mask_fuel;
-    if (gv->n_vocab > GRAM_FUEL_VOCAB) fuel = (int64_t)((double)fuel * gv->n_vocab / GRAM_FUEL_VOCAB);
-    return mask_run(g, gv, s, mask, cancel, fuel);
+    return mask_run(g, gv, s, mask, cancel, mask_fuel(g, gv));
 }
 
 void gram_mask(gram_grammar *g, const gram_vocab *gv, const gram_state *s, uint32_t *mask) {
@@ -663,9 +668,10 @@ int32_t gram_mask_prepare(gram_grammar *g, const gram_vocab *gv) {
     int32_t n = gram__cut_keys(g, GRAM_PREPARE_KEYS, &keys);
     walk w = {.g = g, .gv = gv, .c = g->cache};
     int32_t walked = 0;
-    int64_t left = PREPARE_FUEL_MASKS * g->limits.max_mask_fuel;
+    const int64_t fuel = mask_fuel(g, gv); /* the same per key as a mask's */
+    int64_t left = PREPARE_FUEL_MASKS * fuel;
     for (int32_t i = 0; i < n && g->cache->bytes < GRAM_PREPARE_BYTES && left > 0; i++) {
-        budget_start(g->cache, left < g->limits.max_mask_fuel ? left : g->limits.max_mask_fuel, NULL);
+        budget_start(g->cache, left < fuel ? left : fuel, NULL);
         const cache_entry *e = entry_for(&w, keys[i].pos, keys[i].len);
         left -= g->cache->work;
         if (!e) break; /* out of memory or over budget: the rest stay lazy */

@@ -141,7 +141,6 @@ void sched__masks_add(sched *s, sched_request *r, int32_t n_draft, dev_sample_ro
     SP_ASSERT(*n_masks + (size_t)n_draft + 1 <= s->grammar.max_mask_rows);
     m->jobs[m->n_jobs++] = (sched_mask_job){
         .r = r, .n_draft = n_draft, .rows = rows, .masks = s->grammar.step_masks + *n_masks * s->grammar.mask_words};
-    r->mask_outcome = GRAM_MASK_OK;
     *n_masks += (size_t)n_draft + 1;
 }
 
